@@ -1,0 +1,26 @@
+"""``timetravel bench``: figures measured side by side, never timed tests.
+
+Each suite returns ``{"bench": NAME, "figures": {...}}``. Wall-clock time is read here, outside
+the simulation path, and every figure is the best of a few repeats so that a noisy neighbour on a
+2-core machine does not decide the result.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+SUITES: dict[str, str] = {
+    "kernel": "timetravel.bench.kernel:run_bench",
+}
+
+
+def suite_names() -> list[str]:
+    return list(SUITES)
+
+
+def get_suite(name: str) -> Callable[..., dict[str, Any]]:
+    import importlib
+
+    module_name, _, attribute = SUITES[name].partition(":")
+    return getattr(importlib.import_module(module_name), attribute)

@@ -1,0 +1,136 @@
+"""``timetravel bench kernel``: the kernel against SimPy on the same two models, in one process.
+
+* **timeout**: 64 processes loop on random timeouts. In timetravel each is a node whose handler
+  draws its next delay with ``ctx.choose`` and sets a timer; in SimPy each is a generator that
+  yields ``env.timeout`` with its delay drawn by the *same* counter-based choice function, so both
+  pay for the same randomness.
+* **pingpong**: two parties pass one message back and forth over a fixed latency. timetravel runs
+  its built-in ``pingpong`` scenario (jitter off); SimPy's natural model is two processes and two
+  ``Store``s, with a timeout for the latency.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timetravel.bench.timing import best_of
+from timetravel.scenarios import get_scenario
+from timetravel.sim import Context, Event, Param, Scenario, Simulation, World
+from timetravel.sim.choices import draw, stream_base
+
+TIMEOUT_PROCESSES = 64
+TIMEOUT_EVENTS = 400_000
+TIMEOUT_DELAY_NS_MAX = 1_000
+PINGPONG_ROUNDS = 100_000
+PINGPONG_LATENCY_NS = 1_000
+
+
+def _timeout_wake(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    ctx.timer(ctx.choose("delay", TIMEOUT_DELAY_NS_MAX) + 1, "wake")
+
+
+def _timeout_build(config: dict[str, Any], seed: int) -> World:
+    world = World("bench.timeout", config, seed)
+    for index in range(config["processes"]):
+        world.add_node(f"p{index}", "proc")
+        world.schedule(0, f"p{index}", "wake")
+    return world
+
+
+TIMEOUT_SCENARIO = Scenario(
+    name="bench.timeout",
+    summary="processes looping on random timeouts",
+    params=(Param("processes", "int", TIMEOUT_PROCESSES, "looping processes"),),
+    build=_timeout_build,
+    handlers={"proc": {"wake": _timeout_wake}},
+)
+
+
+def timetravel_timeout(events: int, chain: bool) -> int:
+    world = TIMEOUT_SCENARIO.build(TIMEOUT_SCENARIO.defaults(), 1)
+    return Simulation(TIMEOUT_SCENARIO, world, chain=chain).run(max_events=events).events
+
+
+def simpy_timeout(events: int) -> int:
+    import simpy
+
+    env = simpy.Environment()
+
+    def process(name: str) -> Any:
+        base = stream_base(1, 0, name, "delay")
+        index = 0
+        while True:
+            yield env.timeout(draw(base, index, TIMEOUT_DELAY_NS_MAX) + 1)
+            index += 1
+
+    for index in range(TIMEOUT_PROCESSES):
+        env.process(process(f"p{index}"))
+    processed = 0
+    while processed < events:
+        env.step()
+        processed += 1
+    return processed
+
+
+def timetravel_pingpong(rounds: int) -> int:
+    scenario = get_scenario("pingpong")
+    config = scenario.resolve_config({"rounds": rounds, "latency": PINGPONG_LATENCY_NS, "jitter": 0})
+    world = scenario.build(config, 1)
+    Simulation(scenario, world).run()
+    return 2 * world.nodes["ping"]["round"]
+
+
+def simpy_pingpong(rounds: int) -> int:
+    import simpy
+
+    env = simpy.Environment()
+    to_pong: simpy.Store = simpy.Store(env)
+    to_ping: simpy.Store = simpy.Store(env)
+    messages = [0]
+
+    def send(store: simpy.Store, value: int) -> Any:
+        yield env.timeout(PINGPONG_LATENCY_NS)
+        yield store.put(value)
+        messages[0] += 1
+
+    def ping() -> Any:
+        for round_number in range(rounds):
+            env.process(send(to_pong, round_number))
+            yield to_ping.get()
+
+    def pong() -> Any:
+        while True:
+            value = yield to_pong.get()
+            env.process(send(to_ping, value))
+
+    env.process(ping())
+    env.process(pong())
+    env.run()
+    return messages[0]
+
+
+def run_bench(quick: bool = False) -> dict[str, Any]:
+    """Measure and return the kernel figures (``quick`` shrinks the workloads for smoke tests)."""
+    scale = 10 if quick else 1
+    events = TIMEOUT_EVENTS // scale
+    rounds = PINGPONG_ROUNDS // scale
+    wall_chain, _ = best_of(lambda: timetravel_timeout(events, chain=True))
+    wall_plain, _ = best_of(lambda: timetravel_timeout(events, chain=False))
+    wall_simpy, _ = best_of(lambda: simpy_timeout(events))
+    wall_pingpong, messages = best_of(lambda: timetravel_pingpong(rounds))
+    wall_simpy_pingpong, simpy_messages = best_of(lambda: simpy_pingpong(rounds))
+    figures = {
+        "timeout_events": events,
+        "timeout_events_per_s": round(events / wall_chain),
+        "timeout_events_per_s_chain_off": round(events / wall_plain),
+        "timeout_simpy_events_per_s": round(events / wall_simpy),
+        "timeout_ratio_vs_simpy": round(wall_simpy / wall_chain, 3),
+        "timeout_ratio_vs_simpy_chain_off": round(wall_simpy / wall_plain, 3),
+        "pingpong_messages": messages,
+        "pingpong_messages_per_s": round(messages / wall_pingpong),
+        "pingpong_simpy_messages_per_s": round(simpy_messages / wall_simpy_pingpong),
+        "pingpong_ratio_vs_simpy": round(
+            (messages / wall_pingpong) / (simpy_messages / wall_simpy_pingpong), 3
+        ),
+    }
+    return {"bench": "kernel", "figures": figures}

@@ -1,0 +1,69 @@
+"""``timetravel``: one entry point; each command lives in a module of its own in this package.
+
+A command module defines ``register(subparsers)``, which adds its parser and sets
+``func=main`` where ``main(args) -> int`` returns the exit code: 0 done (a passing run), 1 a
+simulated failure (or a check that found one), 2 bad usage or input. Bad input is a one-line
+``timetravel: error: ...`` on stderr, never a traceback: every error type that means "the user's
+input is wrong" is listed in ``USER_ERRORS``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+from collections.abc import Sequence
+
+from timetravel.cli.common import USER_ERRORS, OneLineArgumentParser, UsageError
+
+COMMAND_MODULES = (
+    "timetravel.cli.scenarios_command",
+    "timetravel.cli.run_command",
+    "timetravel.cli.bench_command",
+)
+EXIT_USAGE = 2
+EXIT_INTERRUPTED = 130
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = OneLineArgumentParser(
+        prog="timetravel",
+        description=(
+            "Deterministic simulation testing and a time-travel debugger for distributed training. "
+            "One seed decides everything: run a simulated cluster, record it, rewind, branch and compare futures."
+        ),
+    )
+    from timetravel import __version__
+
+    parser.add_argument("--version", action="version", version=f"timetravel {__version__}")
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser)
+    subparsers.required = True
+    for module_name in COMMAND_MODULES:
+        importlib.import_module(module_name).register(subparsers)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = build_parser()
+    try:
+        args = parser.parse_args(argv)
+        return int(args.func(args))
+    except UsageError as error:
+        return _error(str(error))
+    except USER_ERRORS as error:
+        return _error(str(error))
+    except KeyboardInterrupt:
+        print("timetravel: interrupted", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    except BrokenPipeError:
+        return 0
+
+
+def _error(message: str) -> int:
+    first_line = message.strip().splitlines()[0] if message.strip() else "error"
+    print(f"timetravel: error: {first_line}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

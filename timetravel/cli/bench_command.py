@@ -1,0 +1,34 @@
+"""``timetravel bench SUITE``: measure speed and memory (figures for docs/performance.md)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from timetravel.bench import get_suite, suite_names
+from timetravel.cli.common import print_json
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "bench",
+        help="measure speed and memory against reference implementations",
+        description="Run a benchmark suite. Figures are best of 3 repeats; see docs/performance.md.",
+    )
+    parser.add_argument("suite", choices=suite_names(), help="which suite to run")
+    parser.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test, not a figure)")
+    parser.add_argument("--json", action="store_true", help='print {"bench": SUITE, "figures": {...}}')
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    result = get_suite(args.suite)(quick=args.quick)
+    if args.json:
+        print_json(result)
+    else:
+        print(f"bench {result['bench']}")
+        width = max(len(key) for key in result["figures"])
+        for key, value in result["figures"].items():
+            shown = f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else value
+            print(f"  {key:<{width}}  {shown}")
+    return 0

@@ -1,0 +1,77 @@
+"""What every command shares: the one-line error parser, user-error types, output helpers."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any, NoReturn
+
+from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
+from timetravel.sim.encoding import DecodeError
+from timetravel.sim.scenario import ConfigError, Scenario
+from timetravel.sim.timefmt import TimeFormatError
+
+
+class UsageError(Exception):
+    """Bad usage or input: printed as one line, exit code 2."""
+
+
+USER_ERRORS: tuple[type[BaseException], ...] = (
+    ConfigError,
+    UnknownScenarioError,
+    TimeFormatError,
+    DecodeError,
+    FileNotFoundError,
+    IsADirectoryError,
+    PermissionError,
+)
+
+
+def register_user_error(error_type: type[BaseException]) -> None:
+    """Let a layer above declare its own "bad input" exception (e.g. a corrupt recording)."""
+    global USER_ERRORS
+    if error_type not in USER_ERRORS:
+        USER_ERRORS = (*USER_ERRORS, error_type)
+        import timetravel.cli as cli_package
+
+        cli_package.USER_ERRORS = USER_ERRORS
+
+
+class OneLineArgumentParser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line naming the problem (and exit code 2)."""
+
+    def error(self, message: str) -> NoReturn:
+        where = "" if self.prog == "timetravel" else f"{self.prog.removeprefix('timetravel ')}: "
+        print(f"timetravel: error: {where}{message} (see --help)", file=sys.stderr)
+        sys.exit(2)
+
+
+def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
+    """``SCENARIO``, ``--seed`` and ``--set k=v`` as every running command spells them."""
+    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config key (repeatable; applied after any preset). `timetravel scenarios NAME` lists the keys",
+    )
+
+
+def resolve_scenario(name: str, target: str | None = None) -> Scenario:
+    """A scenario by registered name, or from ``module:attr`` when the user asked for it explicitly."""
+    if target:
+        scenario = load_target(target)
+        return scenario
+    return get_scenario(name)
+
+
+def print_json(value: Any) -> None:
+    json.dump(value, sys.stdout, separators=(", ", ": "))
+    sys.stdout.write("\n")
+    sys.stdout.flush()

@@ -1,0 +1,75 @@
+"""``timetravel run SCENARIO``: run one seed and report its outcome."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from typing import Any
+
+from timetravel.cli.common import add_scenario_arguments, print_json, resolve_scenario
+from timetravel.sim.runner import reproduce_command, run_report
+from timetravel.sim.timefmt import format_time, parse_time
+
+EXIT_PASS = 0
+EXIT_SIMULATED_FAILURE = 1
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "run",
+        help="run one seed of a scenario and report its outcome",
+        description=(
+            "Run one seed of a scenario to the end (or --until T). Exit code 0 when it passes, 1 when the "
+            "simulated system fails (the failure and the command that reproduces it are printed), 2 on bad input."
+        ),
+    )
+    add_scenario_arguments(parser)
+    parser.add_argument(
+        "--until", metavar="T", help="stop after every event with time <= T (950, 950ms, 1.5s, 120us)"
+    )
+    parser.add_argument(
+        "--scenario",
+        dest="scenario_target",
+        metavar="MODULE:ATTR",
+        help="load the scenario from this module (your explicit opt-in to import it)",
+    )
+    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    scenario = resolve_scenario(args.scenario, args.scenario_target)
+    config = scenario.resolve_config(args.settings)
+    until_ns = parse_time(args.until, scenario.display_unit) if args.until else None
+    started = time.perf_counter()
+    report, _world = run_report(scenario, config, args.seed, until_ns=until_ns)
+    report["wall_s"] = round(time.perf_counter() - started, 6)
+    command = reproduce_command(scenario.name, args.seed, args.settings, args.until)
+    if args.json:
+        print_json(report)
+    else:
+        _print_human(report, scenario.display_unit)
+    if report["outcome"] == "fail":
+        print(f"reproduce: {command}", file=sys.stderr if args.json else sys.stdout)
+        return EXIT_SIMULATED_FAILURE
+    return EXIT_PASS
+
+
+def _print_human(report: dict[str, Any], unit: str) -> None:
+    print(
+        f"{report['scenario']} seed {report['seed']}: {report['events']:,} events, "
+        f"simulated {format_time(report['t_end_ns'], unit)} in {report['wall_s']:.2f} s wall"
+    )
+    failure = report["failure"]
+    if failure is None:
+        print("outcome: pass")
+    else:
+        print(
+            f"outcome: FAIL  {failure['kind']} on {failure['node']} at {format_time(failure['t_ns'], unit)}"
+        )
+        print(f"  {failure['message']}")
+        print(f"  signature {failure['signature']}")
+    for key, value in report.get("summary", {}).items():
+        print(f"  {key}: {value}")
+    print(f"state_hash {report['state_hash']}  hash_chain {report['hash_chain']}")

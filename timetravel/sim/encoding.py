@@ -1,0 +1,218 @@
+"""Plain data to bytes and back: the one encoding that hashing, the chain and recordings share.
+
+The world is plain data (None, bool, int, float, str, bytes, list, dict with str keys) and numpy
+arrays. msgpack encodes the plain part; an array travels as an extension type holding its dtype
+*name* (from an allow-list, so a file can never ask us to build an arbitrary object), its shape
+and its bytes. Decoding is bounded: every size has a named limit, because a recording is
+untrusted input.
+
+For hashing, an array is replaced by its *digest*: xxh3-128 over its dtype, its shape and the
+digests of its fixed-size pages. The snapshot store splits arrays into the same pages, so it can
+compute the same digest from pages it already holds, and a snapshot's Merkle root equals
+``World.state_hash()`` without re-reading unchanged data.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import msgpack
+import numpy as np
+import xxhash
+
+EXT_ARRAY = 1
+EXT_ARRAY_DIGEST = 2
+PAGE_BYTES = 64 * 1024
+ARRAY_BYTES_MAX = 1 << 31
+ARRAY_DIMENSIONS_MAX = 32
+DECODE_BYTES_MAX = 1 << 31
+DECODE_CONTAINER_LENGTH_MAX = 50_000_000
+
+_ALLOWED_DTYPES: dict[str, np.dtype[Any]] = {
+    name: np.dtype(name)
+    for name in (
+        "bool",
+        "int8",
+        "int16",
+        "int32",
+        "int64",
+        "uint8",
+        "uint16",
+        "uint32",
+        "uint64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    )
+}
+_ALLOWED_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+
+
+class DecodeError(ValueError):
+    """Bytes that are not a valid encoding of plain data; the message says what is wrong."""
+
+
+def dtype_name(dtype: np.dtype[Any]) -> str:
+    """The allow-listed name of ``dtype``; any other dtype is refused (it is not world data)."""
+    name = dtype.name
+    if name not in _ALLOWED_DTYPES or _ALLOWED_DTYPES[name] != dtype:
+        raise TypeError(
+            f"numpy dtype {dtype!s} is not allowed in the world (allowed: {sorted(_ALLOWED_DTYPES)})"
+        )
+    return name
+
+
+def dtype_from_name(name: str) -> np.dtype[Any]:
+    """The dtype for an allow-listed name read from untrusted bytes."""
+    dtype = _ALLOWED_DTYPES.get(name)
+    if dtype is None:
+        raise DecodeError(f"array dtype {name!r} is not in the allow-list")
+    return dtype
+
+
+def _array_header(array: np.ndarray) -> list[Any]:
+    return [dtype_name(array.dtype), list(array.shape)]
+
+
+def _encode_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        array = np.ascontiguousarray(value)
+        return msgpack.ExtType(EXT_ARRAY, msgpack.packb([*_array_header(array), array.tobytes()]))
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(
+        f"{type(value).__name__} is not plain data (the world holds only plain data and numpy arrays)"
+    )
+
+
+def pack(value: Any) -> bytes:
+    """Encode plain data (with numpy arrays) as msgpack bytes."""
+    return msgpack.packb(value, default=_encode_default, use_bin_type=True)
+
+
+def _decode_array(data: bytes) -> np.ndarray:
+    header = msgpack.unpackb(
+        data, raw=False, max_bin_len=ARRAY_BYTES_MAX, max_array_len=ARRAY_DIMENSIONS_MAX + 3
+    )
+    if not isinstance(header, list) or len(header) != 3:
+        raise DecodeError("array extension is not [dtype, shape, bytes]")
+    name, shape, raw = header
+    if not isinstance(name, str) or not isinstance(shape, list) or not isinstance(raw, bytes):
+        raise DecodeError("array extension has fields of the wrong types")
+    if len(shape) > ARRAY_DIMENSIONS_MAX or not all(isinstance(size, int) and size >= 0 for size in shape):
+        raise DecodeError(f"array shape {shape!r} is not valid")
+    dtype = dtype_from_name(name)
+    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    if count * dtype.itemsize != len(raw):
+        raise DecodeError(
+            f"array of shape {shape} and dtype {name} needs {count * dtype.itemsize} bytes, got {len(raw)}"
+        )
+    return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def _ext_hook(code: int, data: bytes) -> Any:
+    if code == EXT_ARRAY:
+        return _decode_array(data)
+    raise DecodeError(f"unknown msgpack extension type {code}")
+
+
+def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX) -> Any:
+    """Decode bytes made by :func:`pack`, with size limits on everything; raises DecodeError."""
+    if len(data) > bytes_max:
+        raise DecodeError(f"encoded value of {len(data)} bytes exceeds the limit of {bytes_max}")
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            ext_hook=_ext_hook,
+            max_bin_len=bytes_max,
+            max_str_len=bytes_max,
+            max_array_len=DECODE_CONTAINER_LENGTH_MAX,
+            max_map_len=DECODE_CONTAINER_LENGTH_MAX,
+            max_ext_len=bytes_max,
+        )
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, msgpack.UnpackException) as error:
+        raise DecodeError(f"not valid msgpack: {error}") from error
+
+
+def page_digests(array: np.ndarray) -> list[bytes]:
+    """xxh3-128 digests of the array's bytes cut into PAGE_BYTES pages (one page if smaller)."""
+    raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8).data
+    if len(raw) <= PAGE_BYTES:
+        return [xxhash.xxh3_128_digest(raw)]
+    return [
+        xxhash.xxh3_128_digest(raw[start : start + PAGE_BYTES]) for start in range(0, len(raw), PAGE_BYTES)
+    ]
+
+
+def array_digest_from_pages(name: str, shape: list[int] | tuple[int, ...], digests: list[bytes]) -> bytes:
+    """The digest of an array given its dtype name, shape and page digests."""
+    hasher = xxhash.xxh3_128()
+    hasher.update(msgpack.packb([name, list(shape)]))
+    for digest in digests:
+        hasher.update(digest)
+    return hasher.digest()
+
+
+def array_digest(array: np.ndarray) -> bytes:
+    """The digest that stands for an array inside hashed data (see the module docstring)."""
+    return array_digest_from_pages(dtype_name(array.dtype), array.shape, page_digests(array))
+
+
+def _hash_default(value: Any) -> Any:
+    if isinstance(value, np.ndarray):
+        return msgpack.ExtType(EXT_ARRAY_DIGEST, array_digest(value))
+    if isinstance(value, np.generic):
+        return value.item()
+    raise TypeError(
+        f"{type(value).__name__} is not plain data (the world holds only plain data and numpy arrays)"
+    )
+
+
+def pack_for_hash(value: Any) -> bytes:
+    """Encode plain data with every array replaced by its digest (the form that is hashed)."""
+    return msgpack.packb(value, default=_hash_default, use_bin_type=True)
+
+
+def digest(value: Any) -> bytes:
+    """xxh3-128 of plain data, arrays by their page digests."""
+    return xxhash.xxh3_128_digest(pack_for_hash(value))
+
+
+def merkle_root(parts: list[tuple[str, bytes]]) -> bytes:
+    """xxh3-128 over (name, digest) pairs in the given order: the root over a world's parts."""
+    hasher = xxhash.xxh3_128()
+    for name, part_digest in parts:
+        hasher.update(name.encode())
+        hasher.update(b"\x00")
+        hasher.update(part_digest)
+    return hasher.digest()
+
+
+PLAIN_SCALARS = (type(None), bool, int, float, str, bytes)
+
+
+def check_plain(value: Any, path: str = "") -> None:
+    """Raise TypeError naming the path of the first value that is not plain data."""
+    if isinstance(value, np.ndarray):
+        dtype_name(value.dtype)
+        return
+    if isinstance(value, PLAIN_SCALARS):
+        return
+    if isinstance(value, (list, tuple)):
+        for index, item in enumerate(value):
+            check_plain(item, f"{path}/{index}")
+        return
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                raise TypeError(f"{path or '/'}: dict key {key!r} is not a str")
+            check_plain(item, f"{path}/{key}")
+        return
+    raise TypeError(f"{path or '/'}: {type(value).__name__} is not plain data")

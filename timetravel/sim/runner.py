@@ -1,0 +1,75 @@
+"""Run a scenario from (name or Scenario, settings, seed) to a report: the one path every front end uses.
+
+``run --json``, the farm, the determinism checker and the benchmarks all call :func:`run_report`,
+so the same inputs give the same report fields everywhere. Wall time is not measured here (this is
+the simulation path); callers add it.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
+from timetravel.sim.kernel import Simulation, chain_head
+from timetravel.sim.scenario import Scenario
+from timetravel.sim.world import World
+
+
+def build_world(scenario: Scenario, config: dict[str, Any], seed: int) -> World:
+    """Build the scenario's initial world and check the scenario kept the contract."""
+    world = scenario.build(config, seed)
+    if not isinstance(world, World):
+        raise TypeError(f"scenario {scenario.name}: build() returned {type(world).__name__}, not a World")
+    world.display_unit = scenario.display_unit
+    return world
+
+
+def run_report(
+    scenario: Scenario,
+    config: dict[str, Any],
+    seed: int,
+    *,
+    until_ns: int | None = None,
+    max_events: int | None = None,
+) -> tuple[dict[str, Any], World]:
+    """Run one seed to the end (or ``until_ns``) and return the report and the final world."""
+    world = build_world(scenario, config, seed)
+    simulation = Simulation(scenario, world)
+    result = simulation.run(until_ns=until_ns, max_events=max_events)
+    report: dict[str, Any] = {
+        "scenario": scenario.name,
+        "seed": seed,
+        "config": config,
+        "outcome": result.outcome,
+        "failure": public_failure(result.failure),
+        "events": result.events,
+        "t_end_ns": result.t_end_ns,
+        "state_hash": world.state_hash(),
+        "hash_chain": chain_head(world),
+        "code_fingerprint": code_fingerprint(scenario.build.__module__),
+        "platform_fingerprint": platform_fingerprint(),
+    }
+    if scenario.summarize is not None:
+        report["summary"] = scenario.summarize(world)
+    return report, world
+
+
+def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """The failure fields a report shows: kind, node, t_ns, message, signature."""
+    if failure is None:
+        return None
+    return {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
+
+
+def reproduce_command(
+    scenario_name: str, seed: int, settings: Iterable[str], until: str | None = None
+) -> str:
+    """The exact command line that reruns this seed with these settings."""
+    words = ["timetravel", "run", scenario_name, "--seed", str(seed)]
+    for setting in settings:
+        words += ["--set", setting]
+    if until is not None:
+        words += ["--until", until]
+    return shlex.join(words)

@@ -1,0 +1,190 @@
+"""Scenarios: a name, a typed config schema, a function that builds the World, and handlers.
+
+A scenario is code, and only code: everything it needs at run time lives in the World it builds.
+Its config is a flat dict of typed values. Users set values from the command line with
+``--set key=value`` (applied after any ``preset``); a wrong key or a value of the wrong type is
+a :class:`ConfigError` whose one-line message names the key.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from timetravel.sim.timefmt import TimeFormatError, parse_time
+
+if TYPE_CHECKING:
+    from timetravel.sim.context import Context, Transport
+    from timetravel.sim.event import Event
+    from timetravel.sim.world import World
+
+Handler = Callable[[dict[str, Any], "Event", "Context"], None]
+PARAM_KINDS = ("int", "float", "str", "bool", "time", "json")
+JSON_FILE_BYTES_MAX = 16 * 1024 * 1024
+_TRUE_WORDS = ("1", "true", "yes", "on")
+_FALSE_WORDS = ("0", "false", "no", "off")
+
+
+class ConfigError(ValueError):
+    """A config key or value that the scenario does not accept; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Param:
+    """One config key: its type, default and meaning.
+
+    ``kind`` is one of int, float, str, bool, time (integer nanoseconds, written ``950ms``),
+    json (plain data, inline or ``@file.json``). ``choices`` restricts a str. ``branchable``
+    marks keys that a branch may change mid-run (e.g. a reduction order or ``bug=none``).
+    """
+
+    name: str
+    kind: str
+    default: Any
+    help: str
+    choices: tuple[str, ...] = ()
+    minimum: float | None = None
+    branchable: bool = False
+
+    def __post_init__(self) -> None:
+        if self.kind not in PARAM_KINDS:
+            raise ValueError(f"param {self.name}: kind must be one of {PARAM_KINDS}")
+
+    def parse(self, text: str) -> Any:
+        """Read a command-line value for this key."""
+        try:
+            value = self._parse(text)
+        except (ValueError, TimeFormatError) as error:
+            raise ConfigError(f"config key {self.name!r}: {error}") from None
+        return self.check(value)
+
+    def _parse(self, text: str) -> Any:
+        if self.kind == "int":
+            return int(text.replace("_", ""))
+        if self.kind == "float":
+            return float(text)
+        if self.kind == "bool":
+            lowered = text.strip().lower()
+            if lowered in _TRUE_WORDS:
+                return True
+            if lowered in _FALSE_WORDS:
+                return False
+            raise ValueError(f"expected a boolean (on/off), got {text!r}")
+        if self.kind == "time":
+            return parse_time(text)
+        if self.kind == "json":
+            return _parse_json_value(text)
+        return text
+
+    def check(self, value: Any) -> Any:
+        """Check a typed value (from a preset or a parsed string) and return it."""
+        expected: tuple[type, ...] = {
+            "int": (int,),
+            "time": (int,),
+            "float": (float, int),
+            "bool": (bool,),
+            "str": (str,),
+        }.get(self.kind, (object,))
+        if isinstance(value, bool) and self.kind != "bool" and self.kind != "json":
+            raise ConfigError(f"config key {self.name!r}: expected {self.kind}, got a boolean")
+        if not isinstance(value, expected):
+            raise ConfigError(f"config key {self.name!r}: expected {self.kind}, got {type(value).__name__}")
+        if self.kind == "float" and isinstance(value, (int, float)):
+            value = float(value)
+        if self.choices and value not in self.choices:
+            raise ConfigError(f"config key {self.name!r}: {value!r} is not one of {', '.join(self.choices)}")
+        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
+            raise ConfigError(f"config key {self.name!r}: {value!r} is below the minimum {self.minimum}")
+        return value
+
+
+def _parse_json_value(text: str) -> Any:
+    if text.startswith("@"):
+        path = Path(text[1:])
+        try:
+            if path.stat().st_size > JSON_FILE_BYTES_MAX:
+                raise ValueError(f"{path} is larger than {JSON_FILE_BYTES_MAX} bytes")
+            text = path.read_text()
+        except OSError as error:
+            raise ValueError(f"cannot read {path}: {error.strerror}") from None
+    stripped = text.strip()
+    if stripped[:1] in ("[", "{", '"') or stripped in ("null", "true", "false"):
+        try:
+            return json.loads(stripped)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"invalid JSON: {error.msg} at position {error.pos}") from None
+    return stripped
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """A built-in or user world. See the module docstring and docs/writing-a-scenario.md."""
+
+    name: str
+    summary: str
+    params: tuple[Param, ...]
+    build: Callable[[dict[str, Any], int], World]
+    """``build(config, seed)``: the initial World, with its nodes and first events."""
+    handlers: Mapping[str, Mapping[str, Handler]]
+    """``handlers[role][event_kind]``."""
+    presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    transport: Transport | None = None
+    """How messages travel; None is the kernel's fixed latency (plus ``fabric.jitter_ns``)."""
+    on_end: Callable[[World, Context], None] | None = None
+    """Called once when the event queue drains: end-of-run oracles."""
+    summarize: Callable[[World], dict[str, Any]] | None = None
+    """Figures of the scenario's own for ``run --json`` (the ``summary`` object)."""
+    display_unit: str = "ms"
+
+    def param(self, name: str) -> Param:
+        for param in self.params:
+            if param.name == name:
+                return param
+        known = ", ".join(sorted(p.name for p in self.params))
+        raise ConfigError(f"unknown config key {name!r} for scenario {self.name} (known: {known})")
+
+    def defaults(self) -> dict[str, Any]:
+        return {param.name: param.default for param in self.params}
+
+    def resolve_config(self, settings: Iterable[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
+        """Defaults, then the preset named in ``settings`` (if any), then ``settings`` in order.
+
+        ``settings`` is either ``key=value`` strings from the command line or a mapping of
+        already-typed values (from Python or a recording).
+        """
+        pairs = list(_settings_pairs(self, settings))
+        config = self.defaults()
+        for name, value in pairs:
+            if name == "preset":
+                config.update(self._preset(value))
+                config["preset"] = value
+        for name, value in pairs:
+            if name != "preset":
+                config[name] = value
+        return config
+
+    def _preset(self, name: Any) -> Mapping[str, Any]:
+        if name in ("", "none", None):
+            return {}
+        if name not in self.presets:
+            raise ConfigError(
+                f"unknown preset {name!r} for scenario {self.name} (known: {', '.join(self.presets)})"
+            )
+        return {key: self.param(key).check(value) for key, value in self.presets[name].items()}
+
+
+def _settings_pairs(
+    scenario: Scenario, settings: Iterable[str] | Mapping[str, Any]
+) -> Iterable[tuple[str, Any]]:
+    if isinstance(settings, Mapping):
+        for name, value in settings.items():
+            yield name, scenario.param(name).check(value)
+        return
+    for setting in settings:
+        name, separator, text = setting.partition("=")
+        if not separator or not name:
+            raise ConfigError(f"--set expects key=value, got {setting!r}")
+        yield name.strip(), scenario.param(name.strip()).parse(text)
