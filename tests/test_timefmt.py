@@ -48,3 +48,14 @@ def test_format_time_is_exact() -> None:
 @given(st.integers(min_value=-(10**15), max_value=10**15), st.sampled_from(["ns", "us", "ms", "s"]))
 def test_format_then_parse_round_trips(t_ns: int, unit: str) -> None:
     assert parse_time(format_time(t_ns, unit), unit) == t_ns
+
+
+def test_format_time_auto_picks_the_largest_whole_unit_and_stays_exact() -> None:
+    from timetravel.sim import format_time_auto
+
+    assert format_time_auto(461_689) == "461.689us"
+    assert format_time_auto(2_268_030) == "2.26803ms"
+    assert format_time_auto(1_500_000_000) == "1.5s"
+    assert format_time_auto(80) == "80ns"
+    for t_ns in (1, 999, 1_000, 123_456_789, 10**12 + 1):
+        assert parse_time(format_time_auto(t_ns)) == t_ns

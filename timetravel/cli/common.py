@@ -67,6 +67,8 @@ def resolve_scenario(name: str, target: str | None = None) -> Scenario:
     """A scenario by registered name, or from ``module:attr`` when the user asked for it explicitly."""
     if target:
         scenario = load_target(target)
+        if scenario.name != name:
+            raise UsageError(f"{target} is scenario {scenario.name!r}, not {name!r}")
         return scenario
     return get_scenario(name)
 

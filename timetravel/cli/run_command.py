@@ -9,7 +9,7 @@ from typing import Any
 
 from timetravel.cli.common import add_scenario_arguments, print_json, resolve_scenario
 from timetravel.sim.runner import reproduce_command, run_report
-from timetravel.sim.timefmt import format_time, parse_time
+from timetravel.sim.timefmt import format_time_auto, parse_time
 
 EXIT_PASS = 0
 EXIT_SIMULATED_FAILURE = 1
@@ -45,29 +45,27 @@ def main(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     report, _world = run_report(scenario, config, args.seed, until_ns=until_ns)
     report["wall_s"] = round(time.perf_counter() - started, 6)
-    command = reproduce_command(scenario.name, args.seed, args.settings, args.until)
+    command = reproduce_command(scenario.name, args.seed, args.settings, args.until, args.scenario_target)
     if args.json:
         print_json(report)
     else:
-        _print_human(report, scenario.display_unit)
+        _print_human(report)
     if report["outcome"] == "fail":
         print(f"reproduce: {command}", file=sys.stderr if args.json else sys.stdout)
         return EXIT_SIMULATED_FAILURE
     return EXIT_PASS
 
 
-def _print_human(report: dict[str, Any], unit: str) -> None:
+def _print_human(report: dict[str, Any]) -> None:
     print(
         f"{report['scenario']} seed {report['seed']}: {report['events']:,} events, "
-        f"simulated {format_time(report['t_end_ns'], unit)} in {report['wall_s']:.2f} s wall"
+        f"simulated {format_time_auto(report['t_end_ns'])} in {report['wall_s']:.2f} s wall"
     )
     failure = report["failure"]
     if failure is None:
         print("outcome: pass")
     else:
-        print(
-            f"outcome: FAIL  {failure['kind']} on {failure['node']} at {format_time(failure['t_ns'], unit)}"
-        )
+        print(f"outcome: FAIL  {failure['kind']} on {failure['node']} at {format_time_auto(failure['t_ns'])}")
         print(f"  {failure['message']}")
         print(f"  signature {failure['signature']}")
     for key, value in report.get("summary", {}).items():

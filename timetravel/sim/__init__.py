@@ -10,7 +10,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.failure import make_failure
 from timetravel.sim.kernel import RunResult, Simulation, chain_head
 from timetravel.sim.scenario import ConfigError, Param, Scenario
-from timetravel.sim.timefmt import TimeFormatError, format_time, parse_time
+from timetravel.sim.timefmt import TimeFormatError, format_time, format_time_auto, parse_time
 from timetravel.sim.world import World
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "check_plain",
     "choose_world",
     "format_time",
+    "format_time_auto",
     "freeze",
     "make_failure",
     "parse_time",

@@ -64,10 +64,16 @@ def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def reproduce_command(
-    scenario_name: str, seed: int, settings: Iterable[str], until: str | None = None
+    scenario_name: str,
+    seed: int,
+    settings: Iterable[str],
+    until: str | None = None,
+    scenario_target: str | None = None,
 ) -> str:
     """The exact command line that reruns this seed with these settings."""
     words = ["timetravel", "run", scenario_name, "--seed", str(seed)]
+    if scenario_target:
+        words += ["--scenario", scenario_target]
     for setting in settings:
         words += ["--set", setting]
     if until is not None:

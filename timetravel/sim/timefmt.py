@@ -63,3 +63,12 @@ def format_time(t_ns: int, unit: str = DISPLAY_UNIT_DEFAULT) -> str:
     digits = len(str(scale)) - 1
     fraction = str(remainder).rjust(digits, "0").rstrip("0")
     return f"{sign}{whole}.{fraction}{unit}"
+
+
+def format_time_auto(t_ns: int) -> str:
+    """Format exactly, in the largest unit in which the value is at least 1 (``461.689us``)."""
+    magnitude = abs(t_ns)
+    for unit in ("s", "ms", "us"):
+        if magnitude >= NS_PER_UNIT[unit]:
+            return format_time(t_ns, unit)
+    return format_time(t_ns, "ns")
