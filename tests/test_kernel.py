@@ -257,3 +257,20 @@ def test_param_schema_rejects_unknown_keys_and_bad_types() -> None:
     for bad in (["x=1"], ["n=abc"], ["n=0"], ["mode=c"], ["n"]):
         with pytest.raises(ConfigError):
             scenario.resolve_config(bad)
+
+
+def test_set_values_apply_after_the_preset_whatever_their_order() -> None:
+    from timetravel.sim import ConfigError
+
+    scenario = Scenario(
+        "p",
+        "",
+        (Param("preset", "str", "none", "preset"), Param("n", "int", 3, "count"), Param("m", "int", 1, "m")),
+        lambda config, seed: World("p", config, seed),
+        {},
+        presets={"big": {"n": 100, "m": 50}},
+    )
+    assert scenario.resolve_config(["n=5", "preset=big"]) == {"preset": "big", "n": 5, "m": 50}
+    assert scenario.resolve_config({"preset": "big"}) == {"preset": "big", "n": 100, "m": 50}
+    with pytest.raises(ConfigError, match="unknown preset 'huge'"):
+        scenario.resolve_config(["preset=huge"])
