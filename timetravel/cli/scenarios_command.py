@@ -46,6 +46,7 @@ def main(args: argparse.Namespace) -> int:
             "help": p.help,
             "choices": list(p.choices),
             "branchable": p.branchable,
+            "shrinkable": p.shrinkable,
         }
         for p in scenario.params
     ]
@@ -64,6 +65,7 @@ def main(args: argparse.Namespace) -> int:
     for param in scenario.params:
         choices = f" [{'|'.join(param.choices)}]" if param.choices else ""
         branchable = " (branchable)" if param.branchable else ""
+        branchable += " (shrinkable)" if param.shrinkable else ""
         default = _default_text(param.kind, param.default)
         print(f"  {param.name:<{width}}  {param.kind:<5} default {default}{choices}{branchable}")
         print(f"  {'':<{width}}  {param.help}")

@@ -39,6 +39,8 @@ class Param:
     ``kind`` is one of int, float, str, bool, time (integer nanoseconds, written ``950ms``),
     json (plain data, inline or ``@file.json``). ``choices`` restricts a str. ``branchable``
     marks keys that a branch may change mid-run (e.g. a reduction order or ``bug=none``).
+    ``shrinkable`` marks an int size (ranks, steps) that a minimizer may lower towards
+    ``minimum`` to find a smaller world that still fails the same way.
     """
 
     name: str
@@ -48,10 +50,13 @@ class Param:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     branchable: bool = False
+    shrinkable: bool = False
 
     def __post_init__(self) -> None:
         if self.kind not in PARAM_KINDS:
             raise ValueError(f"param {self.name}: kind must be one of {PARAM_KINDS}")
+        if self.shrinkable and (self.kind != "int" or self.minimum is None):
+            raise ValueError(f"param {self.name}: a shrinkable param is an int with a minimum")
 
     def parse(self, text: str) -> Any:
         """Read a command-line value for this key."""
