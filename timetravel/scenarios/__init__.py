@@ -16,6 +16,7 @@ ENTRY_POINT_GROUP = "timetravel.scenarios"
 _BUILTINS = {
     "pingpong": "timetravel.scenarios.pingpong:SCENARIO",
     "gossip": "timetravel.scenarios.gossip:SCENARIO",
+    "needle": "timetravel.scenarios.needle:SCENARIO",
 }
 
 
