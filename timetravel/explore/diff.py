@@ -1,0 +1,424 @@
+"""Typed structural diff of plain data: what differs between two worlds, as a tree of paths.
+
+Two worlds (or any two plain-data values) are walked side by side: dicts by key (the keys of
+``a`` in their order, then the keys only in ``b``), lists and tuples by index, numpy arrays
+summarized rather than listed. The result is a flat list of :class:`Change` records in the order
+of that walk, each named by its path (``nodes/rank3/weights``), which front ends render as a
+tree. The walk is deterministic (it never iterates a set or relies on hashing), so the same two
+values always give the same diff.
+
+Equality is *bitwise*: the product promises bit-identical replays, so ``0.0`` and ``-0.0``
+differ and two NaNs with the same bits are equal. An array change carries what a person
+debugging numerics asks first: how many elements differ, the largest absolute and ULP
+difference, the first differing index, and the NaN/Inf counts on each side.
+
+Output is bounded (``changes_max``); the walk still counts what it did not keep, so a user sees
+"and 9,800 more" instead of a flood, and a diff of two 10,000-rank worlds stays readable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+CHANGES_MAX_DEFAULT = 200
+"""Changes kept in a DiffResult; the rest are only counted (``omitted``)."""
+DEPTH_MAX = 64
+"""Nesting depth past which two differing subtrees are reported as one change."""
+VALUE_TEXT_CHARS_MAX = 60
+"""Longest rendering of one scalar inside a summary line."""
+
+ADDED = "added"
+REMOVED = "removed"
+CHANGED = "changed"
+TYPE = "type"
+SHAPE = "shape"
+DTYPE = "dtype"
+CHANGE_KINDS = (ADDED, REMOVED, CHANGED, TYPE, SHAPE, DTYPE)
+
+_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
+_UNSIGNED_BY_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_FLOAT_BY_WIDTH = {8: np.float32, 16: np.float64}
+
+
+@dataclass(frozen=True)
+class ArraySummary:
+    """How two arrays of one shape and dtype differ (every figure is over elements)."""
+
+    shape: tuple[int, ...]
+    dtype: str
+    differing: int
+    """Elements whose bits differ."""
+    first_index: tuple[int, ...] | None
+    """Index of the first differing element in C order, or None when none differs."""
+    max_abs: float | int | None
+    """Largest |a - b| over differing pairs where both are finite; None when there is none."""
+    max_ulp: int | None
+    """Largest distance in units in the last place over such pairs (floats only)."""
+    nan_a: int
+    nan_b: int
+    inf_a: int
+    inf_b: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "shape": list(self.shape),
+            "dtype": self.dtype,
+            "differing": self.differing,
+            "first_index": None if self.first_index is None else list(self.first_index),
+            "max_abs": self.max_abs,
+            "max_ulp": self.max_ulp,
+            "nan_a": self.nan_a,
+            "nan_b": self.nan_b,
+            "inf_a": self.inf_a,
+            "inf_b": self.inf_b,
+        }
+
+
+@dataclass(frozen=True)
+class Change:
+    """One difference: where (``path``), what kind, a one-line summary and structured detail."""
+
+    path: str
+    change: str
+    summary: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+    def to_data(self) -> dict[str, Any]:
+        return {"path": self.path, "change": self.change, "summary": self.summary, "detail": self.detail}
+
+
+@dataclass(frozen=True)
+class DiffResult:
+    """The changes in walk order (at most ``changes_max``) and how many more were found."""
+
+    changes: tuple[Change, ...]
+    omitted: int = 0
+
+    @property
+    def equal(self) -> bool:
+        return not self.changes and not self.omitted
+
+    @property
+    def total(self) -> int:
+        return len(self.changes) + self.omitted
+
+    def paths(self) -> list[str]:
+        return [change.path for change in self.changes]
+
+    def to_data(self) -> dict[str, Any]:
+        return {"changes": [change.to_data() for change in self.changes], "omitted": self.omitted}
+
+
+def diff(a: Any, b: Any, path: str = "", *, changes_max: int = CHANGES_MAX_DEFAULT) -> DiffResult:
+    """Every difference between ``a`` and ``b`` (plain data and numpy arrays), under ``path``."""
+    if changes_max < 0:
+        raise ValueError("changes_max must be >= 0")
+    kept: list[Change] = []
+    omitted = 0
+    for change in _walk(a, b, path, 0):
+        if len(kept) < changes_max:
+            kept.append(change)
+        else:
+            omitted += 1
+    return DiffResult(tuple(kept), omitted)
+
+
+def _walk(a: Any, b: Any, path: str, depth: int) -> Iterator[Change]:
+    if a is b:
+        return
+    kind_a, kind_b = _kind(a), _kind(b)
+    if kind_a != kind_b:
+        yield Change(
+            path,
+            TYPE,
+            f"{kind_a} {_text(a)} -> {kind_b} {_text(b)}",
+            {"a_type": kind_a, "b_type": kind_b},
+        )
+        return
+    if depth >= DEPTH_MAX:
+        if not _deep_equal(a, b):
+            yield Change(path, CHANGED, "differs (below the depth limit)", {})
+        return
+    if kind_a == "dict":
+        yield from _walk_dict(a, b, path, depth)
+    elif kind_a == "list":
+        yield from _walk_list(a, b, path, depth)
+    elif kind_a == "array":
+        change = _array_change(a, b, path)
+        if change is not None:
+            yield change
+    else:
+        change = _scalar_change(a, b, path)
+        if change is not None:
+            yield change
+
+
+def _join(path: str, key: str | int) -> str:
+    return f"{path}/{key}" if path else str(key)
+
+
+def _walk_dict(a: dict[str, Any], b: dict[str, Any], path: str, depth: int) -> Iterator[Change]:
+    for key, value in a.items():
+        child = _join(path, key)
+        if key in b:
+            yield from _walk(value, b[key], child, depth + 1)
+        else:
+            yield Change(child, REMOVED, f"only in a: {_text(value)}", {"a": _brief(value)})
+    for key, value in b.items():
+        if key not in a:
+            yield Change(_join(path, key), ADDED, f"only in b: {_text(value)}", {"b": _brief(value)})
+
+
+def _walk_list(a: Any, b: Any, path: str, depth: int) -> Iterator[Change]:
+    common = min(len(a), len(b))
+    for index in range(common):
+        yield from _walk(a[index], b[index], _join(path, index), depth + 1)
+    for index in range(common, len(a)):
+        yield Change(_join(path, index), REMOVED, f"only in a: {_text(a[index])}", {"a": _brief(a[index])})
+    for index in range(common, len(b)):
+        yield Change(_join(path, index), ADDED, f"only in b: {_text(b[index])}", {"b": _brief(b[index])})
+
+
+def _kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, dict):
+        return "dict"
+    if isinstance(value, (list, tuple)):
+        return "list"
+    if isinstance(value, np.ndarray):
+        return "array"
+    if isinstance(value, np.generic):
+        return _kind(value.item())
+    if value is None:
+        return "none"
+    return type(value).__name__
+
+
+# -- scalars ------------------------------------------------------------------------------------
+
+
+def _scalar_change(a: Any, b: Any, path: str) -> Change | None:
+    if isinstance(a, np.generic):
+        a = a.item()
+    if isinstance(b, np.generic):
+        b = b.item()
+    if isinstance(a, float):
+        return _float_change(float(a), float(b), path)
+    if a == b:
+        return None
+    detail: dict[str, Any] = {"a": _brief(a), "b": _brief(b)}
+    if isinstance(a, int) and not isinstance(a, bool):
+        detail["delta"] = b - a
+        return Change(path, CHANGED, f"{a} -> {b} ({b - a:+d})", detail)
+    if isinstance(a, bytes):
+        offset = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
+        detail = {"a_length": len(a), "b_length": len(b), "first_offset": offset}
+        return Change(
+            path, CHANGED, f"bytes differ from offset {offset} ({len(a)} -> {len(b)} bytes)", detail
+        )
+    return Change(path, CHANGED, f"{_text(a)} -> {_text(b)}", detail)
+
+
+def _float_change(a: float, b: float, path: str) -> Change | None:
+    bits_a = np.array(a, dtype=np.float64).view(np.uint64)
+    bits_b = np.array(b, dtype=np.float64).view(np.uint64)
+    if bits_a == bits_b:
+        return None
+    detail: dict[str, Any] = {"a": a, "b": b}
+    summary = f"{a!r} -> {b!r}"
+    if np.isfinite(a) and np.isfinite(b):
+        ulp = int(_ulp_distance(np.array([a]), np.array([b]))[0])
+        detail.update(abs=abs(b - a), ulp=ulp)
+        summary += f" (abs {abs(b - a):.3g}, {ulp} ulp)"
+    return Change(path, CHANGED, summary, detail)
+
+
+# -- arrays -------------------------------------------------------------------------------------
+
+
+def _is_float(dtype: np.dtype[Any]) -> bool:
+    return dtype.kind == "f" or dtype == _BFLOAT16
+
+
+def _array_change(a: np.ndarray, b: np.ndarray, path: str) -> Change | None:
+    if a.dtype != b.dtype:
+        return Change(
+            path,
+            DTYPE,
+            f"dtype {a.dtype.name} -> {b.dtype.name} (shape {list(a.shape)} -> {list(b.shape)})",
+            {
+                "a_dtype": a.dtype.name,
+                "b_dtype": b.dtype.name,
+                "a_shape": list(a.shape),
+                "b_shape": list(b.shape),
+            },
+        )
+    if a.shape != b.shape:
+        return Change(
+            path,
+            SHAPE,
+            f"shape {list(a.shape)} -> {list(b.shape)} ({a.dtype.name})",
+            {"a_shape": list(a.shape), "b_shape": list(b.shape), "dtype": a.dtype.name},
+        )
+    summary = summarize_arrays(a, b)
+    if summary.differing == 0:
+        return None
+    return Change(path, CHANGED, array_summary_text(summary), summary.to_data())
+
+
+def _element_bits(array: np.ndarray) -> np.ndarray:
+    """Each element's bits as unsigned integers, one row per element (complex: two columns)."""
+    flat = np.ascontiguousarray(array).reshape(-1)
+    if flat.dtype.kind == "c":
+        parts = flat.view(_FLOAT_BY_WIDTH[flat.dtype.itemsize]).reshape(-1, 2)
+        return parts.view(_UNSIGNED_BY_WIDTH[parts.dtype.itemsize])
+    return flat.view(_UNSIGNED_BY_WIDTH[flat.dtype.itemsize]).reshape(-1, 1)
+
+
+def _ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Units in the last place between finite floats of one dtype, as uint64 (exact for float64).
+
+    The bits of a float read as sign and magnitude; the magnitudes of two floats of one sign
+    are ordered like the floats, so their distance is |ma - mb|, and across zero it is ma + mb.
+    """
+    width = a.dtype.itemsize
+    unsigned = _UNSIGNED_BY_WIDTH[width]
+    sign_bit = np.uint64(1 << (8 * width - 1))
+    bits_a = a.view(unsigned).astype(np.uint64)
+    bits_b = b.view(unsigned).astype(np.uint64)
+    magnitude_a = bits_a & (sign_bit - np.uint64(1))
+    magnitude_b = bits_b & (sign_bit - np.uint64(1))
+    same_sign = (bits_a & sign_bit) == (bits_b & sign_bit)
+    larger = np.maximum(magnitude_a, magnitude_b)
+    smaller = np.minimum(magnitude_a, magnitude_b)
+    return np.where(same_sign, larger - smaller, magnitude_a + magnitude_b)
+
+
+def summarize_arrays(a: np.ndarray, b: np.ndarray) -> ArraySummary:
+    """The figures of :class:`ArraySummary` for two arrays of the same shape and dtype."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        raise ValueError("summarize_arrays needs two arrays of one shape and dtype")
+    differ_mask = (_element_bits(a) != _element_bits(b)).any(axis=1)
+    differing = int(np.count_nonzero(differ_mask))
+    first_index = None
+    if differing:
+        first_flat = int(np.argmax(differ_mask))
+        first_index = tuple(int(i) for i in np.unravel_index(first_flat, a.shape)) if a.shape else ()
+    nan_a = nan_b = inf_a = inf_b = 0
+    max_abs: float | int | None = None
+    max_ulp: int | None = None
+    dtype = a.dtype
+    if _is_float(dtype) or dtype.kind == "c":
+        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
+        nan_a, nan_b = int(np.count_nonzero(np.isnan(flat_a))), int(np.count_nonzero(np.isnan(flat_b)))
+        inf_a, inf_b = int(np.count_nonzero(np.isinf(flat_a))), int(np.count_nonzero(np.isinf(flat_b)))
+        finite = differ_mask & np.isfinite(flat_a) & np.isfinite(flat_b)
+        if finite.any():
+            pair_a, pair_b = flat_a[finite], flat_b[finite]
+            wide = np.complex128 if dtype.kind == "c" else np.float64
+            max_abs = float(np.max(np.abs(pair_a.astype(wide) - pair_b.astype(wide))))
+            if _is_float(dtype):
+                max_ulp = int(np.max(_ulp_distance(pair_a, pair_b)))
+    elif dtype.kind in "iu" and differing:
+        pair_a, pair_b = a.reshape(-1)[differ_mask], b.reshape(-1)[differ_mask]
+        larger, smaller = np.maximum(pair_a, pair_b), np.minimum(pair_a, pair_b)
+        if dtype.kind == "i":
+            max_abs = int(
+                np.max(larger.astype(np.int64).astype(object) - smaller.astype(np.int64).astype(object))
+            )
+        else:
+            max_abs = int(np.max(larger - smaller))
+    return ArraySummary(
+        shape=tuple(int(n) for n in a.shape),
+        dtype=dtype.name,
+        differing=differing,
+        first_index=first_index,
+        max_abs=max_abs,
+        max_ulp=max_ulp,
+        nan_a=nan_a,
+        nan_b=nan_b,
+        inf_a=inf_a,
+        inf_b=inf_b,
+    )
+
+
+def array_summary_text(summary: ArraySummary) -> str:
+    """One line: ``12/4096 elements differ, first at [37], max abs 1.2e-07, max 3 ulp, NaN 0 -> 5``."""
+    total = int(np.prod(summary.shape)) if summary.shape else 1
+    words = [f"{summary.differing}/{total} elements differ"]
+    if summary.first_index is not None:
+        words.append(f"first at {list(summary.first_index)}")
+    if summary.max_abs is not None:
+        words.append(
+            f"max abs {summary.max_abs:.3g}"
+            if isinstance(summary.max_abs, float)
+            else f"max abs {summary.max_abs}"
+        )
+    if summary.max_ulp is not None:
+        words.append(f"max {summary.max_ulp} ulp")
+    if summary.nan_a or summary.nan_b:
+        words.append(f"NaN {summary.nan_a} -> {summary.nan_b}")
+    if summary.inf_a or summary.inf_b:
+        words.append(f"Inf {summary.inf_a} -> {summary.inf_b}")
+    return ", ".join(words)
+
+
+# -- rendering helpers --------------------------------------------------------------------------
+
+
+def _deep_equal(a: Any, b: Any) -> bool:
+    for _ in _walk(a, b, "", 0):
+        return False
+    return True
+
+
+def _brief(value: Any) -> Any:
+    """A small JSON-friendly stand-in for a value in a change's detail."""
+    if isinstance(value, (bool, int, float, type(None))):
+        return value
+    if isinstance(value, str):
+        return value if len(value) <= VALUE_TEXT_CHARS_MAX else value[:VALUE_TEXT_CHARS_MAX] + "..."
+    return _text(value)
+
+
+def _text(value: Any) -> str:
+    """A short rendering of any value: scalars as repr, containers and arrays by their size."""
+    if isinstance(value, np.ndarray):
+        return f"array {value.dtype.name}{list(value.shape)}"
+    if isinstance(value, dict):
+        return f"dict of {len(value)}"
+    if isinstance(value, (list, tuple)):
+        return f"list of {len(value)}"
+    if isinstance(value, bytes):
+        return f"bytes of {len(value)}"
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= VALUE_TEXT_CHARS_MAX else text[: VALUE_TEXT_CHARS_MAX - 3] + "..."
+
+
+def render_tree(result: DiffResult) -> list[str]:
+    """The changes as an indented tree of path segments, one line per segment or change.
+
+    ``nodes/rank3/weights`` and ``nodes/rank3/step`` share the ``nodes`` and ``rank3`` lines.
+    """
+    lines: list[str] = []
+    open_segments: list[str] = []
+    for change in result.changes:
+        segments = change.path.split("/") if change.path else ["(root)"]
+        shared = 0
+        while (
+            shared < min(len(open_segments), len(segments) - 1) and open_segments[shared] == segments[shared]
+        ):
+            shared += 1
+        for depth in range(shared, len(segments) - 1):
+            lines.append("  " * depth + segments[depth] + "/")
+        open_segments = segments[:-1]
+        lines.append("  " * (len(segments) - 1) + f"{segments[-1]}: {change.change} {change.summary}")
+    if result.omitted:
+        lines.append(f"... and {result.omitted} more changes")
+    return lines
