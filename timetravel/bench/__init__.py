@@ -12,6 +12,7 @@ from typing import Any
 
 SUITES: dict[str, str] = {
     "kernel": "timetravel.bench.kernel:run_bench",
+    "minimize": "timetravel.bench.minimize:run_bench",
 }
 
 

@@ -1,0 +1,105 @@
+"""A minimized failure as a standalone pytest file: the repro anyone can run, bit for bit.
+
+The file carries the minimized inputs as data — scenario name, seed, config (JSON, with the
+explicit fault schedule), pinned choices and zeroed choice sites — and one test that runs them
+and asserts the failure signature. It imports only timetravel's public API, so it runs on any
+machine with timetravel installed, with no recording next to it. It asserts the *failure*: while
+the bug is there it passes; once the bug is fixed it fails, which is the moment to turn it into a
+regression test that expects a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from timetravel.explore.minimize import MinimizeResult
+
+_TEMPLATE = '''"""Minimal reproduction of {signature}: {scenario} seed {seed}, written by `timetravel minimize`.
+
+{summary}
+The test passes while the bug is there (it asserts the failure). Once the bug is fixed it fails:
+then make it expect a pass and keep it as a regression test.
+"""
+
+import json
+
+from timetravel.explore.minimize import ChoicePins
+from timetravel.scenarios import {loader}
+from timetravel.sim import Simulation
+from timetravel.sim.runner import build_world
+
+SCENARIO = {scenario_ref!r}
+SEED = {seed!r}
+CONFIG = json.loads(
+    r"""
+{config_json}
+"""
+)
+PINS = {pins!r}
+"""Pinned choices: [node, site, index, value]."""
+ZERO_SITES = {zero_sites!r}
+"""Every draw at these choice sites is 0, the canonical value."""
+SIGNATURE = {signature!r}
+FAILURE_MESSAGE = {message!r}
+
+
+def test_reproduces_{test_name}():
+    scenario = {loader}(SCENARIO)
+    config = scenario.resolve_config(CONFIG)
+    world = build_world(scenario, config, SEED)
+    overrides = ChoicePins((((node, site, index), value) for node, site, index, value in PINS), ZERO_SITES)
+    result = Simulation(scenario, world, overrides=overrides or None).run()
+    assert result.failure is not None, "the run passed: the failure no longer reproduces"
+    assert result.failure["signature"] == SIGNATURE, result.failure
+'''
+
+
+def pytest_source(result: MinimizeResult, scenario_target: str | None = None) -> str:
+    """The text of the pytest file; ``scenario_target`` (``module:attr``) for unregistered scenarios."""
+    summary = (
+        f"{result.faults_before} faults shrank to {result.faults_after} "
+        f"({', '.join(result.faults_kept) or 'none'}); {result.choices_before} non-canonical choices "
+        f"to {result.choices_after}; {result.runs} runs."
+    )
+    changed = ", ".join(
+        f"{name} {before} -> {after}" for name, (before, after) in result.params_changed.items()
+    )
+    if changed:
+        summary += f" Shrunk: {changed}."
+    test_name = "".join(c if c.isalnum() else "_" for c in result.signature).strip("_").lower()
+    source = _TEMPLATE.format(
+        signature=result.signature,
+        scenario=result.scenario,
+        seed=result.seed,
+        summary=_wrap(summary),
+        loader="load_target" if scenario_target else "get_scenario",
+        scenario_ref=scenario_target or result.scenario,
+        config_json=json.dumps(result.config, indent=1, sort_keys=False, allow_nan=True),
+        pins=[[*key, value] for key, value in sorted(result.pins.items())],
+        zero_sites=list(result.zero_sites),
+        message=result.failure.get("message", ""),
+        test_name=test_name or "failure",
+    )
+    compile(source, "<repro>", "exec")
+    return source
+
+
+def write_pytest(result: MinimizeResult, path: str | Path, scenario_target: str | None = None) -> str:
+    """Write the pytest file and return its path."""
+    target = Path(path)
+    target.write_text(pytest_source(result, scenario_target))
+    return str(target)
+
+
+def _wrap(text: str, width: int = 100) -> str:
+    lines: list[str] = []
+    line = ""
+    for word in text.split():
+        if line and len(line) + 1 + len(word) > width:
+            lines.append(line)
+            line = word
+        else:
+            line = f"{line} {word}" if line else word
+    lines.append(line)
+    return "\n".join(lines)
