@@ -1,0 +1,224 @@
+"""Plain-text rendering of command results: the CLI's human output and the shell's batch mode.
+
+Rich front ends (the TUI's widgets, the shell's tables) render the result dataclasses their own
+way; this is the one plain rendering, so every result reads the same in a terminal, a script's
+log and a bug report. Times are shown in the recording's display unit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from timetravel.explore import results as r
+from timetravel.explore.minimize import MinimizeResult
+from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
+
+
+def failure_text(failure: dict[str, Any] | None, unit: str) -> str:
+    if failure is None:
+        return "pass"
+    where = f" on {failure['node']}" if failure.get("node") else ""
+    return f"FAIL {failure['signature']}{where} at {format_time(failure['t_ns'], unit)}: {failure['message']}"
+
+
+def _cursor(result: r.CursorResult, unit: str) -> list[str]:
+    lines = [
+        f"{result.branch} at {format_time(result.t_ns, unit)}, event #{result.event} of {result.events_total} "
+        f"(ends at {format_time(result.t_end_ns, unit)})"
+    ]
+    if result.next_event is not None:
+        event = result.next_event
+        lines.append(
+            f"  next: {event.get('kind')} -> {event.get('dst')} at {format_time(event.get('t_ns', 0), unit)}"
+        )
+    if result.failure is not None and result.failure.get("t_ns", 0) <= result.t_ns:
+        lines.append(f"  {failure_text(result.failure, unit)}")
+    lines += [
+        f"  watch {w.expression} = {w.value}{'  (changed)' if w.changed else ''}" for w in result.watches
+    ]
+    return lines
+
+
+def _events(result: r.EventsResult, unit: str) -> list[str]:
+    lines = [
+        f"{'>' if row.number == result.cursor_event else ' '} #{row.number:<8} {format_time(row.t_ns, unit):>14}  "
+        f"{row.dst:<12} {row.kind:<14} {row.payload}"
+        for row in result.rows
+    ]
+    if result.omitted:
+        lines.append(f"  ... {result.omitted} more")
+    return lines or ["no events"]
+
+
+def _print(result: r.PrintResult, unit: str) -> list[str]:
+    lines = [f"{result.path or '/'} on {result.branch} at {format_time(result.t_ns, unit)}"]
+    lines += [
+        "  " * (entry.depth + 1) + f"{entry.path.rsplit('/', 1)[-1]}: {entry.summary}"
+        for entry in result.entries
+    ]
+    if result.omitted:
+        lines.append(f"  ... {result.omitted} more")
+    return lines
+
+
+def _watch(result: r.WatchResult, unit: str) -> list[str]:
+    lines = [result.message] if result.message else []
+    if result.moved is not None:
+        lines += _cursor(result.moved, unit)
+    lines += [f"  watch {w.expression} = {w.value}" for w in result.watches]
+    return lines or ["no watches"]
+
+
+def _find(result: r.FindResult, unit: str) -> list[str]:
+    if not result.found or result.t_ns is None:
+        return [f"{result.expression}: never holds on {result.branch}"]
+    line = f"{result.expression}: first holds at {format_time(result.t_ns, unit)} (event #{result.event}) on {result.branch}"
+    return [line, *(f"  {witness}" for witness in result.witnesses)]
+
+
+def _branch(result: r.BranchResult, unit: str) -> list[str]:
+    changes = f" [{'; '.join(result.changes)}]" if result.changes else ""
+    return [
+        f"{result.name}: from {result.parent} at {format_time(result.at_ns, unit)}{changes} -> {failure_text(result.failure, unit)}"
+    ]
+
+
+def _branches(result: r.BranchesResult, unit: str) -> list[str]:
+    lines = []
+    for branch in result.branches:
+        marker = "*" if branch.name == result.current else " "
+        origin = "" if branch.name == "main" else f" <- {branch.parent} at {format_time(branch.at_ns, unit)}"
+        lines.append(f"{marker} {branch.name}{origin}: {failure_text(branch.failure, unit)}")
+    return lines
+
+
+def _fanout(result: r.FanoutResult, unit: str) -> list[str]:
+    lines = [
+        f"{result.samples} futures from {format_time(result.at_ns, unit)}: failure rate {result.failure_rate:.0%}"
+    ]
+    lines += [
+        f"  {count:>5}  {signature}"
+        for signature, count in sorted(result.by_signature.items(), key=lambda i: -i[1])
+    ]
+    return lines
+
+
+def _likelihood(result: r.LikelihoodResult, unit: str) -> list[str]:
+    lines = [f"failure likelihood along {result.branch} ({result.samples} futures per snapshot)"]
+    for point in result.points:
+        bar = "#" * round(point.failure_rate * 20)
+        lines.append(f"  {format_time(point.at_ns, unit):>14}  {point.failure_rate:>5.0%}  {bar}")
+    if result.point_of_no_return_ns is not None:
+        lines.append(f"point of no return: {format_time(result.point_of_no_return_ns, unit)}")
+    else:
+        lines.append("no point of no return: some future passes from every snapshot")
+    return lines
+
+
+def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
+    if divergence is None:
+        return "no divergence: the effects are identical"
+    return (
+        f"first divergence at {format_time(divergence.t_ns, unit)}: {divergence.kind} on {divergence.node} "
+        f"(seq {divergence.seq_a} vs {divergence.seq_b}){': ' + divergence.reason if divergence.reason else ''}"
+    )
+
+
+def _compare(result: r.CompareResult, unit: str) -> list[str]:
+    return [
+        f"a {result.a.name}: {failure_text(result.a.failure, unit)}",
+        f"b {result.b.name}: {failure_text(result.b.failure, unit)}",
+        divergence_text(result.first_divergence, unit),
+    ]
+
+
+def _diff(result: r.DiffCommandResult, unit: str) -> list[str]:
+    lines = [f"diff {result.a} {result.b} at {format_time(result.at_ns, unit)}"]
+    if result.first_divergence is not None:
+        lines.append(divergence_text(result.first_divergence, unit))
+    lines += [f"  {entry.path}: {entry.change} {entry.summary}" for entry in result.paths]
+    if result.omitted:
+        lines.append(f"  ... and {result.omitted} more")
+    if not result.paths and not result.omitted:
+        lines.append("  no differences")
+    return lines
+
+
+def _divergence(result: r.Divergence, unit: str) -> list[str]:
+    lines = [divergence_text(result, unit)]
+    lines += [f"  {change['path']}: {change['change']} {change['summary']}" for change in result.changes]
+    return lines
+
+
+def _rerun(result: r.RerunResult, unit: str) -> list[str]:
+    return [
+        f"recorded: {failure_text(result.recorded_failure, unit)}",
+        f"today:    {failure_text(result.failure, unit)}"
+        + (f"  (with {' '.join(result.settings)})" if result.settings else ""),
+        divergence_text(result.first_divergence, unit),
+    ]
+
+
+def _minimize(result: MinimizeResult, unit: str) -> list[str]:
+    lines = [
+        f"minimized {result.signature} in {result.runs} runs ({result.seconds:.1f} s, stopped by {result.stopped_by})",
+        f"  faults  {result.faults_before} -> {result.faults_after}: {', '.join(result.faults_kept) or 'none'}",
+        f"  choices {result.choices_before} -> {result.choices_after} non-canonical",
+    ]
+    lines += [f"  {name} {before} -> {after}" for name, (before, after) in result.params_changed.items()]
+    lines.append(f"  {failure_text(result.failure, unit)}")
+    lines += [f"  wrote {path}" for path in (result.out, result.pytest) if path]
+    return lines
+
+
+def _faults(result: r.FaultsResult, unit: str) -> list[str]:
+    lines = []
+    for fault in result.faults:
+        window = format_time(fault.get("t_start", 0), unit)
+        if fault.get("t_end", fault.get("t_start")) != fault.get("t_start"):
+            window += f"..{format_time(fault.get('t_end', 0), unit)}"
+        lines.append(
+            f"  {fault.get('id', '?'):<6} {fault.get('kind', '?'):<10} {fault.get('target', '?'):<12} {window}  {fault.get('params', {})}"
+        )
+    return lines or [f"no faults on {result.branch}"]
+
+
+def _export(result: r.ExportResult, unit: str) -> list[str]:
+    return [f"wrote {result.trace_events} trace events ({result.bytes_written} bytes) to {result.path}"]
+
+
+def _help(result: r.HelpResult, unit: str) -> list[str]:
+    if result.detail:
+        return result.detail.splitlines()
+    width = max((len(entry.name) for entry in result.entries), default=0)
+    return [f"  {entry.name:<{width}}  {entry.summary}" for entry in result.entries]
+
+
+_RENDERERS: dict[type, Callable[[Any, str], list[str]]] = {
+    r.CursorResult: _cursor,
+    r.EventsResult: _events,
+    r.PrintResult: _print,
+    r.WatchResult: _watch,
+    r.FindResult: _find,
+    r.BranchResult: _branch,
+    r.BranchesResult: _branches,
+    r.FanoutResult: _fanout,
+    r.LikelihoodResult: _likelihood,
+    r.CompareResult: _compare,
+    r.DiffCommandResult: _diff,
+    r.Divergence: _divergence,
+    r.RerunResult: _rerun,
+    MinimizeResult: _minimize,
+    r.FaultsResult: _faults,
+    r.ExportResult: _export,
+    r.HelpResult: _help,
+}
+
+
+def render_text(result: Any, unit: str = DISPLAY_UNIT_DEFAULT) -> list[str]:
+    """The lines that show ``result`` in a terminal."""
+    renderer = _RENDERERS.get(type(result))
+    if renderer is None:
+        raise TypeError(f"no text rendering for {type(result).__name__}")
+    return renderer(result, unit)

@@ -1,0 +1,83 @@
+"""Running a parsed command: one dispatch table from command name to the engine.
+
+Every front end runs commands through :func:`execute` with a :class:`CommandContext` — the open
+Session, a progress callback and a stop flag for long commands (a TUI worker's cancel button),
+and the watch list. A handler turns the invocation's typed values into one engine call and
+returns that call's result dataclass; it never prints. A command that cannot run (no recording
+open, an unknown branch) raises :class:`CommandError` with one line that says why.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from timetravel.explore.commands.parse import CommandError, Invocation, parse, resolve_command
+from timetravel.explore.commands.spec import COMMAND_SPECS
+from timetravel.explore.results import HelpEntry, HelpResult
+from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT
+
+Handler = Callable[[Invocation, "CommandContext"], Any]
+
+
+@dataclass
+class CommandContext:
+    """What commands run against. ``session`` is None until a recording is open."""
+
+    session: Any = None
+    progress: Callable[[Any], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+    watches: list[str] = field(default_factory=list)
+
+    @property
+    def display_unit(self) -> str:
+        return getattr(self.session, "display_unit", DISPLAY_UNIT_DEFAULT)
+
+    def require_session(self, command: str) -> Any:
+        if self.session is None:
+            raise CommandError(f"{command}: no recording is open")
+        return self.session
+
+
+def _help(invocation: Invocation, context: CommandContext) -> HelpResult:
+    name = invocation.value("command")
+    if name is None:
+        entries = tuple(HelpEntry(spec.name, spec.usage, spec.summary) for spec in COMMAND_SPECS)
+        return HelpResult(entries)
+    spec = resolve_command(name)
+    lines = [spec.usage, "", spec.summary]
+    if spec.arguments:
+        lines += ["", "arguments:"] + [f"  {a.name.upper():<12} {a.help}" for a in spec.arguments]
+    if spec.options:
+        lines += ["", "options:"] + [
+            f"  {o.name + ('' if o.is_flag else ' ' + (o.kind or '').upper()):<24} {o.help}"
+            for o in spec.options
+        ]
+    if spec.examples:
+        lines += ["", "examples:"] + [f"  {example}" for example in spec.examples]
+    return HelpResult((HelpEntry(spec.name, spec.usage, spec.summary),), "\n".join(lines))
+
+
+HANDLERS: dict[str, Handler] = {"help": _help}
+"""Command name -> handler. Commands over a recording register here (see register_handler)."""
+
+
+def register_handler(name: str, handler: Handler) -> None:
+    """Attach the handler of a command whose spec exists (each engine module adds its own)."""
+    resolve_command(name)
+    HANDLERS[name] = handler
+
+
+def execute(invocation: Invocation, context: CommandContext) -> Any:
+    """Run one parsed command and return its result dataclass."""
+    handler = HANDLERS.get(invocation.name)
+    if handler is None:
+        context.require_session(invocation.name)
+        raise CommandError(f"{invocation.name}: not available in this build")
+    return handler(invocation, context)
+
+
+def run_line(text: str, context: CommandContext) -> Any:
+    """Parse and run one command line (the shell's and the TUI's command line call this)."""
+    return execute(parse(text, context.display_unit), context)

@@ -1,0 +1,400 @@
+"""The structured results of every explore action: what the engine returns and front ends render.
+
+Each result is a frozen dataclass of plain values with ``to_data()``, the JSON object that
+``--json`` prints and that scripts rely on. The engine's functions (``branch``, ``fanout``,
+``first_divergence``, ...) return these, and so do the commands of the command language, so a
+front end never sees two shapes of one answer. Rendering to text lives in
+:mod:`timetravel.explore.commands.render`; rich rendering belongs to the TUI and the shell.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+
+def public_failure(failure: dict[str, Any] | None) -> dict[str, Any] | None:
+    """The failure fields every result shows: kind, node, t_ns, message, signature."""
+    if failure is None:
+        return None
+    return {key: failure.get(key) for key in ("kind", "node", "t_ns", "message", "signature")}
+
+
+@dataclass(frozen=True)
+class WatchValue:
+    """A watched path (or predicate) and its value at the cursor, summarized."""
+
+    expression: str
+    value: str
+    changed: bool = False
+
+    def to_data(self) -> dict[str, Any]:
+        return {"expression": self.expression, "value": self.value, "changed": self.changed}
+
+
+@dataclass(frozen=True)
+class CursorResult:
+    """Where the cursor stands (goto, step, back, where): branch, time, event number, failure."""
+
+    branch: str
+    t_ns: int
+    event: int
+    """Events processed so far on this branch (``#N`` addresses the state after event N)."""
+    events_total: int
+    t_end_ns: int
+    failure: dict[str, Any] | None
+    next_event: dict[str, Any] | None = None
+    watches: tuple[WatchValue, ...] = ()
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "t_ns": self.t_ns,
+            "event": self.event,
+            "events_total": self.events_total,
+            "t_end_ns": self.t_end_ns,
+            "failure": public_failure(self.failure),
+            "next_event": self.next_event,
+            "watches": [watch.to_data() for watch in self.watches],
+        }
+
+
+@dataclass(frozen=True)
+class EventRow:
+    """One processed event as a row of the event log."""
+
+    number: int
+    t_ns: int
+    dst: str
+    kind: str
+    payload: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "t_ns": self.t_ns,
+            "dst": self.dst,
+            "kind": self.kind,
+            "payload": self.payload,
+        }
+
+
+@dataclass(frozen=True)
+class EventsResult:
+    branch: str
+    rows: tuple[EventRow, ...]
+    cursor_event: int
+    omitted: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "cursor_event": self.cursor_event,
+            "events": [row.to_data() for row in self.rows],
+            "omitted": self.omitted,
+        }
+
+
+@dataclass(frozen=True)
+class ValueEntry:
+    """One line of a printed subtree: a path, the kind of value there and a short summary."""
+
+    path: str
+    kind: str
+    summary: str
+    depth: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {"path": self.path, "kind": self.kind, "summary": self.summary, "depth": self.depth}
+
+
+@dataclass(frozen=True)
+class PrintResult:
+    branch: str
+    t_ns: int
+    path: str
+    entries: tuple[ValueEntry, ...]
+    omitted: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "t_ns": self.t_ns,
+            "path": self.path,
+            "entries": [entry.to_data() for entry in self.entries],
+            "omitted": self.omitted,
+        }
+
+
+@dataclass(frozen=True)
+class WatchResult:
+    """The watch list, and where the cursor moved when asked for the previous or next change."""
+
+    watches: tuple[WatchValue, ...]
+    moved: CursorResult | None = None
+    found: bool = True
+    message: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "watches": [watch.to_data() for watch in self.watches],
+            "moved": None if self.moved is None else self.moved.to_data(),
+            "found": self.found,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True)
+class FindResult:
+    """The first moment a predicate holds (find-first), or the last or next change of a path."""
+
+    expression: str
+    branch: str
+    found: bool
+    t_ns: int | None = None
+    event: int | None = None
+    witnesses: tuple[str, ...] = ()
+    replayed_events: int = 0
+    """Events re-executed event by event after bisecting the snapshots (the search's cost)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "expression": self.expression,
+            "branch": self.branch,
+            "found": self.found,
+            "t_ns": self.t_ns,
+            "event": self.event,
+            "witnesses": list(self.witnesses),
+            "replayed_events": self.replayed_events,
+        }
+
+
+@dataclass(frozen=True)
+class BranchResult:
+    """A future run from ``at_ns`` of ``parent`` with ``changes`` (JSON: name, parent, at_ns, outcome, failure)."""
+
+    name: str
+    parent: str
+    at_ns: int
+    outcome: str
+    failure: dict[str, Any] | None
+    changes: tuple[str, ...] = ()
+    t_end_ns: int = 0
+    events: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "parent": self.parent,
+            "at_ns": self.at_ns,
+            "outcome": self.outcome,
+            "failure": public_failure(self.failure),
+        }
+
+
+@dataclass(frozen=True)
+class BranchesResult:
+    branches: tuple[BranchResult, ...]
+    current: str = "main"
+
+    def to_data(self) -> dict[str, Any]:
+        rows = []
+        for branch in self.branches:
+            row = branch.to_data()
+            row.update(changes=list(branch.changes), t_end_ns=branch.t_end_ns, events=branch.events)
+            rows.append(row)
+        return {"current": self.current, "branches": rows}
+
+
+@dataclass(frozen=True)
+class FanoutResult:
+    """Futures from one moment: the failure rate and how the failures bucket by signature."""
+
+    at_ns: int
+    samples: int
+    failure_rate: float
+    by_signature: dict[str, int]
+    """``{signature: count}``; passing futures are counted under ``"pass"``."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "at_ns": self.at_ns,
+            "samples": self.samples,
+            "failure_rate": self.failure_rate,
+            "by_signature": dict(self.by_signature),
+        }
+
+
+@dataclass(frozen=True)
+class LikelihoodResult:
+    """The fan-out failure rate at every snapshot along a run, and where it reaches 1."""
+
+    branch: str
+    samples: int
+    points: tuple[FanoutResult, ...]
+    point_of_no_return_ns: int | None
+    """The earliest snapshot time from which every sampled future fails (None if none)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "samples": self.samples,
+            "points": [point.to_data() for point in self.points],
+            "point_of_no_return_ns": self.point_of_no_return_ns,
+        }
+
+
+@dataclass(frozen=True)
+class Divergence:
+    """The first event whose effects differ between two runs, and the state diff there."""
+
+    t_ns: int
+    node: str
+    kind: str
+    seq_a: int | None
+    seq_b: int | None
+    event_a: int | None = None
+    event_b: int | None = None
+    reason: str = ""
+    changes: tuple[dict[str, Any], ...] = ()
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "t_ns": self.t_ns,
+            "node": self.node,
+            "kind": self.kind,
+            "seq_a": self.seq_a,
+            "seq_b": self.seq_b,
+        }
+
+    def to_detail(self) -> dict[str, Any]:
+        data = self.to_data()
+        data.update(
+            event_a=self.event_a, event_b=self.event_b, reason=self.reason, changes=list(self.changes)
+        )
+        return data
+
+
+@dataclass(frozen=True)
+class RunSide:
+    """One side of a comparison: a branch's name, outcome and failure."""
+
+    name: str
+    outcome: str
+    failure: dict[str, Any] | None
+    t_end_ns: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {"name": self.name, "outcome": self.outcome, "failure": public_failure(self.failure)}
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    a: RunSide
+    b: RunSide
+    first_divergence: Divergence | None
+    metrics: dict[str, dict[str, list[list[Any]]]] = field(default_factory=dict)
+    """``{metric: {"a": [[t_ns, value], ...], "b": [...]}}`` (values summed over nodes per time)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "a": self.a.to_data(),
+            "b": self.b.to_data(),
+            "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
+        }
+
+
+@dataclass(frozen=True)
+class DiffEntry:
+    path: str
+    change: str
+    summary: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {"path": self.path, "change": self.change, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class DiffCommandResult:
+    """``diff A B``: the state diff at one time (by default the first divergence, else the end)."""
+
+    a: str
+    b: str
+    at_ns: int
+    paths: tuple[DiffEntry, ...]
+    omitted: int
+    first_divergence: Divergence | None
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "at_ns": self.at_ns,
+            "paths": [entry.to_data() for entry in self.paths],
+            "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
+        }
+
+
+@dataclass(frozen=True)
+class RerunResult:
+    """The recorded inputs on today's code: its outcome, and where it first departs from the recording."""
+
+    outcome: str
+    failure: dict[str, Any] | None
+    recorded_outcome: str
+    recorded_failure: dict[str, Any] | None
+    settings: tuple[str, ...]
+    first_divergence: Divergence | None
+    events: int = 0
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "outcome": self.outcome,
+            "failure": public_failure(self.failure),
+            "recorded": {"outcome": self.recorded_outcome, "failure": public_failure(self.recorded_failure)},
+            "settings": list(self.settings),
+            "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
+            "events": self.events,
+        }
+
+
+@dataclass(frozen=True)
+class FaultsResult:
+    branch: str
+    faults: tuple[dict[str, Any], ...]
+
+    def to_data(self) -> dict[str, Any]:
+        return {"branch": self.branch, "faults": [dict(fault) for fault in self.faults]}
+
+
+@dataclass(frozen=True)
+class ExportResult:
+    path: str
+    format: str
+    trace_events: int
+    bytes_written: int
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "format": self.format,
+            "trace_events": self.trace_events,
+            "bytes": self.bytes_written,
+        }
+
+
+@dataclass(frozen=True)
+class HelpEntry:
+    name: str
+    usage: str
+    summary: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {"name": self.name, "usage": self.usage, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class HelpResult:
+    entries: tuple[HelpEntry, ...]
+    detail: str = ""
+
+    def to_data(self) -> dict[str, Any]:
+        return {"commands": [entry.to_data() for entry in self.entries], "detail": self.detail}
