@@ -1,0 +1,399 @@
+"""Renderers for the explore layer's results (``timetravel.explore.results``) and the shell's own.
+
+Tables for rows (events, faults, fan-out buckets, the likelihood curve), trees for anything
+hierarchical (a printed subtree, the branch tree, a diff grouped by path), one coloured line for
+a cursor move. Times are shown exactly in the recording's display unit. A failure is always red
+and names its kind, node, time and signature, because that line is what gets pasted into bug
+reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from rich import box
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+from rich.tree import Tree
+
+from timetravel.shell.render.plot import plot
+from timetravel.shell.render.registry import RenderContext, renders
+
+BAR_WIDTH = 20
+"""Cells of a rate bar (fan-out and likelihood tables)."""
+CHANGE_STYLES = {"added": "green", "removed": "red", "changed": "yellow"}
+
+
+def _table(title: str | None = None, **options: Any) -> Table:
+    """Tables look alike: a title on the left, a rule under the header, no boxes to paste around."""
+    return Table(
+        title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, **options
+    )
+
+
+def failure_text(failure: Mapping[str, Any] | None, context: RenderContext) -> Text:
+    """``pass`` in green, or ``FAIL kind on node at T: message [signature]`` in red."""
+    if failure is None:
+        return Text("pass", style="green")
+    text = Text(
+        f"FAIL {failure.get('kind')} on {failure.get('node')} at {context.time(failure.get('t_ns'))}",
+        style="bold red",
+    )
+    if failure.get("message"):
+        text.append(f": {failure['message']}", style="red")
+    if failure.get("signature"):
+        text.append(f"  [{failure['signature']}]", style="dim")
+    return text
+
+
+def outcome_text(outcome: str, failure: Mapping[str, Any] | None, context: RenderContext) -> Text:
+    if failure is not None:
+        return failure_text(failure, context)
+    return Text(outcome, style="green" if outcome == "pass" else "yellow")
+
+
+def _bar(rate: float) -> Text:
+    filled = round(max(0.0, min(rate, 1.0)) * BAR_WIDTH)
+    return Text("█" * filled + "·" * (BAR_WIDTH - filled), style="red" if rate >= 1.0 else "yellow")
+
+
+def _event_text(event: Mapping[str, Any] | None, context: RenderContext) -> str:
+    if not event:
+        return "none (the run ends here)"
+    number = f"#{event['number']} " if event.get("number") is not None else ""
+    return f"{number}at {context.time(event.get('t_ns'))}: {event.get('kind')} to {event.get('dst')}"
+
+
+@renders("CursorResult")
+def render_cursor(result: Any, context: RenderContext) -> RenderableType:
+    line = Text()
+    line.append(result.branch, style="bold cyan")
+    line.append(f"  {context.time(result.t_ns)}", style="bold yellow")
+    line.append(f"  event #{result.event} of {result.events_total}")
+    line.append(f"  (run ends at {context.time(result.t_end_ns)})", style="dim")
+    parts: list[RenderableType] = [
+        line,
+        Text(f"next: {_event_text(result.next_event, context)}", style="dim"),
+    ]
+    if result.failure is not None:
+        parts.append(failure_text(result.failure, context))
+    if result.watches:
+        parts.append(_watch_table(result.watches))
+    return Group(*parts)
+
+
+def _watch_table(watches: Iterable[Any]) -> Table:
+    table = _table("watches")
+    table.add_column("path")
+    table.add_column("value")
+    table.add_column("changed")
+    for watch in watches:
+        table.add_row(
+            watch.expression, watch.value, Text("changed", style="bold yellow") if watch.changed else ""
+        )
+    return table
+
+
+@renders("EventsResult")
+def render_events(result: Any, context: RenderContext) -> RenderableType:
+    table = _table(f"events on {result.branch}")
+    for name, justify in (
+        ("#", "right"),
+        ("time", "right"),
+        ("node", "left"),
+        ("kind", "left"),
+        ("payload", "left"),
+    ):
+        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+    for row in result.rows:
+        style = "bold reverse" if row.number == result.cursor_event else ""
+        table.add_row(str(row.number), context.time(row.t_ns), row.dst, row.kind, row.payload, style=style)
+    if not result.rows:
+        return Text(f"no events on {result.branch} match", style="dim")
+    if result.omitted:
+        table.caption = f"{result.omitted} more not shown (--count)"
+    return table
+
+
+@renders("PrintResult")
+def render_print(result: Any, context: RenderContext) -> RenderableType:
+    tree = Tree(
+        Text(f"{result.path or '/'}  on {result.branch} at {context.time(result.t_ns)}", style="bold")
+    )
+    stack: list[tuple[int, Tree]] = [(-1, tree)]
+    for entry in result.entries:
+        while stack[-1][0] >= entry.depth:
+            stack.pop()
+        label = Text(entry.path.rpartition("/")[2] or entry.path, style="bold")
+        label.append(f"  {entry.kind}", style="cyan")
+        if entry.summary:
+            label.append(f"  {entry.summary}")
+        stack.append((entry.depth, stack[-1][1].add(label)))
+    if result.omitted:
+        tree.add(Text(f"… {result.omitted} more (--depth, or a narrower path)", style="dim"))
+    return tree
+
+
+@renders("WatchResult")
+def render_watch(result: Any, context: RenderContext) -> RenderableType:
+    parts: list[RenderableType] = []
+    if result.message:
+        parts.append(Text(result.message, style="" if result.found else "yellow"))
+    if result.moved is not None:
+        parts.append(render_cursor(result.moved, context))
+    parts.append(_watch_table(result.watches) if result.watches else Text("no watches", style="dim"))
+    return Group(*parts)
+
+
+@renders("FindResult")
+def render_find(result: Any, context: RenderContext) -> RenderableType:
+    if not result.found:
+        return Text(f"{result.expression} never holds on {result.branch}", style="yellow")
+    text = Text(f"{result.expression} first holds at ")
+    text.append(context.time(result.t_ns), style="bold yellow")
+    text.append(f" (event #{result.event}) on {result.branch}")
+    parts: list[RenderableType] = [text]
+    if result.witnesses:
+        parts.append(Text("for " + ", ".join(result.witnesses), style="bold"))
+    parts.append(Text(f"replayed {result.replayed_events} events after bisecting snapshots", style="dim"))
+    return Group(*parts)
+
+
+def _branch_line(branch: Any, context: RenderContext, current: bool = False) -> Text:
+    text = Text(branch.name, style="bold cyan" if current else "bold")
+    if current:
+        text.append(" *", style="bold cyan")
+    if branch.parent:
+        text.append(f"  from {branch.parent} at {context.time(branch.at_ns)}", style="dim")
+    if branch.changes:
+        text.append(f"  {', '.join(branch.changes)}", style="magenta")
+    text.append("  ")
+    text.append_text(outcome_text(branch.outcome, branch.failure, context))
+    return text
+
+
+@renders("BranchResult")
+def render_branch(result: Any, context: RenderContext) -> RenderableType:
+    line = _branch_line(result, context)
+    detail = Text(f"{result.events} events, ends at {context.time(result.t_end_ns)}", style="dim")
+    return Group(line, detail)
+
+
+@renders("BranchesResult")
+def render_branches(result: Any, context: RenderContext) -> RenderableType:
+    """The branch tree: each branch under the one it was forked from."""
+    names = {branch.name for branch in result.branches}
+    tree = Tree(Text("branches", style="bold"), guide_style="dim")
+    nodes: dict[str, Tree] = {}
+    for branch in result.branches:
+        parent = nodes.get(branch.parent) if branch.parent in names else tree
+        nodes[branch.name] = (parent or tree).add(
+            _branch_line(branch, context, branch.name == result.current)
+        )
+    return tree
+
+
+@renders("FanoutResult")
+def render_fanout(result: Any, context: RenderContext) -> RenderableType:
+    table = _table(
+        f"{result.samples} futures from {context.time(result.at_ns)}: failure rate {result.failure_rate:.0%}"
+    )
+    table.add_column("signature")
+    table.add_column("futures", justify="right")
+    table.add_column("share")
+    for signature, count in sorted(result.by_signature.items(), key=lambda item: (-item[1], item[0])):
+        share = count / result.samples if result.samples else 0.0
+        table.add_row(
+            Text(signature, style="green" if signature == "pass" else "red"), str(count), _bar(share)
+        )
+    return table
+
+
+@renders("LikelihoodResult")
+def render_likelihood(result: Any, context: RenderContext) -> RenderableType:
+    table = _table(f"failure likelihood along {result.branch} ({result.samples} futures per snapshot)")
+    table.add_column("from", justify="right")
+    table.add_column("rate", justify="right")
+    table.add_column("")
+    for point in result.points:
+        marker = "  ← point of no return" if point.at_ns == result.point_of_no_return_ns else ""
+        bar = _bar(point.failure_rate)
+        bar.append(marker, style="bold red")
+        table.add_row(context.time(point.at_ns), f"{point.failure_rate:.0%}", bar)
+    if result.point_of_no_return_ns is None:
+        table.caption = "no snapshot from which every future fails"
+    else:
+        table.caption = f"point of no return: {context.time(result.point_of_no_return_ns)}"
+    return table
+
+
+def _path_tree(title: Text, entries: Sequence[Mapping[str, Any]]) -> Tree:
+    """Changes grouped by path segment, so ``nodes/rank3/weights`` sits under ``nodes`` → ``rank3``."""
+    tree = Tree(title, guide_style="dim")
+    branches: dict[str, Tree] = {}
+    for entry in entries:
+        segments = entry["path"].split("/") if entry["path"] else [""]
+        parent, prefix = tree, ""
+        for segment in segments[:-1]:
+            prefix = f"{prefix}/{segment}" if prefix else segment
+            if prefix not in branches:
+                branches[prefix] = parent.add(Text(segment, style="bold"))
+            parent = branches[prefix]
+        label = Text(segments[-1] or "/", style="bold")
+        label.append(f"  {entry['change']}", style=CHANGE_STYLES.get(entry["change"], "magenta"))
+        label.append(f"  {entry['summary']}")
+        parent.add(label)
+    return tree
+
+
+def _divergence_text(divergence: Any, context: RenderContext) -> Text:
+    text = Text("first divergence: ", style="bold")
+    text.append(context.time(divergence.t_ns), style="bold yellow")
+    text.append(f" on {divergence.node}, {divergence.kind}")
+    sides = []
+    for side, seq, event in (
+        ("a", divergence.seq_a, divergence.event_a),
+        ("b", divergence.seq_b, divergence.event_b),
+    ):
+        if event is not None:
+            sides.append(f"{side}: event #{event}")
+        elif seq is None:
+            sides.append(f"{side}: no such event")
+    if sides:
+        text.append(f"  ({'; '.join(sides)})", style="dim")
+    if divergence.reason:
+        text.append(f"  {divergence.reason}", style="dim")
+    return text
+
+
+@renders("Divergence")
+def render_divergence(result: Any, context: RenderContext) -> RenderableType:
+    title = _divergence_text(result, context)
+    if not result.changes:
+        return title
+    return _path_tree(title, result.changes)
+
+
+@renders("CompareResult")
+def render_compare(result: Any, context: RenderContext) -> RenderableType:
+    table = _table()
+    table.add_column("")
+    table.add_column(result.a.name, style="")
+    table.add_column(result.b.name)
+    table.add_row(
+        "outcome",
+        outcome_text(result.a.outcome, result.a.failure, context),
+        outcome_text(result.b.outcome, result.b.failure, context),
+    )
+    table.add_row("ends at", context.time(result.a.t_end_ns), context.time(result.b.t_end_ns))
+    for metric, sides in result.metrics.items():
+        table.add_row(f"last {metric}", _last_value(sides.get("a")), _last_value(sides.get("b")))
+    parts: list[RenderableType] = [table]
+    if result.first_divergence is None:
+        parts.append(Text("no divergence: the effects are identical", style="green"))
+    else:
+        parts.append(_divergence_text(result.first_divergence, context))
+    return Group(*parts)
+
+
+def _last_value(points: Sequence[Sequence[Any]] | None) -> str:
+    if not points:
+        return "-"
+    value = points[-1][-1]
+    return f"{value:.6g}" if isinstance(value, float) else f"{value}"
+
+
+@renders("DiffCommandResult")
+def render_diff_command(result: Any, context: RenderContext) -> RenderableType:
+    title = Text(f"{result.a} vs {result.b} at ", style="bold")
+    title.append(context.time(result.at_ns), style="bold yellow")
+    if not result.paths:
+        return Group(title, Text("the states are bit-identical", style="green"))
+    entries = [
+        {"path": entry.path, "change": entry.change, "summary": entry.summary} for entry in result.paths
+    ]
+    parts: list[RenderableType] = []
+    if result.first_divergence is not None:
+        parts.append(_divergence_text(result.first_divergence, context))
+    parts.append(_path_tree(title, entries))
+    if result.omitted:
+        parts.append(Text(f"… and {result.omitted} more changes (narrow with --path)", style="dim"))
+    return Group(*parts)
+
+
+@renders("DiffResult")
+def render_diff(result: Any, context: RenderContext) -> RenderableType:
+    if not result.changes:
+        return Text("equal", style="green")
+    tree = _path_tree(Text("diff", style="bold"), [change.to_data() for change in result.changes])
+    if result.omitted:
+        return Group(tree, Text(f"… and {result.omitted} more changes", style="dim"))
+    return tree
+
+
+@renders("RerunResult")
+def render_rerun(result: Any, context: RenderContext) -> RenderableType:
+    table = _table()
+    table.add_column("")
+    table.add_column("outcome")
+    table.add_row("recorded", outcome_text(result.recorded_outcome, result.recorded_failure, context))
+    table.add_row("today", outcome_text(result.outcome, result.failure, context))
+    parts: list[RenderableType] = [table]
+    if result.settings:
+        parts.append(Text(f"with {' '.join(result.settings)}", style="magenta"))
+    if result.first_divergence is None:
+        parts.append(Text(f"{result.events} events, identical to the recording", style="green"))
+    else:
+        parts.append(_divergence_text(result.first_divergence, context))
+    return Group(*parts)
+
+
+@renders("FaultsResult")
+def render_faults(result: Any, context: RenderContext) -> RenderableType:
+    """One row per fault; a column per key (time keys, ending in ``_ns``, shown in the display unit)."""
+    if not result.faults:
+        return Text(f"no faults on {result.branch}", style="dim")
+    keys = list(dict.fromkeys(key for fault in result.faults for key in fault))
+    table = _table(f"faults on {result.branch}")
+    for key in keys:
+        table.add_column(key.removesuffix("_ns"))
+    for fault in result.faults:
+        table.add_row(*(_fault_cell(key, fault.get(key), context) for key in keys))
+    return table
+
+
+def _fault_cell(key: str, value: Any, context: RenderContext) -> str:
+    if value is None:
+        return ""
+    if key.endswith("_ns") and isinstance(value, int):
+        return context.time(value)
+    return str(value)
+
+
+@renders("ExportResult")
+def render_export(result: Any, context: RenderContext) -> RenderableType:
+    return Text(
+        f"wrote {result.trace_events} trace events ({result.bytes_written} bytes, {result.format}) to {result.path}"
+    )
+
+
+@renders("HelpResult")
+def render_help(result: Any, context: RenderContext) -> RenderableType:
+    if result.detail:
+        return Text(result.detail)
+    table = _table(show_header=False)
+    table.add_column("command", style="bold cyan")
+    table.add_column("summary")
+    for entry in result.entries:
+        table.add_row(entry.name, entry.summary)
+    table.caption = "help COMMAND for its options and examples"
+    return table
+
+
+@renders("PlotResult")
+def render_plot(result: Any, context: RenderContext) -> RenderableType:
+    lines = plot(result.series, result.width, result.height, context.unit, result.log_y)
+    title = Text(f"{result.metric}" + ("  (log scale)" if result.log_y else ""), style="bold")
+    return Group(title, *lines)
