@@ -1,116 +1,23 @@
-"""Test doubles for the shell: a spec table shaped like the explore layer's, a source, an engine.
+"""Test doubles for the shell: a value source over a small world tree, and a toy engine.
 
-The specs mirror ``timetravel.explore.commands.spec`` (name, kind, help, required, rest; option
-name, kind, help, repeat), which the shell reads only structurally. The engine understands a few
-commands so the REPL and batch runner can be driven end to end without a recording.
+Completion uses the real command language's specs (plus the shell's own); the source stands in
+for an open recording. The toy engine understands a few commands so the REPL and the batch
+runner can be driven end to end without a recording.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from timetravel.shell.completion import Candidate, Vocabulary
+from timetravel.shell.commands import SHELL_SPECS
+from timetravel.shell.completion import language_vocabulary
 from timetravel.shell.engine import ExitShell
 from timetravel.shell.prompt import PromptState
 from timetravel.sim.timefmt import parse_time
 
+VOCABULARY = language_vocabulary(SHELL_SPECS)
 
-@dataclass(frozen=True)
-class Argument:
-    name: str
-    kind: str
-    help: str
-    required: bool = True
-    rest: bool = False
-
-
-@dataclass(frozen=True)
-class Option:
-    name: str
-    kind: str | None
-    help: str
-    repeat: bool = False
-
-
-@dataclass(frozen=True)
-class Command:
-    name: str
-    summary: str
-    arguments: tuple[Argument, ...] = ()
-    options: tuple[Option, ...] = ()
-    aliases: tuple[str, ...] = field(default=())
-
-    @property
-    def usage(self) -> str:
-        words = [self.name]
-        words += [
-            argument.name.upper() if argument.required else f"[{argument.name.upper()}]"
-            for argument in self.arguments
-        ]
-        words += [f"[{option.name}]" for option in self.options]
-        return " ".join(words)
-
-
-COMMANDS = (
-    Command(
-        "goto",
-        "move the cursor",
-        (Argument("time", "time", "950, 1.5s or #N"),),
-        (Option("--branch", "branch", "switch first"),),
-    ),
-    Command("step", "run N events", (Argument("count", "count", "how many", required=False),)),
-    Command(
-        "print",
-        "the state under a path",
-        (Argument("path", "path", "a state path", required=False),),
-        (Option("--depth", "count", "levels"),),
-    ),
-    Command(
-        "events",
-        "the event log",
-        (),
-        (Option("--node", "node", "only this node"), Option("--after", None, "after the cursor")),
-    ),
-    Command(
-        "find-first",
-        "first moment a predicate holds",
-        (Argument("predicate", "predicate", "e.g. nonfinite(nodes/*/weights)", rest=True),),
-        (Option("--from", "time", "search from"), Option("--go", None, "move there")),
-    ),
-    Command(
-        "branch",
-        "run an alternate future",
-        (),
-        (
-            Option("--at", "time", "where the future starts"),
-            Option("--from", "branch", "the branch to fork"),
-            Option("--branch-seed", "int", "a new branch key"),
-            Option("--drop-fault", "fault", "remove a fault", repeat=True),
-            Option("--set", "setting", "change a config key", repeat=True),
-            Option("--name", "name", "name the branch"),
-        ),
-    ),
-    Command(
-        "compare",
-        "two branches side by side",
-        (Argument("a", "branch", "first"), Argument("b", "branch", "second")),
-    ),
-    Command("minimize", "shrink the failure", (), (Option("--out", "file", "write the repro here"),)),
-    Command(
-        "help",
-        "the commands",
-        (Argument("command", "command", "a command name", required=False),),
-        aliases=("?",),
-    ),
-    Command("quit", "leave the shell"),
-)
-VOCABULARY = Vocabulary(
-    {command.name: command for command in COMMANDS},
-    {"?": "help"},
-    ("nonfinite", "differ", "changed", "exists", "len", "max"),
-)
 
 TREE: dict[str, Any] = {
     "nodes": {f"rank{index}": {"step": 40, "weights": [0.5, 0.25], "loss": 1.5} for index in range(14)},
@@ -154,33 +61,30 @@ def tree_paths(prefix: str) -> list[str]:
     return names
 
 
+VALUES: dict[str, list[str]] = {
+    "time": ["0ms", "500ms", "950ms", "1000ms"],
+    "node": list(TREE["nodes"]),
+    "branch": ["main", "b1", "fixed"],
+    "fault": ["f1", "f3"],
+    "setting": ["bug=none", "bug=flip", "steps="],
+}
+NOTES: dict[str, dict[str, str]] = {
+    "time": {"0ms": "start", "500ms": "snapshot", "950ms": "snapshot", "1000ms": "failure: nan on rank3"},
+    "branch": {"main": "FAIL nan", "b1": "pass", "fixed": "pass"},
+    "fault": {"f1": "bitflip rank3", "f3": "drop rank2"},
+}
+
+
 class FakeSource:
-    def times(self) -> Sequence[Candidate]:
-        return (
-            Candidate("0ms", "start"),
-            Candidate("500ms", "snapshot"),
-            Candidate("950ms", "snapshot"),
-            Candidate("1000ms", "failure: nan on rank3"),
-        )
+    """The language's ValueSource (values of a kind) with notes, over the tree above."""
 
-    def nodes(self) -> Sequence[Candidate]:
-        return tuple(Candidate(name, "worker") for name in TREE["nodes"])
+    def values(self, kind: str, prefix: str) -> list[str]:
+        if kind == "path":
+            return tree_paths(prefix)
+        return list(VALUES.get(kind, []))
 
-    def branches(self) -> Sequence[Candidate]:
-        return (Candidate("main", "FAIL nan"), Candidate("b1", "pass"), Candidate("fixed", "pass"))
-
-    def faults(self) -> Sequence[Candidate]:
-        return (Candidate("f1", "bitflip rank3"), Candidate("f3", "drop rank2"))
-
-    def settings(self) -> Sequence[Candidate]:
-        return (
-            Candidate("bug=none", "fixed choice"),
-            Candidate("bug=flip", "fixed choice"),
-            Candidate("steps=", "int"),
-        )
-
-    def paths(self, prefix: str) -> Sequence[str]:
-        return tree_paths(prefix)
+    def notes(self, kind: str) -> dict[str, str]:
+        return NOTES.get(kind, {})
 
 
 class FakeUserError(ValueError):

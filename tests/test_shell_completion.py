@@ -86,6 +86,11 @@ def test_fuzzy_rank_puts_prefixes_first_then_earliest_then_tightest() -> None:
 # -- slots and candidates ------------------------------------------------------------------------
 
 
+def test_plot_takes_any_number_of_branches() -> None:
+    assert texts("plot main ") == ["main", "b1", "fixed", "--metric", "--log", "--width", "--height"]
+    assert texts("plot main --log f") == ["fixed"]
+
+
 def test_the_slot_follows_the_argument_and_option_kinds_of_the_spec() -> None:
     assert find_slot((), "go", VOCABULARY).kind == "command"
     assert find_slot(("goto",), "", VOCABULARY).kind == "time"
@@ -109,18 +114,23 @@ def test_a_rest_argument_keeps_every_later_word_even_one_like_an_option() -> Non
 
 
 def test_commands_complete_fuzzily_with_their_summary() -> None:
-    found = complete("ff", VOCABULARY, EmptySource())
-    assert [(item.text, item.meta) for item in found] == [("find-first", "first moment a predicate holds")]
+    found = complete("fif", VOCABULARY, EmptySource())
+    assert [(item.text, item.meta) for item in found] == [
+        ("find-first", "the first moment a predicate holds, and the nodes it holds for")
+    ]
+    assert texts("ff") == ["find-first", "diff"]
     assert texts("cmp") == ["compare"]
-    assert texts("goto 950; br") == ["branch"]
+    assert texts("goto 950; brs") == ["branches"]
+    assert texts("qu") == ["quit"]
+    assert texts("plot --l") == ["--log"]
 
 
 def test_options_complete_with_their_kind_and_help() -> None:
-    found = complete("branch --df", VOCABULARY, EmptySource())
+    found = complete("branch --drf", VOCABULARY, EmptySource())
     assert [(item.text, item.replace_length, item.meta) for item in found] == [
-        ("--drop-fault", 4, "FAULT: remove a fault")
+        ("--drop-fault", 5, "FAULT: remove a fault from the schedule")
     ]
-    assert texts("events --") == ["--node", "--after"]
+    assert texts("events --") == ["--node", "--kind", "--count", "--after"]
 
 
 def test_times_come_from_the_recording_in_order() -> None:
@@ -154,11 +164,12 @@ def test_a_predicate_completes_function_names_then_paths_inside_them() -> None:
     assert texts("find-first non") == ["nonfinite("]
     assert texts("find-first nonfinite(nodes/rank3/w") == ["nonfinite(nodes/rank3/weights"]
     assert texts("find-first max(nodes/*/lo") == ["max(nodes/*/loss"]
-    assert texts("find-first exists(x) and no") == ["nonfinite(", "nodes"]
+    assert texts("find-first exists(x) and no") == ["nonfinite(", "norm(", "nodes"]
 
 
 def test_help_completes_command_names_and_unknown_commands_complete_nothing() -> None:
-    assert texts("help br") == ["branch"]
+    assert texts("help br") == ["branch", "branches"]
+    assert texts("help pl") == ["plot"]
     assert texts("nosuch ") == []
     assert texts("compare main b1 ") == []
 
@@ -206,7 +217,7 @@ def test_the_completer_completes_at_the_cursor_not_at_the_end_of_the_line() -> N
 
 def test_the_completer_highlights_the_matched_characters() -> None:
     completer = ShellCompleter(VOCABULARY, FakeSource)
-    (item,) = completer.get_completions(Document("ff"), CompleteEvent(completion_requested=True))
+    (item,) = completer.get_completions(Document("fif"), CompleteEvent(completion_requested=True))
     styles = [style for style, _ in item.display]
     highlighted = "".join(text for style, text in item.display if "inside" in style)
-    assert highlighted == "ff" and len(styles) == len("find-first")
+    assert highlighted == "fif" and len(styles) == len("find-first")

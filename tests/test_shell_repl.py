@@ -98,10 +98,15 @@ def test_the_prompt_follows_the_cursor(pipe: PipeInput) -> None:
 
 
 def test_the_toolbar_shows_the_usage_and_what_the_slot_expects() -> None:
+    goto = "goto TIME [--branch BRANCH]"
     assert toolbar_text("", VOCABULARY).startswith("Tab completes")
-    assert toolbar_text("goto", VOCABULARY) == "goto TIME [--branch]  —  move the cursor"
-    assert toolbar_text("compare main ", VOCABULARY) == "compare A B  —  B: second"
-    assert toolbar_text("goto 950 --branch ", VOCABULARY) == "goto TIME [--branch]  —  --branch: switch first"
-    assert toolbar_text("goto 950 ", VOCABULARY) == "goto TIME [--branch]"
+    assert toolbar_text("goto", VOCABULARY).startswith(f"{goto}  —  move the cursor to the state after")
+    assert toolbar_text("compare main ", VOCABULARY) == "compare A B  —  B: the second branch"
+    assert (
+        toolbar_text("goto 950 --branch ", VOCABULARY)
+        == f"{goto}  —  --branch: switch the cursor to this branch first"
+    )
+    assert toolbar_text("goto 950 ", VOCABULARY) == goto
+    assert toolbar_text("plot main ", VOCABULARY).startswith("plot [BRANCHES...] [--metric WORD]")
     assert toolbar_text("gto", VOCABULARY).startswith("Tab completes")
     assert toolbar_text("gto x", VOCABULARY) == "unknown command 'gto' (help lists the commands)"

@@ -8,9 +8,17 @@ command specs' argument kinds, a prompt that shows the cursor, persistent bounde
 one-line errors, a terminal plot of metric curves, and batch mode with exit codes.
 """
 
-from timetravel.shell.completion import Candidate, CompletionSource, EmptySource, Vocabulary, complete
+from timetravel.shell.completion import (
+    Candidate,
+    EmptySource,
+    NotedValueSource,
+    Vocabulary,
+    complete,
+    language_vocabulary,
+)
 from timetravel.shell.engine import Engine, ExitShell
 from timetravel.shell.history import BoundedFileHistory, default_history_path
+from timetravel.shell.language import LanguageEngine, MetricSource
 from timetravel.shell.prompt import PromptState, prompt_text
 from timetravel.shell.repl import Repl
 from timetravel.shell.runner import EXIT_COMMAND_FAILED, EXIT_OK, CommandRunner, Status
@@ -21,15 +29,18 @@ __all__ = [
     "BoundedFileHistory",
     "Candidate",
     "CommandRunner",
-    "CompletionSource",
     "EmptySource",
     "Engine",
     "ExitShell",
+    "LanguageEngine",
+    "MetricSource",
+    "NotedValueSource",
     "PromptState",
     "Repl",
     "Status",
     "Vocabulary",
     "complete",
     "default_history_path",
+    "language_vocabulary",
     "prompt_text",
 ]

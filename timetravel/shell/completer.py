@@ -13,14 +13,15 @@ from prompt_toolkit.completion import CompleteEvent, Completer, Completion
 from prompt_toolkit.document import Document
 from prompt_toolkit.formatted_text import StyleAndTextTuples
 
+from timetravel.explore.commands import ValueSource
 from timetravel.shell import completion
-from timetravel.shell.completion import CompletionSource, Vocabulary
+from timetravel.shell.completion import Vocabulary
 
 
 class ShellCompleter(Completer):
     """Fuzzy completion of commands, options, times, nodes, state paths, branches, faults, settings."""
 
-    def __init__(self, vocabulary: Vocabulary, source: Callable[[], CompletionSource]) -> None:
+    def __init__(self, vocabulary: Vocabulary, source: Callable[[], ValueSource]) -> None:
         self.vocabulary = vocabulary
         self.source = source
 

@@ -1,15 +1,19 @@
 """What to offer at the cursor: which slot of which command it is in, and the candidates there.
 
 The command language's specs are data: every argument and option carries a **kind** (``time``,
-``node``, ``path``, ``branch``, ``fault``, ``setting``, ``command``, ``file``, ...). Completion
-reads the half-typed line with the same rules as the parser, finds the slot the cursor is in —
-the command name, an option name, an option's value, or a positional argument — and asks a
-:class:`CompletionSource` for that kind's candidates: the open recording's snapshot and failure
-times, node names, the world's state tree, branches, faults and config keys. Then
-:mod:`timetravel.shell.fuzzy` ranks them against the partial word.
+``node``, ``path``, ``predicate``, ``branch``, ``fault``, ``setting``, ``command``, ``file``...).
+Completion reads the half-typed line with the parser's quoting rules (tolerating an open quote),
+finds the slot the cursor is in — the command name, an option name, an option's value or a
+positional argument — and gathers that kind's candidates: command and option names from the
+specs, predicate functions from the predicate language, file names from the file system, and
+everything that depends on the open recording (snapshot and failure times, nodes, state paths,
+branches, faults, config keys) from the language's ``ValueSource`` — the same source the TUI's
+command line asks. Then :mod:`timetravel.shell.fuzzy` ranks them against the partial word.
 
-No prompt_toolkit here: :mod:`timetravel.shell.completer` adapts the answer to prompt_toolkit's
-``Completer``, and the TUI's command line could use this module as it is.
+Why not the language's own ``completion_context``: the shell adds commands of its own (``plot``,
+``quit``) that the language's table does not hold, and completes fuzzily, which needs every value
+of a kind rather than those with the typed prefix. No prompt_toolkit here:
+:mod:`timetravel.shell.completer` adapts the answer to prompt_toolkit's ``Completer``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from timetravel.explore.commands import COMMANDS, CommandSpec, OptionSpec, ValueSource
+from timetravel.explore.commands.parse import argument_at
+from timetravel.explore.commands.spec import ALIASES
+from timetravel.explore.paths import NUMBER_FUNCTIONS, TRUTH_FUNCTIONS
 from timetravel.shell.fuzzy import CANDIDATES_MAX, rank
 from timetravel.shell.words import LineState, line_state, quote_word
 
@@ -28,59 +36,30 @@ PREDICATE_OPENERS = "(!<>=, "
 """Characters after which a predicate's next token (a path or a function) starts."""
 
 
-# -- what the command language exposes (matched structurally, so the shell names no spec class) --
-
-
-class ArgumentLike(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def kind(self) -> str: ...
-    @property
-    def help(self) -> str: ...
-    @property
-    def required(self) -> bool: ...
-    @property
-    def rest(self) -> bool: ...
-
-
-class OptionLike(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def kind(self) -> str | None: ...
-    @property
-    def help(self) -> str: ...
-    @property
-    def repeat(self) -> bool: ...
-
-
-class CommandLike(Protocol):
-    @property
-    def name(self) -> str: ...
-    @property
-    def summary(self) -> str: ...
-    @property
-    def arguments(self) -> Sequence[ArgumentLike]: ...
-    @property
-    def options(self) -> Sequence[OptionLike]: ...
-    @property
-    def usage(self) -> str: ...
+# -- the commands and the recording's names --------------------------------------------------
 
 
 @dataclass(frozen=True)
 class Vocabulary:
-    """The commands a front end offers (by name), their aliases, and the predicate functions."""
+    """The commands a front end offers (the shared language's, plus its own), aliases, predicate functions."""
 
-    commands: Mapping[str, CommandLike]
+    commands: Mapping[str, CommandSpec]
     aliases: Mapping[str, str] = field(default_factory=dict)
     predicate_functions: Sequence[str] = ()
 
-    def resolve(self, name: str) -> CommandLike | None:
+    def resolve(self, name: str) -> CommandSpec | None:
         return self.commands.get(self.aliases.get(name, name))
 
 
-# -- what the open recording offers ------------------------------------------------------------
+def language_vocabulary(extra: Sequence[CommandSpec] = ()) -> Vocabulary:
+    """The command language's commands and predicate functions, plus a front end's ``extra`` commands."""
+    commands: dict[str, CommandSpec] = dict(COMMANDS)
+    aliases: dict[str, str] = dict(ALIASES)
+    for spec in extra:
+        assert spec.name not in commands, f"{spec.name} is already a command of the language"
+        commands[spec.name] = spec
+        aliases.update((alias, spec.name) for alias in spec.aliases)
+    return Vocabulary(commands, aliases, (*TRUTH_FUNCTIONS, *NUMBER_FUNCTIONS))
 
 
 @dataclass(frozen=True)
@@ -91,50 +70,28 @@ class Candidate:
     meta: str = ""
 
 
-class CompletionSource(Protocol):
-    """The open recording's names, for the kinds that depend on it."""
+RECORDING_KINDS = ("time", "node", "branch", "fault", "setting")
+"""Kinds whose names come from the open recording through the language's ``ValueSource``."""
 
-    def times(self) -> Sequence[Candidate]:
-        """Snapshot times, failure times, the cursor and the end (in the display unit)."""
-        ...
 
-    def nodes(self) -> Sequence[Candidate]: ...
+class NotedValueSource(ValueSource, Protocol):
+    """A ``ValueSource`` that also says a word about each value (a branch's outcome, a time's snapshot)."""
 
-    def branches(self) -> Sequence[Candidate]: ...
-
-    def faults(self) -> Sequence[Candidate]:
-        """The fault ids of the cursor's branch (``f3``), each with its kind and target."""
-        ...
-
-    def settings(self) -> Sequence[Candidate]:
-        """``key=`` for each config key (and ``key=value`` for keys with fixed choices)."""
-        ...
-
-    def paths(self, prefix: str) -> Sequence[str]:
-        """State paths that extend ``prefix``'s directory by one segment (``nodes/rank3``)."""
-        ...
+    def notes(self, kind: str) -> Mapping[str, str]: ...
 
 
 class EmptySource:
     """A source with nothing open: only the command language itself completes."""
 
-    def times(self) -> Sequence[Candidate]:
-        return ()
+    def values(self, kind: str, prefix: str) -> list[str]:
+        return []
 
-    def nodes(self) -> Sequence[Candidate]:
-        return ()
 
-    def branches(self) -> Sequence[Candidate]:
-        return ()
-
-    def faults(self) -> Sequence[Candidate]:
-        return ()
-
-    def settings(self) -> Sequence[Candidate]:
-        return ()
-
-    def paths(self, prefix: str) -> Sequence[str]:
-        return ()
+def _source_candidates(source: ValueSource, kind: str) -> list[Candidate]:
+    """Every value of ``kind`` (asked with an empty prefix: fuzzy matching filters afterwards)."""
+    notes_of = getattr(source, "notes", None)
+    notes: Mapping[str, str] = notes_of(kind) if callable(notes_of) else {}
+    return [Candidate(value, notes.get(value, "")) for value in source.values(kind, "")]
 
 
 # -- where the cursor is -----------------------------------------------------------------------
@@ -146,7 +103,7 @@ class Slot:
 
     kind: str
     """``command``, ``option``, an argument kind (``time``, ``path``...) or ``none``."""
-    command: CommandLike | None = None
+    command: CommandSpec | None = None
     help: str = ""
     options_too: bool = False
     """Also offer the command's options (the argument here is optional, or none is left)."""
@@ -181,7 +138,7 @@ def find_slot(words: Sequence[str], partial: str, vocabulary: Vocabulary) -> Slo
         if equals and option is not None and option.kind is not None:
             return Slot(option.kind, command, f"{option.name}: {option.help}")
         return Slot("option", command, command.usage)
-    argument = _argument_at(command, positional)
+    argument = argument_at(command, positional)
     if argument is None:
         return Slot("option", command, command.usage)
     return Slot(
@@ -189,18 +146,8 @@ def find_slot(words: Sequence[str], partial: str, vocabulary: Vocabulary) -> Slo
     )
 
 
-def _option(command: CommandLike, name: str) -> OptionLike | None:
-    for option in command.options:
-        if option.name == name:
-            return option
-    return None
-
-
-def _argument_at(command: CommandLike, index: int) -> ArgumentLike | None:
-    for position, argument in enumerate(command.arguments):
-        if position == index or (argument.rest and index >= position):
-            return argument
-    return None
+def _option(command: CommandSpec, name: str) -> OptionSpec | None:
+    return command.option(name)
 
 
 # -- the completions ---------------------------------------------------------------------------
@@ -219,7 +166,7 @@ class Completion:
 
 
 def complete(
-    text_before_cursor: str, vocabulary: Vocabulary, source: CompletionSource, limit: int = CANDIDATES_MAX
+    text_before_cursor: str, vocabulary: Vocabulary, source: ValueSource, limit: int = CANDIDATES_MAX
 ) -> list[Completion]:
     """The completions for the line up to the cursor, best first."""
     state = line_state(text_before_cursor)
@@ -236,28 +183,20 @@ def complete(
     return _ranked(state.partial[len(head) :], _candidates(slot, vocabulary, source), state, limit, head)
 
 
-def _candidates(slot: Slot, vocabulary: Vocabulary, source: CompletionSource) -> list[Candidate]:
+def _candidates(slot: Slot, vocabulary: Vocabulary, source: ValueSource) -> list[Candidate]:
     found: list[Candidate] = []
     if slot.kind == "command":
         found = [Candidate(name, spec.summary) for name, spec in vocabulary.commands.items()]
     elif slot.kind == "option" and slot.command is not None:
         found = _option_candidates(slot.command)
-    elif slot.kind == "time":
-        found = list(source.times())
-    elif slot.kind == "node":
-        found = list(source.nodes())
-    elif slot.kind == "branch":
-        found = list(source.branches())
-    elif slot.kind == "fault":
-        found = list(source.faults())
-    elif slot.kind == "setting":
-        found = list(source.settings())
+    elif slot.kind in RECORDING_KINDS:
+        found = _source_candidates(source, slot.kind)
     if slot.options_too and slot.command is not None:
         found.extend(_option_candidates(slot.command))
     return found
 
 
-def _option_candidates(command: CommandLike) -> list[Candidate]:
+def _option_candidates(command: CommandSpec) -> list[Candidate]:
     return [
         Candidate(
             option.name, option.help if option.kind is None else f"{option.kind.upper()}: {option.help}"
@@ -283,13 +222,12 @@ def _ranked(
     ]
 
 
-def _complete_path(
-    state: LineState, source: CompletionSource, limit: int, head: str = ""
-) -> list[Completion]:
+def _complete_path(state: LineState, source: ValueSource, limit: int, head: str = "") -> list[Completion]:
     """Paths one segment deeper than the typed directory; only the last segment is matched fuzzily."""
     typed = state.partial[len(head) :]
     directory, slash, last = typed.rpartition("/")
-    candidates = [path for path in source.paths(typed) if path.rpartition("/")[0] == directory]
+    asked = f"{directory}{slash}"
+    candidates = [path for path in source.values("path", asked) if path.rpartition("/")[0] == directory]
     offset = len(head) + len(directory) + len(slash)
     completions = []
     for found in rank(last, [path.rpartition("/")[2] for path in candidates], limit):
@@ -300,7 +238,7 @@ def _complete_path(
 
 
 def _complete_predicate(
-    state: LineState, vocabulary: Vocabulary, source: CompletionSource, limit: int
+    state: LineState, vocabulary: Vocabulary, source: ValueSource, limit: int
 ) -> list[Completion]:
     """A predicate's last token: a function name (with its ``(``) or a state path."""
     cut = max(state.partial.rfind(character) for character in PREDICATE_OPENERS) + 1

@@ -11,7 +11,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from timetravel.shell.completion import CompletionSource, Vocabulary
+from timetravel.explore.commands import ValueSource
+from timetravel.shell.completion import Vocabulary
 from timetravel.shell.prompt import PromptState
 
 
@@ -39,4 +40,4 @@ class Engine(Protocol):
 
     def prompt_state(self) -> PromptState: ...
 
-    def completion_source(self) -> CompletionSource: ...
+    def completion_source(self) -> ValueSource: ...

@@ -39,7 +39,9 @@ def prompt_text(state: PromptState) -> str:
 
 
 def prompt_fragments(state: PromptState) -> FormattedText:
-    """The prompt with style classes (see ``PROMPT_STYLE``)."""
+    """The prompt with style classes (see ``PROMPT_STYLE``); ``[no recording]> `` with no branch."""
+    if not state.branch:
+        return FormattedText([("class:prompt.bracket", "[no recording]> ")])
     fragments = [
         ("class:prompt.bracket", "["),
         ("class:prompt.branch", state.branch),

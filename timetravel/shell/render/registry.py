@@ -1,11 +1,11 @@
-"""Results to rich renderables: one renderer per result type, found by the type's name.
+"""Results to rich renderables: one renderer per result type.
 
 Every command of the command language returns a structured result (a frozen dataclass with
 ``to_data()``). The shell turns each into rich tables, trees and plots; the TUI renders the same
-objects its own way, and ``--json`` prints ``to_data()``. A renderer registers itself for a result
-type with :func:`renders`; :func:`render` looks the result up by the names of its class and its
-bases, so the shell needs no import of every result module and a subclass inherits its base's
-renderer. A result without a renderer still shows: its ``to_data()`` as a tree (or its ``str``).
+objects its own way, ``--json`` prints ``to_data()`` and the language's ``render_text`` gives the
+plain form. A renderer registers itself for result types with :func:`renders`; :func:`render`
+looks a result up by its class and then its bases, so a subclass inherits its base's renderer.
+A result without a renderer still shows: its ``to_data()`` pretty-printed (or its ``str``).
 """
 
 from __future__ import annotations
@@ -33,16 +33,16 @@ class RenderContext:
 
 
 Renderer = Callable[[Any, RenderContext], RenderableType]
-_RENDERERS: dict[str, Renderer] = {}
+_RENDERERS: dict[type, Renderer] = {}
 
 
-def renders(*type_names: str) -> Callable[[Renderer], Renderer]:
-    """Register the decorated function as the renderer of the result types named."""
+def renders(*result_types: type) -> Callable[[Renderer], Renderer]:
+    """Register the decorated function as the renderer of ``result_types``."""
 
     def register(function: Renderer) -> Renderer:
-        for name in type_names:
-            assert name not in _RENDERERS, f"two renderers for {name}"
-            _RENDERERS[name] = function
+        for result_type in result_types:
+            assert result_type not in _RENDERERS, f"two renderers for {result_type.__name__}"
+            _RENDERERS[result_type] = function
         return function
 
     return register
@@ -50,7 +50,7 @@ def renders(*type_names: str) -> Callable[[Renderer], Renderer]:
 
 def renderer_for(result: object) -> Renderer | None:
     for cls in type(result).__mro__:
-        found = _RENDERERS.get(cls.__name__)
+        found = _RENDERERS.get(cls)
         if found is not None:
             return found
     return None
@@ -71,6 +71,6 @@ def render(result: object, context: RenderContext) -> RenderableType | None:
     return Text(str(result))
 
 
-def registered_types() -> tuple[str, ...]:
-    """The result type names that have a renderer."""
+def registered_types() -> tuple[type, ...]:
+    """The result types that have a renderer."""
     return tuple(_RENDERERS)

@@ -1,4 +1,4 @@
-"""Renderers for the explore layer's results (``timetravel.explore.results``) and the shell's own.
+"""Renderers for the command language's results (``timetravel.explore.results``) and the shell's own.
 
 Tables for rows (events, faults, fan-out buckets, the likelihood curve), trees for anything
 hierarchical (a printed subtree, the branch tree, a diff grouped by path), one coloured line for
@@ -18,8 +18,12 @@ from rich.table import Table
 from rich.text import Text
 from rich.tree import Tree
 
+from timetravel.explore import results as r
+from timetravel.explore.diff import DiffResult
+from timetravel.explore.minimize import MinimizeResult
 from timetravel.shell.render.plot import plot
 from timetravel.shell.render.registry import RenderContext, renders
+from timetravel.shell.results import PlotResult
 
 BAR_WIDTH = 20
 """Cells of a rate bar (fan-out and likelihood tables)."""
@@ -66,8 +70,8 @@ def _event_text(event: Mapping[str, Any] | None, context: RenderContext) -> str:
     return f"{number}at {context.time(event.get('t_ns'))}: {event.get('kind')} to {event.get('dst')}"
 
 
-@renders("CursorResult")
-def render_cursor(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.CursorResult)
+def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableType:
     line = Text()
     line.append(result.branch, style="bold cyan")
     line.append(f"  {context.time(result.t_ns)}", style="bold yellow")
@@ -77,7 +81,7 @@ def render_cursor(result: Any, context: RenderContext) -> RenderableType:
         line,
         Text(f"next: {_event_text(result.next_event, context)}", style="dim"),
     ]
-    if result.failure is not None:
+    if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
         parts.append(failure_text(result.failure, context))
     if result.watches:
         parts.append(_watch_table(result.watches))
@@ -96,8 +100,8 @@ def _watch_table(watches: Iterable[Any]) -> Table:
     return table
 
 
-@renders("EventsResult")
-def render_events(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.EventsResult)
+def render_events(result: r.EventsResult, context: RenderContext) -> RenderableType:
     table = _table(f"events on {result.branch}")
     for name, justify in (
         ("#", "right"),
@@ -117,8 +121,8 @@ def render_events(result: Any, context: RenderContext) -> RenderableType:
     return table
 
 
-@renders("PrintResult")
-def render_print(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.PrintResult)
+def render_print(result: r.PrintResult, context: RenderContext) -> RenderableType:
     tree = Tree(
         Text(f"{result.path or '/'}  on {result.branch} at {context.time(result.t_ns)}", style="bold")
     )
@@ -136,8 +140,8 @@ def render_print(result: Any, context: RenderContext) -> RenderableType:
     return tree
 
 
-@renders("WatchResult")
-def render_watch(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.WatchResult)
+def render_watch(result: r.WatchResult, context: RenderContext) -> RenderableType:
     parts: list[RenderableType] = []
     if result.message:
         parts.append(Text(result.message, style="" if result.found else "yellow"))
@@ -147,8 +151,8 @@ def render_watch(result: Any, context: RenderContext) -> RenderableType:
     return Group(*parts)
 
 
-@renders("FindResult")
-def render_find(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.FindResult)
+def render_find(result: r.FindResult, context: RenderContext) -> RenderableType:
     if not result.found:
         return Text(f"{result.expression} never holds on {result.branch}", style="yellow")
     text = Text(f"{result.expression} first holds at ")
@@ -174,15 +178,15 @@ def _branch_line(branch: Any, context: RenderContext, current: bool = False) -> 
     return text
 
 
-@renders("BranchResult")
-def render_branch(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.BranchResult)
+def render_branch(result: r.BranchResult, context: RenderContext) -> RenderableType:
     line = _branch_line(result, context)
     detail = Text(f"{result.events} events, ends at {context.time(result.t_end_ns)}", style="dim")
     return Group(line, detail)
 
 
-@renders("BranchesResult")
-def render_branches(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.BranchesResult)
+def render_branches(result: r.BranchesResult, context: RenderContext) -> RenderableType:
     """The branch tree: each branch under the one it was forked from."""
     names = {branch.name for branch in result.branches}
     tree = Tree(Text("branches", style="bold"), guide_style="dim")
@@ -195,8 +199,8 @@ def render_branches(result: Any, context: RenderContext) -> RenderableType:
     return tree
 
 
-@renders("FanoutResult")
-def render_fanout(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.FanoutResult)
+def render_fanout(result: r.FanoutResult, context: RenderContext) -> RenderableType:
     table = _table(
         f"{result.samples} futures from {context.time(result.at_ns)}: failure rate {result.failure_rate:.0%}"
     )
@@ -211,8 +215,8 @@ def render_fanout(result: Any, context: RenderContext) -> RenderableType:
     return table
 
 
-@renders("LikelihoodResult")
-def render_likelihood(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.LikelihoodResult)
+def render_likelihood(result: r.LikelihoodResult, context: RenderContext) -> RenderableType:
     table = _table(f"failure likelihood along {result.branch} ({result.samples} futures per snapshot)")
     table.add_column("from", justify="right")
     table.add_column("rate", justify="right")
@@ -268,16 +272,16 @@ def _divergence_text(divergence: Any, context: RenderContext) -> Text:
     return text
 
 
-@renders("Divergence")
-def render_divergence(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.Divergence)
+def render_divergence(result: r.Divergence, context: RenderContext) -> RenderableType:
     title = _divergence_text(result, context)
     if not result.changes:
         return title
     return _path_tree(title, result.changes)
 
 
-@renders("CompareResult")
-def render_compare(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.CompareResult)
+def render_compare(result: r.CompareResult, context: RenderContext) -> RenderableType:
     table = _table()
     table.add_column("")
     table.add_column(result.a.name, style="")
@@ -305,8 +309,8 @@ def _last_value(points: Sequence[Sequence[Any]] | None) -> str:
     return f"{value:.6g}" if isinstance(value, float) else f"{value}"
 
 
-@renders("DiffCommandResult")
-def render_diff_command(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.DiffCommandResult)
+def render_diff_command(result: r.DiffCommandResult, context: RenderContext) -> RenderableType:
     title = Text(f"{result.a} vs {result.b} at ", style="bold")
     title.append(context.time(result.at_ns), style="bold yellow")
     if not result.paths:
@@ -323,8 +327,8 @@ def render_diff_command(result: Any, context: RenderContext) -> RenderableType:
     return Group(*parts)
 
 
-@renders("DiffResult")
-def render_diff(result: Any, context: RenderContext) -> RenderableType:
+@renders(DiffResult)
+def render_diff(result: DiffResult, context: RenderContext) -> RenderableType:
     if not result.changes:
         return Text("equal", style="green")
     tree = _path_tree(Text("diff", style="bold"), [change.to_data() for change in result.changes])
@@ -333,8 +337,8 @@ def render_diff(result: Any, context: RenderContext) -> RenderableType:
     return tree
 
 
-@renders("RerunResult")
-def render_rerun(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.RerunResult)
+def render_rerun(result: r.RerunResult, context: RenderContext) -> RenderableType:
     table = _table()
     table.add_column("")
     table.add_column("outcome")
@@ -350,37 +354,68 @@ def render_rerun(result: Any, context: RenderContext) -> RenderableType:
     return Group(*parts)
 
 
-@renders("FaultsResult")
-def render_faults(result: Any, context: RenderContext) -> RenderableType:
-    """One row per fault; a column per key (time keys, ending in ``_ns``, shown in the display unit)."""
+@renders(r.FaultsResult)
+def render_faults(result: r.FaultsResult, context: RenderContext) -> RenderableType:
+    """One row per fault, a column per key; times in the display unit, ``t_start`` and ``t_start_ns`` alike."""
     if not result.faults:
         return Text(f"no faults on {result.branch}", style="dim")
-    keys = list(dict.fromkeys(key for fault in result.faults for key in fault))
+    columns = list(dict.fromkeys(key.removesuffix("_ns") for fault in result.faults for key in fault))
     table = _table(f"faults on {result.branch}")
-    for key in keys:
-        table.add_column(key.removesuffix("_ns"))
+    for column in columns:
+        table.add_column(column)
     for fault in result.faults:
-        table.add_row(*(_fault_cell(key, fault.get(key), context) for key in keys))
+        cells = []
+        for column in columns:
+            key = column if column in fault else f"{column}_ns"
+            cells.append(_fault_cell(key, fault.get(key), context))
+        table.add_row(*cells)
     return table
+
+
+TIME_KEYS = ("t_start", "t_end")
+"""Fault keys that hold a time in ns without saying so (any key ending in ``_ns`` does too)."""
 
 
 def _fault_cell(key: str, value: Any, context: RenderContext) -> str:
     if value is None:
         return ""
-    if key.endswith("_ns") and isinstance(value, int):
+    if (key.endswith("_ns") or key in TIME_KEYS) and isinstance(value, int) and not isinstance(value, bool):
         return context.time(value)
+    if isinstance(value, dict):
+        return ", ".join(f"{name}={item}" for name, item in value.items())
     return str(value)
 
 
-@renders("ExportResult")
-def render_export(result: Any, context: RenderContext) -> RenderableType:
+@renders(MinimizeResult)
+def render_minimize(result: MinimizeResult, context: RenderContext) -> RenderableType:
+    title = Text(f"minimized {result.signature}", style="bold")
+    title.append(
+        f"  in {result.runs} runs, {result.seconds:.1f} s (stopped by {result.stopped_by})", style="dim"
+    )
+    table = _table()
+    table.add_column("")
+    table.add_column("before", justify="right")
+    table.add_column("after", justify="right")
+    table.add_row("faults", str(result.faults_before), str(result.faults_after))
+    table.add_row("non-canonical choices", str(result.choices_before), str(result.choices_after))
+    for name, (before, after) in result.params_changed.items():
+        table.add_row(name, str(before), str(after))
+    parts: list[RenderableType] = [title, table]
+    parts.append(Text(f"faults kept: {', '.join(result.faults_kept) or 'none'}", style="magenta"))
+    parts.append(failure_text(result.failure, context))
+    parts += [Text(f"wrote {path}") for path in (result.out, result.pytest) if path]
+    return Group(*parts)
+
+
+@renders(r.ExportResult)
+def render_export(result: r.ExportResult, context: RenderContext) -> RenderableType:
     return Text(
         f"wrote {result.trace_events} trace events ({result.bytes_written} bytes, {result.format}) to {result.path}"
     )
 
 
-@renders("HelpResult")
-def render_help(result: Any, context: RenderContext) -> RenderableType:
+@renders(r.HelpResult)
+def render_help(result: r.HelpResult, context: RenderContext) -> RenderableType:
     if result.detail:
         return Text(result.detail)
     table = _table(show_header=False)
@@ -392,8 +427,8 @@ def render_help(result: Any, context: RenderContext) -> RenderableType:
     return table
 
 
-@renders("PlotResult")
-def render_plot(result: Any, context: RenderContext) -> RenderableType:
+@renders(PlotResult)
+def render_plot(result: PlotResult, context: RenderContext) -> RenderableType:
     lines = plot(result.series, result.width, result.height, context.unit, result.log_y)
     title = Text(f"{result.metric}" + ("  (log scale)" if result.log_y else ""), style="bold")
     return Group(title, *lines)
