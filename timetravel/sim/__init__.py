@@ -8,6 +8,7 @@ from timetravel.sim.context import Context, freeze
 from timetravel.sim.encoding import check_plain
 from timetravel.sim.event import Event
 from timetravel.sim.failure import make_failure
+from timetravel.sim.guard import DeterminismError
 from timetravel.sim.kernel import RunResult, Simulation, chain_head
 from timetravel.sim.scenario import ConfigError, Param, Scenario
 from timetravel.sim.timefmt import TimeFormatError, format_time, format_time_auto, parse_time
@@ -16,6 +17,7 @@ from timetravel.sim.world import World
 __all__ = [
     "ConfigError",
     "Context",
+    "DeterminismError",
     "Event",
     "Param",
     "RunResult",

@@ -9,6 +9,10 @@ Every processed event is appended to the current *chain batch*. When a batch hol
 previous digest. Hashing in batches costs ~0.1 us an event where hashing each event on its own
 would halve the kernel's speed; a recording stores the batch digests and a replay that finds a
 mismatching batch re-runs it event by event to name the first event that differs.
+
+The determinism guard (``timetravel.sim.guard``) is switched on around each run segment and the
+end-of-run hook, on this thread only, and off around the chain-batch observer: the hot loop itself
+pays nothing per event for it.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any
 
 import xxhash
 
+from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
 from timetravel.sim.context import Context, fixed_latency_transport
 from timetravel.sim.encoding import pack
@@ -76,7 +81,9 @@ class Simulation:
         chain: bool = True,
         chain_batch_events: int = CHAIN_BATCH_EVENTS_DEFAULT,
         on_chain_batch: ChainBatchCallback | None = None,
+        determinism: str | None = None,
     ) -> None:
+        """``determinism``: the guard's mode (virtualize, forbid, off); None takes the scenario's."""
         if chain_batch_events < 1:
             raise ValueError("chain_batch_events must be at least 1")
         if not world.chain_digest:
@@ -93,6 +100,9 @@ class Simulation:
             choice_log=choice_log,
         )
         self._tables: dict[str, Any] = {}
+        self.determinism = guard.check_mode(scenario.determinism if determinism is None else determinism)
+        if self.determinism != guard.MODE_OFF:
+            guard.install()
 
     # -- running --------------------------------------------------------------------------------
 
@@ -123,7 +133,7 @@ class Simulation:
                 if pause_every_events:
                     next_pause = (world.events_processed // pause_every_events + 1) * pause_every_events
                     segment_limit = min(limit, next_pause)
-                stop = self._run_segment(segment_limit, until)
+                stop = self._guarded_segment(segment_limit, until)
                 if stop is not None or world.events_processed >= limit:
                     break
                 if on_pause is not None:
@@ -137,6 +147,14 @@ class Simulation:
         if stop == STOP_DRAINED and not world.failures:
             self._end_of_run()
         return self._result(STOP_FAILURE if world.failures else stop)
+
+    def _guarded_segment(self, limit: int, until: int) -> str | None:
+        """One run segment with the guard on for this thread (only handlers run here meanwhile)."""
+        previous = guard.enter(self.ctx, self.determinism)
+        try:
+            return self._run_segment(limit, until)
+        finally:
+            guard.leave(previous)
 
     def _run_segment(self, limit: int, until: int) -> str | None:
         world = self.world
@@ -236,7 +254,11 @@ class Simulation:
         ctx.state = {}
         ctx.event = None
         ctx.now = self.world.t_ns
-        on_end(self.world, ctx)
+        previous = guard.enter(ctx, self.determinism)
+        try:
+            on_end(self.world, ctx)
+        finally:
+            guard.leave(previous)
 
     def _result(self, stop: str) -> RunResult:
         world = self.world
@@ -257,7 +279,8 @@ class Simulation:
         world.chain_digest = chain_step(world.chain_digest, batch)
         world.chain_events += len(batch)
         if self.on_chain_batch is not None:
-            self.on_chain_batch(first, list(batch), world.chain_digest)
+            with guard.suspended():  # observers (recorders, checkers) are not handlers
+                self.on_chain_batch(first, list(batch), world.chain_digest)
         batch.clear()
 
     def chain_head(self) -> str:

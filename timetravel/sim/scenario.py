@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from timetravel.sim.guard.state import MODE_DEFAULT, check_mode
 from timetravel.sim.timefmt import TimeFormatError, parse_time
 
 if TYPE_CHECKING:
@@ -143,6 +144,12 @@ class Scenario:
     summarize: Callable[[World], dict[str, Any]] | None = None
     """Figures of the scenario's own for ``run --json`` (the ``summary`` object)."""
     display_unit: str = "ms"
+    determinism: str = MODE_DEFAULT
+    """The determinism guard's mode for this scenario's handlers: virtualize, forbid or off
+    (``Simulation(determinism=...)`` and ``--determinism`` override it; docs/determinism.md)."""
+
+    def __post_init__(self) -> None:
+        check_mode(self.determinism)
 
     def param(self, name: str) -> Param:
         for param in self.params:
