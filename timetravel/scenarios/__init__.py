@@ -17,6 +17,7 @@ _BUILTINS = {
     "pingpong": "timetravel.scenarios.pingpong:SCENARIO",
     "gossip": "timetravel.scenarios.gossip:SCENARIO",
     "needle": "timetravel.scenarios.needle:SCENARIO",
+    "leaky": "timetravel.scenarios.leaky:SCENARIO",
 }
 
 
