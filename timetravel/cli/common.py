@@ -9,6 +9,7 @@ from typing import Any, NoReturn
 
 from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim.encoding import DecodeError
+from timetravel.sim.guard import MODES, ModeError
 from timetravel.sim.scenario import ConfigError, Scenario
 from timetravel.sim.timefmt import TimeFormatError
 
@@ -21,6 +22,7 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     ConfigError,
     UnknownScenarioError,
     TimeFormatError,
+    ModeError,
     DecodeError,
     FileNotFoundError,
     IsADirectoryError,
@@ -60,6 +62,20 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
         default=[],
         metavar="KEY=VALUE",
         help="set a config key (repeatable; applied after any preset). `timetravel scenarios NAME` lists the keys",
+    )
+
+
+def add_determinism_argument(parser: argparse.ArgumentParser) -> None:
+    """``--determinism MODE``: the guard's mode for the scenario's handlers (docs/determinism.md)."""
+    parser.add_argument(
+        "--determinism",
+        choices=MODES,
+        default=None,
+        help=(
+            "what handlers see when they read the clock or global random: virtualize (simulated values, "
+            "the default unless the scenario says otherwise), forbid (an error naming the call site), "
+            "off (the real functions)"
+        ),
     )
 
 

@@ -7,7 +7,12 @@ import sys
 import time
 from typing import Any
 
-from timetravel.cli.common import add_scenario_arguments, print_json, resolve_scenario
+from timetravel.cli.common import (
+    add_determinism_argument,
+    add_scenario_arguments,
+    print_json,
+    resolve_scenario,
+)
 from timetravel.sim.runner import reproduce_command, run_report
 from timetravel.sim.timefmt import format_time_auto, parse_time
 
@@ -34,6 +39,7 @@ def register(subparsers: Any) -> None:
         metavar="MODULE:ATTR",
         help="load the scenario from this module (your explicit opt-in to import it)",
     )
+    add_determinism_argument(parser)
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.set_defaults(func=main)
 
@@ -43,9 +49,11 @@ def main(args: argparse.Namespace) -> int:
     config = scenario.resolve_config(args.settings)
     until_ns = parse_time(args.until, scenario.display_unit) if args.until else None
     started = time.perf_counter()
-    report, _world = run_report(scenario, config, args.seed, until_ns=until_ns)
+    report, _world = run_report(scenario, config, args.seed, until_ns=until_ns, determinism=args.determinism)
     report["wall_s"] = round(time.perf_counter() - started, 6)
-    command = reproduce_command(scenario.name, args.seed, args.settings, args.until, args.scenario_target)
+    command = reproduce_command(
+        scenario.name, args.seed, args.settings, args.until, args.scenario_target, args.determinism
+    )
     if args.json:
         print_json(report)
     else:

@@ -33,10 +33,14 @@ def run_report(
     *,
     until_ns: int | None = None,
     max_events: int | None = None,
+    determinism: str | None = None,
 ) -> tuple[dict[str, Any], World]:
-    """Run one seed to the end (or ``until_ns``) and return the report and the final world."""
+    """Run one seed to the end (or ``until_ns``) and return the report and the final world.
+
+    ``determinism`` is the guard's mode (None: the scenario's own, normally virtualize).
+    """
     world = build_world(scenario, config, seed)
-    simulation = Simulation(scenario, world)
+    simulation = Simulation(scenario, world, determinism=determinism)
     result = simulation.run(until_ns=until_ns, max_events=max_events)
     report: dict[str, Any] = {
         "scenario": scenario.name,
@@ -48,6 +52,7 @@ def run_report(
         "t_end_ns": result.t_end_ns,
         "state_hash": world.state_hash(),
         "hash_chain": chain_head(world),
+        "determinism": simulation.determinism,
         "code_fingerprint": code_fingerprint(scenario.build.__module__),
         "platform_fingerprint": platform_fingerprint(),
     }
@@ -69,11 +74,14 @@ def reproduce_command(
     settings: Iterable[str],
     until: str | None = None,
     scenario_target: str | None = None,
+    determinism: str | None = None,
 ) -> str:
     """The exact command line that reruns this seed with these settings."""
     words = ["timetravel", "run", scenario_name, "--seed", str(seed)]
     if scenario_target:
         words += ["--scenario", scenario_target]
+    if determinism:
+        words += ["--determinism", determinism]
     for setting in settings:
         words += ["--set", setting]
     if until is not None:

@@ -20,7 +20,7 @@ import uuid
 from typing import Any
 
 from timetravel.sim.choices import choose_world
-from timetravel.sim.guard.state import ACTIVE
+from timetravel.sim.guard.state import ACTIVE, suspended
 
 VIRTUAL_EPOCH_NS = 946_684_800 * 1_000_000_000
 """Simulated time 0 on the virtual wall clock: 2000-01-01T00:00:00Z (a date that looks simulated)."""
@@ -139,7 +139,8 @@ def virtual_random() -> ChoiceRandom:
     """This thread's ChoiceRandom, with the gauss cache cleared (no value survives a call)."""
     instance = ACTIVE.random_instance
     if instance is None:
-        instance = ACTIVE.random_instance = ChoiceRandom()
+        with suspended():  # created once per thread: nothing it does may depend on the world
+            instance = ACTIVE.random_instance = ChoiceRandom()
     instance.gauss_next = None
     return instance
 
@@ -159,7 +160,8 @@ def numpy_state(context: Any) -> Any:
 
     state = ACTIVE.numpy_state
     if state is None:
-        state = ACTIVE.numpy_state = np.random.RandomState(0)
+        with suspended():  # RandomState() draws OS entropy while constructing: keep it out of the world
+            state = ACTIVE.numpy_state = np.random.RandomState(0)
     state.seed(draw(context, SITE_NUMPY, 1 << 32))
     return state
 
