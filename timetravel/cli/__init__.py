@@ -20,6 +20,7 @@ COMMAND_MODULES = (
     "timetravel.cli.scenarios_command",
     "timetravel.cli.run_command",
     "timetravel.cli.bench_command",
+    "timetravel.cli.check_determinism_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
