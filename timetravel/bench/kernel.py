@@ -109,6 +109,30 @@ def simpy_pingpong(rounds: int) -> int:
     return messages[0]
 
 
+GUARD_REPEATS = 5
+
+
+def guard_overhead_ratio(rounds: int) -> float:
+    """Wall time of pingpong with the determinism guard (virtualize) over the same run with it off.
+
+    The guard is switched per run segment, not per event, so this should stay near 1.0 (target
+    <= 1.10). The two modes alternate, best of GUARD_REPEATS each, so drift on a shared machine
+    hits both alike.
+    """
+    scenario = get_scenario("pingpong")
+    config = scenario.resolve_config({"rounds": rounds, "latency": PINGPONG_LATENCY_NS, "jitter": 0})
+    best = {"virtualize": float("inf"), "off": float("inf")}
+
+    def run(mode: str) -> None:
+        Simulation(scenario, scenario.build(config, 1), determinism=mode).run()
+
+    for _ in range(GUARD_REPEATS):
+        for mode in best:
+            wall, _ = best_of(lambda: run(mode), 1)  # noqa: B023 - called at once, inside this iteration
+            best[mode] = min(best[mode], wall)
+    return round(best["virtualize"] / best["off"], 3)
+
+
 def run_bench(quick: bool = False) -> dict[str, Any]:
     """Measure and return the kernel figures (``quick`` shrinks the workloads for smoke tests)."""
     scale = 10 if quick else 1
@@ -132,5 +156,6 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
         "pingpong_ratio_vs_simpy": round(
             (messages / wall_pingpong) / (simpy_messages / wall_simpy_pingpong), 3
         ),
+        "guard_overhead_ratio": guard_overhead_ratio(rounds),
     }
     return {"bench": "kernel", "figures": figures}
