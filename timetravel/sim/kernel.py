@@ -239,8 +239,14 @@ class Simulation:
     def _handler_raised(self, error: Exception) -> None:
         ctx = self.ctx
         role = self.world.roles.get(ctx.node, "?")
-        frames = traceback.extract_tb(error.__traceback__)
+        frames = [
+            frame
+            for frame in traceback.extract_tb(error.__traceback__)
+            if not guard.is_guard_file(frame.filename)
+        ]
         where = f" at {frames[-1].filename}:{frames[-1].lineno} in {frames[-1].name}" if frames else ""
+        if isinstance(error, guard.DeterminismError):
+            where = ""  # its message names the user's call site already
         message = f"{type(error).__name__}: {error}{where}"
         site = f"{role}.{ctx.event_kind}:{type(error).__name__}"
         self.world.failures.append(make_failure("exception", ctx.node or None, ctx.now, message, site))

@@ -39,6 +39,7 @@ from timetravel.sim.guard.state import (
     active_context,
     check_mode,
     deactivate,
+    is_guard_file,
     suspended,
 )
 from timetravel.sim.guard.virtual import (
@@ -90,6 +91,7 @@ __all__ = [
     "enter",
     "install",
     "installed",
+    "is_guard_file",
     "leave",
     "original",
     "patched_labels",

@@ -119,6 +119,11 @@ class suspended:
         deactivate(self._previous)
 
 
+def is_guard_file(filename: str) -> bool:
+    """True for the guard's own source files (never the place a user needs to look at)."""
+    return os.path.abspath(filename).startswith(_GUARD_DIRECTORY)
+
+
 def _is_library_file(filename: str) -> bool:
     if filename.startswith("<frozen "):
         return True  # frozen stdlib modules (<frozen os>); <string> and <stdin> are the user's
