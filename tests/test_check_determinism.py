@@ -106,7 +106,7 @@ def test_a_set_iterated_deep_into_a_run_is_caught_at_the_exact_first_divergent_e
         lines[2]
         == f"  PYTHONHASHSEED={hash_a:<10}  t={format_time_auto(t_ns)}  {order_a[first]}  work  (seq {index})"
     )
-    assert lines[-1] == "1 seeds checked: 0 consistent, 1 mismatching (1.0 s)"
+    assert lines[-1] == "1 seed checked: 0 consistent, 1 mismatching (1.0 s)"
 
 
 def spec(leak: str, determinism: str | None = None) -> RunSpec:

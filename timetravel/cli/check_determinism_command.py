@@ -138,10 +138,10 @@ def _print_human(report: dict[str, Any], seeds_text: str) -> None:
     )
     for mismatch in report["mismatches"]:
         _print_mismatch(mismatch)
-    count = len(report["mismatches"])
+    checked = report["seeds_checked"]
     print(
-        f"{report['seeds_checked']} seeds checked: {report['consistent']} consistent, "
-        f"{count} mismatching ({report['wall_s']:.1f} s)"
+        f"{checked} seed{'' if checked == 1 else 's'} checked: {report['consistent']} consistent, "
+        f"{len(report['mismatches'])} mismatching ({report['wall_s']:.1f} s)"
     )
 
 
