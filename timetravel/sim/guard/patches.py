@@ -110,6 +110,22 @@ def virtualized(label: str, original: Any, simulate: Callable[..., Any], advice:
     return patched
 
 
+def virtualized_clock(
+    label: str, original: Any, simulate: Callable[[Any], Any], advice: str
+) -> Callable[[], Any]:
+    """:func:`virtualized` for a clock that takes no arguments (the cheapest pass-through)."""
+
+    def patched() -> Any:
+        context = ACTIVE.context
+        if context is None:
+            return original()
+        if ACTIVE.forbid:
+            raise violation(label, advice)
+        return simulate(context)
+
+    return patched
+
+
 def virtualized_when_omitted(
     label: str, original: Any, position: int, simulate: Callable[..., Any], advice: str
 ) -> Callable[..., Any]:
@@ -144,6 +160,13 @@ Maker = Callable[[str, Any], Callable[..., Any]]
 def as_virtualized(simulate: Callable[..., Any], advice: str) -> Maker:
     def make(label: str, original: Any) -> Callable[..., Any]:
         return virtualized(label, original, simulate, advice)
+
+    return make
+
+
+def as_virtualized_clock(simulate: Callable[[Any], Any], advice: str) -> Maker:
+    def make(label: str, original: Any) -> Callable[..., Any]:
+        return virtualized_clock(label, original, simulate, advice)
 
     return make
 
@@ -200,7 +223,7 @@ def _patch_time() -> None:
         "thread_time_ns": virtual.logical_ns,
     }
     for name, simulate in clocks.items():
-        _replace_function(time, name, as_virtualized(simulate, ADVICE_CLOCK))
+        _replace_function(time, name, as_virtualized_clock(simulate, ADVICE_CLOCK))
     local_time: dict[str, Callable[..., Any]] = {
         "localtime": lambda context, seconds=None: virtual.struct_time_utc(context, seconds),
         "ctime": lambda context, seconds=None: time.asctime(virtual.struct_time_utc(context, seconds)),
