@@ -148,6 +148,29 @@ def test_consistent_seeds_exit_zero_with_the_json_contract(run_cli: RunCli) -> N
     assert completed.stderr == ""  # no progress line when stderr is not a terminal
 
 
+def test_a_user_scenario_named_by_module_is_loaded_in_every_worker(run_cli: RunCli) -> None:
+    examples = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "docs", "examples")
+    target = "replicated_register:SCENARIO"
+    completed = run_cli(
+        "check-determinism",
+        "replicated_register",
+        "--scenario",
+        target,
+        "--seeds",
+        "3:4",
+        "--json",
+        env={"PYTHONPATH": examples},
+    )
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    assert (report["consistent"], report["outcomes"]) == (1, {"pass": 0, "fail": 1})  # seed 3 fails, always
+    mislabelled = run_cli(
+        "check-determinism", "pingpong", "--scenario", target, "--seeds", "0:1", env={"PYTHONPATH": examples}
+    )
+    assert mislabelled.returncode == 2
+    assert "is scenario 'replicated_register', not 'pingpong'" in mislabelled.stderr
+
+
 @pytest.mark.parametrize(
     ("arguments", "message"),
     [

@@ -19,7 +19,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any
 
-from timetravel.scenarios import get_scenario, load_target
+from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim.encoding import digest, pack
 from timetravel.sim.event import Event
 from timetravel.sim.kernel import CHAIN_BATCH_EVENTS_DEFAULT, STOP_MAX_EVENTS, Simulation, chain_head
@@ -44,7 +44,12 @@ class RunSpec:
 
     def scenario(self) -> Scenario:
         if self.scenario_target:
-            return load_target(self.scenario_target)
+            scenario = load_target(self.scenario_target)
+            if scenario.name != self.scenario_name:
+                raise UnknownScenarioError(
+                    f"{self.scenario_target} is scenario {scenario.name!r}, not {self.scenario_name!r}"
+                )
+            return scenario
         return get_scenario(self.scenario_name)
 
     def resolve(self) -> tuple[Scenario, dict[str, Any], int | None]:
