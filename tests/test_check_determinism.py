@@ -282,3 +282,13 @@ def test_workers_import_what_the_parent_imports() -> None:
     path = import_path().split(os.pathsep)
     here = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     assert here in path  # the checkout under test, not some installed timetravel
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    ("name", "settings"), [("pingpong", ("rounds=300",)), ("gossip", ("nodes=48", "rumors=12"))]
+)
+def test_the_built_in_scenarios_agree_across_processes(name: str, settings: tuple[str, ...]) -> None:
+    seeds = range(0, 40 if os.environ.get("TIMETRAVEL_SLOW") == "full" else 4)
+    report = check_determinism(RunSpec(name, None, settings, None, None), seeds, runs=3)
+    assert report["mismatches"] == [] and report["consistent"] == len(seeds)
