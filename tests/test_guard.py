@@ -428,8 +428,10 @@ def test_the_end_of_run_hook_is_guarded_and_then_released() -> None:
     def failing_end(world: World, ctx: Context) -> None:
         raise RuntimeError("oracle crashed")
 
-    with pytest.raises(RuntimeError, match="oracle crashed"):
-        run_probe(probe(read_clocks, on_end=failing_end))
+    crashed, _ = run_probe(probe(read_clocks, on_end=failing_end))
+    assert crashed.failures[0]["kind"] == "exception"
+    assert crashed.failures[0]["signature"].endswith(".end:RuntimeError")
+    assert "oracle crashed" in crashed.failures[0]["message"]
     assert guard.active_context() is None
 
 

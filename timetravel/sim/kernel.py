@@ -263,6 +263,8 @@ class Simulation:
         previous = guard.enter(ctx, self.determinism)
         try:
             on_end(self.world, ctx)
+        except Exception as error:  # an oracle that raises is a finding, like a handler that raises
+            self._handler_raised(error)
         finally:
             guard.leave(previous)
 
