@@ -1,0 +1,322 @@
+"""GPU streams per rank: launch kernels, record events, make streams wait, hear of completions.
+
+The model follows CUDA's stream semantics, because that is where real training bugs live:
+
+* ``launch(ctx, stream, name, duration_ns, reads, writes, done_kind, payload)`` queues a kernel.
+  Work on one stream runs FIFO; a kernel starts when everything queued before it on its stream is
+  done. When it finishes the node gets an event of kind ``done_kind`` (payload ``payload``), if one
+  is given. ``duration_ns=None`` makes an *open* kernel (a communication kernel whose length the
+  network decides): it runs until the node calls ``finish(ctx, stream)``; ``started_kind`` tells
+  the node when such a kernel starts, so it can begin its message exchange.
+* ``record(ctx, stream, event)`` queues an event record: the event completes when all work queued
+  before it on that stream is done. Recording again re-arms the event (``cudaEventRecord``).
+* ``wait(ctx, stream, event)`` makes work queued afterwards on ``stream`` wait for the record of
+  ``event`` that was the latest *when wait was called* (``cudaStreamWaitEvent``); waiting on an
+  event never recorded does not block, as in CUDA.
+
+**Completion order is a choice.** Kernels on different streams of one GPU contend for its SMs, so
+which of two overlapping kernels finishes first is not decided by their nominal durations alone.
+When a kernel starts while another stream of the rank runs a timed kernel, a choice at site
+``gpu.order`` (one per such pair) keeps the nominal order (value 0) or flips it (value 1): the one
+that would finish first is pushed to finish 1 ns after the other. A kernel's effects are visible
+when it completes (do its maths in the ``done_kind`` handler), so a missing wait bites exactly on
+the seeds where the order flips, and the happens-before race detector (race.py) catches it on every
+seed unless ``race_detector=off``.
+
+**Data, not objects.** All of it lives in the node's state under ``state["gpu"]`` (streams, their
+queues and vector clocks, events, buffer accesses), so snapshots and branches carry it. A completion
+is one internal event of kind ``gpu.done`` carrying ``[epoch, stream, ticket]``; a crash bumps the
+epoch and a rescheduled completion gets a new ticket, so a stale event is recognised and ignored.
+The fabric's ``gpu.done`` handler (merged into the scenario's table by ``with_handlers``) advances
+the streams and then calls the scenario's ``done_kind`` handler directly, in the same event.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
+
+from timetravel.fabric.race import check_kernel, join
+from timetravel.sim.event import Event
+
+if TYPE_CHECKING:
+    from timetravel.sim.context import Context
+    from timetravel.sim.scenario import Handler
+
+GPU_KEY = "gpu"
+"""Key of the GPU model inside a rank's node state (reserved: scenarios must not use it)."""
+DONE_KIND = "gpu.done"
+SITE_ORDER = "gpu.order"
+STREAMS_MAX = 16
+STREAM_OPS_MAX = 100_000
+"""Bound on the work queued on one stream (a runaway launch loop is a bug, not a workload)."""
+GPU_EVENTS_MAX = 100_000
+
+
+def new_gpu_state(epoch: int = 0, compute_factor: float = 1.0) -> dict[str, Any]:
+    """An idle GPU: no streams yet (they are created on first use), no events, no tracked buffers."""
+    return {
+        "epoch": epoch,
+        "tickets": 0,
+        "compute_factor": compute_factor,
+        "streams": {},
+        "events": {},
+        "host_clock": [],
+        "access": {},
+    }
+
+
+def reset_gpu(state: dict[str, Any]) -> None:
+    """Forget all GPU work (a crash): queued kernels are lost, pending completions become stale."""
+    gpu = state[GPU_KEY]
+    state[GPU_KEY] = new_gpu_state(gpu["epoch"] + 1, gpu["compute_factor"])
+
+
+# -- the host-side API --------------------------------------------------------------------------
+
+
+def launch(
+    ctx: Context,
+    stream: str,
+    name: str,
+    duration_ns: int | None,
+    reads: Iterable[str] = (),
+    writes: Iterable[str] = (),
+    done_kind: str | None = None,
+    payload: Any = None,
+    started_kind: str | None = None,
+) -> None:
+    """Queue kernel ``name`` on ``stream`` (see the module docstring); ``duration_ns=None`` is an open kernel."""
+    if duration_ns is not None and (type(duration_ns) is not int or duration_ns < 0):
+        raise ValueError(
+            f"kernel {name!r}: duration must be a non-negative int of ns or None, got {duration_ns!r}"
+        )
+    gpu = _gpu(ctx)
+    _enqueue(
+        _stream(gpu, stream),
+        {
+            "op": "kernel",
+            "name": name,
+            "duration_ns": duration_ns,
+            "reads": list(reads),
+            "writes": list(writes),
+            "done_kind": done_kind,
+            "payload": payload,
+            "started_kind": started_kind,
+            "host_clock": list(gpu["host_clock"]),
+        },
+    )
+    _pump(gpu, ctx)
+
+
+def record(ctx: Context, stream: str, event: str) -> None:
+    """Queue a record of ``event`` on ``stream``: it completes when the work queued before it is done."""
+    gpu = _gpu(ctx)
+    queue_stream = _stream(gpu, stream)
+    events = gpu["events"]
+    entry = events.get(event)
+    if entry is None:
+        if len(events) >= GPU_EVENTS_MAX:
+            raise ValueError(f"a GPU holds at most {GPU_EVENTS_MAX} named events")
+        entry = events[event] = {"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}
+    entry["recorded"] += 1
+    entry["pending"].append(entry["recorded"])
+    _enqueue(queue_stream, {"op": "record", "event": event, "generation": entry["recorded"]})
+    _pump(gpu, ctx)
+
+
+def wait(ctx: Context, stream: str, event: str) -> None:
+    """Make work queued on ``stream`` after this call wait for the latest record of ``event``."""
+    gpu = _gpu(ctx)
+    queue_stream = _stream(gpu, stream)
+    entry = gpu["events"].get(event)
+    generation = entry["recorded"] if entry is not None else 0
+    _enqueue(queue_stream, {"op": "wait", "event": event, "generation": generation})
+    _pump(gpu, ctx)
+
+
+def finish(ctx: Context, stream: str, name: str | None = None) -> None:
+    """End the open kernel running on ``stream`` now; its completion follows as its own event."""
+    gpu = _gpu(ctx)
+    queue_stream = gpu["streams"].get(stream)
+    running = queue_stream["running"] if queue_stream is not None else None
+    if running is None or running["end_ns"] is not None:
+        raise ValueError(f"stream {stream!r} on {ctx.node} runs no open kernel to finish")
+    if name is not None and running["name"] != name:
+        raise ValueError(f"stream {stream!r} on {ctx.node} runs {running['name']!r}, not {name!r}")
+    running["end_ns"] = ctx.now
+    ctx.deliver(ctx.now, ctx.node, DONE_KIND, [gpu["epoch"], stream, running["ticket"]])
+
+
+def running_kernel(state: Mapping[str, Any], stream: str) -> str | None:
+    """Name of the kernel running on ``stream`` now, or None."""
+    queue_stream = state[GPU_KEY]["streams"].get(stream)
+    running = queue_stream["running"] if queue_stream is not None else None
+    return running["name"] if running is not None else None
+
+
+def event_done(state: Mapping[str, Any], event: str) -> bool:
+    """``cudaEventQuery``: True when the latest record of ``event`` has completed (or it was never recorded)."""
+    entry = state[GPU_KEY]["events"].get(event)
+    return entry is None or not entry["pending"] or entry["recorded"] not in entry["pending"]
+
+
+def idle(state: Mapping[str, Any]) -> bool:
+    """True when no stream of this GPU has work running or queued."""
+    return all(s["running"] is None and not s["queue"] for s in state[GPU_KEY]["streams"].values())
+
+
+# -- the stream engine ---------------------------------------------------------------------------
+
+
+def _gpu(ctx: Context) -> dict[str, Any]:
+    gpu = ctx.state.get(GPU_KEY)
+    if gpu is None:
+        raise KeyError(f"node {ctx.node!r} has no GPU: name it among the ranks passed to fabric.install")
+    return gpu
+
+
+def _stream(gpu: dict[str, Any], name: str) -> dict[str, Any]:
+    streams = gpu["streams"]
+    stream = streams.get(name)
+    if stream is None:
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"a stream name is a non-empty str, got {name!r}")
+        if len(streams) >= STREAMS_MAX:
+            raise ValueError(f"a GPU has at most {STREAMS_MAX} streams")
+        index = len(streams)
+        stream = streams[name] = {"index": index, "queue": [], "running": None, "clock": [0] * (index + 1)}
+    return stream
+
+
+def _enqueue(stream: dict[str, Any], op: dict[str, Any]) -> None:
+    if len(stream["queue"]) >= STREAM_OPS_MAX:
+        raise ValueError(f"more than {STREAM_OPS_MAX} operations queued on one stream")
+    stream["queue"].append(op)
+
+
+def _pump(gpu: dict[str, Any], ctx: Context) -> None:
+    """Advance every stream until none can move (a completed record may unblock another stream)."""
+    progressed = True
+    while progressed:
+        progressed = False
+        for name, stream in gpu["streams"].items():
+            if stream["running"] is None and stream["queue"] and _advance(gpu, name, stream, ctx):
+                progressed = True
+
+
+def _advance(gpu: dict[str, Any], name: str, stream: dict[str, Any], ctx: Context) -> bool:
+    queue = stream["queue"]
+    moved = False
+    while stream["running"] is None and queue:
+        op = queue[0]
+        kind = op["op"]
+        if kind == "wait":
+            entry = gpu["events"].get(op["event"])
+            if entry is not None and op["generation"] in entry["pending"]:
+                break
+            queue.pop(0)
+            if entry is not None:
+                join(stream["clock"], entry["clock"])
+        elif kind == "record":
+            queue.pop(0)
+            _complete_record(gpu["events"][op["event"]], op["generation"], stream, ctx.now)
+        else:
+            queue.pop(0)
+            _start_kernel(gpu, name, stream, op, ctx)
+        moved = True
+    return moved
+
+
+def _complete_record(entry: dict[str, Any], generation: int, stream: dict[str, Any], now: int) -> None:
+    entry["pending"].remove(generation)
+    if generation > entry["completed"]:
+        entry["completed"] = generation
+        entry["clock"] = list(stream["clock"])
+        entry["t_ns"] = now
+
+
+def _start_kernel(
+    gpu: dict[str, Any], name: str, stream: dict[str, Any], op: dict[str, Any], ctx: Context
+) -> None:
+    clock = stream["clock"]
+    index = stream["index"]
+    join(clock, op["host_clock"])
+    if len(clock) <= index:
+        clock.extend([0] * (index + 1 - len(clock)))
+    clock[index] += 1
+    if ctx.world.fabric.get("race_detector", True):
+        check_kernel(gpu, name, stream, op["name"], op["reads"], op["writes"], ctx)
+    gpu["tickets"] += 1
+    ticket = gpu["tickets"]
+    now = ctx.now
+    duration = op["duration_ns"]
+    end = None
+    if duration is not None:
+        factor = gpu["compute_factor"]
+        end = now + (duration if factor == 1.0 else math.ceil(duration * factor))
+        end = _draw_completion_order(gpu, name, end, ctx)
+        ctx.deliver(end, ctx.node, DONE_KIND, [gpu["epoch"], name, ticket])
+    stream["running"] = {
+        "name": op["name"],
+        "ticket": ticket,
+        "start_ns": now,
+        "end_ns": end,
+        "done_kind": op["done_kind"],
+        "payload": op["payload"],
+    }
+    if op["started_kind"] is not None:
+        ctx.deliver(now, ctx.node, op["started_kind"], op["payload"])
+
+
+def _draw_completion_order(gpu: dict[str, Any], own: str, end: int, ctx: Context) -> int:
+    """For each timed kernel running on another stream, draw whether the two finish in flipped order."""
+    for other_name, other in gpu["streams"].items():
+        running = other["running"]
+        if other_name == own or running is None or running["end_ns"] is None:
+            continue
+        if ctx.choose(SITE_ORDER, 2) == 0:
+            continue
+        other_end = running["end_ns"]
+        if end < other_end:
+            end = other_end + 1
+        else:
+            gpu["tickets"] += 1
+            running["ticket"] = gpu["tickets"]
+            running["end_ns"] = end + 1
+            ctx.deliver(end + 1, ctx.node, DONE_KIND, [gpu["epoch"], other_name, running["ticket"]])
+    return end
+
+
+def make_done_handler(table: Mapping[str, Handler]) -> Handler:
+    """The ``gpu.done`` handler for one role: advance the streams, then call ``table[done_kind]``."""
+
+    def on_gpu_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+        epoch, stream_name, ticket = event.payload
+        gpu = state.get(GPU_KEY)
+        if gpu is None or gpu["epoch"] != epoch:
+            return
+        stream = gpu["streams"].get(stream_name)
+        running = stream["running"] if stream is not None else None
+        if running is None or running["ticket"] != ticket:
+            return
+        stream["running"] = None
+        done_kind = running["done_kind"]
+        if done_kind is not None:
+            join(gpu["host_clock"], stream["clock"])
+        _pump(gpu, ctx)
+        if done_kind is None:
+            return
+        handler = table.get(done_kind)
+        if handler is None:
+            message = (
+                f"kernel {running['name']!r} finished with done_kind {done_kind!r}, which has no handler"
+            )
+            ctx.fail("unhandled", message, site=f"gpu.{done_kind}")
+            return
+        done_event = Event(event.t, event.seq, event.dst, done_kind, running["payload"])
+        ctx.event = done_event
+        handler(state, done_event, ctx)
+
+    return on_gpu_done

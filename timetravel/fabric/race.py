@@ -1,0 +1,109 @@
+"""The happens-before race detector over one rank's GPU streams.
+
+Each stream of a rank has a vector clock with one entry per stream *of that rank* (never a global
+clock: at 10,000 ranks that would cost gigabytes, and streams of different ranks share no memory).
+A stream ticks its own entry when a kernel starts; an ``record`` captures the stream's clock in the
+event; a ``wait`` joins the event's clock into the waiting stream's; a completion the host is told
+about (a kernel's ``done_kind``) joins that stream's clock into the host's, and everything the host
+launches afterwards carries the host's clock. So "A happens before B" is exactly "an ordering edge
+a CUDA program would have": same stream, record/wait, or host synchronization.
+
+Per buffer the detector keeps the last write (stream, tick, kernel) and the last read of each
+stream (FastTrack's read set; the latest read of a stream stands for the earlier ones because they
+are ordered by the stream). A kernel that reads a buffer must be ordered after its last write; a
+kernel that writes it must be ordered after its last write and after every recorded read. When
+not, the run fails with kind ``race``, naming both kernels, both streams and the buffer, and the
+signature ``race:gpu.race.<buffer>`` buckets it by buffer. Timing plays no part: a missing wait is
+caught on every seed, whether or not the completion order happens to bite on this one.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from timetravel.sim.context import Context
+
+TRACKED_BUFFERS_MAX = 100_000
+"""Bound on the buffers whose accesses one rank tracks."""
+
+
+def join(into: list[int], other: list[int]) -> None:
+    """``into = max(into, other)`` entry by entry (clocks grow as streams are created)."""
+    if len(into) < len(other):
+        into.extend([0] * (len(other) - len(into)))
+    for index, value in enumerate(other):
+        if value > into[index]:
+            into[index] = value
+
+
+def _unordered(access: list[Any], index: int, clock: list[int]) -> bool:
+    """True when an access by another stream is not ordered before a stream with ``clock``."""
+    other_index, tick = access[0], access[1]
+    if other_index == index:
+        return False
+    return tick > (clock[other_index] if other_index < len(clock) else 0)
+
+
+def check_kernel(
+    gpu: dict[str, Any],
+    stream_name: str,
+    stream: dict[str, Any],
+    kernel: str,
+    reads: list[str],
+    writes: list[str],
+    ctx: Context,
+) -> None:
+    """Check a starting kernel's accesses against earlier ones and record them; fail on the first race."""
+    access = gpu["access"]
+    index = stream["index"]
+    clock = stream["clock"]
+    tick = clock[index]
+    mine = [index, tick, kernel]
+    for buffer in reads:
+        entry = _entry(access, buffer)
+        write = entry["write"]
+        if write is not None and _unordered(write, index, clock):
+            _report(ctx, gpu, buffer, write, "wrote", kernel, stream_name, "reads")
+            return
+        entry["reads"][stream_name] = mine
+    for buffer in writes:
+        entry = _entry(access, buffer)
+        write = entry["write"]
+        if write is not None and _unordered(write, index, clock):
+            _report(ctx, gpu, buffer, write, "wrote", kernel, stream_name, "writes")
+            return
+        for reader in entry["reads"].values():
+            if _unordered(reader, index, clock):
+                _report(ctx, gpu, buffer, reader, "read", kernel, stream_name, "writes")
+                return
+        entry["write"] = mine
+        entry["reads"] = {}
+
+
+def _entry(access: dict[str, Any], buffer: str) -> dict[str, Any]:
+    entry = access.get(buffer)
+    if entry is None:
+        if len(access) >= TRACKED_BUFFERS_MAX:
+            raise ValueError(f"a rank tracks at most {TRACKED_BUFFERS_MAX} buffers for the race detector")
+        entry = access[buffer] = {"write": None, "reads": {}}
+    return entry
+
+
+def _report(
+    ctx: Context,
+    gpu: dict[str, Any],
+    buffer: str,
+    earlier: list[Any],
+    earlier_verb: str,
+    kernel: str,
+    stream_name: str,
+    verb: str,
+) -> None:
+    earlier_stream = list(gpu["streams"])[earlier[0]]
+    message = (
+        f"stream race on buffer {buffer!r}: kernel {kernel!r} on stream {stream_name!r} {verb} it "
+        f"with no ordering edge after kernel {earlier[2]!r} on stream {earlier_stream!r} {earlier_verb} it "
+        f"(no record/wait or host synchronization between them)"
+    )
+    ctx.fail("race", message, site=f"gpu.race.{buffer}")
