@@ -22,7 +22,8 @@ The records and their validation live in schedule.py; the swarm draw in swarm.py
   most ``count`` times (0: no limit).
 
 The fabric counts what each fault did in ``world.fabric["fault_hits"][id]`` (messages dropped,
-held, duplicated, delayed, corrupted; bits flipped) and logs each effect, so a user (and a test)
+held, duplicated, delayed, corrupted; bits flipped; 1 for a crash or slow window that took
+effect) and logs each effect, so a user (and a test)
 can see that a fault bit, and a minimizer can see that one never did.
 """
 
@@ -38,7 +39,7 @@ from timetravel.fabric.hooks import BUFFERS_KEY, Hooks
 from timetravel.fabric.network import flip_bit
 from timetravel.fabric.schedule import (
     ScheduleContext,
-    next_fault_id,
+    fault_number,
     normalize_record,
     schedule_fault_events,
 )
@@ -87,6 +88,7 @@ def start_fault(record: dict[str, Any], state: dict[str, Any], ctx: Context, hoo
         _crash(record, state, ctx, hooks)
     elif kind == "slow":
         fabric["active_faults"][record["id"]] = [kind, record["target"]]
+        fabric["fault_hits"][record["id"]] += 1
         apply_slow(ctx.world, record["target"])
     elif kind == "corrupt" and record["params"]["buffer"] is not None:
         _corrupt_buffer(record, state, ctx, hooks)
@@ -268,18 +270,21 @@ def schedule_context(world: World) -> ScheduleContext:
 
 
 def add_fault(world: World, item: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate a record, give it the next free id (unless it has one), append it and queue its events.
+    """Validate a record, give it the next id never issued (unless it has one), append it, queue its events.
 
-    For branches and tools; the start must not be in the world's past.
+    For branches and tools; the start must not be in the world's past. An id once issued is never
+    issued again, even after its record was removed, so "f2" always means one fault.
     """
-    fault_id = item.get("id") or next_fault_id(world.faults)
+    fabric = world.fabric
+    fault_id = item.get("id") or f"f{fabric['fault_id_max'] + 1}"
     if find_fault(world, fault_id) is not None:
         raise ConfigError(f"config key 'faults': fault id {fault_id} exists already")
     record = normalize_record(dict(item, id=fault_id), fault_id, schedule_context(world))
     if record["t_start_ns"] < world.t_ns:
         raise ConfigError(f"config key 'faults': fault {fault_id} starts before now ({world.t_ns} ns)")
     world.faults.append(record)
-    world.fabric["fault_hits"][fault_id] = 0
+    fabric["fault_id_max"] = max(fabric["fault_id_max"], fault_number(fault_id))
+    fabric["fault_hits"][fault_id] = 0
     schedule_fault_events(world, record)
     return record
 

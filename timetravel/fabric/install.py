@@ -26,6 +26,7 @@ from timetravel.fabric.params import fabric_settings, topology_from_settings
 from timetravel.fabric.schedule import (
     FAULT_KIND,
     ScheduleContext,
+    fault_number,
     normalize_record,
     parse_schedule,
     schedule_fault_events,
@@ -64,6 +65,7 @@ def install(
         world.nodes[name][GPU_KEY] = new_gpu_state()
     records = _fault_records(world, ranks, settings, topology, hooks, buffers)
     world.faults.extend(records)
+    world.fabric["fault_id_max"] = max((fault_number(record["id"]) for record in records), default=0)
     for record in records:
         world.fabric["fault_hits"][record["id"]] = 0
         schedule_fault_events(world, record)
@@ -110,6 +112,7 @@ def _fabric_state(
         "links_down": {},
         "active_faults": {},
         "fault_hits": {},
+        "fault_id_max": 0,
     }
 
 

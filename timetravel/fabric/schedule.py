@@ -375,10 +375,10 @@ def schedule_fault_events(world: Any, record: Mapping[str, Any]) -> None:
         world.schedule(record["t_end_ns"], record["target"], FAULT_KIND, [record["id"], "end"])
 
 
-def next_fault_id(faults: Iterable[Mapping[str, Any]]) -> str:
-    """The id after the highest one in use (ids are never reused or renumbered)."""
-    numbers = [int(match.group(1)) for record in faults if (match := _ID_PATTERN.match(str(record["id"])))]
-    return f"f{max(numbers, default=0) + 1}"
+def fault_number(fault_id: str) -> int:
+    """The number in a fault id (``f12`` -> 12); 0 for anything else."""
+    match = _ID_PATTERN.match(str(fault_id))
+    return int(match.group(1)) if match else 0
 
 
 def _short(value: Any) -> str:
