@@ -31,15 +31,16 @@ Nodes that are not ranks (a coordinator, a storage node) talk over a control net
 
 from __future__ import annotations
 
+from heapq import heappush
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from timetravel.fabric.topology import NS_PER_S
+from timetravel.sim.event import Event, make_event
 
 if TYPE_CHECKING:
     from timetravel.sim.context import Context
-    from timetravel.sim.event import Event
 
 HELD_KIND = "fabric.held"
 """Event kind of a message held by a partition: it returns to its sender when the partition heals."""
@@ -50,7 +51,12 @@ PAYLOAD_DEPTH_MAX = 4
 
 
 def transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> None:
-    """``Scenario(transport=transport)``: route the message over the fabric and schedule its arrival."""
+    """``Scenario(transport=transport)``: route the message over the fabric and schedule its arrival.
+
+    The reservation of :func:`reserve`, unrolled for speed: the first link, zero or two uplinks,
+    the last link; then the arrival is pushed onto the queue directly (its time is an int >= now
+    by construction, so ``ctx.deliver``'s checks would be wasted).
+    """
     fabric = ctx.world.fabric
     if fabric["message_rules"]:
         _send_with_faults(ctx, fabric, dst, kind, payload, nbytes)
@@ -60,37 +66,42 @@ def transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> N
     if jitter_ns:
         now += ctx.choose(SITE_JITTER, jitter_ns + 1)
     rank_of = fabric["rank_of"]
-    source = rank_of.get(ctx.node)
-    destination = rank_of.get(dst)
-    if source is None or destination is None:
+    try:
+        source = rank_of[ctx.node]
+        destination = rank_of[dst]
+    except KeyError:
         ctx.deliver(now + fabric["control_latency_ns"], dst, kind, payload)
         return
-    if source == destination:
-        ctx.deliver(now, dst, kind, payload)
-        return
     ranks, gpus_per_host, ranks_per_leaf, spines, up_base, down_base = fabric["route"]
+    middle: tuple[int, ...] = ()
     if source // gpus_per_host == destination // gpus_per_host:
-        links: tuple[int, ...] = (source, ranks + destination)
+        if source == destination:
+            ctx.deliver(now, dst, kind, payload)
+            return
+        first = source
+        last = ranks + destination
     else:
+        first = 2 * ranks + source
+        last = 3 * ranks + destination
         leaf_source = source // ranks_per_leaf
         leaf_destination = destination // ranks_per_leaf
-        if leaf_source == leaf_destination:
-            links = (2 * ranks + source, 3 * ranks + destination)
-        else:
+        if leaf_source != leaf_destination:
             spine = ctx.choose(SITE_ECMP, spines) if spines > 1 else 0
-            links = (
-                2 * ranks + source,
-                up_base + leaf_source * spines + spine,
-                down_base + leaf_destination * spines + spine,
-                3 * ranks + destination,
-            )
+            middle = (up_base + leaf_source * spines + spine, down_base + leaf_destination * spines + spine)
     busy = fabric["link_busy_until_ns"]
     latency = fabric["link_latency_ns"]
     bandwidth = fabric["link_bytes_per_s"]
     scaled = nbytes * NS_PER_S
-    head = now
-    tail = 0
-    for link in links:
+    start = busy[first]
+    if start < now:
+        start = now
+    rate = bandwidth[first]
+    end = start + (scaled + rate - 1) // rate
+    busy[first] = end
+    delay = latency[first]
+    head = start + delay
+    tail = end + delay
+    for link in middle:
         start = busy[link]
         if start < head:
             start = head
@@ -102,7 +113,18 @@ def transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> N
         delay = latency[link]
         head = start + delay
         tail = end + delay
-    ctx.deliver(tail, dst, kind, payload)
+    start = busy[last]
+    if start < head:
+        start = head
+    rate = bandwidth[last]
+    end = start + (scaled + rate - 1) // rate
+    if end < tail:
+        end = tail
+    busy[last] = end
+    world = ctx.world
+    seq = world.seq
+    world.seq = seq + 1
+    heappush(ctx.queue, make_event(Event, (end + latency[last], seq, dst, kind, payload)))
 
 
 def reserve(fabric: dict[str, Any], links: list[int] | tuple[int, ...], now: int, nbytes: int) -> int:
