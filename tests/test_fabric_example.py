@@ -181,3 +181,20 @@ def test_the_handler_table_has_the_fabric_kinds_and_refuses_clashes() -> None:
     assert set(fabric.FABRIC_EVENT_KINDS) <= set(SCENARIO.handlers["rank"])
     with pytest.raises(ValueError, match="'fault', an event kind the fabric handles"):
         fabric.with_handlers({"rank": {"fault": lambda state, event, ctx: None}})
+
+
+def test_the_faults_command_prints_a_schedule_that_replays_the_swarm_run(
+    capsys: pytest.CaptureFixture[str], tmp_path: Any
+) -> None:
+    base = ["fabric_example", "--scenario", "fabric_example:SCENARIO", "--seed", "1"]
+    assert cli_main(["faults", *base, "--set", "faults=swarm"]) == 0
+    human = capsys.readouterr().out
+    assert human.startswith("fabric_example seed 1: ") and " f1 " in human and "survivable" in human
+    assert cli_main(["faults", *base, "--set", "faults=swarm", "--json"]) == 0
+    listing = json.loads(capsys.readouterr().out)
+    assert listing["seed"] == 1 and listing["faults"] and listing["faults"][0]["id"] == "f1"
+    saved = tmp_path / "schedule.json"
+    saved.write_text(json.dumps(listing))
+    swarm_run = report(seed=1, faults="swarm")
+    replayed = run_report(SCENARIO, SCENARIO.resolve_config([f"faults=@{saved}"]), 1)[0]
+    assert replayed["hash_chain"] == swarm_run["hash_chain"] and replayed["events"] == swarm_run["events"]

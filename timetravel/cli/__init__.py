@@ -21,6 +21,7 @@ COMMAND_MODULES = (
     "timetravel.cli.run_command",
     "timetravel.cli.bench_command",
     "timetravel.cli.check_determinism_command",
+    "timetravel.cli.faults_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -33,7 +33,20 @@ FAULT_KIND = "fault"
 FAULT_KINDS = ("partition", "slow", "corrupt", "crash", "drop", "duplicate", "reorder", "delay")
 MESSAGE_FAULT_KINDS = ("drop", "duplicate", "reorder", "delay")
 SCHEDULE_LENGTH_MAX = 10_000
-RECORD_KEYS = ("id", "kind", "target", "t_start", "t_start_ns", "t_end", "t_end_ns", "params", "note")
+RECORD_KEYS = (
+    "id",
+    "kind",
+    "target",
+    "t_start",
+    "t_start_ns",
+    "t_end",
+    "t_end_ns",
+    "params",
+    "note",
+    "expected",
+    "hits",
+)
+"""Fields a record may have; ``note`` is for people, ``expected`` and ``hits`` (from reports) are ignored."""
 _ID_PATTERN = re.compile(r"^f([1-9][0-9]{0,8})$")
 _LINK_PATTERN = re.compile(
     r"^(?:(?P<rank_class>nvlink_out|nvlink_in|nic_out|nic_in)\[r(?P<rank>\d+)\]"
@@ -113,8 +126,8 @@ class ScheduleContext:
 
 
 def parse_schedule(spec: Any, context: ScheduleContext) -> list[dict[str, Any]]:
-    """A user's schedule (a list of records, or ``{"faults": [...]}``) as normalized records."""
-    if isinstance(spec, dict) and set(spec) == {"faults"}:
+    """A user's schedule (a list of records, or an object with a ``faults`` list, as ``timetravel faults --json`` prints) as normalized records."""
+    if isinstance(spec, dict) and "faults" in spec:
         spec = spec["faults"]
     if not isinstance(spec, list):
         raise ConfigError(
