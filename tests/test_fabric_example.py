@@ -155,13 +155,13 @@ def test_swarm_seeds_only_fail_where_a_corruption_bit() -> None:
 
 def test_the_summary_lists_the_schedule_with_hits_and_expected_outcomes() -> None:
     summary = report(faults=[SURVIVABLE["delay"]])["summary"]
-    assert summary["faults"][0]["id"] == "f1" and summary["faults"][0]["t_start_ns"] == 0
+    assert summary["faults"][0]["id"] == "f1" and summary["faults"][0]["t_start"] == 0
     assert set(summary["faults"][0]) == {
         "id",
         "kind",
         "target",
-        "t_start_ns",
-        "t_end_ns",
+        "t_start",
+        "t_end",
         "params",
         "hits",
         "expected",
@@ -198,3 +198,16 @@ def test_the_faults_command_prints_a_schedule_that_replays_the_swarm_run(
     swarm_run = report(seed=1, faults="swarm")
     replayed = run_report(SCENARIO, SCENARIO.resolve_config([f"faults=@{saved}"]), 1)[0]
     assert replayed["hash_chain"] == swarm_run["hash_chain"] and replayed["events"] == swarm_run["events"]
+
+
+def test_the_minimizer_shrinks_a_swarm_schedule_to_the_one_corruption() -> None:
+    from timetravel.explore.minimize import Budget, minimize
+
+    config = SCENARIO.resolve_config({"faults": "swarm", "faults_max": 12})
+    original, world = run_report(SCENARIO, config, 0)
+    assert original["failure"]["signature"] == "divergence:example.end" and len(world.faults) == 8
+    result = minimize(SCENARIO, config, 0, budget=Budget(max_runs=200, max_seconds=60))
+    assert result.signature == "divergence:example.end"
+    [kept] = result.faults_kept
+    [record] = [fault for fault in world.faults if fault["id"] == kept]
+    assert record["kind"] == "corrupt"  # ids survive shrinking: f3 is still f3

@@ -38,7 +38,7 @@ def times(world: World, node: str) -> list[int]:
 
 
 def partition(**params: Any) -> list[dict[str, Any]]:
-    return [{"kind": "partition", "target": "r0", "t_start_ns": 0, "t_end_ns": 100_000, "params": params}]
+    return [{"kind": "partition", "target": "r0", "t_start": 0, "t_end": 100_000, "params": params}]
 
 
 BOTH_WAYS = [
@@ -108,8 +108,8 @@ def test_a_slow_node_has_slower_links_and_kernels_for_its_window() -> None:
         {
             "kind": "slow",
             "target": "r0",
-            "t_start_ns": 0,
-            "t_end_ns": 100_000,
+            "t_start": 0,
+            "t_end": 100_000,
             "params": {"bandwidth_factor": 0.25, "compute_factor": 4},
         }
     ]
@@ -125,7 +125,7 @@ def test_a_slow_node_has_slower_links_and_kernels_for_its_window() -> None:
 
 
 def test_corrupting_a_buffer_flips_exactly_one_bit() -> None:
-    record = {"kind": "corrupt", "target": "r0", "t_start_ns": 5, "params": {"buffer": "grad"}}
+    record = {"kind": "corrupt", "target": "r0", "t_start": 5, "params": {"buffer": "grad"}}
     scenario = probe_scenario()
     world = probe_world(scenario, faults=[record])
     original = np.arange(16, dtype=np.float32)
@@ -142,7 +142,7 @@ def test_corrupting_a_buffer_flips_exactly_one_bit() -> None:
 
 
 def test_corrupting_in_flight_changes_one_message_and_never_the_senders_copy() -> None:
-    record = {"kind": "corrupt", "target": "r0", "t_start_ns": 0, "t_end_ns": 100_000, "params": {}}
+    record = {"kind": "corrupt", "target": "r0", "t_start": 0, "t_end": 100_000, "params": {}}
     payload = np.ones(8, dtype=np.float32)
     world, _ = with_faults(
         [record],
@@ -178,7 +178,7 @@ def test_a_crash_takes_the_node_down_loses_its_gpu_work_and_restarts_through_the
         fabric.launch(ctx, "s", "lost", 30_000, done_kind="done", payload="lost")
 
     log: list[Any] = []
-    crash = [{"kind": "crash", "target": "r2", "t_start_ns": 5, "t_end_ns": 15_000}]
+    crash = [{"kind": "crash", "target": "r2", "t_start": 5, "t_end": 15_000}]
     scenario = probe_scenario(go=kernel, hooks=crash_hooks(log))
     world = probe_world(scenario, faults=crash)
     world.schedule(0, "r2", "go", [])
@@ -193,14 +193,14 @@ def test_a_crash_takes_the_node_down_loses_its_gpu_work_and_restarts_through_the
 
 
 def test_without_a_restart_hook_a_crashed_node_stays_down() -> None:
-    crash = [{"kind": "crash", "target": "r2", "t_start_ns": 5, "t_end_ns": 50}]
+    crash = [{"kind": "crash", "target": "r2", "t_start": 5, "t_end": 50}]
     world, _ = with_faults(crash, [(20_000, "r0", [["r2", "msg", "lost", 0]])])
     assert arrivals(world, "r2") == [] and world.down == {"r2": 5}
     assert any("stays down" in entry[2] for entry in world.log)
 
 
 def message_fault(kind: str, **params: Any) -> list[dict[str, Any]]:
-    return [{"kind": kind, "target": "r0", "t_start_ns": 0, "t_end_ns": 100_000, "params": params}]
+    return [{"kind": kind, "target": "r0", "t_start": 0, "t_end": 100_000, "params": params}]
 
 
 def test_drop_obeys_count_kinds_and_direction() -> None:
@@ -248,14 +248,14 @@ def test_delay_adds_its_time() -> None:
 
 
 KIND_RECORDS = {
-    "partition": {"kind": "partition", "target": "r0", "t_start_ns": 0, "t_end_ns": 50_000},
-    "slow": {"kind": "slow", "target": "r0", "t_start_ns": 0, "t_end_ns": 50_000},
-    "corrupt": {"kind": "corrupt", "target": "r0", "t_start_ns": 0, "params": {"buffer": "grad"}},
-    "crash": {"kind": "crash", "target": "r0", "t_start_ns": 0, "t_end_ns": 50_000},
-    "drop": {"kind": "drop", "target": "r0", "t_start_ns": 0, "t_end_ns": 50_000},
-    "duplicate": {"kind": "duplicate", "target": "r0", "t_start_ns": 0, "t_end_ns": 50_000},
-    "reorder": {"kind": "reorder", "target": "r0", "t_start_ns": 0, "t_end_ns": 50_000},
-    "delay": {"kind": "delay", "target": "r0", "t_start_ns": 0, "t_end_ns": 50_000},
+    "partition": {"kind": "partition", "target": "r0", "t_start": 0, "t_end": 50_000},
+    "slow": {"kind": "slow", "target": "r0", "t_start": 0, "t_end": 50_000},
+    "corrupt": {"kind": "corrupt", "target": "r0", "t_start": 0, "params": {"buffer": "grad"}},
+    "crash": {"kind": "crash", "target": "r0", "t_start": 0, "t_end": 50_000},
+    "drop": {"kind": "drop", "target": "r0", "t_start": 0, "t_end": 50_000},
+    "duplicate": {"kind": "duplicate", "target": "r0", "t_start": 0, "t_end": 50_000},
+    "reorder": {"kind": "reorder", "target": "r0", "t_start": 0, "t_end": 50_000},
+    "delay": {"kind": "delay", "target": "r0", "t_start": 0, "t_end": 50_000},
 }
 
 
@@ -297,7 +297,7 @@ def test_each_fault_kind_shows_its_effect_and_is_removable(kind: str) -> None:
 
 def test_the_fault_is_an_event_of_its_own_at_its_target() -> None:
     scenario = probe_scenario()
-    world = probe_world(scenario, faults=[dict(KIND_RECORDS["drop"], t_start_ns=7, target="r5")])
+    world = probe_world(scenario, faults=[dict(KIND_RECORDS["drop"], t_start=7, target="r5")])
     run(scenario, world)
     fault_events = [event for event in world.chain_batch if event.kind == "fault"]
     assert [(event.t, event.dst, event.payload) for event in fault_events] == [
@@ -318,20 +318,20 @@ def test_faults_can_be_added_and_removed_mid_run() -> None:
     added = fabric.add_fault(world, {"kind": "drop", "target": "r0", "t_start": "70us", "t_end": "90us"})
     assert added["id"] == "f2" and world.fabric["message_rules"] == {}
     with pytest.raises(ConfigError, match="starts before now"):
-        fabric.add_fault(world, {"kind": "drop", "target": "r0", "t_start_ns": 10})
+        fabric.add_fault(world, {"kind": "drop", "target": "r0", "t_start": 10})
     simulation.run()
     assert [entry[2] for entry in arrivals(world, "r2")] == ["after removal"]
     assert [record["id"] for record in world.faults] == ["f2"]
 
 
 def test_expected_outcomes_follow_the_design() -> None:
-    crash = {"kind": "crash", "t_end_ns": 5}
+    crash = {"kind": "crash", "t_end": 5}
     assert fabric.expected_outcome(crash, restartable=True) == "survivable"
     assert fabric.expected_outcome(crash, restartable=False) == "fatal"
-    assert fabric.expected_outcome({"kind": "partition", "t_end_ns": None}, True) == "fatal"
-    assert fabric.expected_outcome({"kind": "corrupt", "t_end_ns": None}, True) == "detectable"
+    assert fabric.expected_outcome({"kind": "partition", "t_end": None}, True) == "fatal"
+    assert fabric.expected_outcome({"kind": "corrupt", "t_end": None}, True) == "detectable"
     for kind in ("drop", "duplicate", "reorder", "delay", "slow"):
-        assert fabric.expected_outcome({"kind": kind, "t_end_ns": 9}, False) == "survivable"
+        assert fabric.expected_outcome({"kind": kind, "t_end": 9}, False) == "survivable"
     assert set(fabric.EXPECTED_OUTCOMES) == set(fabric.FAULT_KINDS)
 
 
@@ -353,8 +353,8 @@ def test_the_same_swarm_seed_draws_the_same_schedule_and_other_seeds_differ() ->
         assert len(schedule) <= 8
         assert [record["id"] for record in schedule] == [f"f{n}" for n in range(1, len(schedule) + 1)]
         for record in schedule:
-            assert 0 <= record["t_start_ns"] < 1_000_000_000
-            assert record["t_end_ns"] is None or record["t_end_ns"] > record["t_start_ns"]
+            assert 0 <= record["t_start"] < 1_000_000_000
+            assert record["t_end"] is None or record["t_end"] > record["t_start"]
 
 
 def test_swarm_respects_faults_max_faults_kinds_and_restartability() -> None:
@@ -385,7 +385,7 @@ def test_a_swarm_schedule_can_be_replayed_as_an_explicit_one() -> None:
         ({"kind": "drop"}, "expected none, swarm, a JSON list"),
         ([{"kind": "meteor", "target": "r0", "t_start": 0}], "kind must be one of partition"),
         ([{"kind": "drop", "target": "r99", "t_start": 0}], "target must be a node name"),
-        ([{"kind": "drop", "target": "r0"}], "t_start (or t_start_ns) is required"),
+        ([{"kind": "drop", "target": "r0"}], "t_start is required"),
         ([{"kind": "drop", "target": "r0", "t_start": "5ms", "t_end": "1ms"}], "is before t_start"),
         ([{"kind": "drop", "target": "r0", "t_start": "soon"}], "not a time"),
         (
@@ -434,15 +434,26 @@ def test_bad_fault_specs_are_one_line_config_errors(spec: Any, message: str) -> 
 def test_ids_are_kept_and_gaps_filled_never_renumbered() -> None:
     spec = [
         {"id": "f3", "kind": "drop", "target": "r0", "t_start": "1ms"},
-        {"kind": "delay", "target": "r1", "t_start": 2},
+        {"kind": "delay", "target": "r1", "t_start": "2", "t_end": 3_000_000},
         {"kind": "delay", "target": "r1", "t_start_ns": 5, "note": "a comment for humans"},
     ]
     world = probe_world(probe_scenario(), faults=spec)
-    assert [(record["id"], record["t_start_ns"]) for record in world.faults] == [
-        ("f3", 1_000_000),
-        ("f1", 2_000_000),
-        ("f2", 5),
+    # Ints are ns; text is a time, in ms without a unit; t_start_ns spells the same int field.
+    assert [(record["id"], record["t_start"], record["t_end"]) for record in world.faults] == [
+        ("f3", 1_000_000, None),
+        ("f1", 2_000_000, 3_000_000),
+        ("f2", 5, None),
     ]
+    assert "t_start_ns" not in world.faults[2] and "note" not in world.faults[2]
+
+
+def test_count_limits_hits_so_a_smaller_count_is_always_milder() -> None:
+    sends = [(10, "r0", [["r2", "msg", index, 0] for index in range(4)])]
+    delivered = []
+    for count in (None, 3, 1, 0):
+        world, _ = with_faults(message_fault("drop", count=count), sends)
+        delivered.append(len(arrivals(world, "r2")))
+    assert delivered == [0, 1, 3, 4]
 
 
 def test_the_cli_reports_a_bad_schedule_in_one_line(

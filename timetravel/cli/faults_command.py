@@ -51,8 +51,8 @@ def main(args: argparse.Namespace) -> int:
     print(f"{scenario.name} seed {args.seed}: {len(faults)} faults")
     unit = scenario.display_unit
     for fault in faults:
-        end = format_time(fault["t_end_ns"], unit) if fault["t_end_ns"] is not None else "never"
-        window = f"{format_time(fault['t_start_ns'], unit)} .. {end}"
+        end = format_time(fault["t_end"], unit) if fault["t_end"] is not None else "never"
+        window = f"{format_time(fault['t_start'], unit)} .. {end}"
         print(f"  {fault['id']:<4} {fault['kind']:<10} {fault['target']:<8} {window:<28} {fault['expected']}")
         shown = _non_default_params(fault)
         if shown:

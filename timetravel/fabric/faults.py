@@ -139,7 +139,7 @@ def prepare_rule(record: Mapping[str, Any], topology: Topology, ranks: list[str]
         "id": record["id"],
         "kind": record["kind"],
         "target": record["target"],
-        "t_end_ns": record["t_end_ns"],
+        "t_end_ns": record["t_end"],
         "cut_links": None,
     }
     if record["kind"] == "partition":
@@ -280,7 +280,7 @@ def add_fault(world: World, item: Mapping[str, Any]) -> dict[str, Any]:
     if find_fault(world, fault_id) is not None:
         raise ConfigError(f"config key 'faults': fault id {fault_id} exists already")
     record = normalize_record(dict(item, id=fault_id), fault_id, schedule_context(world))
-    if record["t_start_ns"] < world.t_ns:
+    if record["t_start"] < world.t_ns:
         raise ConfigError(f"config key 'faults': fault {fault_id} starts before now ({world.t_ns} ns)")
     world.faults.append(record)
     fabric["fault_id_max"] = max(fabric["fault_id_max"], fault_number(fault_id))

@@ -170,7 +170,7 @@ def _send_with_faults(
         if not _rule_matches(rule, source_node, dst, kind):
             continue
         limit = rule["count"]
-        if limit and hits[rule["id"]] >= limit:
+        if limit is not None and hits[rule["id"]] >= limit:
             continue
         if not ctx.chance(f"fault.{fault_kind}", rule["probability"]):
             continue

@@ -20,6 +20,7 @@ Defaults come from real hardware; docs/fabric.md gives the source of each:
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,10 +99,7 @@ def fabric_params(**defaults: Any) -> tuple[Param, ...]:
     params = []
     for param in FABRIC_PARAMS:
         if param.name in defaults:
-            value = param.check(defaults[param.name])
-            param = Param(
-                param.name, param.kind, value, param.help, param.choices, param.minimum, param.branchable
-            )
+            param = dataclasses.replace(param, default=param.check(defaults[param.name]))
         params.append(param)
     return tuple(params)
 

@@ -2,20 +2,25 @@
 
 A fault is one plain-data record in ``world.faults``::
 
-    {"id": "f1", "kind": "partition", "target": "r3", "t_start_ns": 950000000,
-     "t_end_ns": 960000000, "params": {...every parameter of the kind, defaults filled in...}}
+    {"id": "f1", "kind": "partition", "target": "r3", "t_start": 950000000, "t_end": 960000000,
+     "params": {...every parameter of the kind, defaults filled in...}}
 
-Ids are ``f1``, ``f2``, ... and are never renumbered: a minimizer that removes ``f2`` leaves ``f1``
-and ``f3`` as they were, so a failure report, a branch and a repro keep naming the same fault.
-Applying a fault is an event of its own, kind ``fault``, delivered to the fault's target node at
-``t_start_ns`` (payload ``[id, "start"]``) and, when the fault has an end, at ``t_end_ns``
-(``[id, "end"]``). The handler looks the record up by id when the event fires, so removing the
-record from ``world.faults`` before then removes the fault.
+Times are integer nanoseconds (``t_end`` is None for a fault that never ends), the same record
+shape every scenario's schedule has, so the minimizer can drop records (ddmin), bisect a window
+(``t_end - t_start``) and bisect int parameters towards 0. Every int parameter is therefore
+"milder" when smaller: ``count`` (how many messages a fault may hit) is null for no limit, and
+0 hits none. Ids are ``f1``, ``f2``, ... and are never renumbered or reused: a minimizer that
+removes ``f2`` leaves ``f1`` and ``f3`` as they were, so a failure report, a branch and a repro
+keep naming the same fault. Applying a fault is an event of its own, kind ``fault``, delivered to
+the fault's target node at ``t_start`` (payload ``[id, "start"]``) and, when the fault has an end,
+at ``t_end`` (``[id, "end"]``). The handler looks the record up by id when the event fires, so
+removing the record from ``world.faults`` before then removes the fault.
 
-A user writes a schedule as JSON (``--set faults=@file.json`` or inline): a list of records, with
-``t_start``/``t_end`` as time text (``"950ms"``; a bare number is in ms) or ``t_start_ns``/``t_end_ns``
-as integer nanoseconds, and only the parameters that differ from the defaults. Anything wrong is a
-one-line :class:`ConfigError` naming the fault and the field.
+A user writes a schedule as JSON (``--set faults=@file.json`` or inline): a list of records whose
+``t_start``/``t_end`` are integer nanoseconds or time text (``"950ms"``, ``"120us"``; text without
+a unit is in ms, as everywhere a person types a time), and only the parameters that differ from
+the defaults. ``t_start_ns``/``t_end_ns`` are accepted as spellings of the same integer fields.
+Anything wrong is a one-line :class:`ConfigError` naming the fault and the field.
 """
 
 from __future__ import annotations
@@ -71,7 +76,7 @@ _MESSAGE_PARAMS: dict[str, tuple[str, Any]] = {
     "peer": ("node_or_none", None),
     "kinds": ("strings_or_none", None),
     "probability": ("probability", 1.0),
-    "count": ("count", 0),
+    "count": ("count_or_none", None),
 }
 PARAM_SPECS: dict[str, dict[str, tuple[str, Any]]] = {
     "partition": {
@@ -89,7 +94,7 @@ PARAM_SPECS: dict[str, dict[str, tuple[str, Any]]] = {
         "element": ("count_or_none", None),
         "bit": ("count_or_none", None),
         **_MESSAGE_PARAMS,
-        "count": ("count", 1),
+        "count": ("count_or_none", 1),
     },
     "crash": {},
     "drop": dict(_MESSAGE_PARAMS),
@@ -106,8 +111,8 @@ def expected_outcome(record: Mapping[str, Any], restartable: bool) -> str:
     if kind == "corrupt":
         return "detectable"
     if kind == "crash":
-        return "survivable" if restartable and record["t_end_ns"] is not None else "fatal"
-    if kind == "partition" and record["t_end_ns"] is None:
+        return "survivable" if restartable and record["t_end"] is not None else "fatal"
+    if kind == "partition" and record["t_end"] is None:
         return "fatal"
     return "survivable"
 
@@ -183,8 +188,7 @@ def normalize_record(item: Any, fault_id: str, context: ScheduleContext) -> dict
         raise ConfigError(f"{label}: target must be a node name, got {_short(target)}")
     t_start = _time_field(item, "t_start", label, required=True)
     t_end = _time_field(item, "t_end", label, required=False)
-    if t_start is None:  # pragma: no cover - required above
-        raise ConfigError(f"{label}: t_start is required")
+    assert t_start is not None  # required above
     if t_end is not None and t_end < t_start:
         raise ConfigError(f"{label}: t_end ({t_end} ns) is before t_start ({t_start} ns)")
     params = item.get("params", {})
@@ -194,8 +198,8 @@ def normalize_record(item: Any, fault_id: str, context: ScheduleContext) -> dict
         "id": fault_id,
         "kind": kind,
         "target": target,
-        "t_start_ns": t_start,
-        "t_end_ns": t_end,
+        "t_start": t_start,
+        "t_end": t_end,
         "params": _normalize_params(kind, params, label, context),
     }
     _check_semantics(record, label, context)
@@ -203,29 +207,27 @@ def normalize_record(item: Any, fault_id: str, context: ScheduleContext) -> dict
 
 
 def _time_field(item: Mapping[str, Any], name: str, label: str, required: bool) -> int | None:
+    """``t_start``/``t_end``: int ns or time text; ``<name>_ns`` is another spelling of the int."""
     if name in item and f"{name}_ns" in item:
         raise ConfigError(f"{label}: give {name} or {name}_ns, not both")
-    if f"{name}_ns" in item:
-        value = item[f"{name}_ns"]
-        if value is None and not required:
-            return None
-        if type(value) is not int or value < 0:
-            raise ConfigError(f"{label}: {name}_ns must be a non-negative int of ns, got {_short(value)}")
+    key = f"{name}_ns" if f"{name}_ns" in item else name
+    if key not in item or (item[key] is None and not required):
+        if required:
+            raise ConfigError(f"{label}: {name} is required")
+        return None
+    value = item[key]
+    if type(value) is int and value >= 0:
         return value
-    if name in item:
-        value = item[name]
-        if value is None and not required:
-            return None
+    if isinstance(value, str) and key == name:
         try:
-            parsed = parse_time(value if isinstance(value, str) else int(value))
-        except (TimeFormatError, TypeError, ValueError) as error:
+            parsed = parse_time(value)
+        except TimeFormatError as error:
             raise ConfigError(f"{label}: {name}: {error}") from None
-        if parsed < 0:
-            raise ConfigError(f"{label}: {name} must not be negative")
-        return parsed
-    if required:
-        raise ConfigError(f"{label}: {name} (or {name}_ns) is required")
-    return None
+        if parsed >= 0:
+            return parsed
+    raise ConfigError(
+        f"{label}: {key} must be non-negative int ns or time text like 950ms, got {_short(value)}"
+    )
 
 
 def _normalize_params(
@@ -383,9 +385,9 @@ def _check_semantics(record: dict[str, Any], label: str, context: ScheduleContex
 
 def schedule_fault_events(world: Any, record: Mapping[str, Any]) -> None:
     """Queue a record's start event (and end event, if it has an end) at its target node."""
-    world.schedule(record["t_start_ns"], record["target"], FAULT_KIND, [record["id"], "start"])
-    if record["t_end_ns"] is not None:
-        world.schedule(record["t_end_ns"], record["target"], FAULT_KIND, [record["id"], "end"])
+    world.schedule(record["t_start"], record["target"], FAULT_KIND, [record["id"], "start"])
+    if record["t_end"] is not None:
+        world.schedule(record["t_end"], record["target"], FAULT_KIND, [record["id"], "end"])
 
 
 def fault_number(fault_id: str) -> int:

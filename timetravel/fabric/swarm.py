@@ -110,8 +110,8 @@ def _draw_record(
         "id": f"f{number}",
         "kind": kind,
         "target": target,
-        "t_start_ns": t_start,
-        "t_end_ns": None if one_shot else t_start + duration,
+        "t_start": t_start,
+        "t_end": None if one_shot else t_start + duration,
         "params": params,
     }
 
