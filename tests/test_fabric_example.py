@@ -211,3 +211,23 @@ def test_the_minimizer_shrinks_a_swarm_schedule_to_the_one_corruption() -> None:
     [kept] = result.faults_kept
     [record] = [fault for fault in world.faults if fault["id"] == kept]
     assert record["kind"] == "corrupt"  # ids survive shrinking: f3 is still f3
+
+
+def test_the_public_api_is_what_docs_fabric_md_lists() -> None:
+    assert sorted(fabric.__all__) == sorted(
+        [
+            *("BUFFERS_KEY", "DONE_KIND", "EXPECTED_OUTCOMES", "FABRIC_EVENT_KINDS", "FABRIC_PARAMS"),
+            *("FABRIC_PARAM_NAMES", "FAULT_KIND", "FAULT_KINDS", "GPU_KEY", "HELD_KIND", "Hooks", "Topology"),
+            *(
+                "add_fault",
+                "event_done",
+                "expected_outcome",
+                "fabric_params",
+                "fabric_settings",
+                "find_fault",
+            ),
+            *("finish", "idle", "install", "launch", "record", "remove_fault", "running_kernel", "summary"),
+            *("transport", "wait", "with_handlers"),
+        ]
+    )
+    assert all(hasattr(fabric, name) for name in fabric.__all__)

@@ -13,7 +13,7 @@ from typing import Any
 from timetravel.cli.common import add_scenario_arguments, print_json, resolve_scenario
 from timetravel.fabric import summary
 from timetravel.sim.runner import build_world
-from timetravel.sim.timefmt import format_time
+from timetravel.sim.timefmt import format_time_auto
 
 
 def register(subparsers: Any) -> None:
@@ -49,10 +49,9 @@ def main(args: argparse.Namespace) -> int:
         print(f"{scenario.name} seed {args.seed}: no faults")
         return 0
     print(f"{scenario.name} seed {args.seed}: {len(faults)} faults")
-    unit = scenario.display_unit
     for fault in faults:
-        end = format_time(fault["t_end"], unit) if fault["t_end"] is not None else "never"
-        window = f"{format_time(fault['t_start'], unit)} .. {end}"
+        end = format_time_auto(fault["t_end"]) if fault["t_end"] is not None else "never"
+        window = f"{format_time_auto(fault['t_start'])} .. {end}"
         print(f"  {fault['id']:<4} {fault['kind']:<10} {fault['target']:<8} {window:<28} {fault['expected']}")
         shown = _non_default_params(fault)
         if shown:

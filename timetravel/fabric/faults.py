@@ -18,8 +18,8 @@ The records and their validation live in schedule.py; the swarm draw in swarm.py
   scenario's ``on_restart`` hook brings it back; without that hook the node stays down.
 * **drop / duplicate / reorder / delay** (start -> end): each matching message (sent by the target,
   or to it with ``direction``; optionally only to/from ``peer`` and only of ``kinds``) is affected
-  with ``probability`` (a ``chance`` at site ``fault.<kind>``: choice 0 means "not affected"), at
-  most ``count`` times (0: no limit).
+  with ``probability`` (a ``chance`` at site ``fault.<kind>``; choice 0 means "not affected"
+  unless the probability is 1), at most ``count`` times (null: no limit).
 
 The fabric counts what each fault did in ``world.fabric["fault_hits"][id]`` (messages dropped,
 held, duplicated, delayed, corrupted; bits flipped; 1 for a crash or slow window that took

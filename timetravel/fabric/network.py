@@ -160,7 +160,7 @@ def _send_with_faults(
     copies = 1
     gap_ns = 0
     hits = fabric["fault_hits"]
-    for rule in list(fabric["message_rules"].values()):
+    for rule in fabric["message_rules"].values():
         fault_kind = rule["kind"]
         if fault_kind == "partition":
             if rule["cut_links"] is None and _partition_cuts(rule, source_node, dst):
