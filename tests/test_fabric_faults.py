@@ -470,3 +470,13 @@ def test_the_cli_reports_a_bad_schedule_in_one_line(
         error
         == "timetravel: error: config key 'faults': fault f1: target must be a node name, got 'nobody'\n"
     )
+
+
+def test_a_message_held_by_a_partition_meets_other_faults_only_when_it_is_sent_again() -> None:
+    faults = [
+        {"kind": "delay", "target": "r0", "t_start": 0, "t_end": 1_000_000, "params": {"delay_ns": 1_000}},
+        {"kind": "partition", "target": "r0", "t_start": 0, "t_end": 50_000, "params": {"mode": "hold"}},
+    ]
+    world, _ = with_faults(faults, [(10, "r0", [["r2", "msg", "x", 0]])])
+    assert times(world, "r2") == [50_000 + HOP_NS + 1_000]
+    assert world.fabric["fault_hits"] == {"f1": 1, "f2": 1}

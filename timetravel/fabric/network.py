@@ -155,19 +155,25 @@ def reserve(fabric: dict[str, Any], links: list[int] | tuple[int, ...], now: int
 def _send_with_faults(
     ctx: Context, fabric: dict[str, Any], dst: str, kind: str, payload: Any, nbytes: int
 ) -> None:
+    """The send path while faults are active: node partitions first (a blocked message suffers
+    nothing else), then each message fault in activation order, then routing around cut links."""
     source_node = ctx.node
+    rules = fabric["message_rules"]
+    for rule in rules.values():
+        if (
+            rule["kind"] == "partition"
+            and rule["cut_links"] is None
+            and _partition_cuts(rule, source_node, dst)
+        ):
+            _block(ctx, rule, dst, kind, payload, nbytes)
+            return
     extra_ns = 0
     copies = 1
     gap_ns = 0
     hits = fabric["fault_hits"]
-    for rule in fabric["message_rules"].values():
+    for rule in rules.values():
         fault_kind = rule["kind"]
-        if fault_kind == "partition":
-            if rule["cut_links"] is None and _partition_cuts(rule, source_node, dst):
-                _block(ctx, rule, dst, kind, payload, nbytes)
-                return
-            continue
-        if not _rule_matches(rule, source_node, dst, kind):
+        if fault_kind == "partition" or not _rule_matches(rule, source_node, dst, kind):
             continue
         limit = rule["count"]
         if limit is not None and hits[rule["id"]] >= limit:
