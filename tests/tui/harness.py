@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
+import textual
 from rich.console import Console
 from textual import on
 from textual.app import App, ComposeResult
@@ -76,3 +79,31 @@ def screen_text(app: App[Any]) -> str:
 def widget_lines(widget: Widget) -> list[str]:
     """A render()-based widget's content as plain lines."""
     return widget.render().plain.split("\n")  # type: ignore[union-attr]
+
+
+SNAPSHOT_DIR = Path(__file__).parent / "snapshots"
+UPDATE_ENV = "TIMETRAVEL_UPDATE_SNAPSHOTS"
+
+
+def assert_snapshot(app: App[Any], name: str) -> None:
+    """The screen equals the committed snapshot ``name`` (text always; SVG on the same Textual).
+
+    The plain text of the screen is compared exactly on every Textual version. The SVG (colours
+    and styles too) is compared only when the committed file was made with the installed
+    Textual, because a new Textual may restyle its own widgets; the text file's first line
+    records the version. ``TIMETRAVEL_UPDATE_SNAPSHOTS=1`` rewrites both after a deliberate change.
+    """
+    svg = app.export_screenshot(title=name)
+    text = f"textual {textual.__version__}\n{screen_text(app)}"
+    svg_path, text_path = SNAPSHOT_DIR / f"{name}.svg", SNAPSHOT_DIR / f"{name}.txt"
+    if os.environ.get(UPDATE_ENV) == "1":
+        SNAPSHOT_DIR.mkdir(exist_ok=True)
+        svg_path.write_text(svg, encoding="utf-8")
+        text_path.write_text(text, encoding="utf-8")
+        return
+    assert text_path.exists(), f"no snapshot {text_path.name}: run with {UPDATE_ENV}=1 once and review it"
+    expected = text_path.read_text(encoding="utf-8")
+    expected_version, _, expected_screen = expected.partition("\n")
+    assert screen_text(app) == expected_screen, f"screen differs from {text_path.name}"
+    if expected_version == f"textual {textual.__version__}":
+        assert svg == svg_path.read_text(encoding="utf-8"), f"styles differ from {svg_path.name}"

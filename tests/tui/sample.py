@@ -67,12 +67,12 @@ def rank_cells(count: int = 16) -> tuple[RankCell, ...]:
     return tuple(cells)
 
 
-def kernel_spans(ranks: int = 4) -> tuple[KernelSpan, ...]:
+def kernel_spans(ranks: int = 4, offset_ns: int = 0) -> tuple[KernelSpan, ...]:
     """Three steps of fwd_bwd -> allreduce -> optimizer per rank; on rank2 the optimizer starts early."""
     spans = []
     for rank in range(ranks):
         for step in range(3):
-            start = step * 1000 * US
+            start = offset_ns + step * 1000 * US
             optimizer = start + (700 if rank == 2 else 910) * US
             spans += [
                 KernelSpan(
@@ -139,4 +139,42 @@ def compare_data() -> CompareData:
         entries=entries,
         loss_a=fail_curve,
         loss_b=pass_curve,
+    )
+
+
+def world_document() -> dict:
+    """A small world as plain data: 16 ranks, rank5's weights hold a NaN."""
+    import numpy as np
+
+    nodes = {}
+    for cell in rank_cells():
+        weights = np.linspace(-0.5, 0.5, 64, dtype=np.float32)
+        if cell.name == "rank5":
+            weights[17] = np.nan
+        nodes[cell.name] = {"step": cell.step, "collective_seq": cell.collective_seq, "weights": weights}
+    return {
+        "t_ns": 1000 * MS,
+        "nodes": nodes,
+        "faults": [{"id": "f3", "kind": "bitflip", "target": "rank5", "t_start": FAULT_NS}],
+        "failures": [],
+    }
+
+
+def cursor_view(events=None):
+    from timetravel.tui.model import CursorView
+
+    return CursorView(
+        title="dp_training seed 17",
+        unit="ms",
+        cursor_ns=1000 * MS,
+        timeline=timeline_data(),
+        ranks=rank_cells(),
+        spans=kernel_spans(offset_ns=998 * MS),
+        races=(RACE,),
+        events=events,
+        document=world_document(),
+        branches=branches(),
+        branch="main",
+        event_number=48_800,
+        status="✖ nan on rank5 @1040ms",
     )

@@ -35,7 +35,8 @@ def test_state_mode_puts_the_nan_rank_first_then_the_slow_one_then_rank_order() 
         assert names(grid) == ["rank5", "rank9"] + [f"rank{i}" for i in range(16) if i not in (5, 9)]
         lines = widget_lines(grid)
         assert lines[0].split()[:3] == ["5!", "9◐", "0●"]
-        assert lines[-2].startswith("rank5 nan · step 97")
+        assert grid.detail_lines == 2  # 36 columns: the detail wraps at " · "
+        assert " · ".join(lines[-3:-1]) == "rank5 nan · step 97 · coll #388 · progress 5ms ago"
         assert lines[-1] == "16 ranks: 1 nan, 1 slow, 14 healthy"
 
     run(scenario)
@@ -55,7 +56,7 @@ def test_each_mode_ranks_by_its_own_distance_from_the_crowd() -> None:
         await pilot.press("m")
         assert grid.mode == "progress"
         assert names(grid)[0] == "rank9" and grid.items[0].value == "50ms"
-        assert widget_lines(grid)[-2].endswith("progress 50ms ago · waiting on rank8")
+        assert " · ".join(widget_lines(grid)[-3:-1]).startswith("rank9 slow · waiting on rank8 · step 95")
         await pilot.press("m")
         assert grid.mode == "state"
 

@@ -96,7 +96,8 @@ def array_text(array: np.ndarray) -> tuple[str, str]:
             words.append(array_sparkline(array, SPARKLINE_COLUMNS))
     alarm = ""
     if stats.nan or stats.inf:
-        alarm = f"nan {stats.nan} inf {stats.inf} (first at {stats.first_nonfinite})"
+        counts = [f"{name} {count}" for name, count in (("nan", stats.nan), ("inf", stats.inf)) if count]
+        alarm = f"{' '.join(counts)} (first at {stats.first_nonfinite})"
     return " ".join(words), alarm
 
 

@@ -1,5 +1,8 @@
 """The key map: every key the TUI answers to, read from the widgets' own bindings.
 
+A binding's ``description`` is its short footer label; its ``tooltip`` is the sentence the map
+shows (the description when there is none).
+
 One source for three readers: the ``?`` screen, the footer (through the bindings themselves) and
 docs/tui.md (a test checks that the doc's table equals :func:`keymap_rows`). Keys that a widget
 inherits from Textual (a tree's enter and space) are listed in ``INHERITED_KEYS`` so the map is
@@ -42,7 +45,9 @@ def keymap_rows(scopes: Sequence[tuple[str, type[Any]]]) -> list[tuple[str, str,
     rows = []
     for scope, widget_class in scopes:
         for binding in bindings_of(widget_class):
-            rows.append((scope, key_text(binding.key), binding.description or binding.action))
+            rows.append(
+                (scope, key_text(binding.key), binding.tooltip or binding.description or binding.action)
+            )
         for keys, description in INHERITED_KEYS.get(widget_class.__name__, []):
             rows.append((scope, key_text(keys), description))
     return rows

@@ -225,3 +225,26 @@ class CompletionContext:
     kinds: tuple[str, ...] = ()
     paths: tuple[str, ...] = ()
     times: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CursorView:
+    """Everything the main screen shows at one position of one run, as plain data.
+
+    The front end builds one of these after every seek (from a Session, or from a kernel run in
+    memory) and hands it to the screen, which sets each widget's attributes from it.
+    """
+
+    title: str
+    unit: str
+    cursor_ns: int
+    timeline: TimelineData
+    ranks: tuple[RankCell, ...] = ()
+    spans: tuple[KernelSpan, ...] = ()
+    races: tuple[RaceEdge, ...] = ()
+    events: EventSource | None = None
+    document: object = None
+    branches: tuple[BranchInfo, ...] = ()
+    branch: str = "main"
+    event_number: int = 0
+    status: str = ""

@@ -167,15 +167,15 @@ def summary(cells: Sequence[RankCell], mode: str, now_ns: int) -> str:
 
 
 def detail(cell: RankCell, cells: Sequence[RankCell], now_ns: int) -> str:
-    """Everything the grid knows about one rank, on one line."""
+    """Everything the grid knows about one rank, on one line; what it waits on comes first."""
     leader = max((item.step for item in cells), default=cell.step)
     behind = leader - cell.step
-    words = [
-        f"{cell.name} {cell.state}",
+    words = [f"{cell.name} {cell.state}"]
+    if cell.waiting_on:
+        words.append(f"waiting on {cell.waiting_on}")
+    words += [
         f"step {cell.step}" + (f" ({behind} behind)" if behind else ""),
         f"coll #{cell.collective_seq}",
         f"progress {short_time(max(0, now_ns - cell.last_progress_ns))} ago",
     ]
-    if cell.waiting_on:
-        words.append(f"waiting on {cell.waiting_on}")
     return " · ".join(words)

@@ -44,8 +44,13 @@ class BranchTree(Tree[str]):
         "branch-tree--current",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("space", "pick", "pick"),
-        Binding("c", "compare", "compare"),
+        Binding("space", "pick", "pick", tooltip="pick the branch for comparison (two at most)"),
+        Binding(
+            "c",
+            "compare",
+            "compare",
+            tooltip="compare the two picked branches (or the highlighted one with main)",
+        ),
     ]
 
     branches: reactive[tuple[BranchInfo, ...]] = reactive(())

@@ -42,10 +42,12 @@ class CommandLine(Input):
 
     DEFAULT_CSS = css_beside(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("tab", "complete", "complete", show=False),
-        Binding("up", "history(-1)", "previous", show=False),
-        Binding("down", "history(1)", "next", show=False),
-        Binding("escape", "dismiss", "close", show=False),
+        Binding(
+            "tab", "complete", "complete", show=False, tooltip="complete; press again for the next completion"
+        ),
+        Binding("up", "history(-1)", "previous", show=False, tooltip="previous command"),
+        Binding("down", "history(1)", "next", show=False, tooltip="next command"),
+        Binding("escape", "dismiss", "close", show=False, tooltip="leave the command line"),
     ]
 
     class CommandSubmitted(Message):

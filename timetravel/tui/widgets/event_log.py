@@ -32,7 +32,6 @@ from timetravel.tui.timefmt import fixed_time
 NODE_COLUMNS_MAX = 12
 KIND_COLUMNS_MAX = 14
 FAULT_KINDS = ("fault",)
-LINE_COLUMNS_MAX = 400
 
 
 class EventLog(ScrollView, can_focus=True):
@@ -46,16 +45,20 @@ class EventLog(ScrollView, can_focus=True):
         "event-log--number",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("up", "move(-1)", "up", show=False),
-        Binding("down", "move(1)", "down", show=False),
-        Binding("pageup", "page(-1)", "page up", show=False),
-        Binding("pagedown", "page(1)", "page down", show=False),
-        Binding("home", "edge(-1)", "first", show=False),
-        Binding("end", "edge(1)", "last", show=False),
-        Binding("enter", "choose", "seek here"),
-        Binding("n", "filter_node", "node filter"),
-        Binding("k", "filter_kind", "kind filter"),
-        Binding("x", "clear_filters", "clear filters", show=False),
+        Binding("up", "move(-1)", "up", show=False, tooltip="previous event"),
+        Binding("down", "move(1)", "down", show=False, tooltip="next event"),
+        Binding("pageup", "page(-1)", "page up", show=False, tooltip="a page of events up"),
+        Binding("pagedown", "page(1)", "page down", show=False, tooltip="a page of events down"),
+        Binding("home", "edge(-1)", "first", show=False, tooltip="first event"),
+        Binding("end", "edge(1)", "last", show=False, tooltip="last event"),
+        Binding("enter", "choose", "seek here", tooltip="seek the cursor to the selected event"),
+        Binding(
+            "n", "filter_node", "node filter", tooltip="only the selected event's node (again: all nodes)"
+        ),
+        Binding(
+            "k", "filter_kind", "kind filter", tooltip="only the selected event's kind (again: all kinds)"
+        ),
+        Binding("x", "clear_filters", "clear filters", show=False, tooltip="drop both filters"),
     ]
 
     source: reactive[Any] = reactive(None, always_update=True)
@@ -113,7 +116,7 @@ class EventLog(ScrollView, can_focus=True):
             self._view = source
         self._widths = self._column_widths()
         count = len(self._view) if self._view is not None else 0
-        self.virtual_size = Size(self._line_width(), count)
+        self.virtual_size = Size(0, count)
         self._follow_cursor()
         self._update_title()
         self.refresh()
@@ -130,9 +133,6 @@ class EventLog(ScrollView, can_focus=True):
         kind_width = min(KIND_COLUMNS_MAX, max((len(name) for name in source.kind_names()), default=1))
         return number_width, time_width, node_width, kind_width
 
-    def _line_width(self) -> int:
-        return min(LINE_COLUMNS_MAX, sum(self._widths) + 4 + 40)
-
     def watch_source(self) -> None:
         self._rebuild_view()
 
@@ -148,6 +148,7 @@ class EventLog(ScrollView, can_focus=True):
 
     def watch_selected(self) -> None:
         self._scroll_to_selected()
+        self.call_after_refresh(self._scroll_to_selected)  # once a new virtual size is laid out
         self.refresh()
 
     def _follow_cursor(self) -> None:
@@ -248,8 +249,7 @@ class EventLog(ScrollView, can_focus=True):
         return self.get_component_rich_style(f"event-log--{name}", partial=True)
 
     def render_line(self, y: int) -> Strip:
-        scroll_x, scroll_y = self.scroll_offset
-        index = round(scroll_y) + y
+        index = round(self.scroll_offset.y) + y
         width = self.scrollable_content_region.width
         base = self.rich_style
         view = self._view
@@ -274,4 +274,4 @@ class EventLog(ScrollView, can_focus=True):
             style = style + self._style("selected")
         number_style = style + self._style("number") if index != self.selected else style
         strip = Strip([Segment(number, number_style), Segment(rest, style)])
-        return strip.crop_extend(round(scroll_x), round(scroll_x) + width, style)
+        return strip.crop_extend(0, width, style)

@@ -164,9 +164,13 @@ class StateInspector(Tree[Entry]):
             label.append("● ", self._style("changed"))
         label.append(str(key), self._style("changed") if changed else self._style("key"))
         label.append(" ")
-        label.append(summary, self._style("summary"))
-        if alarm:
-            label.append(" " + alarm, self._style("alarm"))
+        if alarm:  # right after the dtype, where a narrow pane still shows it
+            head, _, rest = summary.partition(" ")
+            label.append(head + " ", self._style("summary"))
+            label.append(alarm, self._style("alarm"))
+            label.append(" " + rest if rest else "", self._style("summary"))
+        else:
+            label.append(summary, self._style("summary"))
         return label
 
     def _is_highlighted(self, path: Path) -> bool:

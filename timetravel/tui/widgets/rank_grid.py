@@ -29,7 +29,8 @@ from timetravel.tui.css import css_beside
 from timetravel.tui.model import RANK_STATES, RankCell
 from timetravel.tui.rank_layout import MODE_TITLES, MODES, VALUE_WIDTHS, GridItem
 
-FOOTER_LINES = 2
+WIDE_DETAIL_COLUMNS = 70
+"""From this content width the selected rank's detail fits one line; narrower grids give it two."""
 
 
 class RankGrid(Widget, can_focus=True):
@@ -45,13 +46,29 @@ class RankGrid(Widget, can_focus=True):
         *(f"rank-grid--{state}" for state in RANK_STATES),
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left", "move(-1, 0)", "left", show=False),
-        Binding("right", "move(1, 0)", "right", show=False),
-        Binding("up", "move(0, -1)", "up", show=False),
-        Binding("down", "move(0, 1)", "down", show=False),
-        Binding("enter", "activate", "open rank"),
-        Binding("m", "cycle_mode", "mode"),
-        Binding("backspace", "zoom_out", "all ranks", show=False),
+        Binding("left", "move(-1, 0)", "left", show=False, tooltip="select the previous cell"),
+        Binding("right", "move(1, 0)", "right", show=False, tooltip="select the next cell"),
+        Binding("up", "move(0, -1)", "up", show=False, tooltip="select the cell above"),
+        Binding("down", "move(0, 1)", "down", show=False, tooltip="select the cell below"),
+        Binding(
+            "enter",
+            "activate",
+            "open rank",
+            tooltip="open the rank in the state inspector (zoom into a bucket)",
+        ),
+        Binding(
+            "m",
+            "cycle_mode",
+            "mode",
+            tooltip="next mode: state, steps behind, collective seq, time since progress",
+        ),
+        Binding(
+            "backspace",
+            "zoom_out",
+            "all ranks",
+            show=False,
+            tooltip="back to all ranks after zooming into a bucket",
+        ),
     ]
 
     cells: reactive[tuple[RankCell, ...]] = reactive(())
@@ -109,8 +126,18 @@ class RankGrid(Widget, can_focus=True):
         return max(1, self.content_size.width // self.cell_width)
 
     @property
+    def detail_lines(self) -> int:
+        """Lines kept for the selected rank's detail (wrapped at `` · ``)."""
+        return 1 if self.content_size.width >= WIDE_DETAIL_COLUMNS else 2
+
+    @property
+    def footer_lines(self) -> int:
+        """Lines under the grid: the selected rank's detail and the summary."""
+        return self.detail_lines + 1
+
+    @property
     def capacity(self) -> int:
-        rows = max(1, self.content_size.height - FOOTER_LINES)
+        rows = max(1, self.content_size.height - self.footer_lines)
         return self.grid_columns * rows
 
     @property
@@ -207,13 +234,27 @@ class RankGrid(Widget, can_focus=True):
             text.append_text(cell)
             text.append(" ")
         rows = -(-len(items) // columns) if items else 0
-        text.append("\n" * max(1, self.content_size.height - FOOTER_LINES - rows + 1))
-        text.append(self._detail_line(), self._style("detail"))
-        text.append("\n")
+        detail = self._detail_lines()
+        text.append("\n" * max(1, self.content_size.height - self.footer_lines - rows + 1))
+        for line in detail:
+            text.append(line, self._style("detail"))
+            text.append("\n")
         text.append(rank_layout.summary(cells, self.mode, self.now_ns), self._style("summary"))
         return text
 
-    def _detail_line(self) -> str:
+    def _detail_lines(self) -> list[str]:
+        """The selected cell's detail, wrapped at `` · `` to the width, padded to ``detail_lines``."""
+        width = max(10, self.content_size.width)
+        lines: list[str] = []
+        for part in self._detail_text().split(" · "):
+            if lines and len(lines[-1]) + 3 + len(part) <= width:
+                lines[-1] += " · " + part
+            else:
+                lines.append(part)
+        lines = lines[: self.detail_lines]
+        return lines + [""] * (self.detail_lines - len(lines))
+
+    def _detail_text(self) -> str:
         item = self.selected_item
         if item is None:
             return ""

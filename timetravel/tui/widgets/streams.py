@@ -15,6 +15,7 @@ up/down scroll the rows.
 from __future__ import annotations
 
 import statistics
+import textwrap
 from collections.abc import Sequence
 from typing import ClassVar
 
@@ -27,7 +28,7 @@ from textual.widget import Widget
 from timetravel.tui.css import css_beside
 from timetravel.tui.model import KernelSpan, RaceEdge
 from timetravel.tui.rank_layout import short_labels
-from timetravel.tui.timefmt import short_time
+from timetravel.tui.timefmt import exact_time, short_time
 
 LABEL_COLUMNS = 11
 WINDOW_NS_MIN = 100
@@ -100,10 +101,16 @@ class StreamsView(Widget, can_focus=True):
         "streams--detail",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("plus,equals_sign", "zoom(1)", "zoom in", show=False),
-        Binding("minus", "zoom(-1)", "zoom out", show=False),
-        Binding("up", "scroll_rows(-1)", "up", show=False),
-        Binding("down", "scroll_rows(1)", "down", show=False),
+        Binding(
+            "plus,equals_sign",
+            "zoom(1)",
+            "zoom in",
+            show=False,
+            tooltip="narrow the time window around the cursor",
+        ),
+        Binding("minus", "zoom(-1)", "zoom out", show=False, tooltip="widen the time window"),
+        Binding("up", "scroll_rows(-1)", "up", show=False, tooltip="scroll the streams up"),
+        Binding("down", "scroll_rows(1)", "down", show=False, tooltip="scroll the streams down"),
     ]
 
     spans: reactive[tuple[KernelSpan, ...]] = reactive(())
@@ -112,6 +119,7 @@ class StreamsView(Widget, can_focus=True):
     focus_ranks: reactive[tuple[str, ...]] = reactive(())
     window_ns: reactive[int] = reactive(0)
     row_offset: reactive[int] = reactive(0)
+    unit: reactive[str] = reactive("ms")
 
     def __init__(
         self,
@@ -197,9 +205,9 @@ class StreamsView(Widget, can_focus=True):
 
     def _axis_line(self) -> Text:
         half = self.half_window_ns
-        left = short_time(self.cursor_ns - half)
-        middle = f"▼{short_time(self.cursor_ns)}"
-        right = short_time(self.cursor_ns + half)
+        left = f"-{short_time(half)}"
+        middle = f"▼{exact_time(self.cursor_ns, self.unit)}"
+        right = f"+{short_time(half)}"
         width = self.chart_columns
         line = [" "] * width
         line[: len(left)] = left
@@ -260,13 +268,16 @@ class StreamsView(Widget, can_focus=True):
                 f"{span.stream}:{span.name}" if span else key
                 for key, span in ((key, by_key.get((race.rank, key))) for key in (race.first, race.second))
             ]
-            line = Text(f"╳ race on {race.rank}: {race.buffer} — {names[0]} and {names[1]}, no ordering edge")
-            line.stylize(self._style("edge"))
-            lines.append(line)
+            text = f"╳ race on {race.rank}: {race.buffer} — {names[0]} and {names[1]}, no ordering edge"
+            lines += [Text(part, self._style("edge")) for part in self._wrap(text)]
         rows = self.rows
         if rows:
             rank = rows[0][0]
             streams = [stream for row_rank, stream in rows if row_rank == rank]
             words = [activity_at(self.spans, rank, stream, self.cursor_ns) for stream in streams]
-            lines.append(Text(f"{rank} at cursor: " + " · ".join(words), self._style("detail")))
+            text = f"{rank} at cursor: " + " · ".join(words)
+            lines += [Text(part, self._style("detail")) for part in self._wrap(text)]
         return lines
+
+    def _wrap(self, text: str) -> list[str]:
+        return textwrap.wrap(text, max(10, self.content_size.width), subsequent_indent="  ") or [""]

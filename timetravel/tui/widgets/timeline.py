@@ -60,17 +60,30 @@ class Timeline(Widget, can_focus=True):
         "timeline--no-return",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("left", "scrub(-1)", "back", show=False),
-        Binding("right", "scrub(1)", "forward", show=False),
-        Binding("shift+left", "scrub(-10)", "back x10", show=False),
-        Binding("shift+right", "scrub(10)", "forward x10", show=False),
-        Binding("home", "to_edge(-1)", "start", show=False),
-        Binding("end", "to_edge(1)", "end", show=False),
-        Binding("left_square_bracket", "jump_mark(-1)", "prev mark"),
-        Binding("right_square_bracket", "jump_mark(1)", "next mark"),
-        Binding("plus,equals_sign", "zoom(1)", "zoom in", show=False),
-        Binding("minus", "zoom(-1)", "zoom out", show=False),
-        Binding("0", "zoom(0)", "zoom all", show=False),
+        Binding(
+            "left",
+            "scrub(-1)",
+            "back",
+            show=False,
+            tooltip="cursor back one step (a round time of at least one column)",
+        ),
+        Binding("right", "scrub(1)", "forward", show=False, tooltip="cursor forward one step"),
+        Binding("shift+left", "scrub(-10)", "back x10", show=False, tooltip="cursor back ten steps"),
+        Binding("shift+right", "scrub(10)", "forward x10", show=False, tooltip="cursor forward ten steps"),
+        Binding("home", "to_edge(-1)", "start", show=False, tooltip="cursor to the start of the run"),
+        Binding("end", "to_edge(1)", "end", show=False, tooltip="cursor to the end of the run"),
+        Binding(
+            "left_square_bracket",
+            "jump_mark(-1)",
+            "prev mark",
+            tooltip="previous fault, branch point or failure",
+        ),
+        Binding(
+            "right_square_bracket", "jump_mark(1)", "next mark", tooltip="next fault, branch point or failure"
+        ),
+        Binding("plus,equals_sign", "zoom(1)", "zoom in", show=False, tooltip="zoom in around the cursor"),
+        Binding("minus", "zoom(-1)", "zoom out", show=False, tooltip="zoom out"),
+        Binding("0", "zoom(0)", "zoom all", show=False, tooltip="show the whole run"),
     ]
 
     data: reactive[TimelineData] = reactive(EMPTY_DATA)
