@@ -1,4 +1,5 @@
-"""CommandLine: completion by argument kind, tab cycling, history, submit; the palette lists the same."""
+"""CommandLine: the command language's completion with the screen's values, tab cycling, history,
+submit; the palette lists the command language's commands and prefills or runs them."""
 
 from __future__ import annotations
 
@@ -6,54 +7,32 @@ from typing import ClassVar
 
 from textual.command import CommandPalette
 
+from tests.tui import sample
 from tests.tui.harness import Harness, drive
-from timetravel.tui.completion import complete
-from timetravel.tui.model import CommandSpec, CompletionContext
 from timetravel.tui.palette import CommandsProvider
+from timetravel.tui.values import ViewValues, completion_lines
 from timetravel.tui.widgets.command_line import CommandLine
 
-SPECS = (
-    CommandSpec("goto", "goto TIME", "seek to a time", ("time",)),
-    CommandSpec("back", "back N", "go back N events", ("text",)),
-    CommandSpec(
-        "branch",
-        "branch [--drop-fault ID]",
-        "branch a new future",
-        (),
-        {"--drop-fault": "fault", "--name": "text"},
-    ),
-    CommandSpec("branches", "branches", "list the branches"),
-    CommandSpec("diff", "diff A B [--path P]", "diff two runs", ("branch", "branch"), {"--path": "path"}),
-    CommandSpec("print", "print PATH", "print a value", ("path",)),
-)
-CONTEXT = CompletionContext(
-    nodes=("rank0", "rank1"),
-    branches=("main", "b1", "b2"),
-    faults=("f1", "f3"),
-    paths=("nodes/rank0/weights", "nodes/rank0/step", "nodes/rank1/weights", "faults"),
-)
+VALUES = ViewValues(sample.cursor_view())
 
 
 def test_completion_offers_commands_then_each_argument_by_its_kind() -> None:
-    assert complete("b", SPECS, CONTEXT) == ["back ", "branch ", "branches "]
-    assert complete("branch --", SPECS, CONTEXT) == ["branch --drop-fault ", "branch --name "]
-    assert complete("branch --drop-fault ", SPECS, CONTEXT) == [
-        "branch --drop-fault f1 ",
-        "branch --drop-fault f3 ",
-    ]
-    assert complete("diff main b", SPECS, CONTEXT) == ["diff main b1 ", "diff main b2 "]
-    assert complete("diff main b1 --path nodes/rank1", SPECS, CONTEXT) == ["diff main b1 --path nodes/rank1/"]
-    assert complete("print nodes/", SPECS, CONTEXT) == ["print nodes/rank0/", "print nodes/rank1/"]
-    assert complete("print nodes/rank0/", SPECS, CONTEXT) == [
-        "print nodes/rank0/weights",
-        "print nodes/rank0/step",
-    ]
-    assert complete("nosuch x", SPECS, CONTEXT) == []
-    assert complete("branches x", SPECS, CONTEXT) == []
+    assert completion_lines("bra", VALUES) == ["branch ", "branches "]
+    assert completion_lines("branch --drop-fault ", VALUES) == ["branch --drop-fault f3 "]
+    assert completion_lines("diff main b", VALUES) == ["diff main b1 ", "diff main b2 ", "diff main b3 "]
+    assert completion_lines("print nodes/rank1", VALUES)[:2] == ["print nodes/rank1/", "print nodes/rank10/"]
+    assert completion_lines("print nodes/rank5/w", VALUES) == ["print nodes/rank5/weights "]
+    assert completion_lines("goto 9", VALUES) == [
+        "goto 900ms ",
+        "goto 950ms ",
+        "goto 972ms ",
+    ]  # a snapshot, the fork, the fault
+    assert completion_lines("find-first nonf", VALUES) == ["find-first nonfinite("]
+    assert completion_lines("nosuch x", VALUES) == []
 
 
 def run(scenario) -> None:
-    line = CommandLine(SPECS, context=CONTEXT)
+    line = CommandLine(VALUES)
     app = Harness(line)
 
     async def wrapped(pilot) -> None:
@@ -66,14 +45,16 @@ def run(scenario) -> None:
 
 def test_tab_cycles_through_completions_and_typing_starts_over() -> None:
     async def scenario(pilot, app, line: CommandLine) -> None:
-        await pilot.press("b")
-        await pilot.press("tab")
-        assert line.value == "back "
+        await pilot.press("b", "r")
         await pilot.press("tab")
         assert line.value == "branch "
-        await pilot.press("tab", "tab")
-        assert line.value == "back "
-        await pilot.press("backspace", "backspace", "backspace", "backspace", "backspace", "d", "tab")
+        await pilot.press("tab")
+        assert line.value == "branches "
+        await pilot.press("tab")
+        assert line.value == "branch "
+        for _ in range(7):
+            await pilot.press("backspace")
+        await pilot.press("d", "i", "f", "tab")
         assert line.value == "diff "
         await pilot.press("m", "tab")
         assert line.value == "diff main "
@@ -101,7 +82,6 @@ class PaletteHost(Harness):
 
     def __init__(self) -> None:
         super().__init__()
-        self.command_specs = SPECS
         self.prefilled: list[str] = []
         self.submitted: list[str] = []
 
@@ -115,23 +95,21 @@ class PaletteHost(Harness):
 def test_the_palette_lists_the_command_language_and_prefills_or_runs() -> None:
     app = PaletteHost()
 
-    async def scenario(pilot) -> None:
+    async def choose(pilot, query: str) -> None:
         app.action_command_palette()
         await pilot.pause()
         assert isinstance(app.screen, CommandPalette)
-        for key in "goto":
-            await pilot.press(key)
-        await pilot.pause(0.3)
+        for key in query:
+            await pilot.press(key if key != "-" else "minus")
+        await pilot.pause(0.2)
         await pilot.press("enter")
         await pilot.pause()
+
+    async def scenario(pilot) -> None:
+        await choose(pilot, "goto")  # needs a time: prefilled
+        await choose(pilot, "branches")  # needs nothing: run
+        await choose(pilot, "where")
         assert app.prefilled == ["goto "]
-        app.action_command_palette()
-        await pilot.pause()
-        for key in "branches":
-            await pilot.press(key)
-        await pilot.pause(0.3)
-        await pilot.press("enter")
-        await pilot.pause()
-        assert app.submitted == ["branches"]
+        assert app.submitted == ["branches", "where"]
 
     drive(app, scenario)

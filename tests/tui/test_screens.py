@@ -12,7 +12,7 @@ from timetravel.scenarios import get_scenario
 from timetravel.tui.feed import EventTable, run_with_events
 from timetravel.tui.keymap_screen import KeyMapScreen
 from timetravel.tui.screens import CompareScreen, DiffScreen, MainScreen
-from timetravel.tui.widgets import EventLog, RankGrid, StateInspector, StreamsView
+from timetravel.tui.widgets import CommandLine, EventLog, RankGrid, StateInspector, StreamsView
 
 MS = sample.MS
 
@@ -93,9 +93,8 @@ def test_event_log_follows_the_view_cursor() -> None:
     async def scenario(pilot, app, screen: MainScreen) -> None:
         log = screen.query_one(EventLog)
         assert log.selected == len(log.view) - 1  # every pingpong event is before 1000 ms
-        context = screen.completion_context(screen.view)
-        assert context.nodes[:2] == ("rank0", "rank1") and context.faults == ("f3",)
-        assert "nodes/rank5/weights" in context.paths and context.kinds == ("start", "ping", "pong")
+        line = screen.query_one(CommandLine)
+        assert line.completions("diff main b") == ["diff main b1 ", "diff main b2 ", "diff main b3 "]
 
     run_main(scenario)
 

@@ -12,7 +12,7 @@ recording's display unit.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Protocol
 
 MARK_KINDS = ("snapshot", "fault", "branch", "failure", "cursor")
@@ -194,37 +194,6 @@ class CompareData:
     entries: tuple[DiffEntry, ...] = ()
     loss_a: tuple[tuple[int, float], ...] = ()
     loss_b: tuple[tuple[int, float], ...] = ()
-
-
-ARGUMENT_KINDS = ("time", "node", "branch", "path", "fault", "kind", "text")
-
-
-@dataclass(frozen=True)
-class CommandSpec:
-    """A command of the command language as the command line and the palette present it.
-
-    ``arguments`` names what each positional argument is (for completion); ``options`` maps an
-    option such as ``--drop-fault`` to the kind of value it takes.
-    """
-
-    name: str
-    usage: str
-    summary: str
-    arguments: tuple[str, ...] = ()
-    options: dict[str, str] = field(default_factory=dict)
-    long_running: bool = False
-
-
-@dataclass(frozen=True)
-class CompletionContext:
-    """The names a completion may offer besides the commands."""
-
-    nodes: tuple[str, ...] = ()
-    branches: tuple[str, ...] = ()
-    faults: tuple[str, ...] = ()
-    kinds: tuple[str, ...] = ()
-    paths: tuple[str, ...] = ()
-    times: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

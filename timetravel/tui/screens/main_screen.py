@@ -25,8 +25,9 @@ from textual.widget import Widget
 from textual.widgets import Footer, RichLog, Static
 
 from timetravel.tui.css import css_beside
-from timetravel.tui.model import CommandSpec, CompletionContext, CursorView
+from timetravel.tui.model import CursorView
 from timetravel.tui.timefmt import exact_time
+from timetravel.tui.values import ViewValues
 from timetravel.tui.widgets import (
     BranchTree,
     CommandLine,
@@ -58,9 +59,8 @@ class MainScreen(Screen[None]):
         Binding("g", "focus_ranks", "ranks", show=False),
     ]
 
-    def __init__(self, specs: tuple[CommandSpec, ...] = (), *, name: str | None = None) -> None:
+    def __init__(self, *, name: str | None = None) -> None:
         super().__init__(name=name)
-        self.specs = specs
         self.view: CursorView | None = None
         self.active_pane = "events"
 
@@ -82,7 +82,7 @@ class MainScreen(Screen[None]):
                 output.border_title = "output"
                 yield output
         yield StatusLine(id="status")
-        yield CommandLine(self.specs, id="command")
+        yield CommandLine(id="command")
         yield Footer()
 
     def on_mount(self) -> None:
@@ -128,7 +128,7 @@ class MainScreen(Screen[None]):
         tree.branches = view.branches
         tree.current = view.branch
         self.query_one("#title", Static).update(self._title(view))
-        self.query_one(CommandLine).context = self.completion_context(view)
+        self.query_one(CommandLine).source = ViewValues(view)
 
     def _title(self, view: CursorView) -> str:
         where = f"{exact_time(view.cursor_ns, view.unit)} #{view.event_number:,}"
@@ -136,31 +136,6 @@ class MainScreen(Screen[None]):
         if view.status:
             parts.append(view.status)
         return " · ".join(parts)
-
-    def completion_context(self, view: CursorView) -> CompletionContext:
-        """Names the command line completes: ranks, branches, faults, event kinds, state paths."""
-        document = view.document if isinstance(view.document, dict) else {}
-        nodes = tuple(document.get("nodes", {})) if isinstance(document.get("nodes"), dict) else ()
-        faults = tuple(
-            str(fault.get("id"))
-            for fault in document.get("faults", [])
-            if isinstance(fault, dict) and fault.get("id")
-        )
-        paths = [str(key) for key in document]
-        for node in nodes[:256]:
-            state = document["nodes"][node]
-            paths += (
-                [f"nodes/{node}/{key}" for key in state] if isinstance(state, dict) else [f"nodes/{node}"]
-            )
-        kinds = tuple(view.events.kind_names()) if view.events is not None else ()
-        return CompletionContext(
-            nodes=nodes,
-            branches=tuple(branch.name for branch in view.branches),
-            faults=faults,
-            kinds=kinds,
-            paths=tuple(paths),
-            times=(exact_time(view.cursor_ns, view.unit),),
-        )
 
     # -- panes ----------------------------------------------------------------------------------
 

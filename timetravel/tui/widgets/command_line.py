@@ -1,7 +1,9 @@
 """CommandLine: the ``:`` prompt that speaks the shared command language.
 
-It only edits text: it completes (ghost text for the first completion; tab cycles through all of
-them, see :mod:`timetravel.tui.completion`), keeps a bounded history (up/down), and posts
+It only edits text: it completes with the command language's own completion (ghost text for the
+first candidate; tab cycles through all of them), from a ``ValueSource`` the owner sets
+(:class:`timetravel.tui.values.ViewValues` over what is on screen, or the Session), keeps a
+bounded history (up/down), and posts
 :class:`CommandLine.CommandSubmitted` with the line. Running the command is the owner's job, through
 the explore engine's command language — the TUI has no command of its own. Escape posts
 :class:`CommandLine.Dismissed` (the owner hands focus back).
@@ -9,7 +11,7 @@ the explore engine's command language — the TUI has no command of its own. Esc
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import ClassVar
 
 from textual.binding import Binding, BindingType
@@ -17,9 +19,9 @@ from textual.message import Message
 from textual.suggester import Suggester
 from textual.widgets import Input
 
-from timetravel.tui.completion import complete
+from timetravel.explore.commands.complete import ValueSource
 from timetravel.tui.css import css_beside
-from timetravel.tui.model import CommandSpec, CompletionContext
+from timetravel.tui.values import completion_lines
 
 HISTORY_MAX = 500
 PROMPT = ":"
@@ -67,15 +69,13 @@ class CommandLine(Input):
 
     def __init__(
         self,
-        specs: Sequence[CommandSpec] = (),
+        source: ValueSource | None = None,
         *,
-        context: CompletionContext | None = None,
         name: str | None = None,
         id: str | None = None,
         classes: str | None = None,
     ) -> None:
-        self.specs: tuple[CommandSpec, ...] = tuple(specs)
-        self.context = context or CompletionContext()
+        self.source = source
         self.history: list[str] = []
         self._history_index = 0
         self._cycle: list[str] = []
@@ -89,8 +89,8 @@ class CommandLine(Input):
         )
 
     def completions(self, text: str) -> list[str]:
-        """Whole-line completions of ``text`` for the current specs and context."""
-        return complete(text.removeprefix(PROMPT), self.specs, self.context)
+        """Whole-line completions of ``text`` (the command language's, with the current values)."""
+        return completion_lines(text.removeprefix(PROMPT), self.source)
 
     # -- actions --------------------------------------------------------------------------------
 
