@@ -7,7 +7,7 @@ from textual.widgets import DataTable
 from tests.tui import sample
 from tests.tui.harness import Harness, drive, widget_lines
 from timetravel.tui.widgets.branch_tree import BranchTree
-from timetravel.tui.widgets.compare import CompareView
+from timetravel.tui.widgets.compare import CompareView, has_alarm
 from timetravel.tui.widgets.loss_plot import LossPlot
 
 
@@ -95,8 +95,9 @@ def test_differing_paths_are_rows_and_enter_opens_one() -> None:
         assert [str(table.get_row_at(index)[0]) for index in range(3)] == [
             "nodes/rank5/grad",
             "nodes/rank5/weights",
-            "faults/2 (removed)",
+            "nodes/rank5/step",
         ]
+        assert [has_alarm(str(table.get_row_at(index)[1])) for index in range(3)] == [False, True, False]
         await pilot.press("down", "enter")
         chosen = app.posted(CompareView.PathChosen)[-1]
         assert (chosen.path, chosen.a, chosen.b, chosen.at_ns) == (
@@ -123,3 +124,11 @@ def test_both_loss_curves_share_one_plot_and_split_where_a_goes_nan() -> None:
         assert "○" in "".join(lines[1:])
 
     run_compare(scenario)
+
+
+def test_alarm_means_a_nan_or_inf_on_either_side() -> None:
+    assert has_alarm("64/64 elements differ, NaN 0 -> 64")
+    assert has_alarm("1.0 -> nan")
+    assert has_alarm("Inf 2 -> 0")
+    assert not has_alarm("64/64 elements differ, max abs 0.5, NaN 0 -> 0")
+    assert not has_alarm("97 -> 98")

@@ -162,13 +162,11 @@ class BranchInfo:
 
 @dataclass(frozen=True)
 class DiffEntry:
-    """One path whose value differs between two worlds, with both sides summarized."""
+    """One path whose value differs between two worlds (the explore engine's diff, one line of it)."""
 
     path: str
     change: str
     summary: str = ""
-    a_text: str = ""
-    b_text: str = ""
 
 
 @dataclass(frozen=True)

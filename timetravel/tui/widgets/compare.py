@@ -2,8 +2,9 @@
 
 The header gives both outcomes and the first divergence (the first event whose effects differ,
 found by the explore engine); the view opens at that moment. The table lists every state path that
-differs at that time, both sides summarized, with values that are NaN or inf in red and the rest
-of the changed paths highlighted; enter on a row posts :class:`CompareView.PathChosen` so the owner
+differs at that time with the engine's summary of the difference (for arrays: how many elements,
+the largest absolute and ULP difference, NaN/Inf counts); paths where a NaN or inf appears are
+red, the rest highlighted; enter on a row posts :class:`CompareView.PathChosen` so the owner
 opens that path's diff. Under it, both loss curves on one plot (:class:`LossPlot`).
 """
 
@@ -26,9 +27,17 @@ from timetravel.tui.timefmt import exact_time
 from timetravel.tui.widgets.branch_tree import OUTCOME_GLYPHS
 from timetravel.tui.widgets.loss_plot import LossPlot
 
-ALARM_PATTERN = re.compile(r"\b(nan|inf)\b(?!\s+0\b)", re.IGNORECASE)
-"""A summary mentions NaN or inf (and not as a zero count): that cell is drawn as an alarm."""
-COLUMNS = ("path", "a", "b")
+ALARM_PATTERN = re.compile(r"\b(nan|inf)\b(?:\s+(\d+)(?:\s*->\s*(\d+))?)?", re.IGNORECASE)
+COLUMNS = ("path", "difference")
+
+
+def has_alarm(summary: str) -> bool:
+    """True when a diff summary shows a NaN or inf on either side (``NaN 0 -> 64``, ``1.0 -> nan``)."""
+    for match in ALARM_PATTERN.finditer(summary):
+        counts = [int(group) for group in match.groups()[1:] if group is not None]
+        if not counts or any(counts):
+            return True
+    return False
 
 
 def _event_number(seq: int | None) -> str:
@@ -132,8 +141,7 @@ class CompareView(Widget):
         return text
 
     def _cell(self, value: str) -> Text:
-        alarm = ALARM_PATTERN.search(value) is not None
-        return Text(value, self._style("alarm") if alarm else self._style("changed"))
+        return Text(value, self._style("alarm") if has_alarm(value) else self._style("muted"))
 
     def _show(self) -> None:
         header = self.query_one("#compare-header", Static)
@@ -147,10 +155,11 @@ class CompareView(Widget):
             plot.curve_a, plot.curve_b = (), ()
             return
         for entry in data.entries:
-            path = Text(f"{entry.path}", self._style("changed"))
+            style = self._style("alarm") if has_alarm(entry.summary) else self._style("changed")
+            path = Text(entry.path, style)
             if entry.change != "changed":
                 path.append(f" ({entry.change})", self._style("muted"))
-            table.add_row(path, self._cell(entry.a_text), self._cell(entry.b_text), key=entry.path)
+            table.add_row(path, self._cell(entry.summary), key=entry.path)
         table.border_title = f"differing paths · {data.a.name} vs {data.b.name}"
         plot.label_a, plot.label_b = data.a.name, data.b.name
         plot.curve_a, plot.curve_b = data.loss_a, data.loss_b
