@@ -7,7 +7,7 @@ from dataclasses import replace
 
 from tests.tui import sample
 from tests.tui.harness import Harness, drive, widget_lines
-from timetravel.tui.rank_layout import layout
+from timetravel.tui.rank_layout import RankColumns, layout
 from timetravel.tui.widgets.rank_grid import RankGrid
 
 MS = sample.MS
@@ -112,11 +112,11 @@ def test_enter_on_a_bucket_zooms_into_its_ranks_and_backspace_zooms_out() -> Non
 
 def test_a_bucket_shows_its_worst_member() -> None:
     cells = cluster(1024)
-    items = layout(cells, "state", NOW_NS, capacity=8)
+    items = layout(RankColumns(cells), "state", NOW_NS, capacity=8)
     # capacity 8: the 3 outliers fit in the first half (4), the rest fold into 5 buckets
     assert [item.names[0] for item in items[:3]] == ["rank5", "rank700", "rank9"]
     assert len(items) == 8
-    everything = layout(cells, "state", NOW_NS, capacity=4)
+    everything = layout(RankColumns(cells), "state", NOW_NS, capacity=4)
     assert [item.names for item in everything[:2]] == [("rank5",), ("rank700",)]
     worst = [item for item in everything[2:] if "rank9" in item.names]
     assert worst[0].state == "slow" and worst[0].value == "◐"

@@ -25,8 +25,15 @@ Column = float | None
 """A column's value: None when no point falls in it, NaN/inf when one of its points is."""
 
 
+def curve_array(points: Sequence[tuple[int, float]] | np.ndarray) -> np.ndarray:
+    """Points as an (n, 2) float64 array (a caller that draws a curve often converts once)."""
+    if len(points) > POINTS_MAX:
+        raise ValueError(f"a curve holds at most {POINTS_MAX} points")
+    return np.asarray(points, dtype=np.float64).reshape(-1, 2)
+
+
 def column_values(
-    points: Sequence[tuple[int, float]],
+    points: Sequence[tuple[int, float]] | np.ndarray,
     t_start_ns: int,
     t_end_ns: int,
     columns: int,
@@ -36,11 +43,9 @@ def column_values(
     """One value per column for the points in ``[t_start_ns, t_end_ns]`` (mean or max)."""
     if columns <= 0:
         return []
-    if len(points) > POINTS_MAX:
-        raise ValueError(f"a curve holds at most {POINTS_MAX} points")
-    if not points:
+    data = curve_array(points)
+    if not len(data):
         return [None] * columns
-    data = np.asarray(points, dtype=np.float64).reshape(-1, 2)
     times, values = data[:, 0], data[:, 1]
     inside = (times >= t_start_ns) & (times <= t_end_ns)
     times, values = times[inside], values[inside]

@@ -198,20 +198,32 @@ class StateInspector(Tree[Entry]):
 
     def _find_child(self, node: TreeNode[Entry], key: Any) -> TreeNode[Entry] | None:
         self._load(node)
+        groups = [child for child in node.children if child.data is not None and child.data.kind == "group"]
+        if groups:
+            position = self._position_of(node, key)
+            for group in groups:
+                assert group.data is not None
+                if position is not None and group.data.start <= position < group.data.stop:
+                    group.expand()
+                    return self._find_child(group, key)
+            return None
         for child in node.children:
             entry = child.data
-            if entry is None:
-                continue
-            if entry.kind == "group":
-                keys = [
-                    str(item)
-                    for item, _ in children(lookup(self.document, entry.path))[entry.start : entry.stop]
-                ]
-                if str(key) in keys:
-                    child.expand()
-                    return self._find_child(child, key)
-            elif entry.kind == "value" and entry.path and str(entry.path[-1]) == str(key):
+            if entry is not None and entry.kind == "value" and entry.path and str(entry.path[-1]) == str(key):
                 return child
+        return None
+
+    def _position_of(self, node: TreeNode[Entry], key: Any) -> int | None:
+        """Where ``key`` sits among the children of the value at ``node`` (dict order or list index)."""
+        assert node.data is not None
+        value = lookup(self.document, node.data.path)
+        if isinstance(value, dict):
+            for position, candidate in enumerate(value):
+                if str(candidate) == str(key):
+                    return position
+            return None
+        if isinstance(value, (list, tuple)) and str(key).isdigit() and int(key) < len(value):
+            return int(key)
         return None
 
     def _open(self, path: Sequence[Any], *, select: bool) -> TreeNode[Entry] | None:

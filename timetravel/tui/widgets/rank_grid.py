@@ -27,7 +27,7 @@ from textual.widget import Widget
 from timetravel.tui import rank_layout
 from timetravel.tui.css import css_beside
 from timetravel.tui.model import RANK_STATES, RankCell
-from timetravel.tui.rank_layout import MODE_TITLES, MODES, VALUE_WIDTHS, GridItem
+from timetravel.tui.rank_layout import MODE_TITLES, MODES, VALUE_WIDTHS, GridItem, RankColumns
 
 WIDE_DETAIL_COLUMNS = 70
 """From this content width the selected rank's detail fits one line; narrower grids give it two."""
@@ -101,6 +101,8 @@ class RankGrid(Widget, can_focus=True):
         super().__init__(name=name, id=id, classes=classes)
         self._items: list[GridItem] = []
         self._items_key: tuple[object, ...] | None = None
+        self._columns = RankColumns(())
+        self._columns_key: tuple[object, ...] | None = None
         self.set_reactive(RankGrid.cells, tuple(cells))
         self.set_reactive(RankGrid.now_ns, now_ns)
         self._update_title()
@@ -110,15 +112,24 @@ class RankGrid(Widget, can_focus=True):
     @property
     def visible_cells(self) -> tuple[RankCell, ...]:
         """The ranks in view: all of them, or the members of the bucket zoomed into."""
-        if not self.zoom:
-            return self.cells
-        members = set(self.zoom)
-        return tuple(cell for cell in self.cells if cell.name in members)
+        return self.columns.cells
+
+    @property
+    def columns(self) -> RankColumns:
+        """The visible ranks as numpy columns (built once per change of cells or zoom)."""
+        key = (self.cells, self.zoom)
+        if self._columns_key != key:
+            cells = self.cells
+            if self.zoom:
+                members = set(self.zoom)
+                cells = tuple(cell for cell in cells if cell.name in members)
+            self._columns = RankColumns(cells)
+            self._columns_key = key
+        return self._columns
 
     @property
     def cell_width(self) -> int:
-        labels = rank_layout.short_labels([cell.name for cell in self.visible_cells])
-        label_width = max((len(label) for label in labels.values()), default=1)
+        label_width = max((len(label) for label in self.columns.labels.values()), default=1)
         return label_width + VALUE_WIDTHS[self.mode] + 1
 
     @property
@@ -145,7 +156,7 @@ class RankGrid(Widget, can_focus=True):
         """The cells drawn, in order (outliers first); computed once per change of its inputs."""
         key = (self.cells, self.zoom, self.mode, self.now_ns, self.capacity)
         if self._items_key != key:
-            self._items = rank_layout.layout(self.visible_cells, self.mode, self.now_ns, self.capacity)
+            self._items = rank_layout.layout(self.columns, self.mode, self.now_ns, self.capacity)
             self._items_key = key
         return self._items
 
@@ -216,7 +227,6 @@ class RankGrid(Widget, can_focus=True):
 
     def render(self) -> Text:
         items = self.items
-        cells = self.visible_cells
         columns = self.grid_columns
         label_width = self.cell_width - VALUE_WIDTHS[self.mode] - 1
         value_width = VALUE_WIDTHS[self.mode]
@@ -239,7 +249,7 @@ class RankGrid(Widget, can_focus=True):
         for line in detail:
             text.append(line, self._style("detail"))
             text.append("\n")
-        text.append(rank_layout.summary(cells, self.mode, self.now_ns), self._style("summary"))
+        text.append(rank_layout.summary(self.columns, self.mode, self.now_ns), self._style("summary"))
         return text
 
     def _detail_lines(self) -> list[str]:
@@ -258,9 +268,10 @@ class RankGrid(Widget, can_focus=True):
         item = self.selected_item
         if item is None:
             return ""
-        by_name = {cell.name: cell for cell in self.visible_cells}
+
         if item.is_bucket:
             return (
                 f"{item.names[0]}…{item.names[-1]}: {len(item.names)} ranks, worst {item.state} (enter: zoom)"
             )
-        return rank_layout.detail(by_name[item.names[0]], self.visible_cells, self.now_ns)
+        position = self.columns.names.index(item.names[0])
+        return rank_layout.detail(self.columns.cells[position], self.columns.leader, self.now_ns)

@@ -16,8 +16,10 @@ Scrub steps are round times (1, 2 or 5 times a power of ten) of at least one col
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 from typing import ClassVar
 
+import numpy as np
 from rich.style import Style
 from rich.text import Text
 from textual import events
@@ -26,7 +28,7 @@ from textual.message import Message
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from timetravel.tui.charts import column_values, hold_gaps, nice_step, sparkline_glyphs
+from timetravel.tui.charts import column_values, curve_array, hold_gaps, nice_step, sparkline_glyphs
 from timetravel.tui.css import css_beside
 from timetravel.tui.model import MARK_KINDS, TimelineData, TimeMark
 from timetravel.tui.timefmt import exact_time, short_time
@@ -40,6 +42,22 @@ TICK_SPACING_COLUMNS = 12
 SCRUB_FAST_COLUMNS = 10
 ZOOM_FACTOR = 2
 EMPTY_DATA = TimelineData(0, 1)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """The view's mapping from time to columns, read once per drawing (reactives cost a call each)."""
+
+    start_ns: int
+    end_ns: int
+    columns: int
+
+    def column(self, t_ns: int) -> int | None:
+        """The column showing ``t_ns``, or None when it is outside the view."""
+        if not self.start_ns <= t_ns <= self.end_ns:
+            return None
+        span = max(self.end_ns - self.start_ns, 1)
+        return min((t_ns - self.start_ns) * self.columns // span, self.columns - 1)
 
 
 class Timeline(Widget, can_focus=True):
@@ -114,6 +132,7 @@ class Timeline(Widget, can_focus=True):
     ) -> None:
         super().__init__(name=name, id=id, classes=classes)
         self._dragging = False
+        self._curves: dict[str, tuple[object, np.ndarray]] = {}
         if data is not None:
             self.set_reactive(Timeline.data, data)
             self.set_reactive(Timeline.view_start_ns, data.t_start_ns)
@@ -125,6 +144,14 @@ class Timeline(Widget, can_focus=True):
         self._update_subtitle()
 
     # -- attributes -----------------------------------------------------------------------------
+
+    def _curve(self, name: str) -> np.ndarray:
+        """Curve ``name`` of the data as a numpy array, converted once per data (runs have 10^5 points)."""
+        points = getattr(self.data, name)
+        cached = self._curves.get(name)
+        if cached is None or cached[0] is not points:
+            cached = self._curves[name] = (points, curve_array(points))
+        return cached[1]
 
     def watch_data(self, old: TimelineData, new: TimelineData) -> None:
         if (old.t_start_ns, old.t_end_ns) != (new.t_start_ns, new.t_end_ns):
@@ -157,12 +184,13 @@ class Timeline(Widget, can_focus=True):
         span = self.view_end_ns - self.view_start_ns
         return self.view_start_ns + column * span // self.columns
 
+    @property
+    def axis(self) -> Axis:
+        return Axis(self.view_start_ns, self.view_end_ns, self.columns)
+
     def column_of(self, t_ns: int) -> int | None:
         """The column showing ``t_ns``, or None when it is outside the view."""
-        if not self.view_start_ns <= t_ns <= self.view_end_ns:
-            return None
-        span = max(self.view_end_ns - self.view_start_ns, 1)
-        return min((t_ns - self.view_start_ns) * self.columns // span, self.columns - 1)
+        return self.axis.column(t_ns)
 
     @property
     def step_ns(self) -> int:
@@ -180,8 +208,9 @@ class Timeline(Widget, can_focus=True):
 
     def marks_near_cursor(self) -> list[TimeMark]:
         """The marks that share the cursor's column (most severe first)."""
-        cursor_column = self.column_of(self.cursor_ns)
-        found = [mark for mark in self.data.marks if self.column_of(mark.t_ns) == cursor_column]
+        axis = self.axis
+        cursor_column = axis.column(self.cursor_ns)
+        found = [mark for mark in self.data.marks if axis.column(mark.t_ns) == cursor_column]
         return sorted(found, key=lambda mark: -MARK_KINDS.index(mark.kind))
 
     # -- actions --------------------------------------------------------------------------------
@@ -276,14 +305,14 @@ class Timeline(Widget, can_focus=True):
         return self.get_component_rich_style(f"timeline--{name}", partial=True)
 
     def render(self) -> Text:
-        columns = self.columns
-        cursor_column = self.column_of(self.cursor_ns)
+        axis = self.axis
+        cursor_column = axis.column(self.cursor_ns)
         lines = [
-            self._marks_line(columns),
-            self._axis_line(columns),
-            self._labels_line(columns),
-            self._loss_line(columns),
-            self._likelihood_line(columns),
+            self._marks_line(axis, cursor_column),
+            self._axis_line(axis),
+            self._labels_line(axis),
+            self._loss_line(axis),
+            self._likelihood_line(axis),
         ]
         text = Text(no_wrap=True, overflow="crop")
         for index, (gutter, line) in enumerate(lines):
@@ -295,17 +324,16 @@ class Timeline(Widget, can_focus=True):
             text.append_text(line)
         return text
 
-    def _marks_line(self, columns: int) -> tuple[str, Text]:
-        cells: list[str | None] = [None] * columns
+    def _marks_line(self, axis: Axis, cursor_column: int | None) -> tuple[str, Text]:
+        cells: list[str | None] = [None] * axis.columns
         for mark in self.data.marks:
-            column = self.column_of(mark.t_ns)
+            column = axis.column(mark.t_ns)
             if column is None:
                 continue
             current = cells[column]
             if current is None or MARK_KINDS.index(mark.kind) > MARK_KINDS.index(current):
                 cells[column] = mark.kind
         line = Text()
-        cursor_column = self.column_of(self.cursor_ns)
         for column, kind in enumerate(cells):
             if kind is None:
                 line.append(MARK_GLYPHS["cursor"] if column == cursor_column else " ")
@@ -313,27 +341,28 @@ class Timeline(Widget, can_focus=True):
                 line.append(MARK_GLYPHS[kind], self._style(kind))
         return "marks", line
 
-    def _ticks(self, columns: int) -> list[tuple[int, int]]:
-        span = self.view_end_ns - self.view_start_ns
-        step = nice_step(span * TICK_SPACING_COLUMNS / columns)
-        first = -(-self.view_start_ns // step) * step
+    def _ticks(self, axis: Axis) -> list[tuple[int, int]]:
+        span = axis.end_ns - axis.start_ns
+        step = nice_step(span * TICK_SPACING_COLUMNS / axis.columns)
+        first = -(-axis.start_ns // step) * step
         ticks = []
-        for t_ns in range(first, self.view_end_ns + 1, step):
-            column = self.column_of(t_ns)
+        for t_ns in range(first, axis.end_ns + 1, step):
+            column = axis.column(t_ns)
             if column is not None:
                 ticks.append((column, t_ns))
         return ticks
 
-    def _axis_line(self, columns: int) -> tuple[str, Text]:
-        chars = ["─"] * columns
-        for column, _ in self._ticks(columns):
+    def _axis_line(self, axis: Axis) -> tuple[str, Text]:
+        chars = ["─"] * axis.columns
+        for column, _ in self._ticks(axis):
             chars[column] = "┬"
         return "", Text("".join(chars), self._style("axis"))
 
-    def _labels_line(self, columns: int) -> tuple[str, Text]:
+    def _labels_line(self, axis: Axis) -> tuple[str, Text]:
+        columns = axis.columns
         chars = [" "] * columns
         free_from = 0
-        for column, t_ns in self._ticks(columns):
+        for column, t_ns in self._ticks(axis):
             label = short_time(t_ns)
             if column < free_from or column + len(label) > columns:
                 continue
@@ -341,25 +370,25 @@ class Timeline(Widget, can_focus=True):
             free_from = column + len(label) + 1
         return self.data.unit, Text("".join(chars), self._style("axis"))
 
-    def _loss_line(self, columns: int) -> tuple[str, Text]:
+    def _loss_line(self, axis: Axis) -> tuple[str, Text]:
+        columns = axis.columns
         if not self.data.loss:
             return "loss", Text("no loss metric in this run"[:columns], self._style("gutter"))
-        values = hold_gaps(column_values(self.data.loss, self.view_start_ns, self.view_end_ns, columns))
+        values = hold_gaps(column_values(self._curve("loss"), axis.start_ns, axis.end_ns, columns))
         line = Text()
         for glyph in sparkline_glyphs(values):
             line.append(glyph, self._style("nonfinite" if glyph == "!" else "loss"))
         return "loss", line
 
-    def _likelihood_line(self, columns: int) -> tuple[str, Text]:
+    def _likelihood_line(self, axis: Axis) -> tuple[str, Text]:
+        columns = axis.columns
         if not self.data.likelihood:
             hint = "failure likelihood: run :likelihood"
             return "P(f)", Text(hint[:columns], self._style("gutter"))
-        values = column_values(
-            self.data.likelihood, self.view_start_ns, self.view_end_ns, columns, reduce="max"
-        )
+        values = column_values(self._curve("likelihood"), axis.start_ns, axis.end_ns, columns, reduce="max")
         glyphs = sparkline_glyphs(values, 0.0, 1.0)
         no_return = self.point_of_no_return_ns
-        no_return_column = None if no_return is None else self.column_of(no_return)
+        no_return_column = None if no_return is None else axis.column(no_return)
         line = Text()
         for column, glyph in enumerate(glyphs):
             value = values[column]
