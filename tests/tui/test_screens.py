@@ -144,3 +144,29 @@ def test_key_map_screen_lists_every_scope() -> None:
         assert not isinstance(app.screen, KeyMapScreen)
 
     drive(app, scenario)
+
+
+def test_status_line_says_answers_errors_and_progress() -> None:
+    from timetravel.tui.widgets.status_line import StatusLine
+
+    status = StatusLine()
+
+    class Host(App[None]):
+        def compose(self):
+            yield status
+
+    app = Host()
+
+    async def scenario(pilot) -> None:
+        status.say("main at 950ms, event #48,000")
+        assert status.text == "main at 950ms, event #48,000" and not status.has_class("-error")
+        status.error("goto: 'x': not a time")
+        assert status.has_class("-error")
+        status.busy("branch b1", 0.4)
+        await pilot.pause()
+        assert status.is_busy and status.text == "branch b1 · esc cancels"
+        assert status.query_one("ProgressBar").percentage == 0.4
+        status.idle()
+        assert not status.is_busy
+
+    drive(app, scenario)

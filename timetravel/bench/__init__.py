@@ -13,6 +13,7 @@ from typing import Any
 SUITES: dict[str, str] = {
     "kernel": "timetravel.bench.kernel:run_bench",
     "minimize": "timetravel.bench.minimize:run_bench",
+    "tui": "timetravel.tui.bench:run_bench",
 }
 
 
