@@ -14,6 +14,7 @@ SUITES: dict[str, str] = {
     "kernel": "timetravel.bench.kernel:run_bench",
     "minimize": "timetravel.bench.minimize:run_bench",
     "fabric": "timetravel.bench.fabric:run_bench",
+    "tui": "timetravel.tui.bench:run_bench",
 }
 
 

@@ -1,0 +1,103 @@
+"""feed: a World's ranks, marks and curves as widget data; charts: columns and glyphs."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from timetravel.scenarios import get_scenario
+from timetravel.sim import World, make_failure
+from timetravel.sim.runner import run_report
+from timetravel.tui.charts import column_values, hold_gaps, nice_step, plot_rows, sparkline_glyphs
+from timetravel.tui.feed import rank_cells_from_world, rank_names, timeline_from_world
+
+MS = 1_000_000
+
+
+def training_like_world() -> World:
+    """Eight ranks at step 40 with weights; each rank shows one of the conditions the grid names."""
+    world = World("fake", {}, 0)
+    world.add_node("coordinator", "coordinator", {})
+    weights = np.linspace(-1, 1, 16, dtype=np.float32)
+    for index in range(8):
+        world.add_node(
+            f"rank{index}",
+            "rank",
+            {"step": 40, "collective_seq": 160, "last_progress_ns": 400 * MS, "weights": weights.copy()},
+        )
+    world.nodes["rank1"]["weights"][3] = np.nan
+    world.nodes["rank2"]["weights"][0] += 1e-3
+    world.nodes["rank3"]["step"] = 38
+    world.nodes["rank6"]["waiting_on"] = "rank3"
+    world.down["rank4"] = 390 * MS
+    world.faults += [
+        {"id": "f1", "kind": "slow", "target": "rank5", "t_start": 100 * MS, "t_end": 900 * MS},
+        {
+            "id": "f2",
+            "kind": "partition",
+            "target": ["rank6", "rank7"],
+            "t_start": 300 * MS,
+            "t_end": 350 * MS,
+        },
+        {"id": "f3", "kind": "partition", "target": ["rank7"], "t_start": 380 * MS, "t_end": 600 * MS},
+    ]
+    world.t_ns = 410 * MS
+    world.metrics["loss"] = [[10 * MS, "rank0", 2.0], [20 * MS, "rank0", 1.5], [30 * MS, "rank1", math.nan]]
+    world.failures.append(make_failure("nan", "rank1", 30 * MS, "loss is nan", "guard"))
+    return world
+
+
+def test_rank_states_follow_the_documented_rules() -> None:
+    world = training_like_world()
+    assert rank_names(world) == [f"rank{index}" for index in range(8)]
+    cells = {cell.name: cell for cell in rank_cells_from_world(world)}
+    assert {name: cell.state for name, cell in cells.items()} == {
+        "rank0": "healthy",
+        "rank1": "nan",  # a NaN in its weights (and the failure names it)
+        "rank2": "diverged",  # its weights differ from the majority's
+        "rank3": "healthy",  # behind, but healthy: the grid's "behind" mode shows it
+        "rank4": "crashed",  # the world has it down
+        "rank5": "slow",  # a slow fault is active at 410 ms
+        "rank6": "healthy",  # its partition healed at 350 ms
+        "rank7": "partitioned",
+    }
+    assert cells["rank3"].step == 38 and cells["rank6"].waiting_on == "rank3"
+    assert cells["rank0"].collective_seq == 160 and cells["rank0"].last_progress_ns == 400 * MS
+
+
+def test_the_most_common_role_stands_for_ranks_when_none_is_called_rank() -> None:
+    scenario = get_scenario("gossip")
+    _report, world = run_report(scenario, scenario.resolve_config(["nodes=12", "rumors=5"]), 1)
+    cells = rank_cells_from_world(world)
+    assert [cell.name for cell in cells] == [f"n{index}" for index in range(12)]
+    assert [cell.step for cell in cells] == [world.nodes[f"n{index}"]["received"] for index in range(12)]
+    assert {cell.state for cell in cells} == {"healthy"}
+
+
+def test_timeline_marks_faults_and_failures_and_carries_the_loss() -> None:
+    world = training_like_world()
+    data = timeline_from_world(world, snapshots_ns=[0, 200 * MS], branch_marks=[(250 * MS, "b1")])
+    assert [(mark.t_ns, mark.kind, mark.label) for mark in data.marks] == [
+        (0, "snapshot", ""),
+        (30 * MS, "failure", "nan on rank1"),
+        (100 * MS, "fault", "f1 slow rank5"),
+        (200 * MS, "snapshot", ""),
+        (250 * MS, "branch", "b1"),
+        (300 * MS, "fault", "f2 partition rank6,rank7"),
+        (380 * MS, "fault", "f3 partition rank7"),
+    ]
+    assert data.t_end_ns == 410 * MS
+    assert data.loss[:2] == ((10 * MS, 2.0), (20 * MS, 1.5)) and math.isnan(data.loss[2][1])
+
+
+def test_columns_average_but_never_hide_a_nan() -> None:
+    points = [(0, 1.0), (5, 3.0), (10, 2.0), (15, math.nan), (30, 4.0)]
+    values = column_values(points, 0, 39, 4)
+    assert values[0] == 2.0 and math.isnan(values[1]) and values[2] is None and values[3] == 4.0
+    assert column_values(points, 0, 39, 4, reduce="max")[0] == 3.0
+    assert hold_gaps([None, 1.0, None, 2.0, None]) == [None, 1.0, 1.0, 2.0, None]
+    assert sparkline_glyphs([0.0, None, 1.0, math.nan]) == "▁ █!"
+    assert nice_step(13.7e6) == 20_000_000 and nice_step(1) == 1 and nice_step(4.2) == 5
+    grid = plot_rows([[1.0, 2.0], [1.0, math.nan]], 3)
+    assert grid == [[0, 3], [0, 0], [3, 0]]  # both at the bottom first; a at the top, b NaN (top) next

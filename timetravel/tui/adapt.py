@@ -1,0 +1,97 @@
+"""Turn the explore engine's results into the records the widgets show.
+
+The command language returns result dataclasses (:mod:`timetravel.explore.results`); the TUI
+renders each its own way: a branch tree from ``BranchesResult``, the likelihood row of the
+timeline from ``LikelihoodResult``, the compare view from ``CompareResult`` and
+``DiffCommandResult``. Every other result is shown as the command language's own text
+(``render_text``) in the output pane. These functions only reshape; they compute nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from timetravel.explore import results as r
+from timetravel.sim.timefmt import format_time
+from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
+
+LOSS_METRIC = "loss"
+
+
+def failure_label(failure: dict[str, Any] | None, unit: str) -> str:
+    """``nan on rank5 @1040ms``: what failed, where and when."""
+    if not failure:
+        return ""
+    where = f" on {failure['node']}" if failure.get("node") else ""
+    return f"{failure.get('kind', 'failure')}{where} @{format_time(int(failure.get('t_ns', 0)), unit)}"
+
+
+def _outcome(text: str) -> str:
+    return text if text in OUTCOMES else "unknown"
+
+
+def branch_info(branch: r.BranchResult, unit: str) -> BranchInfo:
+    is_root = branch.name == branch.parent or not branch.parent
+    return BranchInfo(
+        name=branch.name,
+        parent=None if is_root else branch.parent,
+        at_ns=None if is_root else branch.at_ns,
+        outcome=_outcome(branch.outcome),
+        failure=failure_label(branch.failure, unit),
+        changes="; ".join(branch.changes),
+    )
+
+
+def branch_infos(result: r.BranchesResult, unit: str) -> tuple[BranchInfo, ...]:
+    """The branch tree's rows (``main`` has no parent)."""
+    return tuple(branch_info(branch, unit) for branch in result.branches)
+
+
+def likelihood_points(result: r.LikelihoodResult) -> tuple[tuple[int, float], ...]:
+    """``(t_ns, failure rate)`` per snapshot: the timeline's likelihood row."""
+    return tuple((point.at_ns, point.failure_rate) for point in result.points)
+
+
+def divergence(value: r.Divergence | None) -> Divergence | None:
+    if value is None:
+        return None
+    return Divergence(value.t_ns, value.node, value.kind, value.seq_a, value.seq_b)
+
+
+def _side(side: r.RunSide, unit: str, changes: str = "") -> BranchInfo:
+    return BranchInfo(
+        side.name, outcome=_outcome(side.outcome), failure=failure_label(side.failure, unit), changes=changes
+    )
+
+
+def _curve(points: Sequence[Sequence[Any]]) -> tuple[tuple[int, float], ...]:
+    return tuple((int(point[0]), float(point[1])) for point in points)
+
+
+def compare_data(
+    compare: r.CompareResult,
+    diff: r.DiffCommandResult | None,
+    unit: str,
+    changes: dict[str, str] | None = None,
+) -> CompareData:
+    """The compare view's record: outcomes and divergence from ``compare``, paths from ``diff``."""
+    changes = changes or {}
+    loss = compare.metrics.get(LOSS_METRIC, {})
+    first = compare.first_divergence or (diff.first_divergence if diff is not None else None)
+    at_ns = diff.at_ns if diff is not None else (first.t_ns if first is not None else 0)
+    entries = (
+        tuple(DiffEntry(entry.path, entry.change, entry.summary) for entry in diff.paths) if diff else ()
+    )
+    if diff is not None and diff.omitted:
+        entries += (DiffEntry("…", "omitted", f"{diff.omitted} more paths differ"),)
+    return CompareData(
+        a=_side(compare.a, unit, changes.get(compare.a.name, "")),
+        b=_side(compare.b, unit, changes.get(compare.b.name, "")),
+        at_ns=at_ns,
+        unit=unit,
+        first_divergence=divergence(first),
+        entries=entries,
+        loss_a=_curve(loss.get("a", ())),
+        loss_b=_curve(loss.get("b", ())),
+    )

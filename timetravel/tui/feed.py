@@ -1,0 +1,342 @@
+"""Turn what the kernel produces (a World, its metrics, its processed events) into widget data.
+
+This is the only module of the TUI that knows the shape of a World. It reads conventions rather
+than one scenario: a rank is a node of role ``rank`` (or of the most common role); its progress
+is the first of ``STEP_KEYS`` its state holds; it is crashed when the world has it ``down``,
+``nan`` when a float in its state is not finite, ``diverged`` when its weights differ from the
+majority's, and ``partitioned`` or ``slow`` while a fault of that kind targets it. Anything a
+scenario records beyond that (a ``status`` key, ``waiting_on``) is shown as it is.
+
+Nothing here imports textual, so the adapters are tested (and reused by other front ends) alone.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from timetravel.sim.encoding import array_digest
+from timetravel.sim.event import Event
+from timetravel.sim.kernel import Simulation
+from timetravel.sim.runner import build_world
+from timetravel.sim.scenario import Scenario
+from timetravel.sim.world import World
+from timetravel.tui.model import (
+    RANK_STATES,
+    EventRow,
+    RankCell,
+    TimelineData,
+    TimeMark,
+)
+
+RANK_ROLE = "rank"
+STEP_KEYS = ("step", "round", "received")
+COLLECTIVE_SEQ_KEYS = ("collective_seq", "seq")
+PROGRESS_KEYS = ("last_progress_ns", "progress_ns")
+WEIGHT_KEYS = ("weights", "params")
+STATUS_KEY = "status"
+WAITING_KEY = "waiting_on"
+LOSS_METRIC = "loss"
+SLOW_FAULT_KINDS = ("slow", "slow_node", "straggler")
+PARTITION_FAULT_KINDS = ("partition",)
+EVENTS_KEPT_MAX = 5_000_000
+"""Bound on the events an in-memory run keeps for the event log (a recording streams instead)."""
+PAYLOAD_TEXT_MAX = 60
+
+
+# -- the timeline ---------------------------------------------------------------------------------
+
+
+def fault_start_ns(fault: Mapping[str, Any]) -> int | None:
+    """When a fault record starts (``t_start`` in the fabric's schedule, ``t_ns`` otherwise)."""
+    for key in ("t_start", "t_start_ns", "t_ns", "t"):
+        value = fault.get(key)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def fault_label(fault: Mapping[str, Any]) -> str:
+    """``f3 bitflip rank5``: the id, the kind and the target of a fault record."""
+    target = fault.get("target", fault.get("node", ""))
+    if isinstance(target, list):
+        target = ",".join(str(item) for item in target[:3]) + ("…" if len(target) > 3 else "")
+    words = [str(fault.get("id", "")), str(fault.get("kind", "fault")), str(target or "")]
+    return " ".join(word for word in words if word)
+
+
+def metric_points(world: World, name: str) -> tuple[tuple[int, float], ...]:
+    """A metric's ``(t_ns, value)`` points (every node's), for a curve along the timeline."""
+    points = []
+    for entry in world.metrics.get(name, ()):
+        t_ns, _node, value = entry
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            points.append((int(t_ns), float(value)))
+    return tuple(points)
+
+
+def timeline_from_world(
+    world: World,
+    *,
+    t_end_ns: int | None = None,
+    snapshots_ns: Iterable[int] = (),
+    branch_marks: Iterable[tuple[int, str]] = (),
+    likelihood: Sequence[tuple[int, float]] = (),
+) -> TimelineData:
+    """The timeline of a run whose final (or current) world is ``world``."""
+    marks = [TimeMark(t, "snapshot") for t in snapshots_ns]
+    for fault in world.faults:
+        start = fault_start_ns(fault)
+        if start is not None:
+            marks.append(TimeMark(start, "fault", fault_label(fault)))
+    marks += [TimeMark(t, "branch", name) for t, name in branch_marks]
+    for failure in world.failures:
+        where = f" on {failure['node']}" if failure.get("node") else ""
+        marks.append(TimeMark(failure["t_ns"], "failure", f"{failure['kind']}{where}"))
+    marks.sort(key=lambda mark: mark.t_ns)
+    end = world.t_ns if t_end_ns is None else t_end_ns
+    return TimelineData(
+        t_start_ns=0,
+        t_end_ns=max(end, 1),
+        unit=world.display_unit,
+        marks=tuple(marks),
+        loss=metric_points(world, LOSS_METRIC),
+        likelihood=tuple(likelihood),
+    )
+
+
+# -- the rank grid --------------------------------------------------------------------------------
+
+
+def rank_names(world: World) -> list[str]:
+    """The nodes the rank grid shows: role ``rank``, else the most common role, else every node."""
+    roles = world.roles
+    named = [name for name in world.nodes if roles.get(name) == RANK_ROLE]
+    if named:
+        return named
+    counts = Counter(roles.get(name, "") for name in world.nodes)
+    if not counts:
+        return []
+    role, count = counts.most_common(1)[0]
+    if count == 1:
+        return list(world.nodes)
+    return [name for name in world.nodes if roles.get(name) == role]
+
+
+def _first_int(state: Mapping[str, Any], keys: Sequence[str]) -> int:
+    for key in keys:
+        value = state.get(key)
+        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+            return int(value)
+    return 0
+
+
+def has_nonfinite(value: Any, depth: int = 2) -> bool:
+    """True when a float in ``value`` (arrays, scalars, lists and dicts to ``depth``) is NaN or inf."""
+    if isinstance(value, np.ndarray):
+        return value.dtype.kind in "fc" and not bool(np.isfinite(value).all())
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if depth <= 0:
+        return False
+    if isinstance(value, dict):
+        return any(has_nonfinite(item, depth - 1) for item in value.values())
+    if isinstance(value, (list, tuple)):
+        return any(has_nonfinite(item, depth - 1) for item in value[:1024])
+    return False
+
+
+def _weights_digest(state: Mapping[str, Any]) -> str | None:
+    for key in WEIGHT_KEYS:
+        value = state.get(key)
+        if isinstance(value, np.ndarray):
+            return array_digest(value).hex()
+    return None
+
+
+def _fault_targets(fault: Mapping[str, Any]) -> list[str]:
+    target = fault.get("target", fault.get("node"))
+    if isinstance(target, str):
+        return [target]
+    if isinstance(target, list):
+        return [item for item in target if isinstance(item, str)]
+    if isinstance(target, dict):
+        return [item for value in target.values() for item in _fault_targets({"target": value})]
+    return []
+
+
+def _active_fault_kinds(world: World, now_ns: int) -> dict[str, set[str]]:
+    active: dict[str, set[str]] = {}
+    for fault in world.faults:
+        start = fault_start_ns(fault)
+        end = fault.get("t_end", fault.get("t_end_ns"))
+        if start is None or start > now_ns or (isinstance(end, int) and end <= now_ns):
+            continue
+        for target in _fault_targets(fault):
+            active.setdefault(target, set()).add(str(fault.get("kind", "")))
+    return active
+
+
+def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> list[RankCell]:
+    """Each rank's condition and counters in ``world`` (see the module docstring for the rules)."""
+    names = rank_names(world) if names is None else list(names)
+    digests = {name: _weights_digest(world.nodes[name]) for name in names}
+    known = [digest for digest in digests.values() if digest is not None]
+    majority = Counter(known).most_common(1)[0][0] if known else None
+    active = _active_fault_kinds(world, world.t_ns)
+    failed = {(failure.get("node"), failure["kind"]) for failure in world.failures}
+    cells = []
+    for name in names:
+        state = world.nodes[name]
+        candidates = ["healthy"]
+        status = state.get(STATUS_KEY)
+        if status in RANK_STATES:
+            candidates.append(status)
+        kinds = active.get(name, set())
+        if kinds & set(SLOW_FAULT_KINDS):
+            candidates.append("slow")
+        if kinds & set(PARTITION_FAULT_KINDS):
+            candidates.append("partitioned")
+        if (digests[name] is not None and digests[name] != majority) or (name, "divergence") in failed:
+            candidates.append("diverged")
+        if name in world.down:
+            candidates.append("crashed")
+        if (name, "nan") in failed or has_nonfinite(state):
+            candidates.append("nan")
+        waiting = state.get(WAITING_KEY)
+        cells.append(
+            RankCell(
+                name=name,
+                state=max(candidates, key=RANK_STATES.index),
+                step=_first_int(state, STEP_KEYS),
+                collective_seq=_first_int(state, COLLECTIVE_SEQ_KEYS),
+                last_progress_ns=_first_int(state, PROGRESS_KEYS),
+                waiting_on=waiting if isinstance(waiting, str) else "",
+            )
+        )
+    return cells
+
+
+# -- the event log --------------------------------------------------------------------------------
+
+
+def payload_text(payload: Any, width: int = PAYLOAD_TEXT_MAX) -> str:
+    """A short one-line summary of an event payload (arrays by dtype and shape)."""
+    if isinstance(payload, np.ndarray):
+        text = f"{payload.dtype.name}{list(payload.shape)}"
+    elif payload is None:
+        text = ""
+    else:
+        text = repr(payload)
+    text = text.replace("\n", " ")
+    return text if len(text) <= width else text[: width - 1] + "…"
+
+
+class EventTable:
+    """An in-memory event source: numpy columns, so filtering a million rows takes milliseconds.
+
+    Node and kind names are interned to small integer codes; a filter is a boolean mask over
+    the codes, kept as the array of matching row indices. Rows are built only when asked for.
+    """
+
+    def __init__(self, events: Sequence[Event], first_number: int = 0) -> None:
+        if len(events) > EVENTS_KEPT_MAX:
+            raise ValueError(f"an in-memory event table holds at most {EVENTS_KEPT_MAX} events")
+        self._events = events
+        node_codes: dict[str, int] = {}
+        kind_codes: dict[str, int] = {}
+        self._times = np.fromiter((event[0] for event in events), dtype=np.int64, count=len(events))
+        self._nodes = np.fromiter(
+            (node_codes.setdefault(event[2], len(node_codes)) for event in events),
+            dtype=np.int32,
+            count=len(events),
+        )
+        self._kinds = np.fromiter(
+            (kind_codes.setdefault(event[3], len(kind_codes)) for event in events),
+            dtype=np.int32,
+            count=len(events),
+        )
+        self._node_codes = node_codes
+        self._kind_codes = kind_codes
+        self._first_number = first_number
+        self._selection: np.ndarray | None = None
+        self._selected_times = self._times
+
+    def _view(self, selection: np.ndarray) -> EventTable:
+        view = object.__new__(EventTable)
+        view.__dict__.update(self.__dict__)
+        view._selection = selection
+        view._selected_times = self._times[selection]
+        return view
+
+    def __len__(self) -> int:
+        return len(self._selected_times)
+
+    def _base_index(self, index: int) -> int:
+        return int(self._selection[index]) if self._selection is not None else index
+
+    def row(self, index: int) -> EventRow:
+        if not 0 <= index < len(self):
+            raise IndexError(f"event row {index} out of range (0..{len(self) - 1})")
+        base = self._base_index(index)
+        t_ns, _seq, dst, kind, payload = self._events[base]
+        return EventRow(self._first_number + base, t_ns, dst, kind, payload_text(payload))
+
+    def index_at_time(self, t_ns: int) -> int:
+        return int(np.searchsorted(self._selected_times, t_ns, side="right")) - 1
+
+    def index_of_number(self, number: int) -> int:
+        base = number - self._first_number
+        if self._selection is None:
+            index = max(base, 0)
+        else:
+            index = int(np.searchsorted(self._selection, base, side="left"))
+        return index if index < len(self) else -1
+
+    def filtered(self, node: str | None = None, kind: str | None = None) -> EventTable:
+        mask = np.ones(len(self._times), dtype=np.bool_)
+        if node:
+            mask &= self._nodes == self._node_codes.get(node, -1)
+        if kind:
+            mask &= self._kinds == self._kind_codes.get(kind, -1)
+        return self._view(np.flatnonzero(mask))
+
+    def node_names(self) -> list[str]:
+        return list(self._node_codes)
+
+    def kind_names(self) -> list[str]:
+        return list(self._kind_codes)
+
+
+def index_at_time(times: Sequence[int], t_ns: int) -> int:
+    """Index of the last time <= ``t_ns`` in a sorted sequence, or -1."""
+    return bisect.bisect_right(times, t_ns) - 1
+
+
+# -- a run kept in memory -------------------------------------------------------------------------
+
+
+def run_with_events(
+    scenario: Scenario,
+    config: dict[str, Any],
+    seed: int,
+    *,
+    until_ns: int | None = None,
+    max_events: int = EVENTS_KEPT_MAX,
+) -> tuple[World, list[Event]]:
+    """Run a seed and keep every processed event (for the event log of a run without a recording)."""
+    world = build_world(scenario, config, seed)
+    events: list[Event] = []
+
+    def keep(_first: int, batch: list[Event], _digest: bytes) -> None:
+        events.extend(batch)
+
+    simulation = Simulation(scenario, world, on_chain_batch=keep)
+    simulation.run(until_ns=until_ns, max_events=max_events)
+    events.extend(world.chain_batch)
+    return world, events

@@ -1,0 +1,180 @@
+"""CompareView: two futures side by side — what changed between them, and from when?
+
+The header gives both outcomes and the first divergence (the first event whose effects differ,
+found by the explore engine); the view opens at that moment. The table lists every state path that
+differs at that time with the engine's summary of the difference (for arrays: how many elements,
+the largest absolute and ULP difference, NaN/Inf counts); paths where a NaN or inf appears are
+red, the rest highlighted; enter on a row posts :class:`CompareView.PathChosen` so the owner
+opens that path's diff. Under it, both loss curves on one plot (:class:`LossPlot`).
+"""
+
+from __future__ import annotations
+
+import re
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.app import ComposeResult
+from textual.message import Message
+from textual.reactive import reactive
+from textual.widget import Widget
+from textual.widgets import DataTable, Static
+
+from timetravel.tui.css import css_beside
+from timetravel.tui.model import BranchInfo, CompareData
+from timetravel.tui.timefmt import exact_time
+from timetravel.tui.widgets.branch_tree import OUTCOME_GLYPHS
+from timetravel.tui.widgets.loss_plot import LossPlot
+
+ALARM_PATTERN = re.compile(r"\b(nan|inf)\b(?:\s+(\d+)(?:\s*->\s*(\d+))?)?", re.IGNORECASE)
+COLUMNS = ("path", "difference")
+
+
+def has_alarm(summary: str) -> bool:
+    """True when a diff summary shows a NaN or inf on either side (``NaN 0 -> 64``, ``1.0 -> nan``)."""
+    for match in ALARM_PATTERN.finditer(summary):
+        counts = [int(group) for group in match.groups()[1:] if group is not None]
+        if not counts or any(counts):
+            return True
+    return False
+
+
+def _event_number(seq: int | None) -> str:
+    return "no such event" if seq is None else f"#{seq}"
+
+
+class CompareView(Widget):
+    """Two runs compared. See the module docstring."""
+
+    DEFAULT_CSS = css_beside(__file__)
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "compare--pass",
+        "compare--fail",
+        "compare--muted",
+        "compare--changed",
+        "compare--alarm",
+    }
+
+    data: reactive[CompareData | None] = reactive(None, always_update=True)
+
+    class PathChosen(Message):
+        """The user chose to open the diff of ``path`` between runs ``a`` and ``b``."""
+
+        def __init__(self, view: CompareView, path: str, a: str, b: str, at_ns: int) -> None:
+            super().__init__()
+            self.view = view
+            self.path = path
+            self.a = a
+            self.b = b
+            self.at_ns = at_ns
+
+        @property
+        def control(self) -> CompareView:
+            return self.view
+
+    def __init__(
+        self,
+        data: CompareData | None = None,
+        *,
+        name: str | None = None,
+        id: str | None = None,
+        classes: str | None = None,
+    ) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.set_reactive(CompareView.data, data)
+
+    def compose(self) -> ComposeResult:
+        yield Static(id="compare-header")
+        table: DataTable[Text] = DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield table
+        yield LossPlot()
+
+    def on_mount(self) -> None:
+        table = self.query_one("#compare-table", DataTable)
+        for column in COLUMNS:
+            table.add_column(column, key=column)
+        self._show()
+
+    def watch_data(self) -> None:
+        if self.is_mounted:
+            self._show()
+
+    # -- drawing --------------------------------------------------------------------------------
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"compare--{name}", partial=True)
+
+    def _run_line(self, tag: str, run: BranchInfo) -> Text:
+        line = Text(f"{tag} {run.name:<8} ")
+        style = self._style(run.outcome) if run.outcome in ("pass", "fail") else self._style("muted")
+        line.append(f"{OUTCOME_GLYPHS[run.outcome]} {run.outcome}", style)
+        if run.failure:
+            line.append(f"  {run.failure}", self._style("fail"))
+        if run.changes:
+            line.append(f"  ({run.changes})", self._style("muted"))
+        return line
+
+    def header_text(self) -> Text:
+        data = self.data
+        if data is None:
+            return Text("nothing to compare yet: pick two branches and press c", self._style("muted"))
+        text = Text(no_wrap=True, overflow="ellipsis")
+        text.append_text(self._run_line("a", data.a))
+        text.append("\n")
+        text.append_text(self._run_line("b", data.b))
+        text.append("\n")
+        divergence = data.first_divergence
+        if divergence is None:
+            text.append("no divergence: the two runs' effects are identical", self._style("muted"))
+        else:
+            where = f" on {divergence.node}" if divergence.node else ""
+            seqs = f" (a {_event_number(divergence.seq_a)}, b {_event_number(divergence.seq_b)})"
+            text.append(f"first divergence {exact_time(divergence.t_ns, data.unit)}: ")
+            text.append(f"{divergence.kind}{where}{seqs}", self._style("changed"))
+        count = len(data.entries)
+        text.append(
+            f"\nat {exact_time(data.at_ns, data.unit)}: {count} path{'s' if count != 1 else ''} differ"
+        )
+        if count:
+            text.append(" · enter opens one", self._style("muted"))
+        return text
+
+    def _cell(self, value: str) -> Text:
+        return Text(value, self._style("alarm") if has_alarm(value) else self._style("muted"))
+
+    def _show(self) -> None:
+        header = self.query_one("#compare-header", Static)
+        header.update(self.header_text())
+        header.border_title = "compare"
+        table = self.query_one("#compare-table", DataTable)
+        table.clear()
+        plot = self.query_one(LossPlot)
+        data = self.data
+        if data is None:
+            plot.curve_a, plot.curve_b = (), ()
+            return
+        for entry in data.entries:
+            style = self._style("alarm") if has_alarm(entry.summary) else self._style("changed")
+            path = Text(entry.path, style)
+            if entry.change != "changed":
+                path.append(f" ({entry.change})", self._style("muted"))
+            table.add_row(path, self._cell(entry.summary), key=entry.path)
+        table.border_title = f"differing paths · {data.a.name} vs {data.b.name}"
+        plot.label_a, plot.label_b = data.a.name, data.b.name
+        plot.curve_a, plot.curve_b = data.loss_a, data.loss_b
+
+    @property
+    def highlighted_path(self) -> str | None:
+        table = self.query_one("#compare-table", DataTable)
+        if self.data is None or not self.data.entries or table.cursor_row < 0:
+            return None
+        return self.data.entries[min(table.cursor_row, len(self.data.entries) - 1)].path
+
+    def on_data_table_row_selected(self, event: DataTable.RowSelected) -> None:
+        event.stop()
+        data = self.data
+        if data is not None and event.row_key.value is not None:
+            self.post_message(
+                self.PathChosen(self, event.row_key.value, data.a.name, data.b.name, data.at_ns)
+            )

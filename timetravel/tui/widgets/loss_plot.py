@@ -1,0 +1,99 @@
+"""LossPlot: two runs' loss curves on one plot — where does the failing future leave the good one?
+
+Both curves share one time axis and one value scale. Run a is drawn ``●``, run b ``○``, and a
+column where both land on the same cell ``◉``: a stretch of ``◉`` is where the two futures still
+agree, and the first column where they split is visible by eye. A non-finite loss is drawn at the
+top row, where a blow-up belongs. The left gutter shows the scale, the bottom line the time range.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from rich.style import Style
+from rich.text import Text
+from textual.reactive import reactive
+from textual.widget import Widget
+
+from timetravel.tui.charts import column_values, hold_gaps, plot_rows, value_range
+from timetravel.tui.css import css_beside
+from timetravel.tui.describe import number_text
+from timetravel.tui.timefmt import short_time
+
+GUTTER_COLUMNS = 7
+GLYPHS = {1: "●", 2: "○", 3: "◉"}
+STYLES = {1: "a", 2: "b", 3: "both"}
+
+Points = tuple[tuple[int, float], ...]
+
+
+class LossPlot(Widget):
+    """Two loss curves on one plot. See the module docstring."""
+
+    DEFAULT_CSS = css_beside(__file__)
+    COMPONENT_CLASSES: ClassVar[set[str]] = {
+        "loss-plot--a",
+        "loss-plot--b",
+        "loss-plot--both",
+        "loss-plot--axis",
+    }
+
+    curve_a: reactive[Points] = reactive(())
+    curve_b: reactive[Points] = reactive(())
+    label_a: reactive[str] = reactive("a")
+    label_b: reactive[str] = reactive("b")
+
+    def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
+        super().__init__(name=name, id=id, classes=classes)
+        self.border_title = "loss"
+
+    def watch_label_a(self) -> None:
+        self._update_title()
+
+    def watch_label_b(self) -> None:
+        self._update_title()
+
+    def _update_title(self) -> None:
+        self.border_title = f"loss · ● {self.label_a}  ○ {self.label_b}  ◉ both"
+
+    def _style(self, name: str) -> Style:
+        return self.get_component_rich_style(f"loss-plot--{name}", partial=True)
+
+    @property
+    def time_range(self) -> tuple[int, int]:
+        times = [t for t, _ in self.curve_a] + [t for t, _ in self.curve_b]
+        return (min(times), max(times)) if times else (0, 1)
+
+    def columns(self) -> tuple[list[float | None], list[float | None]]:
+        width = max(1, self.content_size.width - GUTTER_COLUMNS)
+        start, end = self.time_range
+        return (
+            hold_gaps(column_values(self.curve_a, start, end, width)),
+            hold_gaps(column_values(self.curve_b, start, end, width)),
+        )
+
+    def render(self) -> Text:
+        text = Text(no_wrap=True, overflow="crop")
+        if not self.curve_a and not self.curve_b:
+            text.append("no loss metric in these runs", self._style("axis"))
+            return text
+        height = max(1, self.content_size.height - 1)
+        values_a, values_b = self.columns()
+        grid = plot_rows([values_a, values_b], height)
+        low, high = value_range([*values_a, *values_b])
+        for row_index, row in enumerate(grid):
+            if row_index:
+                text.append("\n")
+            gutter = (
+                number_text(high) if row_index == 0 else number_text(low) if row_index == height - 1 else ""
+            )
+            text.append(gutter.rjust(GUTTER_COLUMNS - 1)[: GUTTER_COLUMNS - 1] + "┤", self._style("axis"))
+            for bits in row:
+                text.append(GLYPHS.get(bits, " "), self._style(STYLES[bits]) if bits else Style())
+        start, end = self.time_range
+        width = max(1, self.content_size.width - GUTTER_COLUMNS)
+        left, right = short_time(start), short_time(end)
+        text.append(
+            "\n" + " " * GUTTER_COLUMNS + left + right.rjust(max(0, width - len(left))), self._style("axis")
+        )
+        return text
