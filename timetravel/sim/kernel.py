@@ -93,6 +93,9 @@ class Simulation:
         self.chain = chain
         self.chain_batch_events = chain_batch_events
         self.on_chain_batch = on_chain_batch
+        self.chain_batch_bytes = b""
+        """The msgpack bytes of the batch last flushed (what its digest covers), for recorders:
+        read it inside ``on_chain_batch`` to store the batch without encoding it a second time."""
         self.ctx = Context(
             world,
             transport=scenario.transport or fixed_latency_transport,
@@ -284,9 +287,11 @@ class Simulation:
         world = self.world
         batch = world.chain_batch
         first = world.chain_events
-        world.chain_digest = chain_step(world.chain_digest, batch)
+        packed = pack(batch)
+        world.chain_digest = xxhash.xxh3_128_digest(world.chain_digest + packed)
         world.chain_events += len(batch)
         if self.on_chain_batch is not None:
+            self.chain_batch_bytes = packed
             with guard.suspended():  # observers (recorders, checkers) are not handlers
                 self.on_chain_batch(first, list(batch), world.chain_digest)
         batch.clear()
