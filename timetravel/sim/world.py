@@ -16,8 +16,10 @@ from __future__ import annotations
 import heapq
 from typing import Any
 
+import xxhash
+
 from timetravel.sim.choices import CHOICE_COUNTERS_KEY
-from timetravel.sim.encoding import digest, merkle_root
+from timetravel.sim.encoding import digest, merkle_root, pack
 from timetravel.sim.event import Event
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT
 
@@ -26,6 +28,32 @@ LOG_ENTRIES_MAX = 10_000
 NODES_MAX = 1_000_000
 
 PART_NAMES_EXCLUDED_FROM_EFFECTS = ("config", "faults", "keys")
+METRIC_CHUNK_ENTRIES = 1024
+"""Metric series are hashed in chunks of this many entries (see :func:`metrics_digest`)."""
+
+
+def series_digest_from_chunks(length: int, chunk_digests: list[bytes]) -> bytes:
+    """The digest of a metric series of ``length`` entries from the digests of its chunks."""
+    return xxhash.xxh3_128_digest(pack(length) + b"".join(chunk_digests))
+
+
+def series_digest(series: list[Any]) -> bytes:
+    """Digest of one metric series: its length and the digests of its fixed-size chunks."""
+    chunks = [
+        digest(series[start : start + METRIC_CHUNK_ENTRIES])
+        for start in range(0, len(series), METRIC_CHUNK_ENTRIES)
+    ]
+    return series_digest_from_chunks(len(series), chunks)
+
+
+def metrics_digest(metrics: dict[str, list[Any]]) -> bytes:
+    """Merkle root over the metric series, each hashed by chunks.
+
+    Metrics only grow (``ctx.metric`` appends), so a full chunk never changes again: the snapshot
+    store keeps each full chunk's digest and hashes only the open tail, instead of re-encoding
+    every metric ever recorded at every snapshot.
+    """
+    return merkle_root([(name, series_digest(series)) for name, series in metrics.items()])
 
 
 class World:
@@ -121,7 +149,7 @@ class World:
             ("fabric", digest(self.fabric)),
             ("faults", digest(self.faults)),
             ("failures", digest(self.failures)),
-            ("metrics", digest(self.metrics)),
+            ("metrics", metrics_digest(self.metrics)),
             ("log", digest([self.log, self.log_dropped])),
         ]
 
