@@ -1,0 +1,492 @@
+"""Reading a .ttr as untrusted input: tolerant of truncation, strict about corruption.
+
+* **Truncation**: a file cut at any byte opens with every complete frame. When the trailer is
+  missing, the reader scans the frames from the start and rebuilds the catalog; ``truncation``
+  says where the file stops and how many bytes of an incomplete frame were lost, and
+  ``describe_loss()`` what that means (no END frame: the run's end is not recorded).
+* **Corruption**: every frame header carries its own checksum and every payload an xxh3-64, so a
+  damaged byte is a :class:`RecordingError` naming the frame and its byte offset, never a
+  traceback. A damaged header can therefore not pass for a truncated file.
+* **Limits**: lengths are capped (FRAME_STORED_BYTES_MAX, FRAME_RAW_BYTES_MAX); zstd output is
+  capped at the declared raw length (no decompression bombs); msgpack is decoded by the kernel's
+  bounded ``unpack``; arrays only of allow-listed dtypes; no pickle, no eval, no import.
+* **Lazy**: opening reads the header and the index; blobs are read when a snapshot is restored,
+  through bounded caches of decoded frames and pages. Page digests are checked on decode.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from types import TracebackType
+from typing import IO, Any
+
+import msgpack
+import numpy as np
+import xxhash
+import zstandard
+
+from timetravel.recording.catalog import MAIN_BRANCH, Catalog, EventBatchInfo, ManifestInfo, check_blob_entry
+from timetravel.recording.format import (
+    BLOB_ARRAY,
+    BLOB_PAGE,
+    BLOB_VALUE,
+    FLAG_ZSTD,
+    FORMAT_VERSION,
+    FRAME_HEADER,
+    FRAME_HEADER_BYTES,
+    FRAME_MARKER,
+    FRAME_RAW_BYTES_MAX,
+    FRAME_STORED_BYTES_MAX,
+    MAGIC,
+    TRAILER,
+    TRAILER_BYTES,
+    TRAILER_MAGIC,
+    FrameType,
+    RecordingError,
+    frame_name,
+    header_checksum,
+    payload_checksum,
+)
+from timetravel.sim.encoding import DecodeError, unpack
+from timetravel.sim.event import Event
+from timetravel.sim.world import World
+from timetravel.snapshot.assemble import STORED_PARTS, assemble_world
+from timetravel.snapshot.codec import XOR_CHAIN_MAX, build_array, decode_page, decode_value
+
+FRAME_CACHE_BYTES_MAX = 128 * 1024 * 1024
+"""Decoded BLOBS and EVENTS frames kept for later seeks."""
+PAGE_CACHE_BYTES_MAX = 256 * 1024 * 1024
+"""Decoded array pages kept for later seeks."""
+MANIFEST_CACHE_ENTRIES_MAX = 256
+ARRAY_HEADER_BYTES_MAX = 16 * 1024 * 1024
+
+
+class _ByteLRU:
+    """A least-recently-used cache bounded by the bytes of its values."""
+
+    def __init__(self, bytes_max: int) -> None:
+        self.bytes_max = bytes_max
+        self.bytes_held = 0
+        self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        item = self._items.get(key)
+        if item is None:
+            return None
+        self._items.move_to_end(key)
+        return item[0]
+
+    def put(self, key: Any, value: Any, nbytes: int) -> None:
+        if key in self._items:
+            return
+        self._items[key] = (value, nbytes)
+        self.bytes_held += nbytes
+        while self.bytes_held > self.bytes_max and len(self._items) > 1:
+            _key, (_value, size) = self._items.popitem(last=False)
+            self.bytes_held -= size
+
+
+class RecordingReader:
+    """An open recording. Use :meth:`open`; close it (or use ``with``) when done."""
+
+    def __init__(self, path: Path, file: IO[bytes]) -> None:
+        self.path = path
+        self.file = file
+        self.size = file.seek(0, 2)
+        self.catalog = Catalog()
+        self.header: dict[str, Any] = {}
+        self.truncation: dict[str, Any] | None = None
+        self.frames_end = len(MAGIC)
+        self.used_index = False
+        self._frames = _ByteLRU(FRAME_CACHE_BYTES_MAX)
+        self._pages = _ByteLRU(PAGE_CACHE_BYTES_MAX)
+        self._manifests: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._decompressor = zstandard.ZstdDecompressor()
+        self._numbers: dict[int, int] = {}
+
+    @classmethod
+    def open(cls, path: str | Path) -> RecordingReader:
+        """Open and catalog a recording; raises RecordingError when it cannot be read."""
+        target = Path(path)
+        file = open(target, "rb")  # noqa: SIM115 - closed by close()
+        reader = cls(target, file)
+        try:
+            reader._load()
+        except BaseException:
+            file.close()
+            raise
+        return reader
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> RecordingReader:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- opening ----------------------------------------------------------------------------------
+
+    def _load(self) -> None:
+        if self.size < len(MAGIC) or self._read(0, len(MAGIC)) != MAGIC:
+            if self.size < len(MAGIC) and MAGIC.startswith(self._read(0, self.size)):
+                raise RecordingError(
+                    f"{self.path}: truncated inside its first {len(MAGIC)} bytes: nothing to open"
+                )
+            raise RecordingError(f"{self.path}: not a timetravel recording (bad magic at byte 0)")
+        if not self._load_index():
+            self._scan()
+        if not self.catalog.frames or self.catalog.frames[0][1] != FrameType.HEADER:
+            raise RecordingError(f"{self.path}: truncated inside its header frame: nothing to open")
+        self.header = self._check_header(self.read_frame(self.catalog.frames[0][0], 0)[1])
+
+    def _load_index(self) -> bool:
+        if self.size < len(MAGIC) + FRAME_HEADER_BYTES + TRAILER_BYTES:
+            return False
+        raw = self._read(self.size - TRAILER_BYTES, TRAILER_BYTES)
+        index_offset, magic, check = TRAILER.unpack(raw)
+        if magic != TRAILER_MAGIC or check != header_checksum(raw[:12]):
+            return False
+        if not len(MAGIC) <= index_offset < self.size - TRAILER_BYTES:
+            return False
+        frame_type, payload = self.read_frame(index_offset, None)
+        if frame_type != FrameType.INDEX:
+            raise RecordingError(
+                f"{self.path}: the trailer points at byte {index_offset}, which is not the index"
+            )
+        self.catalog = Catalog.from_index(payload)
+        self.catalog.frames.append((index_offset, int(FrameType.INDEX)))
+        self.frames_end = index_offset
+        self.used_index = True
+        return True
+
+    def _scan(self) -> None:
+        offset = len(MAGIC)
+        number = 0
+        last_type = None
+        while offset < self.size:
+            remaining = self.size - offset
+            if remaining < FRAME_HEADER_BYTES:
+                if last_type == FrameType.INDEX and remaining == TRAILER_BYTES:
+                    raise RecordingError(f"{self.path}: the trailer at byte {offset} is corrupt")
+                self._truncated(offset, number, remaining)
+                break
+            frame_type, _flags, stored, _raw = self._frame_header(offset, number)
+            if offset + FRAME_HEADER_BYTES + stored > self.size:
+                self._truncated(offset, number, remaining)
+                break
+            _, payload = self.read_frame(offset, number)
+            if frame_type != FrameType.INDEX:
+                self.catalog.add(offset, frame_type, payload)
+            else:
+                self.catalog.frames.append((offset, frame_type))
+            last_type = frame_type
+            offset += FRAME_HEADER_BYTES + stored
+            number += 1
+        self.frames_end = offset if self.truncation is None else self.truncation["offset"]
+
+    def _truncated(self, offset: int, number: int, remaining: int) -> None:
+        self.truncation = {"offset": offset, "frame": number, "bytes_lost": remaining}
+
+    def _check_header(self, header: dict[str, Any]) -> dict[str, Any]:
+        version = header.get("format")
+        if not isinstance(version, list) or len(version) != 2 or version[0] != FORMAT_VERSION[0]:
+            raise RecordingError(
+                f"{self.path}: recording format {version!r} is not readable by this version "
+                f"(reads {FORMAT_VERSION[0]}.x)"
+            )
+        for key, kind in (("scenario", str), ("config", dict), ("seed", int), ("display_unit", str)):
+            if not isinstance(header.get(key), kind):
+                raise RecordingError(f"{self.path}: header field {key!r} is missing or malformed")
+        return header
+
+    # -- frames -----------------------------------------------------------------------------------
+
+    def _read(self, offset: int, length: int) -> bytes:
+        self.file.seek(offset)
+        return self.file.read(length)
+
+    def _where(self, offset: int, number: int | None, frame_type: int | None = None) -> str:
+        name = f" ({frame_name(frame_type)})" if frame_type is not None else ""
+        which = f"frame {number}" if number is not None else "frame"
+        return f"{self.path}: {which}{name} at byte {offset}"
+
+    def _frame_header(self, offset: int, number: int | None) -> tuple[int, int, int, int]:
+        raw = self._read(offset, FRAME_HEADER_BYTES)
+        if len(raw) < FRAME_HEADER_BYTES:
+            raise RecordingError(f"{self._where(offset, number)}: the file ends inside the frame header")
+        marker, frame_type, flags, stored, raw_length, _check, check = FRAME_HEADER.unpack(raw)
+        if marker != FRAME_MARKER or check != header_checksum(raw[:20]):
+            raise RecordingError(f"{self._where(offset, number)}: frame header is corrupt")
+        if stored > FRAME_STORED_BYTES_MAX or raw_length > FRAME_RAW_BYTES_MAX or flags & ~FLAG_ZSTD:
+            raise RecordingError(
+                f"{self._where(offset, number, frame_type)}: frame lengths or flags out of range"
+            )
+        return frame_type, flags, stored, raw_length
+
+    def read_frame(self, offset: int, number: int | None = None) -> tuple[int, dict[str, Any]]:
+        """Read, check and decode the frame at ``offset``: (type, payload map)."""
+        frame_type, flags, stored_length, raw_length = self._frame_header(offset, number)
+        where = self._where(offset, number, frame_type)
+        stored = self._read(offset + FRAME_HEADER_BYTES, stored_length)
+        if len(stored) != stored_length:
+            raise RecordingError(
+                f"{where}: the file ends inside the frame ({len(stored)} of {stored_length} bytes)"
+            )
+        checksum = struct.unpack_from("<Q", self._read(offset + 12, 8))[0]
+        if payload_checksum(stored) != checksum:
+            raise RecordingError(f"{where}: checksum mismatch (the frame is corrupt)")
+        raw = stored
+        if flags & FLAG_ZSTD:
+            try:
+                raw = self._decompressor.decompress(stored, max_output_size=raw_length)
+            except zstandard.ZstdError as error:
+                raise RecordingError(f"{where}: zstd payload does not decode: {error}") from None
+        if len(raw) != raw_length:
+            raise RecordingError(f"{where}: payload is {len(raw)} bytes, the header says {raw_length}")
+        try:
+            payload = unpack(raw, bytes_max=FRAME_RAW_BYTES_MAX)
+        except DecodeError as error:
+            raise RecordingError(f"{where}: {error}") from None
+        if not isinstance(payload, dict):
+            raise RecordingError(f"{where}: payload is not a map")
+        return frame_type, payload
+
+    def _frame_number(self, offset: int) -> int | None:
+        if len(self._numbers) != len(self.catalog.frames):
+            self._numbers = {
+                frame_offset: number for number, (frame_offset, _) in enumerate(self.catalog.frames)
+            }
+        return self._numbers.get(offset)
+
+    def _payload(self, offset: int, expected: FrameType) -> dict[str, Any]:
+        frame_type, payload = self.read_frame(offset, self._frame_number(offset))
+        if frame_type != expected:
+            raise RecordingError(f"{self._where(offset, None, frame_type)}: expected a {expected.name} frame")
+        return payload
+
+    def verify_frames(self, progress: Callable[[int, int], None] | None = None) -> int:
+        """Read and check every frame (checksums, decompression, decoding); returns the count."""
+        for number, (offset, _kind) in enumerate(self.catalog.frames):
+            self.read_frame(offset, number)
+            if progress is not None:
+                progress(number + 1, len(self.catalog.frames))
+        return len(self.catalog.frames)
+
+    # -- what the recording holds -------------------------------------------------------------------
+
+    def manifests(self, branch: str = MAIN_BRANCH) -> list[ManifestInfo]:
+        return self.catalog.manifests.get(branch, [])
+
+    def event_batches(self, branch: str = MAIN_BRANCH) -> list[EventBatchInfo]:
+        return self.catalog.events.get(branch, [])
+
+    def end(self, branch: str = MAIN_BRANCH) -> dict[str, Any] | None:
+        return self.catalog.ends.get(branch)
+
+    def describe_loss(self, branch: str = MAIN_BRANCH) -> list[str]:
+        """Plain sentences saying what this file lacks (empty for a complete recording)."""
+        lines = []
+        if self.truncation is not None:
+            lines.append(
+                f"the file is truncated at byte {self.truncation['offset']}: "
+                f"{self.truncation['bytes_lost']} bytes of an incomplete frame were lost"
+            )
+        if branch not in self.catalog.ends:
+            batches = self.event_batches(branch)
+            last_event = batches[-1].first + batches[-1].count if batches else 0
+            manifests = self.manifests(branch)
+            last_snapshot = manifests[-1].events if manifests else None
+            lines.append(
+                f"the run's end was not recorded: events up to #{last_event} and snapshots up to "
+                f"#{last_snapshot} survive"
+            )
+        return lines
+
+    def manifest(self, info: ManifestInfo) -> dict[str, Any]:
+        cached = self._manifests.get(info.offset)
+        if cached is not None:
+            return cached
+        payload = self._payload(info.offset, FrameType.MANIFEST)
+        self._manifests[info.offset] = payload
+        if len(self._manifests) > MANIFEST_CACHE_ENTRIES_MAX:
+            self._manifests.popitem(last=False)
+        return payload
+
+    def events(self, info: EventBatchInfo) -> list[Event]:
+        """The events of one batch, checked (event numbers ``info.first + 1 ..``)."""
+        key = ("events", info.offset)
+        cached = self._frames.get(key)
+        if cached is not None:
+            return cached
+        payload = self._payload(info.offset, FrameType.EVENTS)
+        where = self._where(info.offset, self._frame_number(info.offset), FrameType.EVENTS)
+        data = payload.get("events")
+        if not isinstance(data, bytes):
+            raise RecordingError(f"{where}: events are not bytes")
+        try:
+            decoded = unpack(data, bytes_max=FRAME_RAW_BYTES_MAX)
+            if not isinstance(decoded, list) or len(decoded) != info.count:
+                raise DecodeError(
+                    f"holds {len(decoded) if isinstance(decoded, list) else '?'} events, expected {info.count}"
+                )
+            events = [_event(item) for item in decoded]
+        except DecodeError as error:
+            raise RecordingError(f"{where}: {error}") from None
+        self._frames.put(key, events, len(data) * 4)
+        return events
+
+    def choices(self, branch: str = MAIN_BRANCH) -> list[list[Any]]:
+        """The choice log of a branch: ``[node, site, index, value]`` in drawing order."""
+        entries: list[list[Any]] = []
+        for _first, _count, offset in self.catalog.choices.get(branch, []):
+            payload = self._payload(offset, FrameType.CHOICES)
+            values = payload.get("entries")
+            if not isinstance(values, list):
+                raise RecordingError(
+                    f"{self._where(offset, None, FrameType.CHOICES)}: entries are not a list"
+                )
+            entries.extend(values)
+        return entries
+
+    # -- blobs ------------------------------------------------------------------------------------
+
+    def _blob(self, digest: bytes) -> tuple[bytes, int, int, bytes | None, int, bytes]:
+        offset = self.catalog.blobs.get(digest)
+        if offset is None:
+            raise RecordingError(f"{self.path}: blob {digest.hex()} is missing (the recording is incomplete)")
+        key = ("blobs", offset)
+        entries = self._frames.get(key)
+        if entries is None:
+            payload = self._payload(offset, FrameType.BLOBS)
+            raw_entries = payload.get("blobs")
+            if not isinstance(raw_entries, list):
+                raise RecordingError(f"{self._where(offset, None, FrameType.BLOBS)}: no blob list")
+            entries = {}
+            size = 0
+            for raw in raw_entries:
+                entry = check_blob_entry(raw)
+                entries[entry[0]] = entry
+                size += len(entry[5]) + 100
+            self._frames.put(key, entries, size)
+        entry = entries.get(digest)
+        if entry is None:
+            raise RecordingError(
+                f"{self._where(offset, None, FrameType.BLOBS)}: blob {digest.hex()} is not in it"
+            )
+        return entry
+
+    def value_bytes(self, digest: bytes) -> bytes:
+        """A hash-form value blob, checked against its digest."""
+        _digest, kind, _codec, _base, _itemsize, data = self._blob(digest)
+        if kind != BLOB_VALUE or xxhash.xxh3_128_digest(data) != digest:
+            raise RecordingError(f"{self.path}: value blob {digest.hex()} does not match its digest")
+        return data
+
+    def page(self, digest: bytes, depth: int = 0) -> bytes:
+        """A page's bytes: XOR chains resolved, checked against its digest, cached."""
+        cached = self._pages.get(digest)
+        if cached is not None:
+            return cached
+        if depth > XOR_CHAIN_MAX:
+            raise RecordingError(
+                f"{self.path}: page {digest.hex()} has an XOR chain longer than {XOR_CHAIN_MAX}"
+            )
+        _digest, kind, codec, base_digest, itemsize, data = self._blob(digest)
+        if kind != BLOB_PAGE:
+            raise RecordingError(f"{self.path}: blob {digest.hex()} is not a page")
+        base = self.page(base_digest, depth + 1) if base_digest is not None else None
+        try:
+            page = decode_page(codec, data, itemsize, base)
+        except DecodeError as error:
+            raise RecordingError(f"{self.path}: page {digest.hex()}: {error}") from None
+        if xxhash.xxh3_128_digest(page) != digest:
+            raise RecordingError(f"{self.path}: page {digest.hex()} does not match its digest")
+        self._pages.put(digest, page, len(page) + 100)
+        return page
+
+    def array(self, digest: bytes, *, writeable: bool = True) -> np.ndarray:
+        _digest, kind, _codec, _base, _itemsize, data = self._blob(digest)
+        if kind != BLOB_ARRAY:
+            raise RecordingError(f"{self.path}: blob {digest.hex()} is not an array")
+        try:
+            header = msgpack.unpackb(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
+            dtype, shape, pages = header
+            if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(pages, list):
+                raise DecodeError("array header fields have the wrong types")
+            return build_array(dtype, shape, [self.page(page) for page in pages], writeable=writeable)
+        except (ValueError, TypeError, DecodeError, msgpack.UnpackException) as error:
+            raise RecordingError(f"{self.path}: array {digest.hex()}: {error}") from None
+
+    def value(self, digest: bytes, *, writeable: bool = True) -> Any:
+        """The plain-data value a blob holds, arrays rebuilt from their pages."""
+        try:
+            return decode_value(
+                self.value_bytes(digest),
+                lambda array_digest: self.array(array_digest, writeable=writeable),
+                bytes_max=FRAME_RAW_BYTES_MAX,
+            )
+        except DecodeError as error:
+            raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
+
+    # -- restoring --------------------------------------------------------------------------------
+
+    def restore(self, info: ManifestInfo, *, verify: bool = True) -> World:
+        """The World a snapshot recorded; with ``verify``, its state hash is checked."""
+        manifest = self.manifest(info)
+        where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
+        try:
+            world = self._assemble(manifest)
+        except (KeyError, TypeError, ValueError) as error:
+            raise RecordingError(f"{where}: manifest is malformed: {error}") from None
+        if verify and world.state_hash() != info.state_hash:
+            raise RecordingError(
+                f"{where}: snapshot restores to state {world.state_hash()}, recorded {info.state_hash}"
+            )
+        return world
+
+    def _assemble(self, manifest: dict[str, Any]) -> World:
+        part_digests = manifest["parts"]
+        parts = {name: self.value(_digest(part_digests[name])) for name in STORED_PARTS}
+        nodes = {}
+        for name, node_digest in manifest["nodes"]:
+            nodes[str(name)] = self.value(_digest(node_digest))
+        events: list[Any] = []
+        for _low, _high, _count, _total, chunk_digest in manifest["queue"]:
+            events.extend(self.value(_digest(chunk_digest), writeable=False))
+        metrics: dict[str, list[Any]] = {}
+        for name, _length, chunk_digests in manifest["metrics"]:
+            series: list[Any] = []
+            for chunk_digest in chunk_digests:
+                series.extend(self.value(_digest(chunk_digest)))
+            metrics[str(name)] = series
+        chain_digest, chain_events, open_bytes = manifest["chain"]
+        open_batch = unpack(open_bytes) if open_bytes else []
+        display_unit = manifest.get("display_unit", self.header.get("display_unit", "ms"))
+        try:
+            return assemble_world(
+                parts, nodes, events, metrics, (chain_digest, chain_events, open_batch), display_unit
+            )
+        except DecodeError as error:
+            raise ValueError(str(error)) from None
+
+
+def _digest(value: Any) -> bytes:
+    if not isinstance(value, bytes) or len(value) != 16:
+        raise ValueError("a digest is not 16 bytes")
+    return value
+
+
+def _event(data: Any) -> Event:
+    if not isinstance(data, list) or len(data) != 5:
+        raise DecodeError("a recorded event is not a list of 5 fields")
+    t, seq, dst, kind, payload = data
+    if not (isinstance(t, int) and isinstance(seq, int) and isinstance(dst, str) and isinstance(kind, str)):
+        raise DecodeError("a recorded event has fields of the wrong types")
+    return Event(t, seq, dst, kind, payload)

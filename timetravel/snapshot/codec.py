@@ -1,0 +1,206 @@
+"""Encoding values into blobs and pages, decoding them back, and the float page codec.
+
+**Hash form.** A value is stored as the very bytes the kernel hashes (``encoding.pack_for_hash``):
+msgpack with each numpy array replaced by an extension holding its digest. So one encoding pass
+gives both the stored blob and its Merkle leaf, and the arrays travel beside it as pages. While
+packing, :class:`Capture` cuts each array into PAGE_BYTES pages, hashes them (xxh3-128, as
+``encoding.page_digests`` does) and reuses the page objects of the same array in the slot's
+previous blob when the digests match: only changed pages are new.
+
+**Page codec** (for recordings): a float page is stored as the XOR with the page it replaced in
+the same slot, byte-shuffled (byte k of every element together, so the unchanged sign and
+exponent bytes of a small update become long runs of zeros), and the recording's frame is then
+zstd-compressed. A full (shuffled) page is written when the chain of XOR bases would exceed
+XOR_CHAIN_MAX, so decoding a page never walks a long chain.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import msgpack
+import numpy as np
+import xxhash
+
+from timetravel.sim.encoding import (
+    ARRAY_DIMENSIONS_MAX,
+    DECODE_CONTAINER_LENGTH_MAX,
+    EXT_ARRAY_DIGEST,
+    PACKER_BUFFER_BYTES,
+    PAGE_BYTES,
+    DecodeError,
+    array_digest_from_pages,
+    dtype_from_name,
+    dtype_name,
+)
+from timetravel.snapshot.entries import ArrayEntry, Page
+
+FLOAT_DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
+XOR_CHAIN_MAX = 4
+"""At most this many XOR deltas stand between a stored float page and a full one."""
+CODEC_RAW = 0
+CODEC_SHUFFLE = 1
+CODEC_XOR_SHUFFLE = 2
+CODEC_NAMES = {CODEC_RAW: "raw", CODEC_SHUFFLE: "shuffle", CODEC_XOR_SHUFFLE: "xor-shuffle"}
+
+
+class Capture:
+    """One hash-form packing pass that collects the arrays it meets as :class:`ArrayEntry`.
+
+    ``previous`` are the arrays of the blob this one replaces (same slot); the k-th array met is
+    compared page by page with the k-th previous one when dtype and shape match. ``new_pages`` and
+    ``bases`` (new page -> the page it replaced, for the XOR codec) are committed by the store
+    only if the blob turns out to be new.
+    """
+
+    __slots__ = ("arrays", "bases", "birth", "new_pages", "previous", "reused")
+
+    def __init__(self, previous: Sequence[ArrayEntry], birth: int) -> None:
+        self.previous = previous
+        self.birth = birth
+        self.arrays: list[ArrayEntry] = []
+        self.new_pages: list[Page] = []
+        self.reused: set[int] = set()
+        self.bases: dict[int, Page] = {}
+
+    def pack(self, value: Any) -> bytes:
+        packer = msgpack.Packer(default=self._default, use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
+        return packer.pack(value)
+
+    def _default(self, value: Any) -> Any:
+        if isinstance(value, np.ndarray):
+            entry = self._array(value)
+            return msgpack.ExtType(EXT_ARRAY_DIGEST, entry.digest)
+        if isinstance(value, np.generic):
+            return value.item()
+        raise TypeError(
+            f"{type(value).__name__} is not plain data (the world holds only plain data and numpy arrays)"
+        )
+
+    def _array(self, array: np.ndarray) -> ArrayEntry:
+        name = dtype_name(array.dtype)
+        raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+        index = len(self.arrays)
+        previous = self.previous[index] if index < len(self.previous) else None
+        old_pages: tuple[Page, ...] = ()
+        if previous is not None and previous.dtype == name and previous.shape == array.shape:
+            old_pages = previous.pages
+        pages = []
+        starts = range(0, len(raw), PAGE_BYTES) if len(raw) > PAGE_BYTES else (0,)
+        for number, start in enumerate(starts):
+            chunk = raw[start : start + PAGE_BYTES]
+            page_digest = xxhash.xxh3_128_digest(chunk)
+            old = old_pages[number] if number < len(old_pages) else None
+            if old is not None and old.digest == page_digest:
+                self.reused.add(id(old))
+                pages.append(old)
+                continue
+            page = Page(page_digest, bytes(chunk), self.birth)
+            if old is not None and name in FLOAT_DTYPE_NAMES:
+                self.bases[id(page)] = old
+            self.new_pages.append(page)
+            pages.append(page)
+        digests = [page.digest for page in pages]
+        entry = ArrayEntry(
+            array_digest_from_pages(name, array.shape, digests), name, array.shape, tuple(pages)
+        )
+        self.arrays.append(entry)
+        return entry
+
+
+ArrayFactory = Callable[[bytes], np.ndarray]
+"""``factory(array_digest) -> ndarray``: how a decoder turns an array reference into an array."""
+
+
+def decode_value(data: bytes, array_factory: ArrayFactory, *, bytes_max: int) -> Any:
+    """Decode a hash-form blob, rebuilding each array with ``array_factory`` (limits enforced)."""
+
+    def ext_hook(code: int, payload: bytes) -> Any:
+        if code != EXT_ARRAY_DIGEST or len(payload) != 16:
+            raise DecodeError(f"unexpected msgpack extension {code} in a stored value")
+        return array_factory(payload)
+
+    try:
+        return msgpack.unpackb(
+            data,
+            raw=False,
+            strict_map_key=True,
+            ext_hook=ext_hook,
+            max_bin_len=bytes_max,
+            max_str_len=bytes_max,
+            max_array_len=DECODE_CONTAINER_LENGTH_MAX,
+            max_map_len=DECODE_CONTAINER_LENGTH_MAX,
+            max_ext_len=bytes_max,
+        )
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
+        raise DecodeError(f"not valid msgpack: {error}") from error
+
+
+def build_array(dtype: str, shape: Sequence[int], pages: Sequence[bytes], *, writeable: bool) -> np.ndarray:
+    """An array from its dtype name, shape and page bytes (checked against each other)."""
+    if len(shape) > ARRAY_DIMENSIONS_MAX or not all(isinstance(size, int) and size >= 0 for size in shape):
+        raise DecodeError(f"array shape {list(shape)!r} is not valid")
+    kind = dtype_from_name(dtype)
+    count = 1
+    for size in shape:
+        count *= size
+    raw = pages[0] if len(pages) == 1 else b"".join(pages)
+    if count * kind.itemsize != len(raw):
+        raise DecodeError(
+            f"array {dtype}{list(shape)} needs {count * kind.itemsize} bytes, pages hold {len(raw)}"
+        )
+    array = np.frombuffer(raw, dtype=kind).reshape(tuple(shape))
+    if writeable:
+        return array.copy()
+    return array
+
+
+def element_bytes(dtype: str) -> int:
+    """Bytes per element of an allow-listed dtype name (the shuffle's stride)."""
+    return dtype_from_name(dtype).itemsize
+
+
+def shuffle(data: bytes, itemsize: int) -> bytes:
+    """Byte k of every element together (the inverse is :func:`unshuffle`)."""
+    if itemsize <= 1 or len(data) % itemsize:
+        return data
+    return np.frombuffer(data, dtype=np.uint8).reshape(-1, itemsize).T.tobytes()
+
+
+def unshuffle(data: bytes, itemsize: int) -> bytes:
+    if itemsize <= 1 or len(data) % itemsize:
+        return data
+    return np.frombuffer(data, dtype=np.uint8).reshape(itemsize, -1).T.tobytes()
+
+
+def xor_bytes(left: bytes, right: bytes) -> bytes:
+    """Bytewise XOR of two pages of equal length."""
+    if len(left) != len(right):
+        raise DecodeError(f"XOR of pages of {len(left)} and {len(right)} bytes")
+    return np.bitwise_xor(np.frombuffer(left, dtype=np.uint8), np.frombuffer(right, dtype=np.uint8)).tobytes()
+
+
+def encode_page(data: bytes, dtype: str, base: bytes | None) -> tuple[int, bytes]:
+    """(codec, payload) of a page: XOR-shuffled against ``base`` when given, else shuffled or raw."""
+    if dtype not in FLOAT_DTYPE_NAMES:
+        return CODEC_RAW, data
+    itemsize = element_bytes(dtype)
+    if base is not None and len(base) == len(data):
+        return CODEC_XOR_SHUFFLE, shuffle(xor_bytes(data, base), itemsize)
+    return CODEC_SHUFFLE, shuffle(data, itemsize)
+
+
+def decode_page(codec: int, payload: bytes, itemsize: int, base: bytes | None) -> bytes:
+    """Invert :func:`encode_page`; ``base`` is the decoded base page for CODEC_XOR_SHUFFLE."""
+    if codec == CODEC_RAW:
+        return payload
+    if codec == CODEC_SHUFFLE:
+        return unshuffle(payload, itemsize)
+    if codec == CODEC_XOR_SHUFFLE:
+        if base is None:
+            raise DecodeError("an XOR page needs its base page")
+        return xor_bytes(unshuffle(payload, itemsize), base)
+    raise DecodeError(f"unknown page codec {codec}")
