@@ -35,6 +35,8 @@ class ManifestInfo:
     t_ns: int
     offset: int
     state_hash: str
+    final: bool = False
+    """Taken after the run ended (end-of-run checks done), not at a pause."""
 
 
 @dataclass
@@ -68,6 +70,7 @@ class Catalog:
                 _int(payload, "t_ns"),
                 offset,
                 _str(payload, "state_hash"),
+                bool(payload.get("final", False)),
             )
             self.manifests.setdefault(_branch(payload), []).append(info)
         elif frame_type == FrameType.BLOBS:
@@ -103,7 +106,7 @@ class Catalog:
                 for branch, batches in self.events.items()
             },
             "manifests": {
-                branch: [[m.index, m.events, m.t_ns, m.offset, m.state_hash] for m in infos]
+                branch: [[m.index, m.events, m.t_ns, m.offset, m.state_hash, m.final] for m in infos]
                 for branch, infos in self.manifests.items()
             },
             "choices": {
@@ -136,8 +139,8 @@ class Catalog:
             ]
         for branch, infos in _dict(index, "manifests").items():
             catalog.manifests[branch] = [
-                ManifestInfo(int(number), int(events), int(t_ns), int(offset), str(state_hash))
-                for number, events, t_ns, offset, state_hash in infos
+                ManifestInfo(int(number), int(events), int(t_ns), int(offset), str(state_hash), bool(final))
+                for number, events, t_ns, offset, state_hash, final in infos
             ]
         for branch, entries in _dict(index, "choices").items():
             catalog.choices[branch] = [

@@ -157,12 +157,12 @@ class Recorder:
 
     # -- snapshots --------------------------------------------------------------------------------
 
-    def snapshot(self, *, full: bool = False) -> Snapshot:
+    def snapshot(self, *, full: bool = False, final: bool = False) -> Snapshot:
         """Take a snapshot now, write its new blobs and manifest, and fsync."""
         since = None if full or not self.store.snapshots else [*self.since, self.world.chain_batch]
         snapshot = self.store.take(self.world, since)
         self.since = []
-        write_snapshot(self.writer, snapshot, self.branch)
+        write_snapshot(self.writer, snapshot, self.branch, final=final)
         self.writer.sync()
         return snapshot
 
@@ -180,25 +180,15 @@ class Recorder:
                 partial=True,
             )
         self._write_choices()
-        latest = self.store.latest
-        if (
-            latest is None
-            or latest.events != world.events_processed
-            or latest.t_ns != world.t_ns
-            or world.failures
-        ):
-            snapshot = self.snapshot()
-            full_hash = world.state_hash()
-            if snapshot.state_hash != full_hash:
-                note = (
-                    f"copy-on-write check failed at event #{world.events_processed}: a handler changed "
-                    "state outside its own node; the final snapshot was re-encoded in full"
-                )
-                self.notes.append(note)
-                self.writer.frame(
-                    FrameType.NOTE, {"branch": self.branch, "level": "warning", "message": note}
-                )
-                self.snapshot(full=True)
+        snapshot = self.snapshot(final=True)
+        if snapshot.state_hash != world.state_hash():
+            note = (
+                f"copy-on-write check failed at event #{world.events_processed}: a handler changed "
+                "state outside its own node; the final snapshot was re-encoded in full"
+            )
+            self.notes.append(note)
+            self.writer.frame(FrameType.NOTE, {"branch": self.branch, "level": "warning", "message": note})
+            self.snapshot(full=True, final=True)
         for failure in world.failures[:1]:
             self.writer.frame(
                 FrameType.FAILURE,
@@ -224,13 +214,14 @@ class Recorder:
             self.writer.close()
 
 
-def write_snapshot(writer: RecordingWriter, snapshot: Snapshot, branch: str) -> None:
+def write_snapshot(writer: RecordingWriter, snapshot: Snapshot, branch: str, *, final: bool = False) -> None:
     """Write the blobs a snapshot created (float pages as XOR deltas) and its MANIFEST frame."""
     for item in snapshot.new_items:
         if isinstance(item, Blob):
             _write_blob(writer, item, snapshot)
     manifest = snapshot.manifest()
     manifest["branch"] = branch
+    manifest["final"] = final
     writer.frame(FrameType.MANIFEST, manifest)
 
 

@@ -1,0 +1,546 @@
+"""The Session: one open recording, a cursor in it, and the moves every front end makes.
+
+The TUI, the shell, the CLI and Python scripts all drive this one object (DESIGN.md, principle 6).
+Issue 6 grows it (branch, fanout, compare, diff, ...); this module holds what seeking needs.
+
+API::
+
+    session = Session.open("recordings/gossip-7.ttr")          # header + index; scenario by name
+    session = Session.open(path, scenario_target="pkg.mod:SCENARIO")   # the user's opt-in to import
+    session.info            RecordingInfo: scenario, config, seed, display_unit, fingerprints,
+                            snapshot interval, recorded events, end time, outcome, failure,
+                            complete, loss (sentences saying what a truncated file lacks)
+    session.position        Position(branch, events, t_ns): the cursor. Event #N is the N-th event
+                            processed (1-based); the cursor at #N is the state after it, #0 the
+                            initial world. After goto(t) the clock reads t.
+    session.world           the World at the cursor (live: it changes when the cursor moves;
+                            never mutate it; world_copy() gives an independent copy)
+    session.goto(target)    int (ns) or text: "950" (display unit), "950ms", "1.5s", "#1200",
+                            "start", "end". goto(t) is the state after every event with time <= t;
+                            past the end it stops at the end. Returns the new Position.
+    session.goto_time(t_ns), session.goto_event(n), session.step(n=1), session.back(n=1)
+    session.end             Position of the recorded end (the final state, end-of-run checks done)
+    session.snapshots()     [SnapshotInfo(index, events, t_ns, state_hash)] of the branch
+    session.event(n)        RecordedEvent #n (from the recording, no re-execution)
+    session.events_around(n=None, before=10, after=10)   events near the cursor (or #n)
+    session.metric_names(), session.metric_series(name) -> [[t_ns, node, value], ...] (whole run)
+    session.failures()      failure records of the branch
+    session.state_hash()    hash of the world at the cursor
+    session.replay(progress=None) -> ReplayReport      re-execute everything and verify
+    session.close()         (or use ``with Session.open(...) as session``)
+
+**Seeking.** ``goto`` restores the latest snapshot at or before the target (or continues from
+the cursor when that is closer) and re-executes the events in between. Every chain batch the
+re-execution flushes is checked against the recorded hash chain, and the open batch at the
+target against the recorded events; a difference raises :class:`ReplayDivergence`, whose
+``mismatch`` names the first differing event and classifies it (code changed / platform /
+determinism bug). Re-execution never runs past the recorded events, so a truncated recording
+seeks within what survives.
+
+**Trust.** Opening never imports code that the recording names: a built-in or installed
+(entry-point) scenario loads by name; anything else needs ``scenario_target`` from the user.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+from timetravel.explore.replay import (
+    ChainVerifier,
+    Mismatch,
+    ReplayDivergence,
+    classify,
+    event_json,
+)
+from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
+from timetravel.recording.reader import RecordingReader
+from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
+from timetravel.sim.choices import Overrides
+from timetravel.sim.event import Event
+from timetravel.sim.kernel import Simulation
+from timetravel.sim.runner import build_world
+from timetravel.sim.scenario import Scenario
+from timetravel.sim.timefmt import parse_time
+from timetravel.sim.world import World
+from timetravel.snapshot.store import SnapshotStore
+
+
+@dataclass(frozen=True)
+class Position:
+    branch: str
+    events: int
+    t_ns: int
+
+
+@dataclass(frozen=True)
+class SnapshotInfo:
+    index: int
+    events: int
+    t_ns: int
+    state_hash: str
+
+
+@dataclass(frozen=True)
+class RecordedEvent:
+    number: int
+    t_ns: int
+    seq: int
+    node: str
+    kind: str
+    payload: Any
+
+
+@dataclass(frozen=True)
+class RecordingInfo:
+    path: str
+    scenario: str
+    config: dict[str, Any]
+    seed: int
+    display_unit: str
+    timetravel_version: str
+    format: list[int]
+    code_fingerprint: str
+    platform_fingerprint: str
+    snapshot_every_events: int
+    events: int
+    t_end_ns: int
+    outcome: str | None
+    failure: dict[str, Any] | None
+    complete: bool
+    loss: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass
+class ReplayReport:
+    """What ``timetravel replay --json`` prints."""
+
+    recording: str
+    scenario: str
+    seed: int
+    events: int
+    events_recorded: int
+    verified: bool
+    first_mismatch: dict[str, Any] | None
+    cause: str | None
+    batches_checked: int
+    snapshots_checked: int
+    outcome: str
+    recorded_outcome: str | None
+    complete: bool
+    loss: list[str]
+    wall_s: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_scenario(name: str, target: str | None, recorded_module: str | None = None) -> Scenario:
+    """The scenario for a recording: ``target`` (the user's explicit opt-in) or by registered name."""
+    if target:
+        scenario = load_target(target)
+        if scenario.name != name:
+            raise UnknownScenarioError(
+                f"the recording is of scenario {name!r}; {target} is {scenario.name!r}"
+            )
+        return scenario
+    try:
+        return get_scenario(name)
+    except UnknownScenarioError:
+        hint = f" (it was recorded from module {recorded_module!r}, which is not imported automatically)"
+        raise UnknownScenarioError(
+            f"scenario {name!r} of this recording is neither built in nor installed; "
+            f"pass --scenario MODULE:ATTR to load its code{hint if recorded_module else ''}"
+        ) from None
+
+
+class Session:
+    """A recording opened for seeking. See the module docstring for the API."""
+
+    def __init__(self, reader: RecordingReader, scenario: Scenario, branch: str = MAIN_BRANCH) -> None:
+        self.reader = reader
+        self.scenario = scenario
+        self.header = reader.header
+        self.branch = branch
+        self.display_unit: str = self.header["display_unit"]
+        self.overrides: Overrides = _overrides(self.header.get("overrides", []))
+        self.cause_if_mismatch = classify(self.header, scenario)
+        self._manifests: list[ManifestInfo] = reader.manifests(branch)
+        self._batches: list[EventBatchInfo] = reader.event_batches(branch)
+        if not self._manifests:
+            raise UnknownScenarioError(f"{reader.path}: branch {branch!r} has no snapshot to start from")
+        self._batch_firsts = [batch.first for batch in self._batches]
+        self._end = self._find_end()
+        self.info = self._info()
+        self.world: World = reader.restore(self._manifests[0])
+        self.last_replay_events = 0
+
+    @classmethod
+    def open(
+        cls, path: str | Path, *, scenario_target: str | None = None, branch: str = MAIN_BRANCH
+    ) -> Session:
+        reader = RecordingReader.open(path)
+        try:
+            header = reader.header
+            scenario = load_scenario(header["scenario"], scenario_target, header.get("scenario_module"))
+            return cls(reader, scenario, branch)
+        except BaseException:
+            reader.close()
+            raise
+
+    def close(self) -> None:
+        self.reader.close()
+
+    def __enter__(self) -> Session:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
+
+    # -- where things are -------------------------------------------------------------------------
+
+    def _find_end(self) -> Position:
+        end = self.reader.end(self.branch)
+        if end is not None:
+            return Position(self.branch, int(end["events"]), int(end["t_end_ns"]))
+        last_snapshot = self._manifests[-1]
+        last_event = self._batches[-1].first + self._batches[-1].count if self._batches else 0
+        if last_event <= last_snapshot.events:
+            return Position(self.branch, last_snapshot.events, last_snapshot.t_ns)
+        return Position(self.branch, last_event, self.reader.events(self._batches[-1])[-1].t)
+
+    def _info(self) -> RecordingInfo:
+        header = self.header
+        end = self.reader.end(self.branch)
+        return RecordingInfo(
+            path=str(self.reader.path),
+            scenario=header["scenario"],
+            config=header["config"],
+            seed=header["seed"],
+            display_unit=self.display_unit,
+            timetravel_version=str(header.get("timetravel", "?")),
+            format=list(header.get("format", [])),
+            code_fingerprint=str(header.get("code_fingerprint", "")),
+            platform_fingerprint=str(header.get("platform_fingerprint", "")),
+            snapshot_every_events=int(header.get("snapshot_every_events", 0)),
+            events=self._end.events,
+            t_end_ns=self._end.t_ns,
+            outcome=end["outcome"] if end else None,
+            failure=end["failure"] if end else None,
+            complete=end is not None and self.reader.truncation is None,
+            loss=self.reader.describe_loss(self.branch),
+        )
+
+    @property
+    def end(self) -> Position:
+        return self._end
+
+    @property
+    def position(self) -> Position:
+        return Position(self.branch, self.world.events_processed, self.world.t_ns)
+
+    def snapshots(self) -> list[SnapshotInfo]:
+        return [SnapshotInfo(m.index, m.events, m.t_ns, m.state_hash) for m in self._manifests]
+
+    def state_hash(self) -> str:
+        return self.world.state_hash()
+
+    def world_copy(self) -> World:
+        """An independent copy of the world at the cursor."""
+        store = SnapshotStore(bytes_max=0)
+        from timetravel.snapshot.store import restore
+
+        return restore(store.take(self.world), verify=False)
+
+    # -- moving -----------------------------------------------------------------------------------
+
+    def goto(self, target: int | str) -> Position:
+        """Move the cursor to a time (int ns, or text in the display unit) or an event (``#N``)."""
+        if isinstance(target, str):
+            text = target.strip()
+            if text == "start":
+                return self.goto_event(0)
+            if text == "end":
+                return self.goto_event(self._end.events)
+            if text.startswith("#"):
+                try:
+                    return self.goto_event(int(text[1:].replace("_", "")))
+                except ValueError:
+                    from timetravel.sim.timefmt import TimeFormatError
+
+                    raise TimeFormatError(f"not an event number: {text!r} (write #1200)") from None
+            return self.goto_time(parse_time(text, self.display_unit))
+        return self.goto_time(target)
+
+    def goto_time(self, t_ns: int) -> Position:
+        """The state after every event with time <= ``t_ns`` (the end when ``t_ns`` is past it)."""
+        if t_ns >= self._end.t_ns:
+            return self._to_end()
+        t_ns = max(t_ns, 0)
+        position = bisect.bisect_right([m.t_ns for m in self._manifests], t_ns) - 1
+        snapshot = self._manifests[max(position, 0)]
+        world = self.world
+        if not (world.t_ns <= t_ns and world.events_processed >= snapshot.events and not world.failures):
+            world = self.reader.restore(snapshot)
+        self._replay(world, until_ns=t_ns, events_max=self._end.events)
+        return self.position
+
+    def goto_event(self, number: int) -> Position:
+        """The state after event #``number`` (#0: the initial world; the end past the end)."""
+        if number >= self._end.events:
+            return self._to_end()
+        number = max(number, 0)
+        position = bisect.bisect_right([m.events for m in self._manifests], number) - 1
+        snapshot = self._manifests[max(position, 0)]
+        world = self.world
+        if not (snapshot.events <= world.events_processed <= number and not world.failures):
+            world = self.reader.restore(snapshot)
+        self._replay(world, until_ns=None, events_max=number)
+        return self.position
+
+    def step(self, count: int = 1) -> Position:
+        """``count`` events forward (stops at the end)."""
+        return self.goto_event(self.world.events_processed + max(count, 0))
+
+    def back(self, count: int = 1) -> Position:
+        """``count`` events back (stops at #0)."""
+        return self.goto_event(max(self.world.events_processed - max(count, 0), 0))
+
+    def _to_end(self) -> Position:
+        last = self._manifests[-1]
+        if last.final or (last.events == self._end.events and self.reader.end(self.branch) is None):
+            self.world = self.reader.restore(last)
+            self.last_replay_events = 0
+            return self.position
+        snapshot = self._manifests[
+            bisect.bisect_right([m.events for m in self._manifests], self._end.events) - 1
+        ]
+        self._replay(self.reader.restore(snapshot), until_ns=None, events_max=self._end.events)
+        return self.position
+
+    def _replay(self, world: World, *, until_ns: int | None, events_max: int) -> None:
+        """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain."""
+        verifier = ChainVerifier(self.reader, self._batches, self.cause_if_mismatch)
+        simulation = Simulation(
+            self.scenario,
+            world,
+            overrides=self.overrides or None,
+            chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
+            on_chain_batch=verifier.on_chain_batch,
+        )
+        start = world.events_processed
+        remaining = events_max - start
+        if remaining > 0 or (until_ns is not None and until_ns > world.t_ns):
+            simulation.run(until_ns=until_ns, max_events=max(remaining, 0))
+        verifier.check_open_batch(world.chain_events, world.chain_batch)
+        self.last_replay_events = world.events_processed - start
+        self.world = world
+        if verifier.mismatch is not None:
+            raise ReplayDivergence(verifier.mismatch)
+
+    # -- what happened ----------------------------------------------------------------------------
+
+    def event(self, number: int) -> RecordedEvent | None:
+        """Recorded event #``number`` (None when it is not in the recording)."""
+        position = bisect.bisect_left(self._batch_firsts, number) - 1
+        if number < 1 or position < 0:
+            return None
+        batch = self._batches[position]
+        if not batch.first < number <= batch.first + batch.count:
+            return None
+        event = self.reader.events(batch)[number - batch.first - 1]
+        return RecordedEvent(number, event.t, event.seq, event.dst, event.kind, event.payload)
+
+    def events_around(
+        self, number: int | None = None, before: int = 10, after: int = 10
+    ) -> list[RecordedEvent]:
+        """Recorded events ``#number-before+1 .. #number+after`` (``number``: the cursor)."""
+        center = self.world.events_processed if number is None else number
+        found = []
+        for candidate in range(max(center - before + 1, 1), center + after + 1):
+            event = self.event(candidate)
+            if event is not None:
+                found.append(event)
+        return found
+
+    def failures(self) -> list[dict[str, Any]]:
+        return [failure for failure in self.reader.catalog.failures if failure.get("branch") == self.branch]
+
+    def metric_names(self) -> list[str]:
+        return [str(name) for name, _length, _chunks in self.reader.manifest(self._manifests[-1])["metrics"]]
+
+    def metric_series(self, name: str) -> list[list[Any]]:
+        """Every point ``[t_ns, node, value]`` of a metric over the whole recorded run."""
+        for series_name, _length, chunks in self.reader.manifest(self._manifests[-1])["metrics"]:
+            if series_name == name:
+                points: list[list[Any]] = []
+                for chunk in chunks:
+                    points.extend(self.reader.value(chunk))
+                return points
+        raise KeyError(f"no metric {name!r} (known: {', '.join(self.metric_names()) or 'none'})")
+
+    # -- verification -----------------------------------------------------------------------------
+
+    def replay(self, progress: Callable[[int, int], None] | None = None) -> ReplayReport:
+        """Re-execute the whole recording from the scenario's own build and verify everything:
+        the initial state, every chain batch, the state at every snapshot, and the end."""
+        started = time.perf_counter()
+        cause = self.cause_if_mismatch
+        world = build_world(self.scenario, dict(self.header["config"]), int(self.header["seed"]))
+        world.branch_key = int(self.header.get("branch_key", 0))
+        mismatch: Mismatch | None = None
+        first = self._manifests[0]
+        if first.events == 0 and world.state_hash() != first.state_hash:
+            mismatch = Mismatch(
+                "initial_state", 0, 0, None, None, "the scenario builds another initial world", cause
+            )
+        verifier = ChainVerifier(self.reader, self._batches, cause)
+        store = SnapshotStore(bytes_max=0)
+        since: list[list[Event]] = []
+
+        def on_batch(first_event: int, events: list[Event], digest: bytes) -> None:
+            since.append(events)
+            verifier.on_chain_batch(first_event, events, digest)
+
+        simulation = Simulation(
+            self.scenario,
+            world,
+            overrides=self.overrides or None,
+            chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
+            on_chain_batch=on_batch,
+        )
+        store.take(world)
+        snapshots_checked = 0
+        for info in self._manifests[1:]:
+            if mismatch is not None or verifier.mismatch is not None:
+                break
+            if info.final or info.events <= world.events_processed:
+                continue
+            simulation.run(max_events=info.events - world.events_processed)
+            taken = store.take(world, [*since, world.chain_batch])
+            since.clear()
+            if verifier.mismatch is None and world.events_processed == info.events:
+                snapshots_checked += 1
+                if taken.state_hash != info.state_hash:
+                    mismatch = self._state_mismatch(info, taken, cause)
+            if progress is not None:
+                progress(world.events_processed, self._end.events)
+        end = self.reader.end(self.branch)
+        if mismatch is None and verifier.mismatch is None:
+            self._run_to_end(simulation, end)
+            verifier.check_open_batch(world.chain_events, world.chain_batch)
+        mismatch = mismatch or verifier.mismatch
+        final = self._manifests[-1] if self._manifests[-1].final else None
+        if mismatch is None and (end is not None or final is not None):
+            snapshots_checked += 1
+            mismatch = self._end_mismatch(world, end, final, cause)
+        if progress is not None:
+            progress(world.events_processed, self._end.events)
+        return ReplayReport(
+            recording=str(self.reader.path),
+            scenario=self.scenario.name,
+            seed=int(self.header["seed"]),
+            events=world.events_processed,
+            events_recorded=self._end.events,
+            verified=mismatch is None,
+            first_mismatch=mismatch.to_json() if mismatch is not None else None,
+            cause=mismatch.cause if mismatch is not None else None,
+            batches_checked=verifier.batches_checked,
+            snapshots_checked=snapshots_checked,
+            outcome="fail" if world.failures else "pass",
+            recorded_outcome=end["outcome"] if end else None,
+            complete=self.info.complete,
+            loss=self.info.loss,
+            wall_s=round(time.perf_counter() - started, 3),
+        )
+
+    def _run_to_end(self, simulation: Simulation, end: dict[str, Any] | None) -> None:
+        """Run on the way the recorded run stopped (so end-of-run checks run when they did)."""
+        world = simulation.world
+        remaining = self._end.events - world.events_processed
+        stop = end.get("stop") if end is not None else None
+        if stop == "until":
+            simulation.run(until_ns=self._end.t_ns, max_events=remaining + 1)
+        elif stop in ("drained", "failure"):
+            simulation.run(max_events=remaining + 1)
+        elif remaining > 0:
+            simulation.run(max_events=remaining)
+
+    def _state_mismatch(self, info: ManifestInfo, taken: Any, cause: str) -> Mismatch:
+        manifest = self.reader.manifest(info)
+        recorded_nodes = {str(name): digest for name, digest in manifest["nodes"]}
+        differing = [name for name, blob in taken.nodes.items() if recorded_nodes.get(name) != blob.digest]
+        parts = [name for name, digest in manifest["parts"].items() if taken.part_digests.get(name) != digest]
+        what = ", ".join([*(f"node {name}" for name in differing[:5]), *(f"part {name}" for name in parts)])
+        return Mismatch(
+            what="state",
+            event=info.events,
+            t_ns=info.t_ns,
+            node=differing[0] if differing else None,
+            kind=None,
+            detail=f"same events, but the state at snapshot {info.index} differs: {what or 'pending events or metrics'}",
+            cause=cause,
+        )
+
+    def _end_mismatch(
+        self, world: World, end: dict[str, Any] | None, final: ManifestInfo | None, cause: str
+    ) -> Mismatch | None:
+        expected_events = end["events"] if end is not None else final.events if final is not None else 0
+        expected_hash = (
+            end["state_hash"] if end is not None else final.state_hash if final is not None else ""
+        )
+        if world.events_processed == expected_events and world.state_hash() == expected_hash:
+            return None
+        return Mismatch(
+            what="outcome",
+            event=world.events_processed,
+            t_ns=world.t_ns,
+            node=None,
+            kind=None,
+            detail=(
+                f"the replay ends after {world.events_processed} events in state {world.state_hash()}, "
+                f"the recording after {expected_events} in {expected_hash}"
+            ),
+            cause=cause,
+        )
+
+
+def _overrides(entries: Any) -> Overrides:
+    overrides: Overrides = {}
+    if not isinstance(entries, list):
+        return overrides
+    for entry in entries:
+        if isinstance(entry, list) and len(entry) == 4:
+            node, site, index, value = entry
+            if (
+                isinstance(node, str)
+                and isinstance(site, str)
+                and isinstance(index, int)
+                and isinstance(value, int)
+            ):
+                overrides[(node, site, index)] = value
+    return overrides
+
+
+__all__ = [
+    "Mismatch",
+    "Position",
+    "RecordedEvent",
+    "RecordingInfo",
+    "ReplayDivergence",
+    "ReplayReport",
+    "Session",
+    "SnapshotInfo",
+    "event_json",
+    "load_scenario",
+]
