@@ -22,6 +22,8 @@ COMMAND_MODULES = (
     "timetravel.cli.bench_command",
     "timetravel.cli.check_determinism_command",
     "timetravel.cli.faults_command",
+    "timetravel.cli.replay_command",
+    "timetravel.cli.inspect_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -8,6 +8,7 @@ import time
 from typing import Any
 
 from timetravel.cli.common import (
+    UsageError,
     add_determinism_argument,
     add_scenario_arguments,
     print_json,
@@ -40,6 +41,19 @@ def register(subparsers: Any) -> None:
         help="load the scenario from this module (your explicit opt-in to import it)",
     )
     add_determinism_argument(parser)
+    parser.add_argument(
+        "--record",
+        nargs="?",
+        const="",
+        metavar="PATH.ttr",
+        help="record the run for replay, inspect and the debugger (default path recordings/SCENARIO-SEED.ttr)",
+    )
+    parser.add_argument(
+        "--snapshot-every",
+        type=int,
+        metavar="N",
+        help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
+    )
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.set_defaults(func=main)
 
@@ -49,7 +63,12 @@ def main(args: argparse.Namespace) -> int:
     config = scenario.resolve_config(args.settings)
     until_ns = parse_time(args.until, scenario.display_unit) if args.until else None
     started = time.perf_counter()
-    report, _world = run_report(scenario, config, args.seed, until_ns=until_ns, determinism=args.determinism)
+    if args.record is not None:
+        report = _record(args, scenario, config, until_ns)
+    else:
+        report, _world = run_report(
+            scenario, config, args.seed, until_ns=until_ns, determinism=args.determinism
+        )
     report["wall_s"] = round(time.perf_counter() - started, 6)
     command = reproduce_command(
         scenario.name, args.seed, args.settings, args.until, args.scenario_target, args.determinism
@@ -62,6 +81,28 @@ def main(args: argparse.Namespace) -> int:
         print(f"reproduce: {command}", file=sys.stderr if args.json else sys.stdout)
         return EXIT_SIMULATED_FAILURE
     return EXIT_PASS
+
+
+def _record(
+    args: argparse.Namespace, scenario: Any, config: dict[str, Any], until_ns: int | None
+) -> dict[str, Any]:
+    from timetravel.recording import SNAPSHOT_EVERY_EVENTS_DEFAULT, default_recording_path, record_run
+
+    path = args.record or default_recording_path(scenario.name, args.seed)
+    interval = args.snapshot_every or SNAPSHOT_EVERY_EVENTS_DEFAULT
+    try:
+        report, _world = record_run(
+            scenario,
+            config,
+            args.seed,
+            path,
+            until_ns=until_ns,
+            snapshot_every_events=interval,
+            determinism=args.determinism,
+        )
+    except ValueError as error:
+        raise UsageError(str(error)) from None
+    return report
 
 
 def _print_human(report: dict[str, Any]) -> None:
@@ -79,3 +120,11 @@ def _print_human(report: dict[str, Any]) -> None:
     for key, value in report.get("summary", {}).items():
         print(f"  {key}: {value}")
     print(f"state_hash {report['state_hash']}  hash_chain {report['hash_chain']}")
+    recording = report.get("recording")
+    if recording is not None:
+        print(
+            f"recorded {recording['path']}: {recording['bytes']:,} bytes, {recording['snapshots']} snapshots "
+            f"(every {recording['snapshot_every_events']:,} events)"
+        )
+        for note in recording["notes"]:
+            print(f"  warning: {note}")
