@@ -7,6 +7,7 @@ import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -37,3 +38,37 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
         )
 
     return run
+
+
+# -- small recordings, made once per test session (snapshot, recording and session tests) ----------
+
+GOSSIP_RECORDING_SETTINGS = {"nodes": 48, "rumors": 12, "coverage_min": 0.99}
+GOSSIP_RECORDING_SEED = 3
+GOSSIP_RECORDING_SNAPSHOT_EVERY = 512
+
+
+@pytest.fixture(scope="session")
+def gossip_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """A failing gossip run (coverage_min) recorded with a snapshot every 512 events."""
+    from timetravel.recording import record_run
+    from timetravel.scenarios import get_scenario
+
+    scenario = get_scenario("gossip")
+    config = scenario.resolve_config(GOSSIP_RECORDING_SETTINGS)
+    path = tmp_path_factory.mktemp("recordings") / "gossip.ttr"
+    report, _world = record_run(
+        scenario, config, GOSSIP_RECORDING_SEED, path, snapshot_every_events=GOSSIP_RECORDING_SNAPSHOT_EVERY
+    )
+    return path, report
+
+
+@pytest.fixture(scope="session")
+def floats_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    """The float-pages scenario of scenario_fixtures.py, a snapshot every 128 events."""
+    from scenario_fixtures import FLOATS
+
+    from timetravel.recording import record_run
+
+    path = tmp_path_factory.mktemp("recordings") / "floats.ttr"
+    report, _world = record_run(FLOATS, FLOATS.resolve_config({}), 5, path, snapshot_every_events=128)
+    return path, report

@@ -215,10 +215,14 @@ class Recorder:
 
 
 def write_snapshot(writer: RecordingWriter, snapshot: Snapshot, branch: str, *, final: bool = False) -> None:
-    """Write the blobs a snapshot created (float pages as XOR deltas) and its MANIFEST frame."""
+    """Write the blobs a snapshot created (float pages as XOR deltas), then its MANIFEST frame.
+
+    Blobs always precede the manifest that names them, so a file cut anywhere never holds a
+    manifest whose blobs are missing."""
     for item in snapshot.new_items:
         if isinstance(item, Blob):
             _write_blob(writer, item, snapshot)
+    writer.flush_blobs()
     manifest = snapshot.manifest()
     manifest["branch"] = branch
     manifest["final"] = final
