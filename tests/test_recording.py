@@ -92,7 +92,7 @@ def test_float_pages_are_stored_as_short_xor_chains(floats_recording: tuple[Path
                     codecs[digest] = (codec, base)
 
         def depth(digest: bytes) -> int:
-            codec, base = codecs[digest]
+            _codec, base = codecs[digest]
             return 0 if base is None else 1 + depth(base)
 
         xor_pages = [digest for digest, (codec, _base) in codecs.items() if codec == CODEC_XOR_SHUFFLE]
@@ -128,7 +128,7 @@ def test_truncated_at_random_offsets_opens_with_every_complete_frame(
     for offset in offsets:
         cut.write_bytes(data[:offset])
         if offset < header_end:
-            with pytest.raises(RecordingError, match="nothing to open|truncated"):
+            with pytest.raises(RecordingError, match=r"nothing to open|truncated"):
                 RecordingReader.open(cut)
             continue
         with RecordingReader.open(cut) as reader:
@@ -189,7 +189,7 @@ def test_corruption_message_names_the_frame_and_offset(
 ) -> None:
     path, _report = gossip_recording
     with RecordingReader.open(path) as reader:
-        number, (offset, kind) = next(
+        number, (offset, _kind) = next(
             (number, frame)
             for number, frame in enumerate(reader.catalog.frames)
             if frame[1] == FrameType.MANIFEST
@@ -215,7 +215,7 @@ def test_a_decompression_bomb_is_refused(tmp_path: Path) -> None:
     bomb = zstandard.ZstdCompressor(level=19).compress(b"\x00" * (64 * 1024 * 1024))
     path = tmp_path / "bomb.ttr"
     _single_frame_file(path, FrameType.HEADER, bomb, 1000, FLAG_ZSTD)
-    with pytest.raises(RecordingError, match="does not decode|payload is"):
+    with pytest.raises(RecordingError, match=r"does not decode|payload is"):
         RecordingReader.open(path)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 import ml_dtypes
@@ -150,7 +151,7 @@ def test_memory_budget_is_counted_exactly_and_thins_far_snapshots_first() -> Non
     simulation.run(pause_every_events=16, on_pause=pause)
     assert store.thinned > 10
     events = [snapshot.events for snapshot in store.snapshots]
-    gaps = [later - earlier for earlier, later in zip(events, events[1:], strict=False)]
+    gaps = [later - earlier for earlier, later in itertools.pairwise(events)]
     assert events[-1] == store.snapshots[-1].events
     assert gaps[-1] <= gaps[0]
     assert min(gaps[len(gaps) // 2 :]) <= min(gaps[: len(gaps) // 2])
