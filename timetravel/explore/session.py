@@ -62,7 +62,7 @@ from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestIn
 from timetravel.recording.reader import RecordingReader
 from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim.choices import Overrides
-from timetravel.sim.event import Event
+from timetravel.sim.encoding import digest
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.runner import build_world
 from timetravel.sim.scenario import Scenario
@@ -185,12 +185,24 @@ class Session:
 
     @classmethod
     def open(
-        cls, path: str | Path, *, scenario_target: str | None = None, branch: str = MAIN_BRANCH
+        cls,
+        path: str | Path,
+        *,
+        scenario_target: str | None = None,
+        scenario: Scenario | None = None,
+        branch: str = MAIN_BRANCH,
     ) -> Session:
+        """Open a recording. Its scenario: ``scenario`` (an object, from Python), else
+        ``scenario_target`` (``module:attr``: the user's opt-in to import), else by registered name."""
         reader = RecordingReader.open(path)
         try:
             header = reader.header
-            scenario = load_scenario(header["scenario"], scenario_target, header.get("scenario_module"))
+            if scenario is None:
+                scenario = load_scenario(header["scenario"], scenario_target, header.get("scenario_module"))
+            elif scenario.name != header["scenario"]:
+                raise UnknownScenarioError(
+                    f"the recording is of scenario {header['scenario']!r}, not {scenario.name!r}"
+                )
             return cls(reader, scenario, branch)
         except BaseException:
             reader.close()
@@ -286,7 +298,8 @@ class Session:
         """The state after every event with time <= ``t_ns`` (the end when ``t_ns`` is past it)."""
         if t_ns >= self._end.t_ns:
             return self._to_end()
-        t_ns = max(t_ns, 0)
+        if t_ns < 0:
+            return self.goto_event(0)
         position = bisect.bisect_right([m.t_ns for m in self._manifests], t_ns) - 1
         snapshot = self._manifests[max(position, 0)]
         world = self.world
@@ -405,21 +418,13 @@ class Session:
                 "initial_state", 0, 0, None, None, "the scenario builds another initial world", cause
             )
         verifier = ChainVerifier(self.reader, self._batches, cause)
-        store = SnapshotStore(bytes_max=0)
-        since: list[list[Event]] = []
-
-        def on_batch(first_event: int, events: list[Event], digest: bytes) -> None:
-            since.append(events)
-            verifier.on_chain_batch(first_event, events, digest)
-
         simulation = Simulation(
             self.scenario,
             world,
             overrides=self.overrides or None,
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
-            on_chain_batch=on_batch,
+            on_chain_batch=verifier.on_chain_batch,
         )
-        store.take(world)
         snapshots_checked = 0
         for info in self._manifests[1:]:
             if mismatch is not None or verifier.mismatch is not None:
@@ -427,12 +432,11 @@ class Session:
             if info.final or info.events <= world.events_processed:
                 continue
             simulation.run(max_events=info.events - world.events_processed)
-            taken = store.take(world, [*since, world.chain_batch])
-            since.clear()
+            verifier.check_open_batch(world.chain_events, world.chain_batch)
             if verifier.mismatch is None and world.events_processed == info.events:
                 snapshots_checked += 1
-                if taken.state_hash != info.state_hash:
-                    mismatch = self._state_mismatch(info, taken, cause)
+                if world.state_hash() != info.state_hash:
+                    mismatch = self._state_mismatch(info, world, cause)
             if progress is not None:
                 progress(world.events_processed, self._end.events)
         end = self.reader.end(self.branch)
@@ -476,11 +480,15 @@ class Session:
         elif remaining > 0:
             simulation.run(max_events=remaining)
 
-    def _state_mismatch(self, info: ManifestInfo, taken: Any, cause: str) -> Mismatch:
+    def _state_mismatch(self, info: ManifestInfo, world: World, cause: str) -> Mismatch:
+        """The events matched but the state at a snapshot did not: name the parts and nodes."""
         manifest = self.reader.manifest(info)
-        recorded_nodes = {str(name): digest for name, digest in manifest["nodes"]}
-        differing = [name for name, blob in taken.nodes.items() if recorded_nodes.get(name) != blob.digest]
-        parts = [name for name, digest in manifest["parts"].items() if taken.part_digests.get(name) != digest]
+        recorded_nodes = {str(name): node_digest for name, node_digest in manifest["nodes"]}
+        differing = [name for name, state in world.nodes.items() if recorded_nodes.get(name) != digest(state)]
+        replayed_parts = dict(world.part_digests())
+        parts = [
+            name for name, part_digest in manifest["parts"].items() if replayed_parts.get(name) != part_digest
+        ]
         what = ", ".join([*(f"node {name}" for name in differing[:5]), *(f"part {name}" for name in parts)])
         return Mismatch(
             what="state",
@@ -488,7 +496,11 @@ class Session:
             t_ns=info.t_ns,
             node=differing[0] if differing else None,
             kind=None,
-            detail=f"same events, but the state at snapshot {info.index} differs: {what or 'pending events or metrics'}",
+            detail=(
+                f"the events match, but the state after event #{info.events} (snapshot {info.index}) differs in "
+                f"{what or 'the pending events or metrics'}; a handler may read state the kernel does not "
+                "control, or write outside its own node"
+            ),
             cause=cause,
         )
 
