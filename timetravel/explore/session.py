@@ -406,8 +406,11 @@ class Session:
 
     def replay(self, progress: Callable[[int, int], None] | None = None) -> ReplayReport:
         """Re-execute the whole recording from the scenario's own build and verify everything:
-        the initial state, every chain batch, the state at every snapshot, and the end."""
+        every frame's checksum, the initial state, every chain batch, the state at every snapshot
+        (full hash, so a stale copy-on-write snapshot is caught too), and the end. A damaged frame
+        raises RecordingError; a difference is reported in ``first_mismatch``."""
         started = time.perf_counter()
+        self.reader.verify_frames()
         cause = self.cause_if_mismatch
         world = build_world(self.scenario, dict(self.header["config"]), int(self.header["seed"]))
         world.branch_key = int(self.header.get("branch_key", 0))
