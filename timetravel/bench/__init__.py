@@ -15,6 +15,7 @@ SUITES: dict[str, str] = {
     "minimize": "timetravel.bench.minimize:run_bench",
     "fabric": "timetravel.bench.fabric:run_bench",
     "tui": "timetravel.tui.bench:run_bench",
+    "snapshot": "timetravel.bench.snapshot:run_bench",
 }
 
 

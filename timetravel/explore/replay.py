@@ -120,8 +120,7 @@ class ChainVerifier:
         if recorded is None:
             self.batches_unverified += 1
             return
-        recorded_events = self.reader.events(recorded)[: len(events)]
-        if pack(recorded_events) != pack(events):
+        if not _is_prefix(pack(events), self.reader.events_bytes(recorded)):
             self.mismatch = self.first_difference(recorded, events)
 
     def first_difference(self, recorded: EventBatchInfo, events: list[Event]) -> Mismatch:
@@ -150,6 +149,25 @@ class ChainVerifier:
             detail=f"the batch after event #{recorded.first} holds {len(events)} events, recorded {recorded.count}",
             cause=self.cause,
         )
+
+
+def _array_header_bytes(packed: bytes) -> int:
+    """Length of the msgpack array header at the start of ``packed`` (fixarray, array16, array32)."""
+    first = packed[0]
+    if 0x90 <= first <= 0x9F:
+        return 1
+    return 3 if first == 0xDC else 5
+
+
+def _is_prefix(partial: bytes, recorded: bytes) -> bool:
+    """Whether a packed partial batch holds the first events of a packed recorded batch.
+
+    Both are msgpack arrays of events; past their array headers, the events of the partial batch
+    must be a byte-for-byte prefix of the recorded ones. No decoding is needed.
+    """
+    body = partial[_array_header_bytes(partial) :]
+    start = _array_header_bytes(recorded)
+    return recorded[start : start + len(body)] == body
 
 
 def _event_difference(want: Event, got: Event) -> str:

@@ -180,7 +180,7 @@ class Session:
         self._batch_firsts = [batch.first for batch in self._batches]
         self._end = self._find_end()
         self.info = self._info()
-        self.world: World = reader.restore(self._manifests[0])
+        self.world: World = reader.restore(self._manifests[0], full_check=True)
         self.last_replay_events = 0
 
     @classmethod

@@ -50,10 +50,17 @@ from timetravel.recording.format import (
     header_checksum,
     payload_checksum,
 )
-from timetravel.sim.encoding import DecodeError, unpack
+from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
 from timetravel.sim.event import Event
-from timetravel.sim.world import World
-from timetravel.snapshot.assemble import STORED_PARTS, assemble_world
+from timetravel.sim.world import World, queue_digest_from
+from timetravel.snapshot.assemble import (
+    STORED_PARTS,
+    assemble_world,
+    metrics_root,
+    node_segment,
+    nodes_root_from_segments,
+    root_from_digests,
+)
 from timetravel.snapshot.codec import XOR_CHAIN_MAX, build_array, decode_page, decode_value
 
 FRAME_CACHE_BYTES_MAX = 128 * 1024 * 1024
@@ -62,6 +69,7 @@ PAGE_CACHE_BYTES_MAX = 256 * 1024 * 1024
 """Decoded array pages kept for later seeks."""
 MANIFEST_CACHE_ENTRIES_MAX = 256
 ARRAY_HEADER_BYTES_MAX = 16 * 1024 * 1024
+ARRAY_HEADER_CACHE_BYTES_MAX = 64 * 1024 * 1024
 
 
 class _ByteLRU:
@@ -103,6 +111,7 @@ class RecordingReader:
         self.used_index = False
         self._frames = _ByteLRU(FRAME_CACHE_BYTES_MAX)
         self._pages = _ByteLRU(PAGE_CACHE_BYTES_MAX)
+        self._array_headers = _ByteLRU(ARRAY_HEADER_CACHE_BYTES_MAX)
         self._manifests: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._decompressor = zstandard.ZstdDecompressor()
         self._numbers: dict[int, int] = {}
@@ -319,17 +328,27 @@ class RecordingReader:
             self._manifests.popitem(last=False)
         return payload
 
+    def events_bytes(self, info: EventBatchInfo) -> bytes:
+        """The batch exactly as the kernel packed it (a msgpack array of events)."""
+        key = ("events-bytes", info.offset)
+        cached = self._frames.get(key)
+        if cached is not None:
+            return cached
+        data = self._payload(info.offset, FrameType.EVENTS).get("events")
+        if not isinstance(data, bytes):
+            where = self._where(info.offset, self._frame_number(info.offset), FrameType.EVENTS)
+            raise RecordingError(f"{where}: events are not bytes")
+        self._frames.put(key, data, len(data))
+        return data
+
     def events(self, info: EventBatchInfo) -> list[Event]:
         """The events of one batch, checked (event numbers ``info.first + 1 ..``)."""
         key = ("events", info.offset)
         cached = self._frames.get(key)
         if cached is not None:
             return cached
-        payload = self._payload(info.offset, FrameType.EVENTS)
+        data = self.events_bytes(info)
         where = self._where(info.offset, self._frame_number(info.offset), FrameType.EVENTS)
-        data = payload.get("events")
-        if not isinstance(data, bytes):
-            raise RecordingError(f"{where}: events are not bytes")
         try:
             decoded = unpack(data, bytes_max=FRAME_RAW_BYTES_MAX)
             if not isinstance(decoded, list) or len(decoded) != info.count:
@@ -411,17 +430,31 @@ class RecordingReader:
         self._pages.put(digest, page, len(page) + 100)
         return page
 
-    def array(self, digest: bytes, *, writeable: bool = True) -> np.ndarray:
+    def array_header(self, digest: bytes) -> tuple[str, list[int], list[bytes]]:
+        """(dtype name, shape, page digests) of an array, checked and cached."""
+        cached = self._array_headers.get(digest)
+        if cached is not None:
+            return cached
         _digest, kind, _codec, _base, _itemsize, data = self._blob(digest)
         if kind != BLOB_ARRAY:
             raise RecordingError(f"{self.path}: blob {digest.hex()} is not an array")
         try:
-            header = msgpack.unpackb(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
-            dtype, shape, pages = header
+            dtype, shape, pages = msgpack.unpackb(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
             if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(pages, list):
                 raise DecodeError("array header fields have the wrong types")
-            return build_array(dtype, shape, [self.page(page) for page in pages], writeable=writeable)
+            if array_digest_from_pages(dtype, shape, pages) != digest:
+                raise DecodeError("array header does not match its digest")
         except (ValueError, TypeError, DecodeError, msgpack.UnpackException) as error:
+            raise RecordingError(f"{self.path}: array {digest.hex()}: {error}") from None
+        header = (dtype, shape, pages)
+        self._array_headers.put(digest, header, 100 + 16 * len(pages))
+        return header
+
+    def array(self, digest: bytes, *, writeable: bool = True) -> np.ndarray:
+        dtype, shape, pages = self.array_header(digest)
+        try:
+            return build_array(dtype, shape, [self.page(page) for page in pages], writeable=writeable)
+        except DecodeError as error:
             raise RecordingError(f"{self.path}: array {digest.hex()}: {error}") from None
 
     def value(self, digest: bytes, *, writeable: bool = True) -> Any:
@@ -437,15 +470,24 @@ class RecordingReader:
 
     # -- restoring --------------------------------------------------------------------------------
 
-    def restore(self, info: ManifestInfo, *, verify: bool = True) -> World:
-        """The World a snapshot recorded; with ``verify``, its state hash is checked."""
+    def restore(self, info: ManifestInfo, *, full_check: bool = False) -> World:
+        """The World a snapshot recorded.
+
+        Every blob is checked against its digest as it is read, and the manifest's Merkle root is
+        recomputed from the digests it lists, so the restored world is the recorded one without
+        rehashing it. ``full_check`` also recomputes ``state_hash()`` of the restored world
+        (tests and ``replay`` use it: it checks the decoder as well as the data).
+        """
         manifest = self.manifest(info)
         where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
         try:
+            root = manifest_root(manifest)
             world = self._assemble(manifest)
         except (KeyError, TypeError, ValueError) as error:
             raise RecordingError(f"{where}: manifest is malformed: {error}") from None
-        if verify and world.state_hash() != info.state_hash:
+        if root != info.state_hash or manifest.get("state_hash") != info.state_hash:
+            raise RecordingError(f"{where}: the manifest's digests do not add up to its state hash")
+        if full_check and world.state_hash() != info.state_hash:
             raise RecordingError(
                 f"{where}: snapshot restores to state {world.state_hash()}, recorded {info.state_hash}"
             )
@@ -475,6 +517,32 @@ class RecordingReader:
             )
         except DecodeError as error:
             raise ValueError(str(error)) from None
+
+
+def manifest_root(manifest: dict[str, Any]) -> str:
+    """The hex Merkle root that a manifest's listed digests add up to (World.state_hash's rule)."""
+    digests = {name: _digest(manifest["parts"][name]) for name in STORED_PARTS}
+    digests["nodes"] = nodes_root_from_segments(
+        [node_segment(str(name), _digest(node_digest)) for name, node_digest in manifest["nodes"]]
+    )
+    count = total = 0
+    for _low, _high, chunk_count, chunk_total, _chunk_digest in manifest["queue"]:
+        count += int(chunk_count)
+        total += int.from_bytes(_bytes(chunk_total), "little")
+    digests["queue"] = queue_digest_from(count, total)
+    digests["metrics"] = metrics_root(
+        [
+            (str(name), int(length), [_digest(chunk) for chunk in chunks])
+            for name, length, chunks in manifest["metrics"]
+        ]
+    )
+    return root_from_digests(digests)
+
+
+def _bytes(value: Any) -> bytes:
+    if not isinstance(value, bytes):
+        raise ValueError("expected bytes")
+    return value
 
 
 def _digest(value: Any) -> bytes:
