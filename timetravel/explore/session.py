@@ -44,8 +44,10 @@ seeks within what survives.
 from __future__ import annotations
 
 import bisect
+import contextlib
+import gc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -162,6 +164,24 @@ def load_scenario(name: str, target: str | None, recorded_module: str | None = N
         ) from None
 
 
+@contextlib.contextmanager
+def _gc_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector during a seek, as the kernel does during a run.
+
+    Worlds and decoded blobs are acyclic, so nothing is lost; but a seek allocates thousands of
+    containers, and with the reader's caches holding hundreds of thousands more, a full
+    collection in the middle of a seek costs more than the seek itself (a p95 of 240 ms
+    against a p50 of 44 ms on the 1024-node benchmark recording).
+    """
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if was_enabled:
+            gc.enable()
+
+
 class Session:
     """A recording opened for seeking. See the module docstring for the API."""
 
@@ -276,6 +296,7 @@ class Session:
 
     # -- moving -----------------------------------------------------------------------------------
 
+    @_gc_paused()
     def goto(self, target: int | str) -> Position:
         """Move the cursor to a time (int ns, or text in the display unit) or an event (``#N``)."""
         if isinstance(target, str):
@@ -294,6 +315,7 @@ class Session:
             return self.goto_time(parse_time(text, self.display_unit))
         return self.goto_time(target)
 
+    @_gc_paused()
     def goto_time(self, t_ns: int) -> Position:
         """The state after every event with time <= ``t_ns`` (the end when ``t_ns`` is past it)."""
         if t_ns >= self._end.t_ns:
@@ -308,6 +330,7 @@ class Session:
         self._replay(world, until_ns=t_ns, events_max=self._end.events)
         return self.position
 
+    @_gc_paused()
     def goto_event(self, number: int) -> Position:
         """The state after event #``number`` (#0: the initial world; the end past the end)."""
         if number >= self._end.events:

@@ -30,7 +30,6 @@ from timetravel.sim.encoding import (
     PACKER_BUFFER_BYTES,
     PAGE_BYTES,
     DecodeError,
-    array_digest_from_pages,
     dtype_from_name,
     dtype_name,
 )
@@ -54,19 +53,29 @@ class Capture:
     only if the blob turns out to be new.
     """
 
-    __slots__ = ("arrays", "bases", "birth", "new_pages", "previous", "reused")
+    __slots__ = ("_packer", "arrays", "bases", "birth", "new_pages", "previous", "reused")
 
-    def __init__(self, previous: Sequence[ArrayEntry], birth: int) -> None:
-        self.previous = previous
+    def __init__(self, birth: int) -> None:
         self.birth = birth
+        self.previous: Sequence[ArrayEntry] = ()
         self.arrays: list[ArrayEntry] = []
         self.new_pages: list[Page] = []
         self.reused: set[int] = set()
         self.bases: dict[int, Page] = {}
+        self._packer = msgpack.Packer(default=self._default, use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
 
-    def pack(self, value: Any) -> bytes:
-        packer = msgpack.Packer(default=self._default, use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
-        return packer.pack(value)
+    def pack(self, value: Any, previous: Sequence[ArrayEntry] = ()) -> bytes:
+        """Hash-form bytes of ``value``; ``previous``: the arrays of the blob it replaces.
+
+        One Capture serves a whole snapshot (one Packer, no per-value setup); the lists it
+        fills describe the last value packed.
+        """
+        self.previous = previous
+        self.arrays = []
+        self.new_pages = []
+        self.reused = set()
+        self.bases = {}
+        return self._packer.pack(value)
 
     def _default(self, value: Any) -> Any:
         if isinstance(value, np.ndarray):
@@ -79,17 +88,18 @@ class Capture:
         )
 
     def _array(self, array: np.ndarray) -> ArrayEntry:
-        name = dtype_name(array.dtype)
+        name = _dtype_name(array.dtype)
+        shape = array.shape
         raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
         index = len(self.arrays)
         previous = self.previous[index] if index < len(self.previous) else None
         old_pages: tuple[Page, ...] = ()
-        if previous is not None and previous.dtype == name and previous.shape == array.shape:
+        if previous is not None and previous.dtype == name and previous.shape == shape:
             old_pages = previous.pages
+        size = len(raw)
         pages = []
-        starts = range(0, len(raw), PAGE_BYTES) if len(raw) > PAGE_BYTES else (0,)
-        for number, start in enumerate(starts):
-            chunk = raw[start : start + PAGE_BYTES]
+        for number, start in enumerate(range(0, size, PAGE_BYTES) if size > PAGE_BYTES else (0,)):
+            chunk = raw[start : start + PAGE_BYTES] if size > PAGE_BYTES else raw
             page_digest = xxhash.xxh3_128_digest(chunk)
             old = old_pages[number] if number < len(old_pages) else None
             if old is not None and old.digest == page_digest:
@@ -101,12 +111,34 @@ class Capture:
                 self.bases[id(page)] = old
             self.new_pages.append(page)
             pages.append(page)
-        digests = [page.digest for page in pages]
-        entry = ArrayEntry(
-            array_digest_from_pages(name, array.shape, digests), name, array.shape, tuple(pages)
-        )
+        header = _array_header_bytes(name, shape)
+        entry_digest = xxhash.xxh3_128_digest(header + b"".join([page.digest for page in pages]))
+        entry = ArrayEntry(entry_digest, name, shape, tuple(pages))
         self.arrays.append(entry)
         return entry
+
+
+_DTYPE_NAMES: dict[np.dtype[Any], str] = {}
+_ARRAY_HEADERS: dict[tuple[str, tuple[int, ...]], bytes] = {}
+ARRAY_HEADER_CACHE_ENTRIES_MAX = 4096
+
+
+def _dtype_name(dtype: np.dtype[Any]) -> str:
+    name = _DTYPE_NAMES.get(dtype)
+    if name is None:
+        name = _DTYPE_NAMES[dtype] = dtype_name(dtype)
+    return name
+
+
+def _array_header_bytes(name: str, shape: tuple[int, ...]) -> bytes:
+    """``msgpack([dtype, shape])``: what ``encoding.array_digest_from_pages`` hashes first."""
+    key = (name, shape)
+    header = _ARRAY_HEADERS.get(key)
+    if header is None:
+        if len(_ARRAY_HEADERS) >= ARRAY_HEADER_CACHE_ENTRIES_MAX:
+            _ARRAY_HEADERS.clear()
+        header = _ARRAY_HEADERS[key] = msgpack.packb([name, list(shape)])
+    return header
 
 
 ArrayFactory = Callable[[bytes], np.ndarray]

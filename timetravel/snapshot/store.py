@@ -189,6 +189,7 @@ class SnapshotStore:
         self.bytes_held = 0
         self.thinned = 0
         self._next_index = 0
+        self._capture = Capture(0)
         self._dying: dict[int, list[Item]] = {}
         """Replaced items by the index of the snapshot that replaced them (see :meth:`drop`)."""
 
@@ -218,6 +219,7 @@ class SnapshotStore:
         self._next_index += 1
         born: list[Item] = []
         bases: dict[int, Page] = {}
+        self._capture = Capture(index)
         parts = self._take_parts(world, base, index, born, bases)
         if since is not None and base is not None:
             since = _last_events(since, world.events_processed - base.events)
@@ -269,8 +271,8 @@ class SnapshotStore:
         self, old: Blob | None, value: Any, index: int, born: list[Item], bases: dict[int, Page]
     ) -> Blob:
         """The blob for ``value`` in a slot whose previous blob is ``old`` (reused when equal)."""
-        capture = Capture(old.arrays if old is not None else (), index)
-        data = capture.pack(value)
+        capture = self._capture
+        data = capture.pack(value, old.arrays if old is not None else ())
         blob_digest = xxhash.xxh3_128_digest(data)
         if old is not None and old.digest == blob_digest:
             return old
