@@ -22,8 +22,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import msgpack
-
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import (
@@ -249,7 +247,7 @@ def _write_blob(writer: RecordingWriter, blob: Blob, snapshot: Snapshot) -> None
                 writer.page_depths[page.digest] = 0
                 base_digest = None
             writer.blob([page.digest, BLOB_PAGE, codec, base_digest, element_bytes(array.dtype), data])
-        header = msgpack.packb([array.dtype, list(array.shape), array.page_digests])
+        header = writer.packer.pack([array.dtype, list(array.shape), array.page_digests])
         writer.blob([array.digest, BLOB_ARRAY, 0, None, 0, header])
     if not writer.has_blob(blob.digest):
         writer.blob([blob.digest, BLOB_VALUE, 0, None, 0, blob.data])

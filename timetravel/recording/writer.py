@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 from typing import IO, Any
 
+import msgpack
 import zstandard
 
 from timetravel.recording.catalog import Catalog
@@ -29,7 +30,7 @@ from timetravel.recording.format import (
     pack_trailer,
     payload_checksum,
 )
-from timetravel.sim.encoding import pack
+from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack
 
 ZSTD_LEVEL_EVENTS = 1
 """Event batches are written on the hot path: the fastest level (they still shrink ~5x)."""
@@ -55,6 +56,8 @@ class RecordingWriter:
             level: zstandard.ZstdCompressor(level=level, write_content_size=True)
             for level in (ZSTD_LEVEL_EVENTS, ZSTD_LEVEL_DEFAULT)
         }
+        self.packer = msgpack.Packer(use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
+        """A Packer for small values the writer encodes often (array headers)."""
         self.closed = False
 
     @classmethod

@@ -71,10 +71,10 @@ class Capture:
         fills describe the last value packed.
         """
         self.previous = previous
-        self.arrays = []
-        self.new_pages = []
-        self.reused = set()
-        self.bases = {}
+        self.arrays.clear()
+        self.new_pages.clear()
+        self.reused.clear()
+        self.bases.clear()
         return self._packer.pack(value)
 
     def _default(self, value: Any) -> Any:
@@ -88,14 +88,16 @@ class Capture:
         )
 
     def _array(self, array: np.ndarray) -> ArrayEntry:
-        name = _dtype_name(array.dtype)
+        name = _DTYPE_NAMES.get(array.dtype) or _dtype_name(array.dtype)
         shape = array.shape
-        raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
         index = len(self.arrays)
         previous = self.previous[index] if index < len(self.previous) else None
         old_pages: tuple[Page, ...] = ()
         if previous is not None and previous.dtype == name and previous.shape == shape:
             old_pages = previous.pages
+        if array.nbytes <= PAGE_BYTES and array.flags.c_contiguous:
+            return self._small_array(array, name, shape, old_pages)
+        raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
         size = len(raw)
         pages = []
         for number, start in enumerate(range(0, size, PAGE_BYTES) if size > PAGE_BYTES else (0,)):
@@ -114,6 +116,25 @@ class Capture:
         header = _array_header_bytes(name, shape)
         entry_digest = xxhash.xxh3_128_digest(header + b"".join([page.digest for page in pages]))
         entry = ArrayEntry(entry_digest, name, shape, tuple(pages))
+        self.arrays.append(entry)
+        return entry
+
+    def _small_array(
+        self, array: np.ndarray, name: str, shape: tuple[int, ...], old_pages: tuple[Page, ...]
+    ) -> ArrayEntry:
+        """The one-page case without slicing (most arrays of small node states)."""
+        page_digest = xxhash.xxh3_128_digest(array.data)
+        old = old_pages[0] if old_pages else None
+        if old is not None and old.digest == page_digest:
+            self.reused.add(id(old))
+            page = old
+        else:
+            page = Page(page_digest, array.tobytes(), self.birth)
+            if old is not None and name in FLOAT_DTYPE_NAMES:
+                self.bases[id(page)] = old
+            self.new_pages.append(page)
+        entry_digest = xxhash.xxh3_128_digest(_array_header_bytes(name, shape) + page_digest)
+        entry = ArrayEntry(entry_digest, name, shape, (page,))
         self.arrays.append(entry)
         return entry
 
