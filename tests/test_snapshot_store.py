@@ -209,3 +209,33 @@ def test_integer_pages_are_stored_raw_and_shuffle_inverts() -> None:
     data = bytes(range(32))
     assert shuffle(data, 4)[:8] == bytes([0, 4, 8, 12, 16, 20, 24, 28])
     assert unshuffle(shuffle(data, 4), 4) == data
+
+
+def test_every_allow_listed_dtype_snapshots_and_restores() -> None:
+    store = SnapshotStore()
+    world = World("dtypes", {}, 0)
+    state: dict[str, Any] = {}
+    for name in (
+        "bool",
+        "int8",
+        "uint16",
+        "int64",
+        "float16",
+        "float32",
+        "float64",
+        "complex64",
+        "complex128",
+    ):
+        state[name] = np.arange(24).reshape(4, 6).astype(name)
+    state["bfloat16"] = np.linspace(-2, 2, 24).astype(ml_dtypes.bfloat16).reshape(2, 12)
+    state["bfloat16_paged"] = np.ones(70_000, dtype=ml_dtypes.bfloat16)
+    state["strided"] = np.arange(40.0).reshape(8, 5)[:, 1:3]
+    world.add_node("a", "r", state)
+    restored = restore(store.take(world))
+    assert restored.state_hash() == world.state_hash()
+    for name, array in state.items():
+        if name == "_choices":
+            continue
+        again = restored.nodes["a"][name]
+        assert again.dtype == array.dtype and again.shape == array.shape
+        assert again.tobytes() == np.ascontiguousarray(array).tobytes()

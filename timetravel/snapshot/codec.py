@@ -123,7 +123,7 @@ class Capture:
         self, array: np.ndarray, name: str, shape: tuple[int, ...], old_pages: tuple[Page, ...]
     ) -> ArrayEntry:
         """The one-page case without slicing (most arrays of small node states)."""
-        page_digest = xxhash.xxh3_128_digest(array.data)
+        page_digest = xxhash.xxh3_128_digest(array)  # type: ignore[arg-type]  # any C-contiguous array (bfloat16 has no buffer format)
         old = old_pages[0] if old_pages else None
         if old is not None and old.digest == page_digest:
             self.reused.add(id(old))
