@@ -63,6 +63,7 @@ from timetravel.explore.replay import (
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
 from timetravel.recording.reader import RecordingReader
 from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
+from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
 from timetravel.sim.encoding import digest
 from timetravel.sim.kernel import Simulation
@@ -193,6 +194,9 @@ class Session:
         self.display_unit: str = self.header["display_unit"]
         self.overrides: Overrides = _overrides(self.header.get("overrides", []))
         self.cause_if_mismatch = classify(self.header, scenario)
+        recorded_mode = self.header.get("determinism")
+        self.determinism: str | None = recorded_mode if recorded_mode in guard.MODES else None
+        """The guard mode the run was recorded under (replays use the same)."""
         self._manifests: list[ManifestInfo] = reader.manifests(branch)
         self._batches: list[EventBatchInfo] = reader.event_batches(branch)
         if not self._manifests:
@@ -372,6 +376,7 @@ class Session:
             world,
             overrides=self.overrides or None,
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
+            determinism=self.determinism,
             on_chain_batch=verifier.on_chain_batch,
         )
         start = world.events_processed
@@ -449,6 +454,7 @@ class Session:
             world,
             overrides=self.overrides or None,
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
+            determinism=self.determinism,
             on_chain_batch=verifier.on_chain_batch,
         )
         snapshots_checked = 0

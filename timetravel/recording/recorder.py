@@ -98,6 +98,7 @@ class Recorder:
         record_choices: bool = True,
         branch: str = MAIN_BRANCH,
         writer: RecordingWriter | None = None,
+        determinism: str | None = None,
     ) -> None:
         if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
             raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
@@ -111,7 +112,12 @@ class Recorder:
         self.since: list[list[Event]] = []
         self.notes: list[str] = []
         self.simulation = Simulation(
-            scenario, world, overrides=overrides, choice_log=self.choice_log, on_chain_batch=self._on_batch
+            scenario,
+            world,
+            overrides=overrides,
+            choice_log=self.choice_log,
+            on_chain_batch=self._on_batch,
+            determinism=determinism,
         )
         header = recording_header(
             scenario,
@@ -120,6 +126,7 @@ class Recorder:
             chain_batch_events=self.simulation.chain_batch_events,
             overrides=overrides,
         )
+        header["determinism"] = self.simulation.determinism
         self.writer = writer if writer is not None else RecordingWriter.create(path, header)
         self.path = self.writer.path
         self.snapshot()
@@ -263,11 +270,20 @@ def record_run(
     max_events: int | None = None,
     snapshot_every_events: int = SNAPSHOT_EVERY_EVENTS_DEFAULT,
     record_choices: bool = True,
+    determinism: str | None = None,
 ) -> tuple[dict[str, Any], World]:
-    """Run one seed while recording it to ``path``; the report has ``run --json``'s fields."""
+    """Run one seed while recording it to ``path``; the report has ``run --json``'s fields.
+
+    ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
+    replays run under the same mode."""
     world = build_world(scenario, config, seed)
     recorder = Recorder(
-        scenario, world, path, snapshot_every_events=snapshot_every_events, record_choices=record_choices
+        scenario,
+        world,
+        path,
+        snapshot_every_events=snapshot_every_events,
+        record_choices=record_choices,
+        determinism=determinism,
     )
     try:
         result = recorder.run(until_ns=until_ns, max_events=max_events)
@@ -285,6 +301,7 @@ def record_run(
         "t_end_ns": result.t_end_ns,
         "state_hash": end["state_hash"],
         "hash_chain": end["hash_chain"],
+        "determinism": recorder.simulation.determinism,
         "code_fingerprint": code_fingerprint(scenario.build.__module__),
         "platform_fingerprint": platform_fingerprint(),
     }
