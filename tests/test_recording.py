@@ -271,3 +271,17 @@ def test_appending_a_branch_keeps_the_main_run_and_its_index(
     new_index = struct.unpack("<Q", copy.read_bytes()[-16:-8])[0]
     assert copy.read_bytes()[:old_index] == path.read_bytes()[:old_index]
     assert new_index > old_index
+
+
+def test_the_choice_log_is_recorded_when_asked(tmp_path: Path) -> None:
+    scenario = get_scenario("gossip")
+    config = scenario.resolve_config({"nodes": 16, "rumors": 4})
+    record_run(scenario, config, 2, tmp_path / "with.ttr", snapshot_every_events=64, record_choices=True)
+    record_run(scenario, config, 2, tmp_path / "without.ttr", snapshot_every_events=64)
+    log: list[list[Any]] = []
+    Simulation(scenario, build_world(scenario, config, 2), choice_log=log).run()
+    with RecordingReader.open(tmp_path / "with.ttr") as reader:
+        assert reader.choices() == log
+        assert len(log) > 100
+    with RecordingReader.open(tmp_path / "without.ttr") as reader:
+        assert reader.choices() == []

@@ -54,6 +54,11 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
+    parser.add_argument(
+        "--record-choices",
+        action="store_true",
+        help="with --record: also log every choice drawn (for reruns on changed code; slower)",
+    )
     parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
     parser.set_defaults(func=main)
 
@@ -98,6 +103,7 @@ def _record(
             path,
             until_ns=until_ns,
             snapshot_every_events=interval,
+            record_choices=args.record_choices,
             determinism=args.determinism,
         )
     except ValueError as error:
