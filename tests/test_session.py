@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,8 @@ from scenario_fixtures import FLOATS, NONDETERMINISTIC, TRESPASSER
 
 from timetravel.explore import ReplayDivergence, Session
 from timetravel.explore import replay as replay_module
-from timetravel.recording import record_run
+from timetravel.recording import Recorder, RecordingWriter, record_run
+from timetravel.recording.format import FrameType
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Simulation
 from timetravel.sim.event import Event
@@ -178,3 +180,58 @@ def test_goto_on_a_larger_gossip_recording(tmp_path: Path) -> None:
             session.goto(t_ns)
             assert session.state_hash() == straight(scenario, config, 11, until_ns=t_ns).state_hash()
         assert session.replay().verified
+
+
+def test_a_branch_appended_to_the_recording_shares_the_prefix(
+    gossip_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """What the explore engine does for ``branch``: fork at #N with a new branch key, record the
+    future into the same file; the branch then seeks through the parent's snapshots before the
+    fork and its own after it."""
+    source, report = gossip_recording
+    path = tmp_path / "branched.ttr"
+    shutil.copy(source, path)
+    scenario = get_scenario("gossip")
+    fork = 1500
+    with Session.open(path) as session:
+        session.goto(f"#{fork}")
+        world = session.world_copy()
+    world.branch_key = 1
+    writer = RecordingWriter.append(path)
+    writer.frame(
+        FrameType.BRANCH,
+        {
+            "name": "b1",
+            "parent": "main",
+            "at_events": fork,
+            "at_ns": world.t_ns,
+            "changes": {"branch_key": 1},
+        },
+    )
+    recorder = Recorder(scenario, world, path, snapshot_every_events=512, branch="b1", writer=writer)
+    branch_end = recorder.finish(recorder.run())
+
+    expected_world = straight(scenario, report["config"], 3, max_events=fork)
+    expected_world.branch_key = 1
+    Simulation(scenario, expected_world).run()
+    assert branch_end["state_hash"] == expected_world.state_hash()
+
+    with Session.open(path, branch="b1") as branch:
+        assert branch.fork_events == fork
+        assert branch.snapshots()[0].events == 0
+        assert any(info.events == fork for info in branch.snapshots())
+        before = branch.goto("#1000")
+        assert before.events == 1000
+        assert branch.state_hash() == straight(scenario, report["config"], 3, max_events=1000).state_hash()
+        assert branch.goto("end").events == branch_end["events"]
+        assert branch.state_hash() == branch_end["state_hash"]
+        after = fork + (branch_end["events"] - fork) // 2
+        branch.goto(f"#{after}")
+        replayed = straight(scenario, report["config"], 3, max_events=fork)
+        replayed.branch_key = 1
+        Simulation(scenario, replayed).run(max_events=after - fork)
+        assert branch.state_hash() == replayed.state_hash()
+        assert branch.replay().verified
+    with Session.open(path) as main:
+        assert main.goto("end").events == report["events"]
+        assert main.state_hash() == report["state_hash"]

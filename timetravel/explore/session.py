@@ -7,6 +7,7 @@ API::
 
     session = Session.open("recordings/gossip-7.ttr")          # header + index; scenario by name
     session = Session.open(path, scenario_target="pkg.mod:SCENARIO")   # the user's opt-in to import
+    session = Session.open(path, scenario=SCENARIO, branch="b1")      # a Scenario object; a branch
     session.info            RecordingInfo: scenario, config, seed, display_unit, fingerprints,
                             snapshot interval, recorded events, end time, outcome, failure,
                             complete, loss (sentences saying what a truncated file lacks)
@@ -27,7 +28,14 @@ API::
     session.failures()      failure records of the branch
     session.state_hash()    hash of the world at the cursor
     session.replay(progress=None) -> ReplayReport      re-execute everything and verify
+    session.world_copy()    an independent World at the cursor (to fork a branch from)
+    session.fork_events     the event number a branch forked at (0 on main)
     session.close()         (or use ``with Session.open(...) as session``)
+
+**Branches** (written by the explore engine into the same file: a BRANCH frame, then a Recorder
+with ``branch=name`` and ``writer=RecordingWriter.append(path)`` on the forked world) are opened
+with ``branch=``: the branch sees its parent's snapshots and event batches before the fork and its
+own after it (:func:`lineage`), and re-executes with its own choice overrides.
 
 **Seeking.** ``goto`` restores the latest snapshot at or before the target (or continues from
 the cursor when that is closer) and re-executes the events in between. Every chain batch the
@@ -61,6 +69,7 @@ from timetravel.explore.replay import (
     event_json,
 )
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
+from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
 from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim import guard
@@ -165,6 +174,39 @@ def load_scenario(name: str, target: str | None, recorded_module: str | None = N
         ) from None
 
 
+BRANCH_DEPTH_MAX = 64
+"""Bound on branches of branches followed back to the recorded run."""
+
+
+def lineage(
+    reader: RecordingReader, branch: str, depth: int = 0
+) -> tuple[list[ManifestInfo], list[EventBatchInfo], int]:
+    """The snapshots and event batches a branch sees, and the event number it forked at (0: main).
+
+    A branch shares its parent's history up to the fork: the parent's snapshots before the fork
+    and the parent's full event batches that end at or before it, then the branch's own frames
+    (which start with a snapshot at the fork; its first batch holds the batch that was open
+    there, so it replaces the parent's batch with the same first event).
+    """
+    info = reader.catalog.branches.get(branch)
+    if branch == MAIN_BRANCH or info is None:
+        return reader.manifests(branch), reader.event_batches(branch), 0
+    if depth >= BRANCH_DEPTH_MAX:
+        raise RecordingError(
+            f"{reader.path}: branch {branch!r} descends from more than {BRANCH_DEPTH_MAX} branches"
+        )
+    parent = info.get("parent", MAIN_BRANCH)
+    fork = info.get("at_events")
+    if not isinstance(parent, str) or not isinstance(fork, int) or parent == branch:
+        raise RecordingError(f"{reader.path}: branch {branch!r} has a malformed parent or fork point")
+    parent_manifests, parent_batches, _ = lineage(reader, parent, depth + 1)
+    own_batches = reader.event_batches(branch)
+    own_firsts = {batch.first for batch in own_batches}
+    manifests = [m for m in parent_manifests if m.events < fork and not m.final] + reader.manifests(branch)
+    batches = [b for b in parent_batches if b.first + b.count <= fork and b.first not in own_firsts]
+    return manifests, sorted(batches + own_batches, key=lambda batch: batch.first), fork
+
+
 @contextlib.contextmanager
 def _gc_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector during a seek, as the kernel does during a run.
@@ -197,8 +239,8 @@ class Session:
         recorded_mode = self.header.get("determinism")
         self.determinism: str | None = recorded_mode if recorded_mode in guard.MODES else None
         """The guard mode the run was recorded under (replays use the same)."""
-        self._manifests: list[ManifestInfo] = reader.manifests(branch)
-        self._batches: list[EventBatchInfo] = reader.event_batches(branch)
+        self._manifests, self._batches, self.fork_events = lineage(reader, branch)
+        self._branch_overrides = _overrides(reader.catalog.branches.get(branch, {}).get("overrides", []))
         if not self._manifests:
             raise UnknownScenarioError(f"{reader.path}: branch {branch!r} has no snapshot to start from")
         self._batch_firsts = [batch.first for batch in self._batches]
@@ -368,13 +410,19 @@ class Session:
         self._replay(self.reader.restore(snapshot), until_ns=None, events_max=self._end.events)
         return self.position
 
+    def _overrides_at(self, events: int) -> Overrides | None:
+        """Choice overrides for re-executing from event #``events`` (a branch has its own)."""
+        if self.fork_events and events >= self.fork_events:
+            return self._branch_overrides or None
+        return self.overrides or None
+
     def _replay(self, world: World, *, until_ns: int | None, events_max: int) -> None:
         """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain."""
         verifier = ChainVerifier(self.reader, self._batches, self.cause_if_mismatch)
         simulation = Simulation(
             self.scenario,
             world,
-            overrides=self.overrides or None,
+            overrides=self._overrides_at(world.events_processed),
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
             determinism=self.determinism,
             on_chain_batch=verifier.on_chain_batch,
@@ -440,19 +488,23 @@ class Session:
         started = time.perf_counter()
         self.reader.verify_frames()
         cause = self.cause_if_mismatch
-        world = build_world(self.scenario, dict(self.header["config"]), int(self.header["seed"]))
-        world.branch_key = int(self.header.get("branch_key", 0))
         mismatch: Mismatch | None = None
-        first = self._manifests[0]
-        if first.events == 0 and world.state_hash() != first.state_hash:
-            mismatch = Mismatch(
-                "initial_state", 0, 0, None, None, "the scenario builds another initial world", cause
-            )
+        if self.fork_events:
+            start = next(info for info in self._manifests if info.events >= self.fork_events)
+            world = self.reader.restore(start, full_check=True)
+        else:
+            world = build_world(self.scenario, dict(self.header["config"]), int(self.header["seed"]))
+            world.branch_key = int(self.header.get("branch_key", 0))
+            first = self._manifests[0]
+            if first.events == 0 and world.state_hash() != first.state_hash:
+                mismatch = Mismatch(
+                    "initial_state", 0, 0, None, None, "the scenario builds another initial world", cause
+                )
         verifier = ChainVerifier(self.reader, self._batches, cause)
         simulation = Simulation(
             self.scenario,
             world,
-            overrides=self.overrides or None,
+            overrides=self._overrides_at(world.events_processed),
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
             determinism=self.determinism,
             on_chain_batch=verifier.on_chain_batch,
