@@ -59,6 +59,18 @@ def test_replay_and_inspect_a_recording(tmp_path: Path, capsys: pytest.CaptureFi
     }
     code, out, _err = run_in_process(capsys, "inspect", path, "--at", "#100")
     assert code == 0 and "(event #100)" in out.splitlines()[0]
+    code, out, _err = run_in_process(
+        capsys, "inspect", path, "--at", "#100", "--path", "nodes/*/received", "--json"
+    )
+    received = json.loads(out)["value"]
+    with Session.open(path) as session:
+        session.goto("#100")
+        expected = {
+            f"nodes/{name}/received": state["received"]
+            for name, state in session.world.nodes.items()
+            if "received" in state
+        }
+    assert received == expected
 
 
 def test_replay_of_a_nondeterministic_recording_exits_1_and_names_the_cause(

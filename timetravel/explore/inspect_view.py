@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.explore.paths import PathError, get, parse_path, world_tree
+from timetravel.explore.paths import PathError, get, parse_path, select, world_tree
 from timetravel.sim.world import World
 
 SUMMARY_ITEMS_MAX = 20
@@ -23,9 +23,15 @@ ARRAY_FIRST_VALUES = 8
 
 
 def resolve(world: World, path: str) -> Any:
-    """The value at ``path`` in the world tree; a PathError names what exists where it stops."""
+    """The value at ``path`` in the world tree (``nodes/*/seen``: a map from each match's path);
+    a PathError names what exists where the path stops."""
     tree = world_tree(world)
     parsed = parse_path(path)
+    if parsed.has_wildcard:
+        matches = select(tree, parsed)
+        if not matches:
+            raise PathError(f"path {path!r} matches nothing here")
+        return dict(matches)
     try:
         return get(tree, parsed)
     except PathError:
