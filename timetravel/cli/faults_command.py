@@ -1,68 +1,137 @@
-"""``timetravel faults SCENARIO``: the fault schedule a seed draws, without running it.
+"""``timetravel faults SCENARIO`` or ``timetravel faults PATH.ttr``: a fault schedule.
 
-Swarm testing draws the whole schedule at t=0, so it can be shown before anything runs. The JSON
-form is itself a schedule: save it, delete or edit records, and run it with
-``--set faults=@file.json`` (the informational ``expected`` and ``hits`` fields are ignored).
+With a scenario name: the schedule a seed draws, without running it. Swarm testing draws the
+whole schedule at t=0, so it can be shown before anything runs. The JSON form is itself a
+schedule: save it, delete or edit records, and run it with ``--set faults=@file.json`` (the
+informational ``expected`` and ``hits`` fields are ignored).
+
+With a recording (a path ending in ``.ttr``, or any existing file): the schedule of one of its
+branches (``--branch``, default ``main``) as it ran — the records in the world at the branch's
+end, with how many times each fault acted (``hits``). A branch that dropped or added faults
+shows its own schedule.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 from typing import Any
 
+from timetravel.cli import recording_common  # noqa: F401  (registers RecordingError as a user error)
 from timetravel.cli.common import add_scenario_arguments, print_json, resolve_scenario
-from timetravel.fabric import summary
+from timetravel.explore.commands.binding import open_context
+from timetravel.explore.view import fault_schedule
+from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.sim.runner import build_world
+from timetravel.sim.scenario import ConfigError
 from timetravel.sim.timefmt import format_time_auto
+
+RECORDING_SUFFIX = ".ttr"
 
 
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "faults",
-        help="show the fault schedule a seed draws (without running it)",
+        help="show the fault schedule a seed draws, or the one a recording ran with",
         description=(
-            "Build the scenario's world for one seed and print its fault schedule: id, kind, target, "
-            "window, parameters that differ from the defaults, and the expected outcome for a correct "
-            "system. --json prints a schedule you can edit and pass back with --set faults=@file.json."
+            "SCENARIO: build the scenario's world for one seed and print its fault schedule: id, kind, "
+            "target, window, parameters that differ from the defaults, and the expected outcome for a "
+            "correct system. --json prints a schedule you can edit and pass back with --set "
+            "faults=@file.json. PATH.ttr: print the schedule a recorded branch ran with (--branch, "
+            "default main), with how often each fault acted."
         ),
     )
     add_scenario_arguments(parser)
+    parser.set_defaults(seed=None)
+    parser.add_argument(
+        "--branch", metavar="B", default=None, help="with a recording: the branch (default main)"
+    )
     parser.add_argument(
         "--scenario",
         dest="scenario_target",
         metavar="MODULE:ATTR",
         help="load the scenario from this module (your explicit opt-in to import it)",
     )
-    parser.add_argument("--json", action="store_true", help='print {"scenario", "seed", "faults": [...]}')
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help='print {"scenario", "seed", "faults": [...]} (a recording adds "recording" and "branch")',
+    )
     parser.set_defaults(func=main)
 
 
+def is_recording(text: str) -> bool:
+    """A recording path rather than a scenario name (scenario names hold no dots or slashes)."""
+    return text.endswith(RECORDING_SUFFIX) or Path(text).is_file()
+
+
 def main(args: argparse.Namespace) -> int:
+    if is_recording(args.scenario):
+        return _recording(args)
+    if args.branch is not None:
+        raise ConfigError("--branch applies to a recording (PATH.ttr), not a scenario")
+    seed = 0 if args.seed is None else args.seed
     scenario = resolve_scenario(args.scenario, args.scenario_target)
     config = scenario.resolve_config(args.settings)
-    world = build_world(scenario, config, args.seed)
-    faults = summary(world)["faults"]
+    world = build_world(scenario, config, seed)
+    faults = list(fault_schedule(world))
     if args.json:
-        print_json({"scenario": scenario.name, "seed": args.seed, "faults": faults})
+        print_json({"scenario": scenario.name, "seed": seed, "faults": faults})
         return 0
+    _print_schedule(f"{scenario.name} seed {seed}", faults, hits=False)
+    return 0
+
+
+def _recording(args: argparse.Namespace) -> int:
+    if args.seed is not None or args.settings:
+        raise ConfigError("--seed and --set apply to a scenario; a recording has its own")
+    branch = args.branch or MAIN_BRANCH
+    with open_context(args.scenario, scenario_target=args.scenario_target, branch=branch) as context:
+        session = context.session
+        for line in session.info.loss:
+            print(f"timetravel: warning: {args.scenario}: {line}", file=sys.stderr)
+        session.goto("end")
+        faults = list(fault_schedule(session.world))
+        info = session.info
+    if args.json:
+        print_json(
+            {
+                "recording": args.scenario,
+                "branch": branch,
+                "scenario": info.scenario,
+                "seed": info.seed,
+                "faults": faults,
+            }
+        )
+        return 0
+    _print_schedule(f"{args.scenario} ({info.scenario} seed {info.seed}) branch {branch}", faults, hits=True)
+    return 0
+
+
+def _print_schedule(title: str, faults: list[dict[str, Any]], *, hits: bool) -> None:
     if not faults:
-        print(f"{scenario.name} seed {args.seed}: no faults")
-        return 0
-    print(f"{scenario.name} seed {args.seed}: {len(faults)} faults")
+        print(f"{title}: no faults")
+        return
+    print(f"{title}: {len(faults)} faults")
     for fault in faults:
-        end = format_time_auto(fault["t_end"]) if fault["t_end"] is not None else "never"
+        end = format_time_auto(fault["t_end"]) if fault.get("t_end") is not None else "never"
         window = f"{format_time_auto(fault['t_start'])} .. {end}"
-        print(f"  {fault['id']:<4} {fault['kind']:<10} {fault['target']:<8} {window:<28} {fault['expected']}")
+        acted = f"  hits {fault.get('hits', 0)}" if hits else ""
+        print(
+            f"  {fault['id']:<4} {fault['kind']:<10} {fault['target']!s:<8} {window:<28} "
+            f"{fault.get('expected', '')}{acted}"
+        )
         shown = _non_default_params(fault)
         if shown:
             print(f"       {shown}")
-    return 0
 
 
 def _non_default_params(fault: dict[str, Any]) -> str:
     from timetravel.fabric.schedule import PARAM_SPECS
 
-    defaults = {name: default for name, (_, default) in PARAM_SPECS[fault["kind"]].items()}
+    specs = PARAM_SPECS.get(fault["kind"], {})
+    defaults = {name: default for name, (_, default) in specs.items()}
     return " ".join(
-        f"{name}={value}" for name, value in fault["params"].items() if value != defaults.get(name)
+        f"{name}={value}" for name, value in fault.get("params", {}).items() if value != defaults.get(name)
     )

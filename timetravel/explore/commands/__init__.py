@@ -1,9 +1,10 @@
 """The command language: one parser and one set of commands for the TUI, the shell, scripts and Python.
 
-    from timetravel.explore.commands import CommandContext, run_line, render_text
-    context = CommandContext(session=session)
-    result = run_line("find-first nonfinite(nodes/*/weights)", context)
-    print("\n".join(render_text(result, context.display_unit)))
+    from timetravel.explore.commands import RecordingValues, open_context, render_text, run_line
+    with open_context("run.ttr") as context:            # or CommandContext(session=Session.open(...))
+        result = run_line("goto 950", context)          # a result dataclass (here CursorResult)
+        print("\n".join(render_text(result, context.display_unit)))
+        completions = complete("print nodes/", RecordingValues(context))
 
 ``parse``/``parse_script`` turn text into :class:`Invocation` objects (typed, checked);
 ``execute`` runs one and returns a result dataclass from :mod:`timetravel.explore.results`;
@@ -11,6 +12,8 @@
 commands, arguments, options and their kinds that help, completion and palettes read.
 """
 
+from timetravel.explore.commands import navigation  # noqa: F401  (importing it registers its handlers)
+from timetravel.explore.commands.binding import RecordingValues, open_context
 from timetravel.explore.commands.complete import (
     Completion,
     CompletionContext,
@@ -52,10 +55,12 @@ __all__ = [
     "Invocation",
     "Moment",
     "OptionSpec",
+    "RecordingValues",
     "ValueSource",
     "complete",
     "completion_context",
     "execute",
+    "open_context",
     "parse",
     "parse_moment",
     "parse_script",

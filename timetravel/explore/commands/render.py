@@ -53,8 +53,10 @@ def _events(result: r.EventsResult, unit: str) -> list[str]:
 
 def _print(result: r.PrintResult, unit: str) -> list[str]:
     lines = [f"{result.path or '/'} on {result.branch} at {format_time(result.t_ns, unit)}"]
+    wildcard = "*" in result.path
     lines += [
-        "  " * (entry.depth + 1) + f"{entry.path.rsplit('/', 1)[-1]}: {entry.summary}"
+        "  " * (entry.depth + 1)
+        + f"{entry.path if wildcard and entry.depth == 0 else entry.path.rsplit('/', 1)[-1]}: {entry.summary}"
         for entry in result.entries
     ]
     if result.omitted:
@@ -176,10 +178,16 @@ def _faults(result: r.FaultsResult, unit: str) -> list[str]:
     lines = []
     for fault in result.faults:
         window = format_time(fault.get("t_start", 0), unit)
-        if fault.get("t_end", fault.get("t_start")) != fault.get("t_start"):
-            window += f"..{format_time(fault.get('t_end', 0), unit)}"
+        t_end = fault.get("t_end", fault.get("t_start"))
+        if t_end is None:
+            window += "..never"
+        elif t_end != fault.get("t_start"):
+            window += f"..{format_time(t_end, unit)}"
+        acted = f"  hits {fault['hits']}" if "hits" in fault else ""
+        expected = f"  {fault['expected']}" if "expected" in fault else ""
         lines.append(
-            f"  {fault.get('id', '?'):<6} {fault.get('kind', '?'):<10} {fault.get('target', '?'):<12} {window}  {fault.get('params', {})}"
+            f"  {fault.get('id', '?'):<6} {fault.get('kind', '?'):<10} {fault.get('target', '?')!s:<12} {window}"
+            f"{expected}{acted}  {fault.get('params', {})}"
         )
     return lines or [f"no faults on {result.branch}"]
 

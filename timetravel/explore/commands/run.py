@@ -11,11 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from types import TracebackType
 from typing import Any
 
+from timetravel.explore.branch_tree import branch_names
 from timetravel.explore.commands.parse import CommandError, Invocation, parse, resolve_command
 from timetravel.explore.commands.spec import COMMAND_SPECS
 from timetravel.explore.results import HelpEntry, HelpResult
+from timetravel.explore.session import Session
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT
 
 Handler = Callable[[Invocation, "CommandContext"], Any]
@@ -29,6 +32,9 @@ class CommandContext:
     progress: Callable[[Any], None] | None = None
     should_stop: Callable[[], bool] | None = None
     watches: list[str] = field(default_factory=list)
+    """Watched paths, in the order they were added (at most WATCHES_MAX)."""
+    watch_digests: dict[str, bytes] = field(default_factory=dict)
+    """Each watch's value digest when it was last shown: what ``changed`` compares with."""
 
     @property
     def display_unit(self) -> str:
@@ -38,6 +44,40 @@ class CommandContext:
         if self.session is None:
             raise CommandError(f"{command}: no recording is open")
         return self.session
+
+    def switch_branch(self, name: str, command: str = "goto") -> Any:
+        """Make ``name`` the cursor's branch (a Session on it, cursor at its start); returns it."""
+        session = self.require_session(command)
+        if name == session.branch:
+            return session
+        known = branch_names(session.reader)
+        if name not in known:
+            raise CommandError(f"{command}: no branch {name!r} (branches: {', '.join(known)})")
+        return self.reopen(name)
+
+    def reopen(self, branch: str | None = None) -> Any:
+        """Open the recording again (on ``branch``, default the current one) and close the old
+        Session: after a branch was appended to the file, or to switch branches. The cursor
+        starts at the branch's beginning; watches stay."""
+        old = self.require_session("reopen")
+        new = Session.open(old.reader.path, scenario=old.scenario, branch=branch or old.branch)
+        old.close()
+        self.session = new
+        self.watch_digests.clear()
+        return new
+
+    def close(self) -> None:
+        if self.session is not None:
+            self.session.close()
+            self.session = None
+
+    def __enter__(self) -> CommandContext:
+        return self
+
+    def __exit__(
+        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
+    ) -> None:
+        self.close()
 
 
 def _help(invocation: Invocation, context: CommandContext) -> HelpResult:

@@ -1,0 +1,161 @@
+"""Where the cursor is, what happened around it, and where a watched path changes.
+
+The moves themselves are the Session's (``goto``, ``step``, ``back``); this module turns the
+cursor into the results the command language returns (:class:`CursorResult`,
+:class:`EventsResult`) and holds the one search the ``watch`` command needs: the next or the
+previous event that changes a path, found by re-executing event by event through the Session
+(so every step is verified against the recording's hash chain). The walk is bounded by
+``WATCH_SCAN_EVENTS_MAX``; when nothing changes within it, the cursor goes back to where it was.
+"""
+
+from __future__ import annotations
+
+import bisect
+from typing import Any
+
+from timetravel.explore.replay import PAYLOAD_TEXT_CHARS_MAX
+from timetravel.explore.results import CursorResult, EventRow, EventsResult, WatchValue
+from timetravel.explore.session import Position, RecordedEvent, Session
+from timetravel.explore.view import watch_digest
+
+EVENT_ROWS_DEFAULT = 20
+EVENT_ROWS_MAX = 1_000
+"""Rows one ``events`` shows."""
+EVENTS_SCAN_MAX = 100_000
+"""Recorded events one filtered ``events`` looks through (rows and the count of the rest)."""
+WATCH_SCAN_EVENTS_MAX = 100_000
+"""Events re-executed by one ``watch --next`` or ``--previous`` before it gives up."""
+
+
+def branch_failure(session: Session) -> dict[str, Any] | None:
+    """The failure that ended the branch (the END frame's), else the first one recorded."""
+    if session.info.failure is not None:
+        return dict(session.info.failure)
+    failures = session.failures()
+    return dict(failures[0]) if failures else None
+
+
+def _payload_text(payload: Any) -> str:
+    text = repr(payload)
+    return text if len(text) <= PAYLOAD_TEXT_CHARS_MAX else text[: PAYLOAD_TEXT_CHARS_MAX - 3] + "..."
+
+
+def next_event(session: Session) -> dict[str, Any] | None:
+    """The recorded event the next step runs (None at the end)."""
+    event = session.event(session.position.events + 1)
+    if event is None:
+        return None
+    return {"number": event.number, "t_ns": event.t_ns, "dst": event.node, "kind": event.kind}
+
+
+def cursor_result(session: Session, watches: tuple[WatchValue, ...] = ()) -> CursorResult:
+    position = session.position
+    return CursorResult(
+        branch=position.branch,
+        t_ns=position.t_ns,
+        event=position.events,
+        events_total=session.end.events,
+        t_end_ns=session.end.t_ns,
+        failure=branch_failure(session),
+        next_event=next_event(session),
+        watches=watches,
+    )
+
+
+def _row(event: RecordedEvent) -> EventRow:
+    return EventRow(event.number, event.t_ns, event.node, event.kind, _payload_text(event.payload))
+
+
+def event_rows(
+    session: Session,
+    *,
+    node: str | None = None,
+    kind: str | None = None,
+    count: int = EVENT_ROWS_DEFAULT,
+    after: bool = False,
+) -> EventsResult:
+    """The ``count`` recorded events nearest the cursor that match the filters, in time order.
+
+    Before the cursor (the default) the rows end with the event the cursor stands after;
+    ``after`` gives the events the next steps run. ``omitted`` counts further matching events
+    in the same direction (over at most EVENTS_SCAN_MAX events when filtering).
+    """
+    assert 0 <= count <= EVENT_ROWS_MAX, count
+    cursor = session.position.events
+    last = session.end.events
+    numbers = range(cursor + 1, last + 1) if after else range(cursor, 0, -1)
+    if node is None and kind is None:
+        chosen = list(numbers[:count])
+        omitted = max(len(numbers) - count, 0)
+    else:
+        chosen = []
+        omitted = 0
+        for scanned, number in enumerate(numbers):
+            if scanned >= EVENTS_SCAN_MAX:
+                break
+            event = session.event(number)
+            if event is None or (node is not None and event.node != node):
+                continue
+            if kind is not None and event.kind != kind:
+                continue
+            if len(chosen) < count:
+                chosen.append(number)
+            else:
+                omitted += 1
+    rows = [_row(event) for number in sorted(chosen) if (event := session.event(number)) is not None]
+    return EventsResult(session.branch, tuple(rows), cursor, omitted)
+
+
+def restore_position(session: Session, position: Position) -> None:
+    """Put the cursor back exactly: the event count, and the clock a ``goto T`` had left."""
+    session.goto_event(position.events)
+    if session.position.t_ns != position.t_ns:
+        session.goto_time(position.t_ns)
+    assert session.position == position, (session.position, position)
+
+
+def next_change(session: Session, path: str, events_max: int = WATCH_SCAN_EVENTS_MAX) -> Position | None:
+    """Step forward to the first event after the cursor that changes ``path``; None (the cursor
+    unmoved) when none does before the end or within ``events_max`` events."""
+    start = session.position
+    before = watch_digest(session.world, path)
+    for _ in range(events_max):
+        if session.position.events >= session.end.events:
+            break
+        session.step(1)
+        if watch_digest(session.world, path) != before:
+            return session.position
+    restore_position(session, start)
+    return None
+
+
+def previous_change(session: Session, path: str, events_max: int = WATCH_SCAN_EVENTS_MAX) -> Position | None:
+    """Go back to the last event before the cursor's that changed ``path`` (the cursor stands
+    after it); None (the cursor unmoved) when none did since the start or within ``events_max``
+    re-executed events. The event the cursor stands after is left out, so asking again walks
+    further back, change by change.
+
+    Each interval between two snapshots is re-executed forward, event by event, from the latest
+    snapshot before the cursor backwards, until an interval holds a change.
+    """
+    start = session.position
+    starts = [info.events for info in session.snapshots()]
+    end = start.events - 1
+    executed = 0
+    while end > 0 and executed < events_max:
+        first = starts[max(bisect.bisect_left(starts, end) - 1, 0)]
+        session.goto_event(first)
+        previous = watch_digest(session.world, path)
+        changed_at: int | None = None
+        while session.position.events < end and executed < events_max:
+            session.step(1)
+            executed += 1
+            current = watch_digest(session.world, path)
+            if current != previous:
+                changed_at = session.position.events
+            previous = current
+        if changed_at is not None:
+            return session.goto_event(changed_at)
+        end = first
+    restore_position(session, start)
+    return None
