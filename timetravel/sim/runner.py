@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
-from timetravel.sim.kernel import Simulation, chain_head
+from timetravel.sim.kernel import PauseCallback, Simulation, chain_head
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 
@@ -34,14 +34,20 @@ def run_report(
     until_ns: int | None = None,
     max_events: int | None = None,
     determinism: str | None = None,
+    pause_every_events: int | None = None,
+    on_pause: PauseCallback | None = None,
 ) -> tuple[dict[str, Any], World]:
     """Run one seed to the end (or ``until_ns``) and return the report and the final world.
 
     ``determinism`` is the guard's mode (None: the scenario's own, normally virtualize).
+    ``on_pause`` (called every ``pause_every_events`` events, outside any handler) lets a caller
+    such as the farm watch a wall-clock budget and stop a run by raising; it never changes the run.
     """
     world = build_world(scenario, config, seed)
     simulation = Simulation(scenario, world, determinism=determinism)
-    result = simulation.run(until_ns=until_ns, max_events=max_events)
+    result = simulation.run(
+        until_ns=until_ns, max_events=max_events, pause_every_events=pause_every_events, on_pause=on_pause
+    )
     report: dict[str, Any] = {
         "scenario": scenario.name,
         "seed": seed,
