@@ -24,6 +24,9 @@ COMMAND_MODULES = (
     "timetravel.cli.faults_command",
     "timetravel.cli.replay_command",
     "timetravel.cli.inspect_command",
+    "timetravel.cli.fuzz_command",
+    "timetravel.cli.findings_command",
+    "timetravel.cli.verify_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

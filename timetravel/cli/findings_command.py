@@ -1,0 +1,173 @@
+"""``timetravel findings``: failing seeds bucketed by signature; ``findings merge`` joins shard databases."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.farm import (
+    DEFAULT_DATABASE,
+    FindingsDatabase,
+    FindingsDatabaseError,
+    compare_to_baseline,
+    list_findings,
+)
+from timetravel.farm.findings import BaselineComparison, Bucket, Findings
+from timetravel.scenarios import UnknownScenarioError, get_scenario
+from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
+
+EXIT_OK = 0
+EXIT_NEW_SIGNATURE = 1
+EXIT_MERGE_CONFLICTS = 1
+MERGE_INPUTS_MAX = 10_000
+FAULT_KINDS_SHOWN_MAX = 6
+SEEDS_SHOWN_MAX = 12
+
+register_user_error(FindingsDatabaseError)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "findings",
+        help="list the failing seeds of a sweep by signature; `findings merge` joins shard databases",
+        description=(
+            "`timetravel findings [--db PATH]` lists buckets of failing seeds by signature: how many, the fault "
+            "kinds present with each, the earliest-failing seed and the command that opens it. With --baseline "
+            "OLD.db the exit code is 1 when a signature appears that OLD.db lacks (a CI gate). "
+            "`timetravel findings merge A.db B.db ... --db OUT.db` merges shard databases into OUT.db; a seed "
+            "whose rows disagree is a conflict (exit code 1)."
+        ),
+    )
+    parser.add_argument(
+        "words",
+        nargs="*",
+        metavar="merge INPUT.db",
+        help="`merge` followed by the databases to merge into --db",
+    )
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DATABASE,
+        metavar="PATH",
+        help=f"findings database (default {DEFAULT_DATABASE})",
+    )
+    parser.add_argument(
+        "--baseline", metavar="OLD.db", help="exit 1 when a signature appears that OLD.db lacks"
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.words:
+        if args.words[0] != "merge":
+            raise UsageError(f"findings: unknown action {args.words[0]!r} (the one action is `merge`)")
+        return _merge(args, args.words[1:])
+    with FindingsDatabase(args.db, create=False) as database:
+        findings = list_findings(database)
+    comparison = None
+    if args.baseline:
+        with FindingsDatabase(args.baseline, create=False) as baseline:
+            comparison = compare_to_baseline(findings, list_findings(baseline))
+    if args.json:
+        result = findings.to_json()
+        if comparison is not None:
+            result["baseline"] = comparison.__dict__
+        print_json(result)
+    else:
+        _print_findings(findings)
+        if comparison is not None:
+            _print_comparison(comparison)
+    return EXIT_NEW_SIGNATURE if comparison is not None and comparison.new else EXIT_OK
+
+
+def _merge(args: argparse.Namespace, inputs: list[str]) -> int:
+    if not inputs:
+        raise UsageError("findings merge: name the databases to merge (findings merge A.db B.db --db OUT.db)")
+    if len(inputs) > MERGE_INPUTS_MAX:
+        raise UsageError(f"findings merge: at most {MERGE_INPUTS_MAX} inputs")
+    for path in inputs:  # every input is checked before OUT is touched
+        FindingsDatabase(path, create=False).close()
+    results = []
+    with FindingsDatabase(args.db) as out:
+        for path in inputs:
+            merged = out.merge_from(path)
+            results.append({"input": path, **merged.__dict__})
+        total = out.count()
+    conflicts = sum(result["conflicts_total"] for result in results)
+    if args.json:
+        print_json({"db": args.db, "seeds": total, "inputs": results, "conflicts": conflicts})
+    else:
+        for result in results:
+            print(
+                f"{result['input']}: {result['inserted']:,} rows added, {result['duplicates']:,} already present, "
+                f"{result['conflicts_total']:,} conflicts"
+            )
+            for conflict in result["conflicts"]:
+                print(
+                    f"  conflict: {conflict['scenario']} seed {conflict['seed']}: kept {conflict['outcome_kept']} "
+                    f"{conflict['signature_kept']}, other says {conflict['outcome_other']} {conflict['signature_other']}"
+                )
+        print(f"{args.db}: {total:,} seeds")
+    if conflicts:
+        print(
+            f"timetravel: {conflicts} seeds have rows that disagree (other code, or a determinism bug)",
+            file=sys.stderr,
+        )
+        return EXIT_MERGE_CONFLICTS
+    return EXIT_OK
+
+
+def _display_unit(scenario: str) -> str:
+    try:
+        return get_scenario(scenario).display_unit
+    except UnknownScenarioError:
+        return DISPLAY_UNIT_DEFAULT
+
+
+def _print_findings(findings: Findings) -> None:
+    scenarios = ", ".join(f"{name} {count:,}" for name, count in findings.scenarios.items())
+    signatures = len(findings.buckets)
+    print(
+        f"{findings.db}: {findings.seeds:,} seeds ({scenarios or 'none'}), {findings.failing:,} failing, "
+        f"{signatures} signature{'s' if signatures != 1 else ''}"
+    )
+    for bucket in findings.buckets:
+        _print_bucket(bucket)
+
+
+def _print_bucket(bucket: Bucket) -> None:
+    print(
+        f"\n{bucket.signature}  ({bucket.scenario})  {bucket.count:,} seeds, {bucket.share:.1%} of its seeds"
+    )
+    kinds = [
+        f"{kind} {stats['seeds']:,}/{bucket.count:,} ({stats['share']:.0%}; in {stats['share_all']:.0%} of all seeds)"
+        for kind, stats in list(bucket.fault_kinds.items())[:FAULT_KINDS_SHOWN_MAX]
+    ]
+    print(f"  fault kinds  {', '.join(kinds) if kinds else 'none'}")
+    earliest = bucket.earliest
+    when = ""
+    if earliest["t_ns"] is not None:
+        when = f", fails at {format_time(earliest['t_ns'], _display_unit(bucket.scenario))}"
+        when += f" after {earliest['events']:,} events" if earliest["events"] is not None else ""
+    print(f"  earliest     seed {earliest['seed']}{when}")
+    print(f"  open         {bucket.open_command}")
+    if bucket.open_command != bucket.reproduce_command:
+        print(f"  reproduce    {bucket.reproduce_command}")
+    shown = " ".join(str(seed) for seed in bucket.seeds[:SEEDS_SHOWN_MAX])
+    more = " ..." if bucket.count > SEEDS_SHOWN_MAX else ""
+    print(f"  seeds        {shown}{more}")
+
+
+def _print_comparison(comparison: BaselineComparison) -> None:
+    print(
+        f"\nagainst baseline {comparison.baseline}: {len(comparison.new)} new, {len(comparison.gone)} gone, "
+        f"{comparison.kept} in both"
+    )
+    for bucket in comparison.new:
+        print(
+            f"  NEW   {bucket['signature']} ({bucket['scenario']}, {bucket['count']:,} seeds): {bucket['open_command']}"
+        )
+    for bucket in comparison.gone:
+        print(f"  gone  {bucket['signature']} ({bucket['scenario']})")

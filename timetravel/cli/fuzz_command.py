@@ -1,0 +1,175 @@
+"""``timetravel fuzz SCENARIO --seeds A:B``: sweep seeds, bucket the failures in a findings database."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.farm import (
+    DEFAULT_DATABASE,
+    FarmWorkerError,
+    FindingsDatabase,
+    FindingsDatabaseError,
+    LocalPool,
+    SeedSpecError,
+    SweepSummary,
+    parse_seeds,
+    parse_shard,
+    plan_sweep,
+    run_sweep,
+)
+from timetravel.farm.dask_executor import DaskSetupError
+from timetravel.farm.progress import ProgressBar
+from timetravel.farm.sweep import STOP_INTERRUPTED, STOP_TIME_BUDGET
+
+EXIT_CLEAN = 0
+EXIT_FAILURES_FOUND = 1
+EXIT_INTERRUPTED = 130
+DASK_LOCAL = "local"
+
+for _error in (SeedSpecError, FindingsDatabaseError, FarmWorkerError, DaskSetupError):
+    register_user_error(_error)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "fuzz",
+        help="run a sweep of seeds on local processes or a Dask cluster; failures go to a findings database",
+        description=(
+            "Run every seed of --seeds (each without recording) on a local process pool (one worker per CPU), "
+            "on a Dask cluster (--dask), or one shard of them (--shard I/N, for array jobs). One row per seed goes "
+            "into an SQLite findings database; seeds already there are skipped, so after Ctrl-C the same command "
+            "resumes. Scenarios whose `faults` key accepts `swarm` run swarm fault schedules unless you set "
+            "`faults` (or pass --no-swarm). Exit code 0 when no seed fails, 1 when some do "
+            "(`timetravel findings` lists them), 2 on bad input, 130 when interrupted."
+        ),
+    )
+    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+    parser.add_argument(
+        "--seeds", required=True, metavar="A:B", help="seeds A (included) to B (excluded); also N or A:B,C:D"
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="set a config key for every seed (repeatable; applied after any preset)",
+    )
+    parser.add_argument(
+        "--scenario",
+        dest="scenario_target",
+        metavar="MODULE:ATTR",
+        help="load the scenario from this module (your explicit opt-in to import it, in every worker too)",
+    )
+    parser.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
+    parser.add_argument(
+        "--dask",
+        nargs="?",
+        const=DASK_LOCAL,
+        metavar="ADDRESS",
+        help="run on Dask: alone, a LocalCluster of --workers processes; with tcp://host:8786, that scheduler "
+        "(needs the `cluster` extra)",
+    )
+    parser.add_argument("--shard", metavar="I/N", help="run only the seeds s with s %% N == I (0 <= I < N)")
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DATABASE,
+        metavar="PATH",
+        help=f"findings database (default {DEFAULT_DATABASE})",
+    )
+    parser.add_argument(
+        "--seed-timeout",
+        type=float,
+        metavar="S",
+        help="wall seconds one seed may take; past it the seed is stopped and recorded as `timeout`",
+    )
+    parser.add_argument(
+        "--time-budget",
+        type=float,
+        metavar="S",
+        help="start no new seed after S wall seconds (rerun to continue)",
+    )
+    parser.add_argument("--no-swarm", action="store_true", help="do not turn on swarm fault schedules")
+    parser.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    _check_numbers(args)
+    plan = plan_sweep(
+        args.scenario,
+        args.settings,
+        parse_seeds(args.seeds),
+        parse_shard(args.shard) if args.shard else None,
+        scenario_target=args.scenario_target,
+        swarm=not args.no_swarm,
+        seed_timeout_s=args.seed_timeout,
+    )
+    executor = _executor(args)
+    with FindingsDatabase(args.db) as database:
+        summary = run_sweep(
+            plan, database, executor, time_budget_s=args.time_budget, progress=ProgressBar.for_terminal
+        )
+    if args.json:
+        print_json(summary.to_json())
+    else:
+        _print_human(summary)
+    if summary.stopped == STOP_INTERRUPTED:
+        print(
+            f"timetravel: interrupted; {summary.seeds_in_sweep - summary.remaining:,} of "
+            f"{summary.seeds_in_sweep:,} seeds are done. Run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
+    return EXIT_FAILURES_FOUND if summary.failing else EXIT_CLEAN
+
+
+def _check_numbers(args: argparse.Namespace) -> None:
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    for name in ("seed_timeout", "time_budget"):
+        value = getattr(args, name)
+        if value is not None and not value > 0:
+            raise UsageError(f"--{name.replace('_', '-')} must be a positive number of seconds, got {value}")
+
+
+def _executor(args: argparse.Namespace) -> Any:
+    if args.dask is None:
+        return LocalPool(args.workers)
+    from timetravel.farm.dask_executor import DaskExecutor
+
+    return DaskExecutor(None if args.dask == DASK_LOCAL else args.dask, args.workers)
+
+
+def _print_human(summary: SweepSummary) -> None:
+    where = f"{summary.workers} {summary.executor} worker{'s' if summary.workers != 1 else ''}"
+    shard = f", shard {summary.shard}" if summary.shard != "0/1" else ""
+    print(
+        f"{summary.scenario}: ran {summary.ran:,} seeds of {summary.seeds}{shard} on {where} in "
+        f"{summary.wall_s:.2f} s ({summary.seeds_per_s:,.1f} seeds/s); {summary.already_done:,} were done already"
+    )
+    if summary.settings:
+        print(f"settings: {' '.join('--set ' + setting for setting in summary.settings)}")
+    if summary.stopped == STOP_TIME_BUDGET:
+        print(f"time budget reached: {summary.remaining:,} seeds left; run the same command to continue")
+    outcomes = ", ".join(f"{count:,} {outcome}" for outcome, count in summary.outcomes.items())
+    print(f"this run: {outcomes or 'nothing to do'}")
+    done = summary.seeds_in_sweep - summary.remaining
+    print(f"sweep: {summary.failing:,} of {done:,} seeds fail")
+    for signature, count in summary.signatures.items():
+        print(f"  {count:>8,}  {signature}")
+    if summary.worker_deaths or summary.killed_for_timeout:
+        print(
+            f"workers: {summary.worker_deaths} died ({summary.retries} seeds retried), "
+            f"{summary.killed_for_timeout} killed past --seed-timeout"
+        )
+    if summary.other_code_rows:
+        print(
+            f"note: {summary.other_code_rows:,} rows were run by other code; "
+            "`timetravel verify --bucket SIG` re-runs a bucket on this code"
+        )
+    if summary.failing:
+        print(f"details: timetravel findings --db {summary.db}")

@@ -1,0 +1,104 @@
+"""``timetravel verify --bucket SIG``: did my fix fix it? Re-run a bucket's seeds on today's code."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.farm import (
+    DEFAULT_DATABASE,
+    FindingsDatabase,
+    LocalPool,
+    bucket_jobs,
+    list_findings,
+    verify_bucket,
+)
+from timetravel.farm.findings import find_bucket
+from timetravel.farm.progress import ProgressBar
+from timetravel.farm.verify import BucketNotFoundError, Verification
+
+EXIT_ALL_FIXED = 0
+EXIT_STILL_FAILING = 1
+SEEDS_MAX_DEFAULT = 10_000
+
+register_user_error(BucketNotFoundError)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "verify",
+        help="re-run a findings bucket's seeds on today's code: fixed / still failing / new signature",
+        description=(
+            "Re-run every seed of the bucket SIG (a signature from `timetravel findings`, or a unique prefix) with "
+            "the settings its sweep used, on the code checked out now, and report which seeds are fixed, still "
+            "fail with SIG, or fail with a new signature. The database is only read. Exit code 0 when every seed "
+            "passes, 1 otherwise, 2 on bad input."
+        ),
+    )
+    parser.add_argument(
+        "--bucket", required=True, metavar="SIG", help="the signature of the bucket to re-run"
+    )
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DATABASE,
+        metavar="PATH",
+        help=f"findings database (default {DEFAULT_DATABASE})",
+    )
+    parser.add_argument("--scenario", metavar="NAME", help="the scenario, when SIG occurs in several")
+    parser.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
+    parser.add_argument("--seed-timeout", type=float, metavar="S", help="wall seconds one seed may take")
+    parser.add_argument(
+        "--seeds-max",
+        type=int,
+        default=SEEDS_MAX_DEFAULT,
+        metavar="N",
+        help=f"re-run at most N seeds, the lowest first (default {SEEDS_MAX_DEFAULT:,})",
+    )
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if args.workers is not None and args.workers < 1:
+        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.seeds_max < 1:
+        raise UsageError(f"--seeds-max must be at least 1, got {args.seeds_max}")
+    if args.seed_timeout is not None and not args.seed_timeout > 0:
+        raise UsageError(f"--seed-timeout must be a positive number of seconds, got {args.seed_timeout}")
+    with FindingsDatabase(args.db, create=False) as database:
+        buckets = find_bucket(list_findings(database), args.bucket)
+        if args.scenario:
+            buckets = [bucket for bucket in buckets if bucket.scenario == args.scenario]
+        if len(buckets) != 1:
+            known = ", ".join(f"{bucket.signature} ({bucket.scenario})" for bucket in buckets)
+            raise BucketNotFoundError(
+                f"no bucket {args.bucket!r} in {args.db}"
+                if not buckets
+                else f"{args.bucket!r} names {len(buckets)} buckets: {known} (give the full signature or --scenario)"
+            )
+        bucket = buckets[0]
+        jobs = bucket_jobs(database, bucket.scenario, bucket.signature, args.seed_timeout, args.seeds_max)
+    progress = ProgressBar.for_terminal(len(jobs), f"verify {bucket.scenario}")
+    result = verify_bucket(jobs, bucket.scenario, bucket.signature, LocalPool(args.workers), progress)
+    if args.json:
+        print_json(result.to_json())
+    else:
+        _print_human(result)
+    return EXIT_ALL_FIXED if result.fixed == result.seeds else EXIT_STILL_FAILING
+
+
+def _print_human(result: Verification) -> None:
+    print(f"{result.signature} ({result.scenario}): {result.seeds:,} seeds re-run on today's code")
+    for verdict, label in (
+        ("fixed", "fixed"),
+        ("still_failing", "still failing"),
+        ("new_signature", "new signature"),
+    ):
+        seeds = result.seeds_by_verdict[verdict]
+        listed = " ".join(str(seed) for seed in seeds[:12]) + (
+            " ..." if getattr(result, verdict) > 12 else ""
+        )
+        print(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}")
+    for signature, count in result.new_signatures.items():
+        print(f"    {count:,} now fail with {signature}")

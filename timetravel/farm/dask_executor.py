@@ -1,0 +1,144 @@
+"""The Dask executor: the same ``run_seed`` on a ``dask.distributed`` cluster.
+
+``--dask`` alone starts a LocalCluster on this machine (processes, one thread each: the kernel
+is pure Python and holds the GIL); ``--dask tcp://host:8786`` connects to a running scheduler.
+dask is the ``cluster`` extra and is imported here only, and only when this executor is built.
+
+Dask already re-runs a task whose worker died and, after ``distributed.scheduler.allowed-failures``
+deaths, fails it with ``KilledWorker``, which becomes a ``crash`` row. A stuck task cannot be
+killed in its thread, so past its hard deadline the seed is recorded as ``timeout``, the future
+is cancelled and the worker holding it is restarted by its nanny. At most two seeds per worker
+thread are in flight, so the scheduler always has the next seed at hand and never holds the
+whole sweep.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from timetravel.farm.executor import SEED_ATTEMPTS_MAX, ExecutorStats, FarmWorkerError, hard_deadline_s
+from timetravel.farm.job import SeedJob, crash_row, run_seed, timeout_row
+
+CONNECT_TIMEOUT_S = 30
+POLL_INTERVAL_S = 0.25
+IN_FLIGHT_PER_THREAD = 2
+RESTART_TIMEOUT_S = 30
+
+
+class DaskSetupError(RuntimeError):
+    """dask is not installed, or the scheduler cannot be reached."""
+
+
+def _distributed() -> Any:
+    try:
+        import distributed
+    except ImportError:
+        raise DaskSetupError("--dask needs dask.distributed: pip install 'timetravel[cluster]'") from None
+    return distributed
+
+
+class DaskExecutor:
+    """Seeds as Dask tasks (see the module docstring)."""
+
+    name = "dask"
+
+    def __init__(self, address: str | None = None, workers: int | None = None) -> None:
+        distributed = _distributed()
+        self.address = address
+        self.cluster: Any = None
+        self.stats = ExecutorStats()
+        try:
+            if address is None:
+                from timetravel.farm.local_pool import default_workers
+
+                self.cluster = distributed.LocalCluster(
+                    n_workers=workers or default_workers(),
+                    threads_per_worker=1,
+                    processes=True,
+                    dashboard_address=None,
+                    silence_logs=logging.ERROR,
+                )
+                self.client = distributed.Client(self.cluster)
+            else:
+                self.client = distributed.Client(address, timeout=CONNECT_TIMEOUT_S)
+        except (OSError, TimeoutError) as error:
+            self.close()
+            raise DaskSetupError(f"cannot reach the Dask scheduler at {address}: {error}") from None
+        self.workers = max(1, sum(self.client.nthreads().values()))
+
+    def run(self, jobs: Iterator[SeedJob], stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
+        distributed = _distributed()
+        in_flight: dict[Any, tuple[SeedJob, float]] = {}
+        exhausted = False
+        while True:
+            while not exhausted and not stop() and len(in_flight) < IN_FLIGHT_PER_THREAD * self.workers:
+                job = next(jobs, None)
+                if job is None:
+                    exhausted = True
+                    break
+                future = self.client.submit(run_seed, job, pure=False, retries=0)
+                in_flight[future] = (job, time.monotonic())
+            if not in_flight:
+                return
+            try:
+                done, _ = distributed.wait(
+                    list(in_flight), timeout=POLL_INTERVAL_S, return_when="FIRST_COMPLETED"
+                )
+            except TimeoutError:
+                done = set()
+            for future in done:
+                job, _submitted = in_flight.pop(future)
+                yield self._row(distributed, future, job)
+            yield from self._expire(in_flight)
+
+    def _row(self, distributed: Any, future: Any, job: SeedJob) -> dict[str, Any]:
+        if future.status == "finished":
+            row: dict[str, Any] = future.result()
+            return row
+        error = future.exception()
+        if isinstance(error, distributed.KilledWorker):
+            self.stats.worker_deaths += SEED_ATTEMPTS_MAX
+            return crash_row(job, SEED_ATTEMPTS_MAX, "Dask KilledWorker")
+        raise FarmWorkerError(f"Dask task for seed {job.seed} failed: {type(error).__name__}: {error}")
+
+    def _expire(self, in_flight: dict[Any, tuple[SeedJob, float]]) -> Iterator[dict[str, Any]]:
+        """Seeds past their hard deadline: record ``timeout`` and restart the worker that holds them.
+
+        The deadline counts from submission and allows for one seed queued ahead on the worker
+        thread (each of which is itself bounded by the cooperative timeout).
+        """
+        now = time.monotonic()
+        expired = []
+        for future, (job, submitted) in in_flight.items():
+            limit = hard_deadline_s(job.seed_timeout_s)
+            if limit is not None and now - submitted > IN_FLIGHT_PER_THREAD * limit:
+                expired.append(future)
+        if not expired:
+            return
+        processing = self.client.processing()
+        keys = {future.key for future in expired}
+        stuck_workers = [worker for worker, tasks in processing.items() if keys & set(tasks)]
+        for future in expired:
+            job, submitted = in_flight.pop(future)
+            future.cancel()
+            self.stats.killed_for_timeout += 1
+            yield timeout_row(job, now - submitted, None, None)
+        if stuck_workers:
+            self.client.restart_workers(stuck_workers, timeout=RESTART_TIMEOUT_S, raise_for_error=False)
+
+    def close(self) -> None:
+        client = getattr(self, "client", None)
+        if client is not None:
+            client.close()
+        if self.cluster is not None:
+            self.cluster.close()
+            self.cluster = None
+
+    def __enter__(self) -> DaskExecutor:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,185 @@
+"""Findings: the failing seeds of a database, bucketed by failure signature.
+
+A bucket is one (scenario, signature). For each it reports how many seeds fail that way, which
+fault kinds co-occur with it (the share of the bucket's seeds that had each kind, next to the
+share of all that scenario's seeds, so a kind present in every failure but in few passes
+stands out), the earliest-failing seed (the one whose failure comes first in simulated time,
+the least to replay; ties go to fewer events, then the lower seed) and the exact command that
+opens it: its recording when there is one, else ``timetravel run`` with every ``--set`` the
+sweep used.
+
+``compare_to_baseline`` is the CI gate: the signatures found here that the baseline lacks.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from timetravel.farm.database import FindingsDatabase, Sweep
+from timetravel.sim.runner import reproduce_command
+
+BUCKET_SEEDS_SHOWN_MAX = 20
+"""The first seeds of each bucket listed in ``--json`` (the count covers all of them)."""
+
+
+@dataclass
+class Bucket:
+    scenario: str
+    signature: str
+    count: int
+    share: float
+    """Fraction of the scenario's seeds in this database that fail with this signature."""
+    failure_kind: str
+    fault_kinds: dict[str, dict[str, float]]
+    earliest: dict[str, Any]
+    open_command: str
+    reproduce_command: str
+    seeds: list[int] = field(default_factory=list)
+
+
+@dataclass
+class Findings:
+    db: str
+    seeds: int
+    failing: int
+    scenarios: dict[str, int]
+    buckets: list[Bucket]
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def open_command(scenario: str, seed: int, sweep: Sweep | None, recording: str | None) -> str:
+    """The command that opens a seed: its recording in the TUI, else a run with the sweep's settings."""
+    if recording:
+        return shlex.join(["timetravel", "tui", recording])
+    return run_command(scenario, seed, sweep)
+
+
+def run_command(scenario: str, seed: int, sweep: Sweep | None) -> str:
+    command = reproduce_command(scenario, seed, sweep.settings if sweep else ())
+    if sweep is not None and sweep.scenario_target:
+        command += " " + shlex.join(["--scenario", sweep.scenario_target])
+    return command
+
+
+def list_findings(database: FindingsDatabase) -> Findings:
+    """Every bucket of the database, the largest first."""
+    connection = database.connection
+    sweeps = database.sweeps()
+    scenarios = dict(connection.execute("SELECT scenario, count(*) FROM seeds GROUP BY scenario ORDER BY 1"))
+    kinds_overall = _fault_kind_counts(database, "outcome IS NOT NULL", ())
+    buckets = []
+    for scenario, signature, failure_kind, count in connection.execute(
+        "SELECT scenario, signature, min(failure_kind), count(*) FROM seeds WHERE signature IS NOT NULL "
+        "GROUP BY scenario, signature ORDER BY count(*) DESC, scenario, signature"
+    ).fetchall():
+        buckets.append(
+            _bucket(database, sweeps, scenario, signature, failure_kind, count, scenarios, kinds_overall)
+        )
+    failing = sum(bucket.count for bucket in buckets)
+    return Findings(str(database.path), sum(scenarios.values()), failing, scenarios, buckets)
+
+
+def _bucket(
+    database: FindingsDatabase,
+    sweeps: dict[tuple[str, str], Sweep],
+    scenario: str,
+    signature: str,
+    failure_kind: str,
+    count: int,
+    scenarios: dict[str, int],
+    kinds_overall: dict[tuple[str, str], int],
+) -> Bucket:
+    where = "scenario = ? AND signature = ?"
+    connection = database.connection
+    seed, config, t_ns, events, recording = connection.execute(
+        f"SELECT seed, config_hash, t_ns, events, recording FROM seeds WHERE {where} "
+        "ORDER BY t_ns IS NULL, t_ns, events, seed LIMIT 1",
+        (scenario, signature),
+    ).fetchone()
+    seeds = [
+        row[0]
+        for row in connection.execute(
+            f"SELECT seed FROM seeds WHERE {where} ORDER BY seed LIMIT {BUCKET_SEEDS_SHOWN_MAX}",
+            (scenario, signature),
+        )
+    ]
+    in_bucket = _fault_kind_counts(database, where, (scenario, signature))
+    total = scenarios[scenario]
+    fault_kinds = {
+        kind: {
+            "seeds": seeds_with_kind,
+            "share": round(seeds_with_kind / count, 4),
+            "share_all": round(kinds_overall.get((scenario, kind), 0) / total, 4),
+        }
+        for (_, kind), seeds_with_kind in sorted(in_bucket.items(), key=lambda item: (-item[1], item[0]))
+    }
+    sweep = sweeps.get((scenario, config))
+    return Bucket(
+        scenario=scenario,
+        signature=signature,
+        count=count,
+        share=round(count / total, 4),
+        failure_kind=failure_kind,
+        fault_kinds=fault_kinds,
+        earliest={
+            "seed": seed,
+            "config_hash": config,
+            "t_ns": t_ns,
+            "events": events,
+            "recording": recording,
+        },
+        open_command=open_command(scenario, seed, sweep, recording),
+        reproduce_command=run_command(scenario, seed, sweep),
+        seeds=seeds,
+    )
+
+
+def _fault_kind_counts(
+    database: FindingsDatabase, where: str, parameters: tuple[Any, ...]
+) -> dict[tuple[str, str], int]:
+    """(scenario, fault kind) -> how many seeds matching ``where`` had that kind."""
+    rows = database.connection.execute(
+        f"SELECT scenario, kind.value, count(*) FROM seeds, json_each(seeds.fault_kinds) AS kind "
+        f"WHERE {where} GROUP BY scenario, kind.value",
+        parameters,
+    )
+    return {(scenario, kind): count for scenario, kind, count in rows}
+
+
+@dataclass
+class BaselineComparison:
+    baseline: str
+    new: list[dict[str, Any]]
+    gone: list[dict[str, Any]]
+    kept: int
+
+
+def compare_to_baseline(findings: Findings, baseline: Findings) -> BaselineComparison:
+    """Signatures (per scenario) found now but not in the baseline, and the ones that went away."""
+    now = {(bucket.scenario, bucket.signature): bucket for bucket in findings.buckets}
+    before = {(bucket.scenario, bucket.signature): bucket for bucket in baseline.buckets}
+    new = [_brief(now[key]) for key in now if key not in before]
+    gone = [_brief(before[key]) for key in before if key not in now]
+    return BaselineComparison(baseline.db, new, gone, sum(1 for key in now if key in before))
+
+
+def _brief(bucket: Bucket) -> dict[str, Any]:
+    return {
+        "scenario": bucket.scenario,
+        "signature": bucket.signature,
+        "count": bucket.count,
+        "earliest_seed": bucket.earliest["seed"],
+        "open_command": bucket.open_command,
+    }
+
+
+def find_bucket(findings: Findings, signature: str) -> list[Bucket]:
+    """The buckets whose signature is ``signature``, or else starts with it (a unique prefix will do)."""
+    exact = [bucket for bucket in findings.buckets if bucket.signature == signature]
+    if exact:
+        return exact
+    return [bucket for bucket in findings.buckets if bucket.signature.startswith(signature)]
