@@ -16,6 +16,7 @@ SUITES: dict[str, str] = {
     "fabric": "timetravel.bench.fabric:run_bench",
     "tui": "timetravel.tui.bench:run_bench",
     "snapshot": "timetravel.bench.snapshot:run_bench",
+    "farm": "timetravel.bench.farm:run_bench",
 }
 
 

@@ -1,0 +1,115 @@
+"""A real Dask LocalCluster (2 worker processes): the same rows as the local pool and as merged shards.
+
+The watchdog cases on Dask (a stuck handler, a seed that kills every worker) are slow tests:
+they wait for Dask's nannies to restart worker processes.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import timetravel.farm.executor as executor_module
+from timetravel.cli import main
+from timetravel.farm import FindingsDatabase, LocalPool, Shard, comparable, parse_seeds, plan_sweep, run_sweep
+
+pytest.importorskip("distributed", reason="the `cluster` extra (dask.distributed) is not installed")
+
+PINGPONG_SETTINGS = ["rtt_max=2390ns", "rounds=200"]
+
+
+def dask_executor() -> Any:
+    from timetravel.farm.dask_executor import DaskExecutor
+
+    executor = DaskExecutor(workers=2)
+    assert executor.workers == 2 and len(executor.client.nthreads()) == 2
+    return executor
+
+
+def sweep_rows(plan: Any, path: Path, executor: Any) -> list[dict[str, Any]]:
+    with FindingsDatabase(path) as database:
+        run_sweep(plan, database, executor)
+        return [comparable(row) for row in database.rows()]
+
+
+@pytest.mark.timeout(120)
+def test_dask_local_pool_and_merged_shards_give_identical_rows(tmp_path: Path) -> None:
+    seeds = parse_seeds("0:10")
+    plan = plan_sweep("pingpong", PINGPONG_SETTINGS, seeds)
+    local_rows = sweep_rows(plan, tmp_path / "local.db", LocalPool(2))
+    executor = dask_executor()
+    dask_rows = sweep_rows(plan, tmp_path / "dask.db", executor)
+    assert executor.cluster is None, "the sweep closes the cluster it started"
+    for index in range(2):
+        shard_plan = plan_sweep("pingpong", PINGPONG_SETTINGS, seeds, Shard(index, 2))
+        sweep_rows(shard_plan, tmp_path / f"shard{index}.db", LocalPool(1))
+    with FindingsDatabase(tmp_path / "merged.db") as merged:
+        for index in range(2):
+            assert merged.merge_from(tmp_path / f"shard{index}.db").conflicts_total == 0
+        merged_rows = [comparable(row) for row in merged.rows()]
+    assert len(local_rows) == 10 and {row["outcome"] for row in local_rows} == {"pass", "fail"}
+    assert dask_rows == local_rows
+    assert merged_rows == local_rows
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_dask_records_a_stuck_seed_as_timeout_and_restarts_its_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(executor_module, "HARD_TIMEOUT_GRACE_S", 0.2)
+    plan = plan_sweep(
+        "stuck",
+        ["stuck_seeds=[2]"],
+        parse_seeds("0:6"),
+        scenario_target="farm_scenarios:STUCK",
+        seed_timeout_s=0.2,
+    )
+    executor = dask_executor()
+    with FindingsDatabase(tmp_path / "f.db") as database:
+        summary = run_sweep(plan, database, executor)
+        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
+    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(6)}
+    assert summary.killed_for_timeout == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_dask_records_a_seed_that_kills_every_worker_as_crash(tmp_path: Path) -> None:
+    settings = [f"marker_dir={tmp_path}", "kill_seeds=[1]", "kill_always=on"]
+    plan = plan_sweep("killer", settings, parse_seeds("0:3"), scenario_target="farm_scenarios:KILLER")
+    with FindingsDatabase(tmp_path / "f.db") as database:
+        run_sweep(plan, database, dask_executor())
+        rows = {row["seed"]: row for row in database.rows()}
+    assert [rows[seed]["outcome"] for seed in range(3)] == ["pass", "crash", "pass"]
+    assert rows[1]["signature"] == "crash:farm.worker_died"
+
+
+SLOW_SEEDS = {"ci": "0:16", "full": "0:400"}
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_a_bigger_gossip_sweep_gives_identical_rows_on_every_executor(tmp_path: Path) -> None:
+    """Sized by TIMETRAVEL_SLOW (ci: 16 seeds, full: 400); gossip draws thousands of choices a seed."""
+    seeds = parse_seeds(SLOW_SEEDS[os.environ.get("TIMETRAVEL_SLOW", "ci")])
+    plan = plan_sweep("gossip", ["coverage_min=0.99"], seeds)
+    local_rows = sweep_rows(plan, tmp_path / "local.db", LocalPool(2))
+    dask_rows = sweep_rows(plan, tmp_path / "dask.db", dask_executor())
+    assert dask_rows == local_rows and len(local_rows) == len(seeds)
+    assert all(row["state_hash"] for row in local_rows)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_bench_farm_quick_reports_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["bench", "farm", "--quick", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    figures = result["figures"]
+    assert result["bench"] == "farm" and figures["seeds"] == 6
+    for key in ("seeds_per_s_1_worker", "seeds_per_s_2_workers", "scaling_2_vs_1", "dask_overhead_ratio"):
+        assert figures[key] > 0
