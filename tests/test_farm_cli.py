@@ -15,14 +15,14 @@ from timetravel.farm import FindingsDatabase
 PINGPONG = ["pingpong", "--set", "rtt_max=2390ns", "--set", "rounds=200"]
 
 
-def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+def farm_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
 
 
 def fuzz_json(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, dict[str, Any]]:
-    code, out, _ = run_cli(capsys, "fuzz", *argv, "--json", "--workers", "2")
+    code, out, _ = farm_cli(capsys, "fuzz", *argv, "--json", "--workers", "2")
     return code, json.loads(out)
 
 
@@ -43,7 +43,7 @@ def test_fuzz_json_is_one_summary_and_the_exit_code_says_whether_seeds_failed(
 
 def test_fuzz_prints_a_human_summary(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     db = str(tmp_path / "f.db")
-    code, out, err = run_cli(capsys, "fuzz", *PINGPONG, "--seeds", "0:30", "--db", db, "--workers", "1")
+    code, out, err = farm_cli(capsys, "fuzz", *PINGPONG, "--seeds", "0:30", "--db", db, "--workers", "1")
     assert code == 1 and err == ""  # no progress bar when stderr is not a terminal
     assert out.startswith("pingpong: ran 30 seeds of 0:30 on 1 local worker in ")
     assert "settings: --set rtt_max=2390ns --set rounds=200" in out
@@ -88,7 +88,7 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
 ) -> None:
     db = str(tmp_path / "f.db")
     fuzz_json(capsys, "swarmy", "--scenario", "farm_scenarios:SWARMY", "--seeds", "0:40", "--db", db)
-    code, out, _ = run_cli(capsys, "findings", "--db", db, "--json")
+    code, out, _ = farm_cli(capsys, "findings", "--db", db, "--json")
     findings = json.loads(out)
     assert code == 0 and findings["seeds"] == 40
     [bucket] = findings["buckets"]
@@ -100,9 +100,9 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
     earliest = min(failing, key=lambda row: (row["t_ns"], row["events"], row["seed"]))
     assert bucket["earliest"]["seed"] == earliest["seed"] and bucket["earliest"]["t_ns"] == earliest["t_ns"]
     assert bucket["open_command"] == (
-        f"timetravel run swarmy --seed {earliest['seed']} --set faults=swarm --scenario farm_scenarios:SWARMY"
+        f"timetravel run swarmy --seed {earliest['seed']} --scenario farm_scenarios:SWARMY --set faults=swarm"
     )
-    code, out, _ = run_cli(capsys, "findings", "--db", db)
+    code, out, _ = farm_cli(capsys, "findings", "--db", db)
     assert "oracle:swarmy.crash_lost_data  (swarmy)" in out
     assert "fault kinds  crash" in out and f"earliest     seed {earliest['seed']}, fails at " in out
 
@@ -112,11 +112,11 @@ def test_the_command_a_finding_prints_reproduces_it(
 ) -> None:
     db = str(tmp_path / "f.db")
     fuzz_json(capsys, *PINGPONG, "--seeds", "0:20", "--db", db)
-    _, out, _ = run_cli(capsys, "findings", "--db", db, "--json")
+    _, out, _ = farm_cli(capsys, "findings", "--db", db, "--json")
     bucket = json.loads(out)["buckets"][0]
     words = bucket["open_command"].split()
     assert words[:2] == ["timetravel", "run"]
-    code, out, _ = run_cli(capsys, *words[1:], "--json")
+    code, out, _ = farm_cli(capsys, *words[1:], "--json")
     report = json.loads(out)
     assert code == 1 and report["failure"]["signature"] == bucket["signature"]
     assert report["failure"]["t_ns"] == bucket["earliest"]["t_ns"]
@@ -128,20 +128,20 @@ def test_baseline_exits_1_only_when_a_signature_is_new(
     clean, failing = str(tmp_path / "clean.db"), str(tmp_path / "failing.db")
     fuzz_json(capsys, "pingpong", "--set", "rounds=200", "--seeds", "0:6", "--db", clean)
     fuzz_json(capsys, *PINGPONG, "--seeds", "0:20", "--db", failing)
-    code, out, _ = run_cli(capsys, "findings", "--db", failing, "--baseline", clean, "--json")
+    code, out, _ = farm_cli(capsys, "findings", "--db", failing, "--baseline", clean, "--json")
     comparison = json.loads(out)["baseline"]
     assert code == 1
     assert [bucket["signature"] for bucket in comparison["new"]] == ["assertion:pingpong.rtt_max"]
-    code, out, _ = run_cli(capsys, "findings", "--db", failing, "--baseline", clean)
+    code, out, _ = farm_cli(capsys, "findings", "--db", failing, "--baseline", clean)
     assert code == 1 and "NEW   assertion:pingpong.rtt_max (pingpong," in out
-    code, out, _ = run_cli(capsys, "findings", "--db", clean, "--baseline", failing, "--json")
+    code, out, _ = farm_cli(capsys, "findings", "--db", clean, "--baseline", failing, "--json")
     comparison = json.loads(out)["baseline"]
     assert (
         code == 0
         and comparison["new"] == []
         and comparison["gone"][0]["signature"] == "assertion:pingpong.rtt_max"
     )
-    assert run_cli(capsys, "findings", "--db", failing, "--baseline", failing)[0] == 0
+    assert farm_cli(capsys, "findings", "--db", failing, "--baseline", failing)[0] == 0
 
 
 def test_findings_merge_joins_shards(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -149,7 +149,7 @@ def test_findings_merge_joins_shards(tmp_path: Path, capsys: pytest.CaptureFixtu
     for index, path in enumerate(shards):
         fuzz_json(capsys, *PINGPONG, "--seeds", "0:10", "--shard", f"{index}/2", "--db", path)
     out_db = str(tmp_path / "all.db")
-    code, out, _ = run_cli(capsys, "findings", "merge", *shards, "--db", out_db, "--json")
+    code, out, _ = farm_cli(capsys, "findings", "merge", *shards, "--db", out_db, "--json")
     merged = json.loads(out)
     assert code == 0 and merged["seeds"] == 10 and merged["conflicts"] == 0
     assert [entry["inserted"] for entry in merged["inputs"]] == [5, 5]
@@ -171,7 +171,7 @@ def test_verify_sorts_a_bucket_into_fixed_still_failing_and_new(
             f"UPDATE seeds SET outcome = 'fail', signature = 'assertion:pingpong.old' "
             f"WHERE seed IN ({', '.join(map(str, passing + failing))})"
         )
-    code, out, _ = run_cli(
+    code, out, _ = farm_cli(
         capsys, "verify", "--bucket", "assertion:pingpong.old", "--db", db, "--json", "--workers", "1"
     )
     result = json.loads(out)
@@ -182,9 +182,9 @@ def test_verify_sorts_a_bucket_into_fixed_still_failing_and_new(
         "new_signature": failing,
     }
     assert result["new_signatures"] == {"assertion:pingpong.rtt_max": 1}
-    code, out, _ = run_cli(
+    code, out, _ = farm_cli(
         capsys, "verify", "--bucket", "assertion:pingpong.rtt", "--db", db, "--workers", "1"
     )
     assert code == 1 and "still failing" in out and out.startswith("assertion:pingpong.rtt_max (pingpong): ")
-    code, _, err = run_cli(capsys, "verify", "--bucket", "assertion:pingpong.", "--db", db)
+    code, _, err = farm_cli(capsys, "verify", "--bucket", "assertion:pingpong.", "--db", db)
     assert code == 2 and "names 2 buckets" in err

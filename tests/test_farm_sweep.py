@@ -24,7 +24,7 @@ from timetravel.farm import (
     run_seed,
     run_sweep,
 )
-from timetravel.farm.sweep import STOP_DONE, STOP_TIME_BUDGET
+from timetravel.farm.sweep import STOP_DONE, STOP_TIME_BUDGET, load_scenario
 
 PINGPONG_SETTINGS = ["rtt_max=2390ns", "rounds=200"]
 """rtt_max just under the largest round trip (2 x (1000 + 200) ns): some seeds fail, most pass."""
@@ -179,6 +179,10 @@ def test_swarm_is_on_by_default_where_the_scenario_supports_it(tmp_path: Path) -
     ).sweep.settings == ("faults=none",)
     assert not plan_sweep("swarmy", [], parse_seeds("0:1"), scenario_target=target, swarm=False).sweep.swarm
     assert not plan_sweep("pingpong", [], parse_seeds("0:1")).sweep.swarm
+    needle = plan_sweep(
+        "needle", [], parse_seeds("0:1")
+    ).sweep  # a JSON `faults` key whose build rejects swarm
+    assert needle.settings == () and not needle.swarm
     sweep(swarming, tmp_path / "f.db")
     rows = database_rows(tmp_path / "f.db")
     assert rows == reference_rows(swarming)
@@ -187,3 +191,16 @@ def test_swarm_is_on_by_default_where_the_scenario_supports_it(tmp_path: Path) -
     for row in failing:
         assert {"crash", "drop"} <= set(row["fault_kinds"])
         assert row["signature"] == "oracle:swarmy.crash_lost_data"
+
+
+def test_fault_kinds_are_those_started_by_the_failure(tmp_path: Path) -> None:
+    """needle's fault records name their start `t_start`; kinds starting after the failure do not count."""
+    plan = plan_sweep("needle", ["rounds=12"], parse_seeds("0:3"))
+    sweep(plan, tmp_path / "f.db")
+    with FindingsDatabase(tmp_path / "f.db", create=False) as database:
+        rows = list(database.rows())
+    for row in rows:
+        world = load_scenario("needle", None).build(plan.sweep.config, row["seed"])
+        started = sorted({fault["kind"] for fault in world.faults if fault["t_start"] <= row["t_ns"]})
+        assert row["fault_kinds"] == started and started
+    assert any(row["outcome"] == "fail" and {"drop", "restart"} <= set(row["fault_kinds"]) for row in rows)

@@ -10,10 +10,10 @@ Every executor runs the same ``run_seed``, so the same seeds give the same rows 
 from timetravel.farm.database import DEFAULT_DATABASE, FindingsDatabase, FindingsDatabaseError, Sweep
 from timetravel.farm.executor import Executor, FarmWorkerError
 from timetravel.farm.findings import Findings, compare_to_baseline, list_findings
-from timetravel.farm.job import ROW_FIELDS, VOLATILE_FIELDS, SeedJob, comparable, run_seed, supports_swarm
+from timetravel.farm.job import ROW_FIELDS, VOLATILE_FIELDS, SeedJob, comparable, run_seed
 from timetravel.farm.local_pool import LocalPool, default_workers
 from timetravel.farm.seeds import SeedSet, SeedSpecError, Shard, parse_seeds, parse_shard
-from timetravel.farm.sweep import SweepPlan, SweepSummary, plan_sweep, run_sweep
+from timetravel.farm.sweep import SweepPlan, SweepSummary, plan_sweep, run_sweep, supports_swarm
 from timetravel.farm.verify import Verification, bucket_jobs, verify_bucket
 
 __all__ = [

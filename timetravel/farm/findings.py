@@ -59,10 +59,9 @@ def open_command(scenario: str, seed: int, sweep: Sweep | None, recording: str |
 
 
 def run_command(scenario: str, seed: int, sweep: Sweep | None) -> str:
-    command = reproduce_command(scenario, seed, sweep.settings if sweep else ())
-    if sweep is not None and sweep.scenario_target:
-        command += " " + shlex.join(["--scenario", sweep.scenario_target])
-    return command
+    if sweep is None:
+        return reproduce_command(scenario, seed, ())
+    return reproduce_command(scenario, seed, sweep.settings, scenario_target=sweep.scenario_target)
 
 
 def list_findings(database: FindingsDatabase) -> Findings:

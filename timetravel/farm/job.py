@@ -23,14 +23,12 @@ from timetravel.sim.encoding import digest
 from timetravel.sim.fingerprint import code_fingerprint
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.runner import run_report
-from timetravel.sim.scenario import ConfigError, Scenario
+from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 
 PAUSE_EVERY_EVENTS = 1024
 """How often a running seed looks at its wall-clock deadline (a call per 1024 events is free)."""
 SCENARIO_CACHE_ENTRIES_MAX = 16
-SWARM_KEY = "faults"
-SWARM_VALUE = "swarm"
 OUTCOMES = ("pass", "fail", "timeout", "crash", "error")
 """pass/fail: the simulation's verdict. timeout: past ``--seed-timeout``. crash: the worker
 process died on every attempt. error: the scenario's own code raised outside a handler."""
@@ -96,15 +94,6 @@ def resolve(scenario_name: str, target: str | None, settings: tuple[str, ...]) -
     """The scenario and the hash of its resolved config (cached: a worker runs many seeds of one sweep)."""
     scenario = load_target(target) if target else get_scenario(scenario_name)
     return scenario, config_hash(scenario.resolve_config(settings))
-
-
-def supports_swarm(scenario: Scenario) -> bool:
-    """A scenario supports swarm testing when its ``faults`` key accepts ``swarm``."""
-    try:
-        scenario.param(SWARM_KEY).parse(SWARM_VALUE)
-    except ConfigError:
-        return False
-    return True
 
 
 def run_seed(job: SeedJob) -> dict[str, Any]:

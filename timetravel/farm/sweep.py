@@ -20,12 +20,15 @@ from typing import Any
 
 from timetravel.farm.database import FindingsDatabase, Sweep
 from timetravel.farm.executor import Executor
-from timetravel.farm.job import SWARM_KEY, SWARM_VALUE, SeedJob, check_row, config_hash, supports_swarm
+from timetravel.farm.job import SeedJob, check_row, config_hash
 from timetravel.farm.progress import ProgressBar
 from timetravel.farm.seeds import SeedSet, Shard
 from timetravel.scenarios import get_scenario, load_target
 from timetravel.sim.fingerprint import code_fingerprint
-from timetravel.sim.scenario import Scenario
+from timetravel.sim.scenario import ConfigError, Scenario
+
+SWARM_KEY = "faults"
+SWARM_VALUE = "swarm"
 
 STOP_DONE = "done"
 STOP_TIME_BUDGET = "time_budget"
@@ -90,6 +93,27 @@ def load_scenario(name: str, target: str | None) -> Scenario:
     return load_target(target) if target else get_scenario(name)
 
 
+def supports_swarm(scenario: Scenario, settings: Sequence[str] = ()) -> bool:
+    """Whether the scenario's ``faults`` key accepts ``swarm``.
+
+    A key with a fixed set of choices says so itself. A free-form key (a JSON schedule) can only
+    be asked by building a world with ``faults=swarm``: a scenario that does not know the word
+    rejects it there (with any exception: this is a probe, and the sweep runs without swarm).
+    """
+    try:
+        param = scenario.param(SWARM_KEY)
+        param.parse(SWARM_VALUE)
+    except ConfigError:
+        return False
+    if param.choices:
+        return True
+    try:
+        scenario.build(scenario.resolve_config([*settings, f"{SWARM_KEY}={SWARM_VALUE}"]), 0)
+    except Exception:
+        return False
+    return True
+
+
 def swarm_settings(scenario: Scenario, settings: Sequence[str]) -> tuple[tuple[str, ...], bool]:
     """The settings with ``faults=swarm`` added when the scenario supports it and nothing set ``faults``.
 
@@ -98,7 +122,7 @@ def swarm_settings(scenario: Scenario, settings: Sequence[str]) -> tuple[tuple[s
     named = {setting.partition("=")[0].strip() for setting in settings}
     preset = scenario.resolve_config(settings).get("preset")
     preset_values = scenario.presets.get(preset, {}) if isinstance(preset, str) else {}
-    if supports_swarm(scenario) and SWARM_KEY not in named and SWARM_KEY not in preset_values:
+    if SWARM_KEY not in named and SWARM_KEY not in preset_values and supports_swarm(scenario, settings):
         settings = (*settings, f"{SWARM_KEY}={SWARM_VALUE}")
     config = scenario.resolve_config(settings)
     return tuple(settings), config.get(SWARM_KEY) == SWARM_VALUE
