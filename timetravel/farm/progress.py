@@ -12,7 +12,8 @@ import time
 from typing import TextIO
 
 REDRAWS_PER_S = 8
-BAR_CHARS_MAX = 30
+BAR_CHARS_MAX = 40
+BAR_CHARS_MIN = 10
 
 
 def format_duration(seconds: float) -> str:
@@ -50,18 +51,19 @@ class ProgressBar:
             self.drawn_at = now
             self._draw(now)
 
-    def line(self, now: float | None = None) -> str:
+    def line(self, now: float | None = None, columns: int | None = None) -> str:
+        """The bar's text: the bar itself takes what room the terminal leaves (within bounds)."""
         elapsed = max(1e-9, (now or time.monotonic()) - self.started)
         rate = self.done / elapsed
         remaining = self.total - self.done
         eta = format_duration(remaining / rate) if rate > 0 else "?"
-        width = min(BAR_CHARS_MAX, max(10, shutil.get_terminal_size().columns - 70))
-        filled = width * self.done // self.total if self.total else width
-        bar = "#" * filled + "." * (width - filled)
-        return (
-            f"{self.label} [{bar}] {self.done:,}/{self.total:,} seeds  {rate:,.1f} seeds/s  "
-            f"{self.failures:,} failing  ETA {eta}"
+        counts = (
+            f"{self.done:,}/{self.total:,} seeds  {rate:,.1f} seeds/s  {self.failures:,} failing  ETA {eta}"
         )
+        columns = columns or shutil.get_terminal_size().columns
+        width = min(BAR_CHARS_MAX, max(BAR_CHARS_MIN, columns - len(self.label) - len(counts) - 5))
+        filled = width * self.done // self.total if self.total else width
+        return f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {counts}"
 
     def _draw(self, now: float) -> None:
         self.stream.write("\r\x1b[2K" + self.line(now))
