@@ -104,7 +104,7 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
     )
     code, out, _ = farm_cli(capsys, "findings", "--db", db)
     assert "oracle:swarmy.crash_lost_data  (swarmy)" in out
-    assert "fault kinds  crash" in out and f"earliest     seed {earliest['seed']}, fails at " in out
+    assert "    crash           100%" in out and f"earliest     seed {earliest['seed']}, fails at " in out
 
 
 def test_the_command_a_finding_prints_reproduces_it(

@@ -15,8 +15,7 @@ from timetravel.farm import (
     list_findings,
 )
 from timetravel.farm.findings import BaselineComparison, Bucket, Findings
-from timetravel.scenarios import UnknownScenarioError, get_scenario
-from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
+from timetravel.sim.timefmt import format_time_auto
 
 EXIT_OK = 0
 EXIT_NEW_SIGNATURE = 1
@@ -119,13 +118,6 @@ def _merge(args: argparse.Namespace, inputs: list[str]) -> int:
     return EXIT_OK
 
 
-def _display_unit(scenario: str) -> str:
-    try:
-        return get_scenario(scenario).display_unit
-    except UnknownScenarioError:
-        return DISPLAY_UNIT_DEFAULT
-
-
 def _print_findings(findings: Findings) -> None:
     scenarios = ", ".join(f"{name} {count:,}" for name, count in findings.scenarios.items())
     signatures = len(findings.buckets)
@@ -141,15 +133,16 @@ def _print_bucket(bucket: Bucket) -> None:
     print(
         f"\n{bucket.signature}  ({bucket.scenario})  {bucket.count:,} seeds, {bucket.share:.1%} of its seeds"
     )
-    kinds = [
-        f"{kind} {stats['seeds']:,}/{bucket.count:,} ({stats['share']:.0%}; in {stats['share_all']:.0%} of all seeds)"
-        for kind, stats in list(bucket.fault_kinds.items())[:FAULT_KINDS_SHOWN_MAX]
-    ]
-    print(f"  fault kinds  {', '.join(kinds) if kinds else 'none'}")
+    if bucket.fault_kinds:
+        print(f"  {'fault kinds':<12} {'in bucket':>9}  {'all seeds':>9}")
+        for kind, stats in list(bucket.fault_kinds.items())[:FAULT_KINDS_SHOWN_MAX]:
+            print(f"    {kind:<10} {stats['share']:>9.0%}  {stats['share_all']:>9.0%}")
+    else:
+        print("  fault kinds  none")
     earliest = bucket.earliest
     when = ""
     if earliest["t_ns"] is not None:
-        when = f", fails at {format_time(earliest['t_ns'], _display_unit(bucket.scenario))}"
+        when = f", fails at {format_time_auto(earliest['t_ns'])}"
         when += f" after {earliest['events']:,} events" if earliest["events"] is not None else ""
     print(f"  earliest     seed {earliest['seed']}{when}")
     print(f"  open         {bucket.open_command}")
