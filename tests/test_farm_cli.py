@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from timetravel.cli import main
-from timetravel.farm import FindingsDatabase
+from timetravel.farm import FindingsDatabase, parse_seeds, plan_sweep, run_seed
 
 PINGPONG = ["pingpong", "--set", "rtt_max=2390ns", "--set", "rounds=200"]
 
@@ -188,3 +188,28 @@ def test_verify_sorts_a_bucket_into_fixed_still_failing_and_new(
     assert code == 1 and "still failing" in out and out.startswith("assertion:pingpong.rtt_max (pingpong): ")
     code, _, err = farm_cli(capsys, "verify", "--bucket", "assertion:pingpong.", "--db", db)
     assert code == 2 and "names 2 buckets" in err
+
+
+def test_the_numbers_in_docs_farm_md_hold() -> None:
+    """docs/farm.md shows a sweep of pingpong 0:1000; its listed failing seeds and earliest seed stay true."""
+    text = (Path(__file__).resolve().parent.parent / "docs" / "farm.md").read_text()
+    assert "seeds        1 2 3 8 12 27 48 53 55 64 73 75 ..." in text
+    assert "earliest     seed 127, fails at 4.51us after 5 events" in text
+    plan = plan_sweep("pingpong", ["rtt_max=2390ns", "rounds=200"], parse_seeds("0:76,127"))
+    rows = {seed: run_seed(plan.job(seed)) for seed in plan.seeds}
+    assert [seed for seed, row in rows.items() if row["outcome"] == "fail" and seed < 76] == [
+        1,
+        2,
+        3,
+        8,
+        12,
+        27,
+        48,
+        53,
+        55,
+        64,
+        73,
+        75,
+    ]
+    assert (rows[127]["t_ns"], rows[127]["events"]) == (4_510, 5)
+    assert all(row["t_ns"] > 4_510 for seed, row in rows.items() if row["outcome"] == "fail" and seed != 127)
