@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import psutil
+import pytest
 
 from timetravel.farm import FindingsDatabase, comparable, parse_seeds, plan_sweep, run_seed
 
@@ -64,7 +65,9 @@ def wait_for_rows(db: Path, process: subprocess.Popen[str], rows: int) -> int:
     raise AssertionError(f"no {rows} rows within {WAIT_S_MAX} s")
 
 
+@pytest.fixture(scope="module")
 def reference_rows() -> list[dict[str, Any]]:
+    """Every seed's row, run in this process (once for the module: it takes a second or two)."""
     plan = plan_sweep("pingpong", SETTINGS, parse_seeds(SEEDS))
     return [comparable(run_seed(plan.job(seed))) for seed in plan.seeds]
 
@@ -79,11 +82,18 @@ def finish(process: subprocess.Popen[str]) -> tuple[int, dict[str, Any], str]:
     return process.returncode, json.loads(out), err
 
 
-def test_ctrl_c_then_the_same_command_resumes(tmp_path: Path) -> None:
+@pytest.mark.parametrize("how", ["ctrl_c", "sigterm"])
+def test_an_interrupted_sweep_resumes_with_the_same_command(
+    tmp_path: Path, how: str, reference_rows: list[dict[str, Any]]
+) -> None:
+    """Ctrl-C is SIGINT to the process group; a batch scheduler's time limit is SIGTERM to the parent."""
     db = tmp_path / "f.db"
     process = start_fuzz(db)
     wait_for_rows(db, process, 2)
-    os.killpg(process.pid, signal.SIGINT)
+    if how == "ctrl_c":
+        os.killpg(process.pid, signal.SIGINT)
+    else:
+        process.send_signal(signal.SIGTERM)
     code, interrupted, err = finish(process)
     assert code == 130 and interrupted["stopped"] == "interrupted"
     assert "Run the same command again to resume" in err
@@ -92,10 +102,12 @@ def test_ctrl_c_then_the_same_command_resumes(tmp_path: Path) -> None:
     code, resumed, _ = finish(start_fuzz(db))
     assert code == 0 and resumed["stopped"] == "done"
     assert (resumed["already_done"], resumed["ran"], resumed["remaining"]) == (done, 16 - done, 0)
-    assert database_rows(db) == reference_rows()
+    assert database_rows(db) == reference_rows
 
 
-def test_a_worker_sigkilled_from_outside_loses_and_double_counts_no_seed(tmp_path: Path) -> None:
+def test_a_worker_sigkilled_from_outside_loses_and_double_counts_no_seed(
+    tmp_path: Path, reference_rows: list[dict[str, Any]]
+) -> None:
     db = tmp_path / "f.db"
     process = start_fuzz(db)
     wait_for_rows(db, process, 2)
@@ -105,7 +117,7 @@ def test_a_worker_sigkilled_from_outside_loses_and_double_counts_no_seed(tmp_pat
     code, summary, _ = finish(process)
     assert code == 0 and summary["ran"] == 16 and summary["duplicates"] == 0
     assert summary["worker_deaths"] == 1
-    assert database_rows(db) == reference_rows()
+    assert database_rows(db) == reference_rows
 
 
 def _worker_processes(parent_pid: int) -> list[psutil.Process]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 from typing import Any
 
@@ -109,10 +110,14 @@ def main(args: argparse.Namespace) -> int:
         seed_timeout_s=args.seed_timeout,
     )
     executor = _executor(args)
-    with FindingsDatabase(args.db) as database:
-        summary = run_sweep(
-            plan, database, executor, time_budget_s=args.time_budget, progress=ProgressBar.for_terminal
-        )
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with FindingsDatabase(args.db) as database:
+            summary = run_sweep(
+                plan, database, executor, time_budget_s=args.time_budget, progress=ProgressBar.for_terminal
+            )
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if args.json:
         print_json(summary.to_json())
     else:
@@ -125,6 +130,11 @@ def main(args: argparse.Namespace) -> int:
         )
         return EXIT_INTERRUPTED
     return EXIT_FAILURES_FOUND if summary.failing else EXIT_CLEAN
+
+
+def _interrupt(signal_number: int, frame: Any) -> None:
+    """SIGTERM (a batch scheduler's time limit, ``kill``) stops the sweep the way Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 def _check_numbers(args: argparse.Namespace) -> None:
