@@ -59,6 +59,7 @@ KILLER = Scenario(
     ),
     build=_ticker_build("killer"),
     handlers={"clock": {"tick": _kill_tick}},
+    determinism="off",  # it kills its process and writes a marker file, on purpose
 )
 
 
@@ -77,6 +78,7 @@ STUCK = Scenario(
     params=(Param("stuck_seeds", "json", [], "seeds whose handler never returns"),),
     build=_ticker_build("stuck"),
     handlers={"clock": {"tick": _stuck_tick}},
+    determinism="off",
 )
 
 
