@@ -15,6 +15,12 @@ from timetravel.farm import FindingsDatabase, parse_seeds, plan_sweep, run_seed
 PINGPONG = ["pingpong", "--set", "rtt_max=2390ns", "--set", "rounds=200"]
 
 
+@pytest.fixture(autouse=True)
+def in_a_fresh_folder(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`fuzz` records failing seeds into ./recordings by default: keep that out of the repository."""
+    monkeypatch.chdir(tmp_path)
+
+
 def farm_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     code = main(list(argv))
     captured = capsys.readouterr()
@@ -100,6 +106,9 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
     earliest = min(failing, key=lambda row: (row["t_ns"], row["events"], row["seed"]))
     assert bucket["earliest"]["seed"] == earliest["seed"] and bucket["earliest"]["t_ns"] == earliest["t_ns"]
     assert bucket["open_command"] == (
+        f"timetravel inspect recordings/swarmy-{earliest['seed']}.ttr --scenario farm_scenarios:SWARMY"
+    )
+    assert bucket["reproduce_command"] == (
         f"timetravel run swarmy --seed {earliest['seed']} --scenario farm_scenarios:SWARMY --set faults=swarm"
     )
     code, out, _ = farm_cli(capsys, "findings", "--db", db)
@@ -107,19 +116,29 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
     assert "    crash           100%" in out and f"earliest     seed {earliest['seed']}, fails at " in out
 
 
-def test_the_command_a_finding_prints_reproduces_it(
+def test_a_finding_opens_its_checked_recording_and_its_run_command_reproduces_it(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     db = str(tmp_path / "f.db")
-    fuzz_json(capsys, *PINGPONG, "--seeds", "0:20", "--db", db)
+    code, summary = fuzz_json(capsys, *PINGPONG, "--seeds", "0:20", "--db", db, "--record-failures", "recs")
+    assert code == 1
     _, out, _ = farm_cli(capsys, "findings", "--db", db, "--json")
     bucket = json.loads(out)["buckets"][0]
-    words = bucket["open_command"].split()
+    earliest = bucket["earliest"]
+    assert earliest["recording"] == f"recs/pingpong-{earliest['seed']}.ttr"
+    assert bucket["open_command"] == f"timetravel inspect recs/pingpong-{earliest['seed']}.ttr"
+    code, out, _ = farm_cli(capsys, *bucket["open_command"].split()[1:], "--json")
+    world = json.loads(out)
+    assert code == 0 and world["at_ns"] == earliest["t_ns"] and world["events"] == earliest["events"]
+    assert world["value"]["failures"][0]["signature"] == bucket["signature"]
+    words = bucket["reproduce_command"].split()
     assert words[:2] == ["timetravel", "run"]
     code, out, _ = farm_cli(capsys, *words[1:], "--json")
     report = json.loads(out)
     assert code == 1 and report["failure"]["signature"] == bucket["signature"]
-    assert report["failure"]["t_ns"] == bucket["earliest"]["t_ns"]
+    assert report["failure"]["t_ns"] == earliest["t_ns"]
+    first = summary["recordings"][0]
+    assert first["seed"] == earliest["seed"] and first["verified"] and first["path"] == earliest["recording"]
 
 
 def test_baseline_exits_1_only_when_a_signature_is_new(

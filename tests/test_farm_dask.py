@@ -16,6 +16,7 @@ import pytest
 import timetravel.farm.executor as executor_module
 from timetravel.cli import main
 from timetravel.farm import FindingsDatabase, LocalPool, Shard, comparable, parse_seeds, plan_sweep, run_sweep
+from timetravel.farm.record import RecordOptions
 
 pytest.importorskip("distributed", reason="the `cluster` extra (dask.distributed) is not installed")
 
@@ -42,8 +43,16 @@ def test_dask_local_pool_and_merged_shards_give_identical_rows(tmp_path: Path) -
     plan = plan_sweep("pingpong", PINGPONG_SETTINGS, seeds)
     local_rows = sweep_rows(plan, tmp_path / "local.db", LocalPool(2))
     executor = dask_executor()
-    dask_rows = sweep_rows(plan, tmp_path / "dask.db", executor)
+    with FindingsDatabase(tmp_path / "dask.db") as database:
+        summary = run_sweep(
+            plan, database, executor, record=RecordOptions(tmp_path / "recs", per_signature=2)
+        )
+        dask_rows = [comparable(row) for row in database.rows()]
     assert executor.cluster is None, "the sweep closes the cluster it started"
+    assert [entry["verified"] for entry in summary.recordings] == [True, True]  # recorded by a local pool
+    assert sorted(path.name for path in (tmp_path / "recs").iterdir()) == sorted(
+        f"pingpong-{entry['seed']}.ttr" for entry in summary.recordings
+    )
     for index in range(2):
         shard_plan = plan_sweep("pingpong", PINGPONG_SETTINGS, seeds, Shard(index, 2))
         sweep_rows(shard_plan, tmp_path / f"shard{index}.db", LocalPool(1))

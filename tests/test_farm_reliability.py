@@ -30,6 +30,7 @@ WAIT_S_MAX = 60
 
 
 def start_fuzz(db: Path) -> subprocess.Popen[str]:
+    """The sweep runs in the database's folder (where its default recordings/ folder goes)."""
     command = [sys.executable, "-m", "timetravel", "fuzz", "pingpong", "--seeds", SEEDS, "--db", str(db)]
     for setting in SETTINGS:
         command += ["--set", setting]
@@ -40,6 +41,7 @@ def start_fuzz(db: Path) -> subprocess.Popen[str]:
         stderr=subprocess.PIPE,
         text=True,
         env=env,
+        cwd=db.parent,
         start_new_session=True,
     )
 

@@ -23,6 +23,11 @@ EXIT_MERGE_CONFLICTS = 1
 MERGE_INPUTS_MAX = 10_000
 FAULT_KINDS_SHOWN_MAX = 6
 SEEDS_SHOWN_MAX = 12
+OPENERS = (
+    ("timetravel.cli.tui_command", "tui"),
+    ("timetravel.cli.shell_command", "shell"),
+    ("timetravel.cli.inspect_command", "inspect"),
+)
 
 register_user_error(FindingsDatabaseError)
 
@@ -64,11 +69,11 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"findings: unknown action {args.words[0]!r} (the one action is `merge`)")
         return _merge(args, args.words[1:])
     with FindingsDatabase(args.db, create=False) as database:
-        findings = list_findings(database)
+        findings = list_findings(database, opener())
     comparison = None
     if args.baseline:
         with FindingsDatabase(args.baseline, create=False) as baseline:
-            comparison = compare_to_baseline(findings, list_findings(baseline))
+            comparison = compare_to_baseline(findings, list_findings(baseline, opener()))
     if args.json:
         result = findings.to_json()
         if comparison is not None:
@@ -79,6 +84,16 @@ def main(args: argparse.Namespace) -> int:
         if comparison is not None:
             _print_comparison(comparison)
     return EXIT_NEW_SIGNATURE if comparison is not None and comparison.new else EXIT_OK
+
+
+def opener() -> str:
+    """The command that opens a recording: the TUI when installed, else the shell, else ``inspect``."""
+    from timetravel.cli import COMMAND_MODULES
+
+    for module, command in OPENERS:
+        if module in COMMAND_MODULES:
+            return command
+    return "inspect"
 
 
 def _merge(args: argparse.Namespace, inputs: list[str]) -> int:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import UsageError, print_json, register_user_error
@@ -23,6 +24,7 @@ from timetravel.farm import (
 )
 from timetravel.farm.dask_executor import DaskSetupError
 from timetravel.farm.progress import ProgressBar
+from timetravel.farm.record import RECORDINGS_FOLDER_DEFAULT, RECORDINGS_PER_SIGNATURE_DEFAULT, RecordOptions
 from timetravel.farm.sweep import STOP_INTERRUPTED, STOP_TIME_BUDGET
 
 EXIT_CLEAN = 0
@@ -93,6 +95,20 @@ def register(subparsers: Any) -> None:
         metavar="S",
         help="start no new seed after S wall seconds (rerun to continue)",
     )
+    parser.add_argument(
+        "--record-failures",
+        default=RECORDINGS_FOLDER_DEFAULT,
+        metavar="DIR",
+        help="after the sweep, record the earliest failing seeds of each signature into DIR/SCENARIO-SEED.ttr, "
+        f"each checked to fail the same way (default {RECORDINGS_FOLDER_DEFAULT}/)",
+    )
+    parser.add_argument(
+        "--recordings-per-signature",
+        type=int,
+        default=RECORDINGS_PER_SIGNATURE_DEFAULT,
+        metavar="N",
+        help=f"record at most N seeds of each signature (default {RECORDINGS_PER_SIGNATURE_DEFAULT}; 0: none)",
+    )
     parser.add_argument("--no-swarm", action="store_true", help="do not turn on swarm fault schedules")
     parser.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
     parser.set_defaults(func=main)
@@ -114,7 +130,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         with FindingsDatabase(args.db) as database:
             summary = run_sweep(
-                plan, database, executor, time_budget_s=args.time_budget, progress=ProgressBar.for_terminal
+                plan,
+                database,
+                executor,
+                time_budget_s=args.time_budget,
+                progress=ProgressBar.for_terminal,
+                record=RecordOptions(Path(args.record_failures), args.recordings_per_signature),
+                recording_pool=lambda: LocalPool(args.workers),
             )
     finally:
         signal.signal(signal.SIGTERM, previous)
@@ -140,6 +162,8 @@ def _interrupt(signal_number: int, frame: Any) -> None:
 def _check_numbers(args: argparse.Namespace) -> None:
     if args.workers is not None and args.workers < 1:
         raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    if args.recordings_per_signature < 0:
+        raise UsageError(f"--recordings-per-signature must be 0 or more, got {args.recordings_per_signature}")
     for name in ("seed_timeout", "time_budget"):
         value = getattr(args, name)
         if value is not None and not value > 0:
@@ -181,5 +205,19 @@ def _print_human(summary: SweepSummary) -> None:
             f"note: {summary.other_code_rows:,} rows were run by other code; "
             "`timetravel verify --bucket SIG` re-runs a bucket on this code"
         )
+    _print_recordings(summary)
     if summary.failing:
         print(f"details: timetravel findings --db {summary.db}")
+
+
+def _print_recordings(summary: SweepSummary) -> None:
+    verified = [entry for entry in summary.recordings if entry["verified"]]
+    if verified:
+        print(
+            f"recorded {len(verified)} failing seed{'s' if len(verified) != 1 else ''}, each checked to fail the same way:"
+        )
+        for entry in verified:
+            print(f"  {entry['path']}  {entry['signature']}")
+    for entry in summary.recordings:
+        if not entry["verified"]:
+            print(f"  seed {entry['seed']}: NOT recorded: {entry['problem']}")

@@ -12,6 +12,7 @@ from timetravel.farm.executor import Executor, FarmWorkerError
 from timetravel.farm.findings import Findings, compare_to_baseline, list_findings
 from timetravel.farm.job import ROW_FIELDS, VOLATILE_FIELDS, SeedJob, comparable, run_seed
 from timetravel.farm.local_pool import LocalPool, default_workers
+from timetravel.farm.record import RecordOptions
 from timetravel.farm.seeds import SeedSet, SeedSpecError, Shard, parse_seeds, parse_shard
 from timetravel.farm.sweep import SweepPlan, SweepSummary, plan_sweep, run_sweep, supports_swarm
 from timetravel.farm.verify import Verification, bucket_jobs, verify_bucket
@@ -26,6 +27,7 @@ __all__ = [
     "FindingsDatabase",
     "FindingsDatabaseError",
     "LocalPool",
+    "RecordOptions",
     "SeedJob",
     "SeedSet",
     "SeedSpecError",

@@ -20,7 +20,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from timetravel.farm.executor import SEED_ATTEMPTS_MAX, ExecutorStats, FarmWorkerError, hard_deadline_s
-from timetravel.farm.job import SeedJob, crash_row, run_seed, timeout_row
+from timetravel.farm.job import SeedJob, crash_row, timeout_row
+from timetravel.farm.worker import run_job
 
 CONNECT_TIMEOUT_S = 30
 POLL_INTERVAL_S = 0.25
@@ -79,7 +80,7 @@ class DaskExecutor:
                 if job is None:
                     exhausted = True
                     break
-                future = self.client.submit(run_seed, job, pure=False, retries=0)
+                future = self.client.submit(run_job, job, pure=False, retries=0)
                 in_flight[future] = (job, time.monotonic())
             if not in_flight:
                 return

@@ -21,6 +21,7 @@ from timetravel.farm.database import FindingsDatabase, Sweep
 from timetravel.sim.runner import reproduce_command
 
 BUCKET_SEEDS_SHOWN_MAX = 20
+OPENER_DEFAULT = "inspect"
 """The first seeds of each bucket listed in ``--json`` (the count covers all of them)."""
 
 
@@ -51,11 +52,20 @@ class Findings:
         return asdict(self)
 
 
-def open_command(scenario: str, seed: int, sweep: Sweep | None, recording: str | None) -> str:
-    """The command that opens a seed: its recording in the TUI, else a run with the sweep's settings."""
-    if recording:
-        return shlex.join(["timetravel", "tui", recording])
-    return run_command(scenario, seed, sweep)
+def open_command(
+    scenario: str, seed: int, sweep: Sweep | None, recording: str | None, opener: str = OPENER_DEFAULT
+) -> str:
+    """The command that opens a seed: ``timetravel OPENER RECORDING`` when it was recorded, else a run.
+
+    ``opener`` is the front end that opens recordings (the CLI passes the best one it has: the
+    TUI, the shell, or ``inspect``, which shows the world where the run ended).
+    """
+    if not recording:
+        return run_command(scenario, seed, sweep)
+    words = ["timetravel", opener, recording]
+    if sweep is not None and sweep.scenario_target:
+        words += ["--scenario", sweep.scenario_target]
+    return shlex.join(words)
 
 
 def run_command(scenario: str, seed: int, sweep: Sweep | None) -> str:
@@ -64,7 +74,7 @@ def run_command(scenario: str, seed: int, sweep: Sweep | None) -> str:
     return reproduce_command(scenario, seed, sweep.settings, scenario_target=sweep.scenario_target)
 
 
-def list_findings(database: FindingsDatabase) -> Findings:
+def list_findings(database: FindingsDatabase, opener: str = OPENER_DEFAULT) -> Findings:
     """Every bucket of the database, the largest first."""
     connection = database.connection
     sweeps = database.sweeps()
@@ -76,7 +86,9 @@ def list_findings(database: FindingsDatabase) -> Findings:
         "GROUP BY scenario, signature ORDER BY count(*) DESC, scenario, signature"
     ).fetchall():
         buckets.append(
-            _bucket(database, sweeps, scenario, signature, failure_kind, count, scenarios, kinds_overall)
+            _bucket(
+                database, sweeps, (scenario, signature, failure_kind, count), scenarios, kinds_overall, opener
+            )
         )
     failing = sum(bucket.count for bucket in buckets)
     return Findings(str(database.path), sum(scenarios.values()), failing, scenarios, buckets)
@@ -85,13 +97,12 @@ def list_findings(database: FindingsDatabase) -> Findings:
 def _bucket(
     database: FindingsDatabase,
     sweeps: dict[tuple[str, str], Sweep],
-    scenario: str,
-    signature: str,
-    failure_kind: str,
-    count: int,
+    key: tuple[str, str, str, int],
     scenarios: dict[str, int],
     kinds_overall: dict[tuple[str, str], int],
+    opener: str,
 ) -> Bucket:
+    scenario, signature, failure_kind, count = key
     where = "scenario = ? AND signature = ?"
     connection = database.connection
     seed, config, t_ns, events, recording = connection.execute(
@@ -131,7 +142,7 @@ def _bucket(
             "events": events,
             "recording": recording,
         },
-        open_command=open_command(scenario, seed, sweep, recording),
+        open_command=open_command(scenario, seed, sweep, recording, opener),
         reproduce_command=run_command(scenario, seed, sweep),
         seeds=seeds,
     )

@@ -82,6 +82,8 @@ class SeedJob:
     code_fingerprint: str
     scenario_target: str | None = None
     seed_timeout_s: float | None = None
+    record_path: str | None = None
+    """When set, the job records the seed into this path instead (farm/record.py)."""
 
 
 def config_hash(config: dict[str, Any]) -> str:

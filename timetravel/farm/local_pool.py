@@ -32,7 +32,8 @@ from timetravel.farm.executor import (
     FarmWorkerError,
     hard_deadline_s,
 )
-from timetravel.farm.job import SeedJob, crash_row, run_seed, timeout_row
+from timetravel.farm.job import SeedJob, crash_row, timeout_row
+from timetravel.farm.worker import run_job
 
 POLL_INTERVAL_S = 0.25
 """Longest wait between two looks at the deadlines (and at ``stop()``)."""
@@ -40,7 +41,7 @@ WORKER_JOIN_TIMEOUT_S = 2.0
 WORKER_START_FAILURES_MAX = 5
 """Workers in a row that die before starting any seed: the installation is broken, stop the sweep."""
 WORKERS_MAX = 1024
-PRELOADED_MODULES = ["timetravel.farm.job"]
+PRELOADED_MODULES = ["timetravel.farm.worker"]
 """Imported once in the fork server, so that a new worker starts in milliseconds."""
 
 
@@ -76,7 +77,7 @@ def _worker_main(connection: Connection) -> None:
             return
         connection.send(("started",))
         try:
-            message: tuple[str, Any] = ("row", run_seed(job))
+            message: tuple[str, Any] = ("row", run_job(job))
         except Exception as error:
             message = ("error", f"{type(error).__name__}: {error}")
         connection.send(message)

@@ -15,13 +15,15 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from timetravel.farm.database import FindingsDatabase, Sweep
 from timetravel.farm.executor import Executor
 from timetravel.farm.job import SeedJob, check_row, config_hash
+from timetravel.farm.local_pool import LocalPool
 from timetravel.farm.progress import ProgressBar
+from timetravel.farm.record import RecordOptions, record_failures, recording_jobs
 from timetravel.farm.seeds import SeedSet, Shard
 from timetravel.scenarios import get_scenario, load_target
 from timetravel.sim.fingerprint import code_fingerprint
@@ -161,17 +163,49 @@ def run_sweep(
     *,
     time_budget_s: float | None = None,
     progress: Callable[[int, str], ProgressBar | None] | None = None,
+    record: RecordOptions | None = None,
+    recording_pool: Callable[[], Executor] | None = None,
 ) -> SweepSummary:
     """Run every seed of the plan that the database lacks; commit one row per seed as it finishes.
 
-    Ctrl-C (KeyboardInterrupt) stops the sweep: workers are stopped, every committed row stays,
-    and the summary says ``stopped: interrupted``. Past ``time_budget_s`` no new seed starts.
+    Then, with ``record``, record the earliest failing seeds of each signature (farm/record.py),
+    on ``executor`` when it is a local pool, else on ``recording_pool()`` (a local pool: the
+    recordings belong next to the database). Ctrl-C (KeyboardInterrupt) stops either phase:
+    workers are stopped, every committed row stays, and the summary says ``stopped:
+    interrupted``. Past ``time_budget_s`` no new seed (or recording) starts.
     """
+    summary = _new_summary(plan, database, executor)
+    started = time.monotonic()
+
+    def stop() -> bool:
+        return time_budget_s is not None and time.monotonic() - started > time_budget_s
+
+    outcomes: Counter[str] = Counter()
+    recorder = None
+    try:
+        _run_seeds(plan, database, executor, summary, outcomes, stop, progress)
+        if record is not None and summary.stopped == STOP_DONE:
+            if executor.name == LocalPool.name:
+                recorder = executor
+            else:
+                executor.close()
+                recorder = recording_pool() if recording_pool else LocalPool()
+            _record(plan, database, recorder, record, summary, stop, progress)
+    except KeyboardInterrupt:
+        summary.stopped = STOP_INTERRUPTED
+    finally:
+        executor.close()
+        if recorder is not None:
+            recorder.close()
+    _finish_summary(summary, plan, database, outcomes, executor, time.monotonic() - started)
+    return summary
+
+
+def _new_summary(plan: SweepPlan, database: FindingsDatabase, executor: Executor) -> SweepSummary:
     sweep = plan.sweep
     database.add_sweep(sweep)
     done = database.done_seeds(sweep.scenario, sweep.config_hash)
-    already_done = sum(1 for seed in done if seed in plan.seeds and plan.shard.owns(seed))
-    summary = SweepSummary(
+    return SweepSummary(
         scenario=sweep.scenario,
         config_hash=sweep.config_hash,
         settings=list(sweep.settings),
@@ -182,17 +216,24 @@ def run_sweep(
         executor=executor.name,
         workers=executor.workers,
         seeds_in_sweep=plan.seeds.count_in(plan.shard),
-        already_done=already_done,
+        already_done=sum(1 for seed in done if seed in plan.seeds and plan.shard.owns(seed)),
         other_code_rows=database.other_code_rows(sweep.scenario, sweep.config_hash, plan.code_fingerprint),
     )
-    to_run = summary.seeds_in_sweep - already_done
-    bar = progress(to_run, sweep.scenario) if progress and to_run else None
-    started = time.monotonic()
 
-    def stop() -> bool:
-        return time_budget_s is not None and time.monotonic() - started > time_budget_s
 
-    outcomes: Counter[str] = Counter()
+def _run_seeds(
+    plan: SweepPlan,
+    database: FindingsDatabase,
+    executor: Executor,
+    summary: SweepSummary,
+    outcomes: Counter[str],
+    stop: Callable[[], bool],
+    progress: Callable[[int, str], ProgressBar | None] | None,
+) -> None:
+    """The sweep phase: every seed the database lacks, one committed row each."""
+    done = database.done_seeds(plan.sweep.scenario, plan.sweep.config_hash)
+    to_run = summary.seeds_in_sweep - summary.already_done
+    bar = progress(to_run, plan.sweep.scenario) if progress and to_run else None
     try:
         for row in executor.run(_jobs(plan, done), stop):
             committed = database.add_row(check_row(row))
@@ -201,15 +242,35 @@ def run_sweep(
             outcomes[row["outcome"]] += committed
             if bar is not None:
                 bar.update(summary.ran, summary.ran - outcomes["pass"])
-        summary.stopped = STOP_TIME_BUDGET if stop() and summary.ran < to_run else STOP_DONE
-    except KeyboardInterrupt:
-        summary.stopped = STOP_INTERRUPTED
     finally:
-        executor.close()
         if bar is not None:
             bar.finish()
-    _finish_summary(summary, plan, database, outcomes, executor, time.monotonic() - started)
-    return summary
+    summary.stopped = STOP_TIME_BUDGET if stop() and summary.ran < to_run else STOP_DONE
+
+
+def _record(
+    plan: SweepPlan,
+    database: FindingsDatabase,
+    executor: Executor,
+    options: RecordOptions,
+    summary: SweepSummary,
+    stop: Callable[[], bool],
+    progress: Callable[[int, str], ProgressBar | None] | None,
+) -> None:
+    """The recording phase: the earliest failing seeds of each signature, recorded and checked."""
+    where, parameters = seed_filter(plan)
+    jobs = recording_jobs(
+        database, lambda seed, path: replace(plan.job(seed), record_path=path), where, parameters, options
+    )
+    bar = progress(len(jobs), f"{plan.sweep.scenario} recordings") if progress and jobs else None
+    order = {job.seed: index for index, job in enumerate(jobs)}
+    try:
+        for entry in record_failures(database, jobs, executor, stop, bar):
+            summary.recordings.append(entry)
+    finally:
+        summary.recordings.sort(key=lambda entry: order[entry["seed"]])
+        if bar is not None:
+            bar.finish()
 
 
 def _jobs(plan: SweepPlan, done: set[int]) -> Iterator[SeedJob]:
