@@ -174,6 +174,11 @@ def test_findings_merge_joins_shards(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert [entry["inserted"] for entry in merged["inputs"]] == [5, 5]
     code, summary = fuzz_json(capsys, *PINGPONG, "--seeds", "0:10", "--db", out_db)
     assert summary["already_done"] == 10 and summary["ran"] == 0
+    with FindingsDatabase(shards[1], create=False) as shard:
+        shard.connection.execute("UPDATE seeds SET events = events + 1 WHERE seed = 3")
+    code, out, err = farm_cli(capsys, "findings", "merge", shards[1], "--db", out_db)
+    assert code == 1 and "conflict: pingpong seed 3: events " in out
+    assert err.startswith("timetravel: 1 seeds have rows from the same code that disagree")
 
 
 def test_verify_sorts_a_bucket_into_fixed_still_failing_and_new(

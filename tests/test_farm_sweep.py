@@ -101,15 +101,22 @@ def test_shards_merged_give_the_rows_of_the_whole_sweep(tmp_path: Path) -> None:
     assert database_rows(tmp_path / "all.db") == reference_rows(whole)
 
 
-def test_merging_rows_that_disagree_reports_a_conflict(tmp_path: Path) -> None:
-    plan = plan_sweep("pingpong", PINGPONG_SETTINGS, parse_seeds("0:4"))
+def test_merging_tells_a_determinism_conflict_from_other_code(tmp_path: Path) -> None:
+    plan = plan_sweep("pingpong", PINGPONG_SETTINGS, parse_seeds("0:5"))
     sweep(plan, tmp_path / "a.db", 1)
     sweep(plan, tmp_path / "b.db", 1)
     with FindingsDatabase(tmp_path / "b.db") as other:
-        other.connection.execute("UPDATE seeds SET state_hash = 'tampered' WHERE seed = 2")
+        execute = other.connection.execute
+        execute("UPDATE seeds SET state_hash = 'tampered' WHERE seed = 2")  # same code, other result
+        execute("UPDATE seeds SET code_fingerprint = 'newer' WHERE seed = 3")  # other code, same result
+        execute("UPDATE seeds SET code_fingerprint = 'newer', events = events + 1 WHERE seed = 4")
     with FindingsDatabase(tmp_path / "a.db") as kept:
         result = kept.merge_from(tmp_path / "b.db")
+    assert (result.inserted, result.duplicates) == (0, 5)
     assert result.conflicts_total == 1 and result.conflicts[0]["seed"] == 2
+    assert list(result.conflicts[0]["differs"]) == ["state_hash"]
+    assert result.conflicts[0]["differs"]["state_hash"][1] == "tampered"
+    assert (result.other_code, result.other_code_changed) == (2, 1)
     assert database_rows(tmp_path / "a.db") == reference_rows(plan)
 
 

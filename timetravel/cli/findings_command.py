@@ -118,15 +118,21 @@ def _merge(args: argparse.Namespace, inputs: list[str]) -> int:
                 f"{result['input']}: {result['inserted']:,} rows added, {result['duplicates']:,} already present, "
                 f"{result['conflicts_total']:,} conflicts"
             )
-            for conflict in result["conflicts"]:
+            if result["other_code"]:
                 print(
-                    f"  conflict: {conflict['scenario']} seed {conflict['seed']}: kept {conflict['outcome_kept']} "
-                    f"{conflict['signature_kept']}, other says {conflict['outcome_other']} {conflict['signature_other']}"
+                    f"  {result['other_code']:,} of the rows already present were run by other code "
+                    f"({result['other_code_changed']:,} with other results); the rows kept are the first ones"
                 )
+            for conflict in result["conflicts"]:
+                differs = ", ".join(
+                    f"{column} {kept} vs {other}" for column, (kept, other) in conflict["differs"].items()
+                )
+                print(f"  conflict: {conflict['scenario']} seed {conflict['seed']}: {differs}")
         print(f"{args.db}: {total:,} seeds")
     if conflicts:
         print(
-            f"timetravel: {conflicts} seeds have rows that disagree (other code, or a determinism bug)",
+            f"timetravel: {conflicts} seeds have rows from the same code that disagree (a determinism bug, or "
+            "another platform)",
             file=sys.stderr,
         )
         return EXIT_MERGE_CONFLICTS

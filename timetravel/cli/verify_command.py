@@ -99,6 +99,6 @@ def _print_human(result: Verification) -> None:
         listed = " ".join(str(seed) for seed in seeds[:12]) + (
             " ..." if getattr(result, verdict) > 12 else ""
         )
-        print(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}")
+        print(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}".rstrip())
     for signature, count in result.new_signatures.items():
         print(f"    {count:,} now fail with {signature}")

@@ -29,7 +29,7 @@ BUSY_TIMEOUT_MS = 30_000
 """How long a writer waits for another writer's transaction before giving up."""
 CONFLICTS_SHOWN_MAX = 20
 DEFAULT_DATABASE = "recordings/findings.db"
-COMPARED_COLUMNS = (
+COMPARED_COLUMNS = (  # the columns two rows of one seed must agree on
     "outcome",
     "failure_kind",
     "signature",
@@ -39,7 +39,6 @@ COMPARED_COLUMNS = (
     "state_hash",
     "code_fingerprint",
 )
-"""The columns two rows of one seed must agree on (everything but wall time, attempts, recording)."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -94,10 +93,15 @@ class Sweep:
 
 @dataclass(frozen=True)
 class MergeResult:
+    """What a merge added and what it found where both databases had a row of the same seed."""
+
     inserted: int
     duplicates: int
-    conflicts: list[dict[str, Any]]
     conflicts_total: int
+    conflicts: list[dict[str, Any]]
+    """Examples (at most CONFLICTS_SHOWN_MAX): scenario, seed and ``differs`` {column: [kept, other]}."""
+    other_code: int
+    other_code_changed: int
 
 
 class FindingsDatabase:
@@ -226,15 +230,18 @@ class FindingsDatabase:
     def merge_from(self, source_path: str | Path) -> MergeResult:
         """Copy another database's sweeps and rows in; a seed already here keeps its row.
 
-        Two rows of one seed that disagree on anything but wall time, attempts and recording are
-        a *conflict*: other code, or a determinism bug. Conflicts are counted and returned.
+        Where both hold a row of one seed, the rows are compared on everything but wall time,
+        attempts and recording. Rows from other code (another code fingerprint) are counted as
+        ``other_code``, and as ``other_code_changed`` when their results differ: the code changed
+        the answer. Rows from the *same* code with different results are a **conflict**: a
+        determinism bug (or another platform), which the caller should treat as an error.
         """
         FindingsDatabase(source_path, create=False).close()
         connection = self.connection
         connection.execute("ATTACH DATABASE ? AS source", (str(source_path),))
         try:
             with self.transaction():
-                conflicts_total, conflicts = self._conflicts()
+                comparison = self._compare_with_source()
                 before = self.count()
                 connection.execute("INSERT OR IGNORE INTO sweeps SELECT * FROM source.sweeps")
                 columns = ", ".join(ROW_FIELDS)
@@ -245,22 +252,40 @@ class FindingsDatabase:
                 total = connection.execute("SELECT count(*) FROM source.seeds").fetchone()[0]
         finally:
             connection.execute("DETACH DATABASE source")
-        return MergeResult(inserted, int(total) - inserted, conflicts, conflicts_total)
+        return MergeResult(inserted=inserted, duplicates=int(total) - inserted, **comparison)
 
-    def _conflicts(self) -> tuple[int, list[dict[str, Any]]]:
-        differs = " OR ".join(f"mine.{column} IS NOT theirs.{column}" for column in COMPARED_COLUMNS)
+    def _compare_with_source(self) -> dict[str, Any]:
+        results = [column for column in COMPARED_COLUMNS if column != "code_fingerprint"]
+        results_differ = " OR ".join(f"mine.{column} IS NOT theirs.{column}" for column in results)
+        other_code = "mine.code_fingerprint IS NOT theirs.code_fingerprint"
         join = (
             "FROM main.seeds AS mine JOIN source.seeds AS theirs "
             "ON mine.scenario = theirs.scenario AND mine.config_hash = theirs.config_hash "
-            f"AND mine.seed = theirs.seed WHERE {differs}"
+            "AND mine.seed = theirs.seed"
         )
-        total = self.connection.execute(f"SELECT count(*) {join}").fetchone()[0]
-        shown = self.connection.execute(
-            f"SELECT mine.scenario, mine.seed, mine.outcome, theirs.outcome, mine.signature, theirs.signature "
-            f"{join} ORDER BY mine.scenario, mine.seed LIMIT {CONFLICTS_SHOWN_MAX}"
-        ).fetchall()
-        keys = ("scenario", "seed", "outcome_kept", "outcome_other", "signature_kept", "signature_other")
-        return int(total), [dict(zip(keys, values, strict=True)) for values in shown]
+
+        def count(condition: str) -> int:
+            return int(self.connection.execute(f"SELECT count(*) {join} WHERE {condition}").fetchone()[0])
+
+        def examples(condition: str) -> list[dict[str, Any]]:
+            selected = ", ".join(f"mine.{column}, theirs.{column}" for column in results)
+            found = []
+            for values in self.connection.execute(
+                f"SELECT mine.scenario, mine.seed, {selected} {join} WHERE {condition} "
+                f"ORDER BY mine.scenario, mine.seed LIMIT {CONFLICTS_SHOWN_MAX}"
+            ):
+                pairs = dict(zip(results, zip(values[2::2], values[3::2], strict=True), strict=True))
+                differing = {column: list(pair) for column, pair in pairs.items() if pair[0] != pair[1]}
+                found.append({"scenario": values[0], "seed": values[1], "differs": differing})
+            return found
+
+        conflict = f"NOT ({other_code}) AND ({results_differ})"
+        return {
+            "conflicts_total": count(conflict),
+            "conflicts": examples(conflict),
+            "other_code": count(other_code),
+            "other_code_changed": count(f"({other_code}) AND ({results_differ})"),
+        }
 
 
 class _Transaction:
