@@ -111,3 +111,26 @@ SWARMY = Scenario(
     build=_swarmy_build,
     handlers={"clock": {"tick": _swarmy_tick}},
 )
+
+
+def _record_killer_tick(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    state["ticks"] += 1
+    if state["ticks"] == 3:
+        marker = Path(ctx.config["marker_dir"]) / f"ran-{ctx.world.seed}"
+        if marker.exists():  # every run after the sweep's own: the recording runs
+            os.kill(os.getpid(), signal.SIGKILL)
+        marker.touch()
+    if state["ticks"] == 5:
+        ctx.fail("assertion", "every seed fails", site="record_killer.always")
+        return
+    ctx.timer(TICK_NS, "tick")
+
+
+RECORD_KILLER = Scenario(
+    name="record_killer",
+    summary="every seed fails; every run after the first kills its worker (so recording it crashes)",
+    params=(Param("marker_dir", "str", "", "where the first-run markers go"),),
+    build=_ticker_build("record_killer"),
+    handlers={"clock": {"tick": _record_killer_tick}},
+    determinism="off",
+)

@@ -84,3 +84,21 @@ def test_a_recording_that_does_not_match_its_row_is_reported() -> None:
     assert "recording failed: OSError" in str(check_recording(row, {**same, "error": "OSError: disk full"}))
     plan = plan_sweep("pingpong", [], parse_seeds("1"), seed_timeout_s=1.0)
     assert "ended as timeout" in str(check_recording(row, timeout_row(plan.job(1), 3.0, None, None)))
+
+
+def test_a_recording_whose_worker_dies_is_reported_and_leaves_no_partial_file(tmp_path: Path) -> None:
+    plan = plan_sweep(
+        "record_killer",
+        [f"marker_dir={tmp_path}"],
+        parse_seeds("0:1"),
+        scenario_target="farm_scenarios:RECORD_KILLER",
+    )
+    folder = tmp_path / "recs"
+    with FindingsDatabase(tmp_path / "f.db") as database:
+        summary = run_sweep(plan, database, LocalPool(1), record=RecordOptions(folder, per_signature=1))
+    [entry] = summary.recordings
+    assert not entry["verified"] and entry["path"] is None
+    assert "ended as crash" in entry["problem"] and "SIGKILL" in entry["problem"]
+    assert list(folder.iterdir()) == []  # the killed recorder's .part file is gone
+    [row] = rows(tmp_path / "f.db")
+    assert row["outcome"] == "fail" and row["recording"] is None

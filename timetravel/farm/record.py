@@ -46,7 +46,7 @@ def record_seed(job: SeedJob) -> dict[str, Any]:
     scenario, _ = resolve(job.scenario, job.scenario_target, job.settings)
     config = scenario.resolve_config(job.settings)
     final = Path(job.record_path)
-    partial = final.with_name(final.name + PART_SUFFIX)
+    partial = partial_path(final)
     started = time.perf_counter()
     result: dict[str, Any] = {
         "recording": str(final),
@@ -67,6 +67,11 @@ def record_seed(job: SeedJob) -> dict[str, Any]:
         result["error"] = f"{type(error).__name__}: {error}"[:MESSAGE_CHARS_MAX]
     result["wall_s"] = round(time.perf_counter() - started, 6)
     return result
+
+
+def partial_path(final: Path) -> Path:
+    """Where a recording is written until it is complete."""
+    return final.with_name(final.name + PART_SUFFIX)
 
 
 def recording_jobs(

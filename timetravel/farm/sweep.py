@@ -16,6 +16,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
 from typing import Any
 
 from timetravel.farm.database import FindingsDatabase, Sweep
@@ -23,7 +24,7 @@ from timetravel.farm.executor import Executor
 from timetravel.farm.job import SeedJob, check_row, config_hash
 from timetravel.farm.local_pool import LocalPool
 from timetravel.farm.progress import ProgressBar
-from timetravel.farm.record import RecordOptions, record_failures, recording_jobs
+from timetravel.farm.record import RecordOptions, partial_path, record_failures, recording_jobs
 from timetravel.farm.seeds import SeedSet, Shard
 from timetravel.scenarios import get_scenario, load_target
 from timetravel.sim.fingerprint import code_fingerprint
@@ -182,6 +183,7 @@ def run_sweep(
 
     outcomes: Counter[str] = Counter()
     recorder = None
+    partials: list[Path] = []
     try:
         _run_seeds(plan, database, executor, summary, outcomes, stop, progress)
         if record is not None and summary.stopped == STOP_DONE:
@@ -190,13 +192,15 @@ def run_sweep(
             else:
                 executor.close()
                 recorder = recording_pool() if recording_pool else LocalPool()
-            _record(plan, database, recorder, record, summary, stop, progress)
+            _record(plan, database, recorder, record, summary, stop, progress, partials)
     except KeyboardInterrupt:
         summary.stopped = STOP_INTERRUPTED
     finally:
         executor.close()
         if recorder is not None:
             recorder.close()
+        for partial in partials:  # a recording cut short by Ctrl-C or a killed worker
+            partial.unlink(missing_ok=True)
     _finish_summary(summary, plan, database, outcomes, executor, time.monotonic() - started)
     return summary
 
@@ -256,12 +260,18 @@ def _record(
     summary: SweepSummary,
     stop: Callable[[], bool],
     progress: Callable[[int, str], ProgressBar | None] | None,
+    partials: list[Path],
 ) -> None:
-    """The recording phase: the earliest failing seeds of each signature, recorded and checked."""
+    """The recording phase: the earliest failing seeds of each signature, recorded and checked.
+
+    ``partials`` receives the ``.part`` paths the workers may leave behind, for the caller to remove
+    once every worker is stopped.
+    """
     where, parameters = seed_filter(plan)
     jobs = recording_jobs(
         database, lambda seed, path: replace(plan.job(seed), record_path=path), where, parameters, options
     )
+    partials += [partial_path(Path(str(job.record_path))) for job in jobs]
     bar = progress(len(jobs), f"{plan.sweep.scenario} recordings") if progress and jobs else None
     order = {job.seed: index for index, job in enumerate(jobs)}
     try:
