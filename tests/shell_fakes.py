@@ -7,6 +7,8 @@ runner can be driven end to end without a recording.
 
 from __future__ import annotations
 
+import signal
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,6 +93,10 @@ class FakeUserError(ValueError):
     pass
 
 
+class FakeMismatch(Exception):
+    pass
+
+
 @dataclass(frozen=True)
 class EchoResult:
     """A result type with no renderer: shown through its to_data()."""
@@ -102,17 +108,25 @@ class EchoResult:
 
 
 class FakeEngine:
-    """Understands ``goto T``, ``fail``, ``boom``, ``quit``, ``echo ...``; records what ran."""
+    """Understands ``goto T``, ``fail``, ``boom``, ``diverge``, ``quit``, ``echo ...``; records what ran."""
 
     display_unit = "ms"
     user_errors: tuple[type[BaseException], ...] = (FakeUserError,)
+    mismatch_errors: tuple[type[BaseException], ...] = (FakeMismatch,)
     vocabulary = VOCABULARY
+
+    def long_running(self, text: str) -> bool:
+        """``slow`` stands for a command that runs simulations; ``seek`` for one that does not."""
+        return text.split()[0] == "slow"
 
     def __init__(self) -> None:
         self.t_ns = 0
         self.event = 0
         self.branch = "main"
         self.ran: list[str] = []
+        self.progress: Callable[[Any], None] = lambda report: None
+        self.should_stop: Callable[[], bool] = lambda: False
+        """The command context's hooks (a test wires them to a CommandMonitor)."""
 
     def execute(self, text: str) -> object:
         self.ran.append(text)
@@ -125,11 +139,26 @@ class FakeEngine:
             raise FakeUserError("goto: 'soon': not a time (examples: 950, 950ms)\nsecond line never shown")
         if words[0] == "boom":
             raise RuntimeError("the engine broke")
+        if words[0] == "diverge":
+            raise FakeMismatch("replay differs at event #7: chain batch 0 [cause: determinism_bug]")
         if words[0] == "quit":
             raise ExitShell()
         if words[0] == "echo":
             return EchoResult(tuple(words[1:]))
+        if words[0] in ("slow", "seek"):
+            return self._work(words[0], int(words[1]), int(words[2]) if len(words) > 2 else None)
         raise FakeUserError(f"unknown command {words[0]!r}")
+
+    def _work(self, name: str, units: int, ctrl_c_after: int | None) -> str:
+        """``units`` units of work with a progress report each and a stop check between them; the
+        process sends itself SIGINT (a real Ctrl-C) after ``ctrl_c_after`` units."""
+        for unit in range(units):
+            if self.should_stop():
+                return f"{name} stopped after {unit} of {units}"
+            self.progress(f"{name} unit {unit + 1} of {units}")
+            if unit + 1 == ctrl_c_after:
+                signal.raise_signal(signal.SIGINT)
+        return f"{name} done: {units} units"
 
     def prompt_state(self) -> PromptState:
         return PromptState(self.branch, self.t_ns, self.event, failed=self.t_ns >= 1_000_000_000)

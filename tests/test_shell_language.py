@@ -42,6 +42,9 @@ def engine_without_recording() -> LanguageEngine:
 class FakeSession:
     display_unit = "ms"
 
+    def metric_names(self) -> list[str]:
+        return ["loss"]
+
 
 @pytest.fixture
 def cursor_handlers(monkeypatch: pytest.MonkeyPatch) -> list[Invocation]:
@@ -142,7 +145,10 @@ def test_plot_errors_name_the_branch_or_metric() -> None:
     engine = LanguageEngine(CommandContext(session=FakeSession()), metrics=Metrics())
     with pytest.raises(CommandError, match=r"plot: no branch 'b9' \(branches: main, b1\)"):
         engine.execute("plot main b9")
-    with pytest.raises(CommandError, match="plot: branch main has no metric 'accuracy'"):
+    with pytest.raises(
+        CommandError,
+        match=r"plot: branch main has no metric 'accuracy' \(metrics: loss; choose one with --metric\)",
+    ):
         engine.execute("plot --metric accuracy")
     with pytest.raises(CommandError, match="out of range"):
         engine.execute("plot --height 0")

@@ -27,6 +27,7 @@ COMMAND_MODULES = (
     "timetravel.cli.fuzz_command",
     "timetravel.cli.findings_command",
     "timetravel.cli.verify_command",
+    "timetravel.cli.shell_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -45,6 +45,8 @@ PLOT_SPEC = CommandSpec(
 )
 QUIT_SPEC = CommandSpec("quit", "leave the shell (Ctrl-D does too)", aliases=("exit",), examples=("quit",))
 SHELL_SPECS: tuple[CommandSpec, ...] = (PLOT_SPEC, QUIT_SPEC)
+SHELL_OPTION_KINDS: dict[tuple[str, str], str] = {(PLOT_SPEC.name, "--metric"): "metric"}
+"""What completion offers for the shell's options beyond the spec's kind: metric names for ``--metric``."""
 SHELL_COMMANDS: dict[str, CommandSpec] = {spec.name: spec for spec in SHELL_SPECS}
 SHELL_ALIASES: dict[str, str] = {alias: spec.name for spec in SHELL_SPECS for alias in spec.aliases}
 
@@ -184,8 +186,10 @@ def plot_result(
     invocation: Invocation,
     branch_names: Sequence[str],
     metric_rows: Callable[[str, str], MetricRows | None],
+    known_metrics: Sequence[str] = (),
 ) -> PlotResult:
-    """The curves ``plot`` asked for. ``metric_rows(branch, metric)`` reads one branch's series."""
+    """The curves ``plot`` asked for. ``metric_rows(branch, metric)`` reads one branch's series;
+    ``known_metrics`` (the cursor's branch's) are named when a branch lacks the metric asked for."""
     wanted: list[str] = list(invocation.value("branches") or branch_names)
     if len(wanted) > SERIES_MAX:
         raise CommandError(f"plot: at most {SERIES_MAX} branches in one plot (got {len(wanted)})")
@@ -203,6 +207,9 @@ def plot_result(
     for name in wanted:
         rows = metric_rows(name, metric)
         if rows is None:
-            raise CommandError(f"plot: branch {name} has no metric {metric!r}")
+            known = (
+                f" (metrics: {', '.join(known_metrics)}; choose one with --metric)" if known_metrics else ""
+            )
+            raise CommandError(f"plot: branch {name} has no metric {metric!r}{known}")
         series.append(Series(name, metric_curve(rows)))
     return PlotResult(metric, tuple(series), bool(invocation.value("log", False)), width, height)

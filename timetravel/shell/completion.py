@@ -46,20 +46,30 @@ class Vocabulary:
     commands: Mapping[str, CommandSpec]
     aliases: Mapping[str, str] = field(default_factory=dict)
     predicate_functions: Sequence[str] = ()
+    option_kinds: Mapping[tuple[str, str], str] = field(default_factory=dict)
+    """(command, option) -> the kind to complete there, where a front end knows more than the
+    spec's kind (the shell's ``plot --metric`` is a ``word`` to the parser, a metric name here)."""
 
     def resolve(self, name: str) -> CommandSpec | None:
         return self.commands.get(self.aliases.get(name, name))
 
+    def value_kind(self, command: CommandSpec, option: OptionSpec) -> str:
+        """What to complete as ``option``'s value."""
+        return self.option_kinds.get((command.name, option.name), option.kind or "word")
 
-def language_vocabulary(extra: Sequence[CommandSpec] = ()) -> Vocabulary:
-    """The command language's commands and predicate functions, plus a front end's ``extra`` commands."""
+
+def language_vocabulary(
+    extra: Sequence[CommandSpec] = (), option_kinds: Mapping[tuple[str, str], str] | None = None
+) -> Vocabulary:
+    """The command language's commands and predicate functions, plus a front end's ``extra`` commands
+    (and the completion kinds of their options, see :attr:`Vocabulary.option_kinds`)."""
     commands: dict[str, CommandSpec] = dict(COMMANDS)
     aliases: dict[str, str] = dict(ALIASES)
     for spec in extra:
         assert spec.name not in commands, f"{spec.name} is already a command of the language"
         commands[spec.name] = spec
         aliases.update((alias, spec.name) for alias in spec.aliases)
-    return Vocabulary(commands, aliases, (*TRUTH_FUNCTIONS, *NUMBER_FUNCTIONS))
+    return Vocabulary(commands, aliases, (*TRUTH_FUNCTIONS, *NUMBER_FUNCTIONS), dict(option_kinds or {}))
 
 
 @dataclass(frozen=True)
@@ -70,8 +80,9 @@ class Candidate:
     meta: str = ""
 
 
-RECORDING_KINDS = ("time", "node", "branch", "fault", "setting")
-"""Kinds whose names come from the open recording through the language's ``ValueSource``."""
+RECORDING_KINDS = ("time", "node", "branch", "fault", "setting", "metric")
+"""Kinds whose names come from the open recording through the language's ``ValueSource``
+(``metric`` is the shell's: see :attr:`Vocabulary.option_kinds`)."""
 
 
 class NotedValueSource(ValueSource, Protocol):
@@ -126,7 +137,7 @@ def find_slot(words: Sequence[str], partial: str, vocabulary: Vocabulary) -> Slo
             takes_value = option is not None and option.kind is not None and "=" not in word
             if takes_value and index + 1 == len(words):
                 assert option is not None and option.kind is not None
-                return Slot(option.kind, command, f"{option.name}: {option.help}")
+                return Slot(vocabulary.value_kind(command, option), command, f"{option.name}: {option.help}")
             index += 2 if takes_value else 1
             continue
         positional += 1
@@ -136,7 +147,7 @@ def find_slot(words: Sequence[str], partial: str, vocabulary: Vocabulary) -> Slo
         name, equals, _ = partial.partition("=")
         option = _option(command, name)
         if equals and option is not None and option.kind is not None:
-            return Slot(option.kind, command, f"{option.name}: {option.help}")
+            return Slot(vocabulary.value_kind(command, option), command, f"{option.name}: {option.help}")
         return Slot("option", command, command.usage)
     argument = argument_at(command, positional)
     if argument is None:

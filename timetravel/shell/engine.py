@@ -34,8 +34,21 @@ class Engine(Protocol):
         """Exception types that mean "this command is wrong" (shown as ``error: ...``, exit code 2)."""
         ...
 
+    @property
+    def mismatch_errors(self) -> tuple[type[BaseException], ...]:
+        """Exception types that report a replay that departed from its recording (a finding about
+        the code, not a wrong command): shown as ``mismatch: ...``, exit code 1."""
+        ...
+
+    def long_running(self, text: str) -> bool:
+        """Does this command run simulations (so Ctrl-C asks it to stop rather than interrupting)?"""
+        ...
+
     def execute(self, text: str) -> object:
-        """Run one command (no ``;``) and return its structured result (or None)."""
+        """Run one command (no ``;``) and return its structured result (or None).
+
+        On ``KeyboardInterrupt`` the engine leaves itself usable (the cursor where it was) and
+        lets the interrupt pass."""
         ...
 
     def prompt_state(self) -> PromptState: ...

@@ -19,7 +19,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from prompt_toolkit.history import History
+from prompt_toolkit.history import History, InMemoryHistory
 
 HISTORY_ENTRIES_MAX = 1_000
 HISTORY_COMPACT_SLACK = 200
@@ -43,6 +43,11 @@ def state_dir() -> Path:
 
 def default_history_path() -> Path:
     return state_dir() / HISTORY_FILE_NAME
+
+
+def session_history(persistent: bool = True) -> History:
+    """The REPL's history: the bounded file under the state directory, or memory only."""
+    return BoundedFileHistory(default_history_path()) if persistent else InMemoryHistory()
 
 
 class BoundedFileHistory(History):

@@ -6,11 +6,20 @@ Both the REPL and batch mode come through here, so they agree on what a failure 
   engine lists in ``user_errors``) prints ``error: <the problem>`` — one line, never a traceback;
 * anything else is a bug in timetravel or a scenario and prints ``internal error: Type: message
   (at file:line)`` — still one line, naming where it was raised, so it can be reported;
-* Ctrl-C during a command prints ``interrupted`` and the REPL carries on.
+* a **replay mismatch** (a seek's re-execution departed from the recording: a finding about the
+  code or the platform, not a wrong command; the engine lists such types in ``mismatch_errors``)
+  prints ``mismatch: <where and why>``, one line;
+* Ctrl-C during a command stops the command, not the shell (:mod:`timetravel.shell.monitor`):
+  a long-running command ends early with what it has and ``stopped`` is printed after its
+  result; any other command prints ``interrupted``. The REPL carries on.
 
 In a script, the first failing command stops the script: the later commands usually depend on it
 (``compare main b1`` after a ``branch`` that failed would only add a confusing second error).
-The exit code is 0 when every command ran, 2 when a command failed, 130 when interrupted.
+The exit code is 0 when every command ran, 2 when a command failed, 1 on a replay mismatch
+(as ``timetravel replay``), 130 when stopped or interrupted.
+
+With ``program`` set (``timetravel shell`` in batch mode) every error line starts the way the
+CLI's do: ``timetravel: error: script.tt:3: goto: ...``.
 """
 
 from __future__ import annotations
@@ -19,16 +28,19 @@ import enum
 import json
 import traceback
 from collections.abc import Sequence
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from rich.console import Console
 
 from timetravel.shell.engine import Engine, ExitShell
+from timetravel.shell.monitor import CommandMonitor
 from timetravel.shell.prompt import prompt_text
 from timetravel.shell.render import RenderContext, render
 from timetravel.shell.script import ScriptCommand, ScriptError, split_commands
 
 EXIT_OK = 0
+EXIT_MISMATCH = 1
 EXIT_COMMAND_FAILED = 2
 EXIT_INTERRUPTED = 130
 ERROR_CHARS_MAX = 500
@@ -39,6 +51,7 @@ class Status(enum.Enum):
     OK = "ok"
     USER_ERROR = "user error"
     INTERNAL_ERROR = "internal error"
+    MISMATCH = "mismatch"
     INTERRUPTED = "interrupted"
 
 
@@ -46,8 +59,10 @@ EXIT_CODES = {
     Status.OK: EXIT_OK,
     Status.USER_ERROR: EXIT_COMMAND_FAILED,
     Status.INTERNAL_ERROR: EXIT_COMMAND_FAILED,
+    Status.MISMATCH: EXIT_MISMATCH,
     Status.INTERRUPTED: EXIT_INTERRUPTED,
 }
+STOPPED_NOTE = "stopped: the result above covers the work done before Ctrl-C"
 
 
 def one_line(message: str) -> str:
@@ -70,7 +85,11 @@ def describe_internal_error(error: BaseException) -> str:
 
 
 class CommandRunner:
-    """Runs commands, renders results to ``console`` and errors to ``error_console``."""
+    """Runs commands, renders results to ``console`` and errors to ``error_console``.
+
+    ``monitor`` (when given) is the one whose hooks the engine's command context calls: the runner
+    tells it when each command runs, so Ctrl-C and the progress line belong to that command.
+    """
 
     def __init__(
         self,
@@ -78,33 +97,55 @@ class CommandRunner:
         console: Console,
         error_console: Console | None = None,
         json_output: bool = False,
+        monitor: CommandMonitor | None = None,
+        program: str = "",
     ) -> None:
         self.engine = engine
         self.console = console
         self.error_console = error_console or console
         self.json_output = json_output
+        self.monitor = monitor
+        self.program = program
 
     @property
     def context(self) -> RenderContext:
         return RenderContext(self.engine.display_unit, self.console.width)
 
+    def _running(self, text: str) -> AbstractContextManager[None]:
+        if self.monitor is None:
+            return nullcontext()
+        return self.monitor.running(self.engine.long_running(text))
+
     def run_one(self, text: str, where: str = "") -> Status:
         """Run one command and show its result or error. ``ExitShell`` passes through."""
         try:
-            result = self.engine.execute(text)
+            with self._running(text):
+                result = self.engine.execute(text)
         except ExitShell:
             raise
         except KeyboardInterrupt:
             self._error(text, where, "interrupted")
             return Status.INTERRUPTED
         except self.engine.user_errors as error:
-            self._error(text, where, "error: " + (one_line(str(error)) or type(error).__name__))
+            self._error(text, where, "error", one_line(str(error)) or type(error).__name__)
             return Status.USER_ERROR
+        except self.engine.mismatch_errors as error:
+            self._error(text, where, "mismatch", one_line(str(error)) or type(error).__name__)
+            return Status.MISMATCH
         except Exception as error:
-            self._error(text, where, "internal error: " + describe_internal_error(error))
+            if self._stopped():
+                self._error(text, where, "stopped", one_line(str(error)) or type(error).__name__)
+                return Status.INTERRUPTED
+            self._error(text, where, "internal error", describe_internal_error(error))
             return Status.INTERNAL_ERROR
         self.show(text, result)
+        if self._stopped():
+            self._error(text, where, STOPPED_NOTE)
+            return Status.INTERRUPTED
         return Status.OK
+
+    def _stopped(self) -> bool:
+        return self.monitor is not None and self.monitor.stop_requested
 
     def show(self, text: str, result: object) -> None:
         if self.json_output:
@@ -114,13 +155,19 @@ class CommandRunner:
         if renderable is not None:
             self.console.print(renderable)
 
-    def _error(self, text: str, where: str, message: str) -> None:
-        prefix = f"{where}: " if where else ""
+    def _error(self, text: str, where: str, kind: str, problem: str = "") -> None:
+        """``where: kind: problem`` (``program: kind: where: problem`` when ``program`` is set)."""
+        message = f"{kind}: {problem}" if problem else kind
         if self.json_output:
             self._json({"command": text, "error": message})
-        self.error_console.print(
-            f"{prefix}{message}", style="red", markup=False, highlight=False, soft_wrap=True
-        )
+        if self.program:
+            place = f"{where}: " if where else ""
+            line = (
+                f"{self.program}: {kind}: {place}{problem}" if problem else f"{self.program}: {place}{kind}"
+            )
+        else:
+            line = f"{where}: {message}" if where else message
+        self.error_console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
 
     def _json(self, value: Any) -> None:
         """One JSON object per line on the console's file (never wrapped or highlighted)."""
@@ -132,7 +179,7 @@ class CommandRunner:
         try:
             commands = split_commands(line, "line")
         except ScriptError as error:
-            self._error(line, "", f"error: {error.problem}")
+            self._error(line, "", "error", error.problem)
             return Status.USER_ERROR
         return self.run_commands(commands, echo=False, with_location=False)
 
@@ -157,7 +204,7 @@ class CommandRunner:
         try:
             commands = split_commands(text, source)
         except ScriptError as error:
-            self._error("", error.where, f"error: {error.problem}")
+            self._error("", error.where, "error", error.problem)
             return EXIT_COMMAND_FAILED
         try:
             status = self.run_commands(commands, echo)

@@ -239,7 +239,7 @@ def _legend(series: Sequence[Series], log_y: bool, unit: str) -> list[Text]:
 
 def _describe(points: Sequence[tuple[int, float]], log_y: bool, unit: str) -> str:
     """The legend note: the last finite value, when it turns non-finite, what a log plot left out."""
-    notes = [f"{len(points)} points"]
+    notes = [f"{len(points)} point{'' if len(points) == 1 else 's'}"]
     finite = [value for _, value in points if math.isfinite(value)]
     if finite:
         notes.append(f"last finite {finite[-1]:.6g}")

@@ -27,6 +27,8 @@ from timetravel.shell.results import PlotResult
 
 BAR_WIDTH = 20
 """Cells of a rate bar (fan-out and likelihood tables)."""
+PARAMS_WIDTH_MIN = 14
+"""A fault's params column never narrows below this (it folds instead of hiding behind an ellipsis)."""
 CHANGE_STYLES = {"added": "green", "removed": "red", "changed": "yellow"}
 
 
@@ -110,7 +112,7 @@ def render_events(result: r.EventsResult, context: RenderContext) -> RenderableT
         ("kind", "left"),
         ("payload", "left"),
     ):
-        table.add_column(name, justify=justify)  # type: ignore[arg-type]
+        table.add_column(name, justify=justify, no_wrap=name != "payload")  # type: ignore[arg-type]
     for row in result.rows:
         style = "bold reverse" if row.number == result.cursor_event else ""
         table.add_row(str(row.number), context.time(row.t_ns), row.dst, row.kind, row.payload, style=style)
@@ -360,9 +362,13 @@ def render_faults(result: r.FaultsResult, context: RenderContext) -> RenderableT
     if not result.faults:
         return Text(f"no faults on {result.branch}", style="dim")
     columns = list(dict.fromkeys(key.removesuffix("_ns") for fault in result.faults for key in fault))
-    table = _table(f"faults on {result.branch}")
+    table = _table(f"faults on {result.branch}", padding=(0, 1, 0, 0))
     for column in columns:
-        table.add_column(column)
+        # Times keep their width; params fold rather than hide behind an ellipsis.
+        if column == "params":
+            table.add_column(column, min_width=PARAMS_WIDTH_MIN, overflow="fold")
+        else:
+            table.add_column(column, no_wrap=column.removesuffix("_ns") in TIME_KEYS)
     for fault in result.faults:
         cells = []
         for column in columns:
