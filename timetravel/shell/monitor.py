@@ -45,9 +45,9 @@ def progress_text(report: Any) -> str:
     task = getattr(report, "task", None)
     done, total = getattr(report, "done", None), getattr(report, "total", None)
     if isinstance(task, str) and isinstance(done, int) and isinstance(total, int):
-        share = f" {min(100, done * 100 // total)}%" if total > 0 else ""
         detail = getattr(report, "detail", "")
-        return f"{task}:{share} ({done:,}/{total:,}){' ' + detail if detail else ''}"
+        amount = f"{min(100, done * 100 // total)}% ({done:,}/{total:,})" if total > 0 else f"{done:,} done"
+        return f"{task}: {amount}{', ' + detail if detail else ''}"
     runs, pass_name = getattr(report, "runs", None), getattr(report, "pass_name", None)
     if isinstance(runs, int) and isinstance(pass_name, str):
         seconds = float(getattr(report, "seconds", 0.0))
