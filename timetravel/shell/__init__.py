@@ -5,7 +5,9 @@ itself beyond splitting ``;``, hands each command to an :class:`~timetravel.shel
 (the explore layer's Session and command objects), and renders the structured results with rich
 (:mod:`timetravel.shell.render`). What it adds is the interaction: fuzzy completion driven by the
 command specs' argument kinds, a prompt that shows the cursor, persistent bounded history,
-one-line errors, a terminal plot of metric curves, and batch mode with exit codes.
+one-line errors, a terminal plot of metric curves, batch mode with exit codes, progress and
+Ctrl-C for long commands (:mod:`timetravel.shell.monitor`), and :class:`Shell` for Python and
+Jupyter. ``timetravel shell PATH`` (``timetravel/cli/shell_command.py``) puts them together.
 """
 
 from timetravel.shell.completion import (
@@ -16,9 +18,11 @@ from timetravel.shell.completion import (
     complete,
     language_vocabulary,
 )
+from timetravel.shell.embed import Shell
 from timetravel.shell.engine import Engine, ExitShell
 from timetravel.shell.history import BoundedFileHistory, default_history_path
-from timetravel.shell.language import LanguageEngine, MetricSource
+from timetravel.shell.language import LanguageEngine, MetricSource, recording_engine
+from timetravel.shell.monitor import CommandMonitor
 from timetravel.shell.prompt import PromptState, prompt_text
 from timetravel.shell.repl import Repl
 from timetravel.shell.runner import EXIT_COMMAND_FAILED, EXIT_OK, CommandRunner, Status
@@ -28,6 +32,7 @@ __all__ = [
     "EXIT_OK",
     "BoundedFileHistory",
     "Candidate",
+    "CommandMonitor",
     "CommandRunner",
     "EmptySource",
     "Engine",
@@ -37,10 +42,12 @@ __all__ = [
     "NotedValueSource",
     "PromptState",
     "Repl",
+    "Shell",
     "Status",
     "Vocabulary",
     "complete",
     "default_history_path",
     "language_vocabulary",
     "prompt_text",
+    "recording_engine",
 ]
