@@ -178,3 +178,13 @@ def test_a_batch_through_the_language_stops_at_the_first_error(cursor_handlers: 
     assert "[main 950ms #950]> goto soon" in out.getvalue()
     assert err.getvalue().startswith("-c:1: error: goto TIME: 'soon': not a time")
     assert len(err.getvalue().splitlines()) == 1
+
+
+def test_off_a_terminal_tables_carry_no_padding_at_the_ends_of_lines() -> None:
+    out = io.StringIO()
+    runner = CommandRunner(engine_without_recording(), Console(file=out, width=100, color_system=None))
+    runner.run_one("help")
+    lines = out.getvalue().splitlines()
+    assert len(lines) > len(COMMANDS)
+    assert [line for line in lines if line != line.rstrip()] == []
+    assert any(line.startswith("goto ") for line in lines)

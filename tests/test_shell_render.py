@@ -70,6 +70,21 @@ def test_a_printed_subtree_nests_by_depth() -> None:
     assert lines[4].endswith("rank4  dict  3 keys") and lines[4].index("rank4") == lines[1].index("rank3")
 
 
+def test_a_wildcard_print_keeps_each_matchs_whole_path() -> None:
+    entries = (
+        r.ValueEntry("nodes/rank0/step", "int", "40", 0),
+        r.ValueEntry("nodes/rank1/step", "int", "39", 0),
+    )
+    lines = text_of(r.PrintResult("main", 0, "nodes/*/step", entries)).splitlines()
+    assert lines[1].endswith("nodes/rank0/step  int  40")
+    assert lines[2].endswith("nodes/rank1/step  int  39")
+
+
+def test_an_empty_watch_list_says_so_once() -> None:
+    assert text_of(r.WatchResult((), message="no watches")).splitlines() == ["no watches"]
+    assert text_of(r.WatchResult(())).splitlines() == ["no watches"]
+
+
 def test_the_branch_tree_puts_each_branch_under_its_parent() -> None:
     branches = (
         r.BranchResult("main", "", 0, "fail", NAN_FAILURE),

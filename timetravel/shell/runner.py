@@ -153,7 +153,19 @@ class CommandRunner:
             return
         renderable = render(result, self.context)
         if renderable is not None:
+            self._print(renderable)
+
+    def _print(self, renderable: Any) -> None:
+        """Print to the console; off a terminal (a file, a pipe, a bug report) without the blanks
+        that pad table cells to their column's width at the end of each line."""
+        if self.console.is_terminal:
             self.console.print(renderable)
+            return
+        with self.console.capture() as captured:
+            self.console.print(renderable)
+        text = "\n".join(line.rstrip() for line in captured.get().split("\n"))
+        self.console.file.write(text)
+        self.console.file.flush()
 
     def _error(self, text: str, where: str, kind: str, problem: str = "") -> None:
         """``where: kind: problem`` (``program: kind: where: problem`` when ``program`` is set)."""

@@ -128,18 +128,25 @@ def render_print(result: r.PrintResult, context: RenderContext) -> RenderableTyp
     tree = Tree(
         Text(f"{result.path or '/'}  on {result.branch} at {context.time(result.t_ns)}", style="bold")
     )
-    stack: list[tuple[int, Tree]] = [(-1, tree)]
+    stack: list[tuple[int, Tree, str]] = [(-1, tree, result.path.strip("/"))]
     for entry in result.entries:
         while stack[-1][0] >= entry.depth:
             stack.pop()
-        label = Text(entry.path.rpartition("/")[2] or entry.path, style="bold")
+        label = Text(_relative_path(entry.path, stack[-1][2]), style="bold")
         label.append(f"  {entry.kind}", style="cyan")
         if entry.summary:
             label.append(f"  {entry.summary}")
-        stack.append((entry.depth, stack[-1][1].add(label)))
+        stack.append((entry.depth, stack[-1][1].add(label), entry.path))
     if result.omitted:
         tree.add(Text(f"… {result.omitted} more (--depth, or a narrower path)", style="dim"))
     return tree
+
+
+def _relative_path(path: str, parent: str) -> str:
+    """``path`` below ``parent`` (one entry of a wildcard print keeps its whole path: which node it is)."""
+    if parent and path.startswith(parent + "/"):
+        return path[len(parent) + 1 :]
+    return path if parent else path or "/"
 
 
 @renders(r.WatchResult)
@@ -149,7 +156,10 @@ def render_watch(result: r.WatchResult, context: RenderContext) -> RenderableTyp
         parts.append(Text(result.message, style="" if result.found else "yellow"))
     if result.moved is not None:
         parts.append(render_cursor(result.moved, context))
-    parts.append(_watch_table(result.watches) if result.watches else Text("no watches", style="dim"))
+    if result.watches:
+        parts.append(_watch_table(result.watches))
+    elif not result.message:
+        parts.append(Text("no watches", style="dim"))
     return Group(*parts)
 
 
