@@ -78,6 +78,8 @@ def test_a_wildcard_print_keeps_each_matchs_whole_path() -> None:
     lines = text_of(r.PrintResult("main", 0, "nodes/*/step", entries)).splitlines()
     assert lines[1].endswith("nodes/rank0/step  int  40")
     assert lines[2].endswith("nodes/rank1/step  int  39")
+    one = text_of(r.PrintResult("main", 0, "nodes/rank0/step", entries[:1])).splitlines()
+    assert one[1].endswith("── step  int  40")
 
 
 def test_an_empty_watch_list_says_so_once() -> None:

@@ -179,6 +179,7 @@ class CommandRunner:
             )
         else:
             line = f"{where}: {message}" if where else message
+        self.console.file.flush()  # the echoed command first, also when both streams go to one pipe
         self.error_console.print(line, style="red", markup=False, highlight=False, soft_wrap=True)
 
     def _json(self, value: Any) -> None:

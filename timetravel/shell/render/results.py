@@ -146,7 +146,9 @@ def _relative_path(path: str, parent: str) -> str:
     """``path`` below ``parent`` (one entry of a wildcard print keeps its whole path: which node it is)."""
     if parent and path.startswith(parent + "/"):
         return path[len(parent) + 1 :]
-    return path if parent else path or "/"
+    if path == parent:
+        return path.rpartition("/")[2]
+    return path or "/"
 
 
 @renders(r.WatchResult)
