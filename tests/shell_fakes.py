@@ -116,8 +116,8 @@ class FakeEngine:
     vocabulary = VOCABULARY
 
     def long_running(self, text: str) -> bool:
-        """``slow`` stands for a command that runs simulations; ``seek`` for one that does not."""
-        return text.split()[0] == "slow"
+        """``slow`` and ``giveup`` stand for commands that run simulations; ``seek`` for one that does not."""
+        return text.split()[0] in ("slow", "giveup")
 
     def __init__(self) -> None:
         self.t_ns = 0
@@ -145,7 +145,7 @@ class FakeEngine:
             raise ExitShell()
         if words[0] == "echo":
             return EchoResult(tuple(words[1:]))
-        if words[0] in ("slow", "seek"):
+        if words[0] in ("slow", "seek", "giveup"):
             return self._work(words[0], int(words[1]), int(words[2]) if len(words) > 2 else None)
         raise FakeUserError(f"unknown command {words[0]!r}")
 
@@ -154,6 +154,8 @@ class FakeEngine:
         process sends itself SIGINT (a real Ctrl-C) after ``ctrl_c_after`` units."""
         for unit in range(units):
             if self.should_stop():
+                if name == "giveup":  # work that has no result to give when stopped early
+                    raise FakeUserError(f"giveup: stopped after {unit} of {units} (no result)")
                 return f"{name} stopped after {unit} of {units}"
             self.progress(f"{name} unit {unit + 1} of {units}")
             if unit + 1 == ctrl_c_after:

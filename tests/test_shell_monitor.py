@@ -2,8 +2,9 @@
 
 The fake engine's ``slow N K`` stands for a long-running command (branch, fanout, ...): N units of
 work, a progress report and a stop check per unit, and after K units the process sends itself a
-real SIGINT — what Ctrl-C on a terminal does. ``seek N K`` is the same work in a command that is
-not long-running (a seek), which Ctrl-C interrupts at once.
+real SIGINT — what Ctrl-C on a terminal does. ``giveup N K`` is long-running work that has no
+result when stopped early (it raises). ``seek N K`` is the same work in a command that is not
+long-running (a seek), which Ctrl-C interrupts at once.
 """
 
 from __future__ import annotations
@@ -106,6 +107,13 @@ def test_ctrl_c_stops_a_long_command_at_its_next_check_and_keeps_its_partial_res
     assert f"\r{STOP_NOTICE}\033[K" in terminal.getvalue() and terminal.getvalue().endswith("\r\033[K")
     assert signal.getsignal(signal.SIGINT) is before
     assert runner.run_one("slow 2") is Status.OK and not monitor.stop_requested
+
+
+def test_work_stopped_before_it_had_a_result_is_reported_as_stopped_not_as_an_error() -> None:
+    runner, _engine, _monitor, _terminal, out, err = make_runner()
+    assert runner.run_one("giveup 5 1") is Status.INTERRUPTED
+    assert out.getvalue() == ""
+    assert err.getvalue() == "stopped: giveup: stopped after 1 of 5 (no result)\n"
 
 
 def test_ctrl_c_interrupts_any_other_command_at_once() -> None:

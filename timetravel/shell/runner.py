@@ -126,16 +126,16 @@ class CommandRunner:
         except KeyboardInterrupt:
             self._error(text, where, "interrupted")
             return Status.INTERRUPTED
-        except self.engine.user_errors as error:
-            self._error(text, where, "error", one_line(str(error)) or type(error).__name__)
-            return Status.USER_ERROR
         except self.engine.mismatch_errors as error:
             self._error(text, where, "mismatch", one_line(str(error)) or type(error).__name__)
             return Status.MISMATCH
         except Exception as error:
-            if self._stopped():
+            if self._stopped():  # the work ended without a result because Ctrl-C asked it to
                 self._error(text, where, "stopped", one_line(str(error)) or type(error).__name__)
                 return Status.INTERRUPTED
+            if isinstance(error, self.engine.user_errors):
+                self._error(text, where, "error", one_line(str(error)) or type(error).__name__)
+                return Status.USER_ERROR
             self._error(text, where, "internal error", describe_internal_error(error))
             return Status.INTERNAL_ERROR
         self.show(text, result)
