@@ -221,3 +221,25 @@ def test_the_completer_highlights_the_matched_characters() -> None:
     styles = [style for style, _ in item.display]
     highlighted = "".join(text for style, text in item.display if "inside" in style)
     assert highlighted == "fif" and len(styles) == len("find-first")
+
+
+class BoundedSource:
+    """1,000 ranks, and at most 200 values per question, as RecordingValues answers (VALUES_MAX)."""
+
+    names = [f"rank{index}" for index in range(1_000)]
+
+    def values(self, kind: str, prefix: str) -> list[str]:
+        if kind == "node":
+            return [name for name in self.names if name.startswith(prefix)][:200]
+        if kind == "path":
+            directory = prefix.rpartition("/")[0]
+            if directory == "nodes":
+                return [f"nodes/{name}" for name in self.names if f"nodes/{name}".startswith(prefix)][:200]
+        return []
+
+
+def test_a_bounded_source_still_completes_values_past_its_bound() -> None:
+    found = [item.text for item in complete("events --node rank70", VOCABULARY, BoundedSource())]
+    assert found[:3] == ["rank70", "rank700", "rank701"] and "rank709" in found
+    paths = [item.text for item in complete("print nodes/rank70", VOCABULARY, BoundedSource())]
+    assert paths[:2] == ["nodes/rank70", "nodes/rank700"] and "nodes/rank709" in paths

@@ -98,11 +98,18 @@ class EmptySource:
         return []
 
 
-def _source_candidates(source: ValueSource, kind: str) -> list[Candidate]:
-    """Every value of ``kind`` (asked with an empty prefix: fuzzy matching filters afterwards)."""
+def _source_candidates(source: ValueSource, kind: str, typed: str = "") -> list[Candidate]:
+    """The values of ``kind`` for fuzzy matching: every value (asked with an empty prefix), and
+    those that start with what is typed — a source returns a bounded number of values, so on a
+    world of 10,000 ranks ``rank7`` would otherwise miss ``rank7000``."""
     notes_of = getattr(source, "notes", None)
     notes: Mapping[str, str] = notes_of(kind) if callable(notes_of) else {}
-    return [Candidate(value, notes.get(value, "")) for value in source.values(kind, "")]
+    values = _union(source.values(kind, typed), source.values(kind, "")) if typed else source.values(kind, "")
+    return [Candidate(value, notes.get(value, "")) for value in values]
+
+
+def _union(first: Sequence[str], then: Sequence[str]) -> list[str]:
+    return list(dict.fromkeys([*first, *then]))
 
 
 # -- where the cursor is -----------------------------------------------------------------------
@@ -191,17 +198,18 @@ def complete(
         return _complete_predicate(state, vocabulary, source, limit)
     if slot.kind == "file":
         return _complete_file(state, limit, head)
-    return _ranked(state.partial[len(head) :], _candidates(slot, vocabulary, source), state, limit, head)
+    typed = state.partial[len(head) :]
+    return _ranked(typed, _candidates(slot, vocabulary, source, typed), state, limit, head)
 
 
-def _candidates(slot: Slot, vocabulary: Vocabulary, source: ValueSource) -> list[Candidate]:
+def _candidates(slot: Slot, vocabulary: Vocabulary, source: ValueSource, typed: str = "") -> list[Candidate]:
     found: list[Candidate] = []
     if slot.kind == "command":
         found = [Candidate(name, spec.summary) for name, spec in vocabulary.commands.items()]
     elif slot.kind == "option" and slot.command is not None:
         found = _option_candidates(slot.command)
     elif slot.kind in RECORDING_KINDS:
-        found = _source_candidates(source, slot.kind)
+        found = _source_candidates(source, slot.kind, typed)
     if slot.options_too and slot.command is not None:
         found.extend(_option_candidates(slot.command))
     return found
@@ -238,7 +246,12 @@ def _complete_path(state: LineState, source: ValueSource, limit: int, head: str 
     typed = state.partial[len(head) :]
     directory, slash, last = typed.rpartition("/")
     asked = f"{directory}{slash}"
-    candidates = [path for path in source.values("path", asked) if path.rpartition("/")[0] == directory]
+    listed = (
+        _union(source.values("path", typed), source.values("path", asked))
+        if last
+        else source.values("path", asked)
+    )
+    candidates = [path for path in listed if path.rpartition("/")[0] == directory]
     offset = len(head) + len(directory) + len(slash)
     completions = []
     for found in rank(last, [path.rpartition("/")[2] for path in candidates], limit):
