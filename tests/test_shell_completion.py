@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from prompt_toolkit.completion import CompleteEvent
@@ -226,7 +227,7 @@ def test_the_completer_highlights_the_matched_characters() -> None:
 class BoundedSource:
     """1,000 ranks, and at most 200 values per question, as RecordingValues answers (VALUES_MAX)."""
 
-    names = [f"rank{index}" for index in range(1_000)]
+    names: ClassVar[list[str]] = [f"rank{index}" for index in range(1_000)]
 
     def values(self, kind: str, prefix: str) -> list[str]:
         if kind == "node":
