@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 from timetravel.cli import main
+from timetravel.cli.findings_command import opener
 from timetravel.farm import FindingsDatabase, parse_seeds, plan_sweep, run_seed
 
 PINGPONG = ["pingpong", "--set", "rtt_max=2390ns", "--set", "rounds=200"]
@@ -106,7 +107,7 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
     earliest = min(failing, key=lambda row: (row["t_ns"], row["events"], row["seed"]))
     assert bucket["earliest"]["seed"] == earliest["seed"] and bucket["earliest"]["t_ns"] == earliest["t_ns"]
     assert bucket["open_command"] == (
-        f"timetravel inspect recordings/swarmy-{earliest['seed']}.ttr --scenario farm_scenarios:SWARMY"
+        f"timetravel {opener()} recordings/swarmy-{earliest['seed']}.ttr --scenario farm_scenarios:SWARMY"
     )
     assert bucket["reproduce_command"] == (
         f"timetravel run swarmy --seed {earliest['seed']} --scenario farm_scenarios:SWARMY --set faults=swarm"
@@ -126,11 +127,16 @@ def test_a_finding_opens_its_checked_recording_and_its_run_command_reproduces_it
     bucket = json.loads(out)["buckets"][0]
     earliest = bucket["earliest"]
     assert earliest["recording"] == f"recs/pingpong-{earliest['seed']}.ttr"
-    assert bucket["open_command"] == f"timetravel inspect recs/pingpong-{earliest['seed']}.ttr"
-    code, out, _ = farm_cli(capsys, *bucket["open_command"].split()[1:], "--json")
-    world = json.loads(out)
-    assert code == 0 and world["at_ns"] == earliest["t_ns"] and world["events"] == earliest["events"]
-    assert world["value"]["failures"][0]["signature"] == bucket["signature"]
+    assert opener() == "shell"  # the best front end in this build (the TUI's command is not registered)
+    assert bucket["open_command"] == f"timetravel shell recs/pingpong-{earliest['seed']}.ttr"
+    code, out, _ = farm_cli(
+        capsys, *bucket["open_command"].split()[1:], "--json", "-c", f"goto #{earliest['events']}"
+    )
+    [opened] = [json.loads(line) for line in out.splitlines()]
+    cursor = opened["result"]
+    assert code == 0 and (cursor["t_ns"], cursor["event"]) == (earliest["t_ns"], earliest["events"])
+    assert cursor["events_total"] == earliest["events"]  # the recording ends at the failure
+    assert cursor["failure"]["signature"] == bucket["signature"]
     words = bucket["reproduce_command"].split()
     assert words[:2] == ["timetravel", "run"]
     code, out, _ = farm_cli(capsys, *words[1:], "--json")
