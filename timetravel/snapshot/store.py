@@ -76,11 +76,16 @@ class SnapshotError(Exception):
     """A snapshot does not restore to the state it recorded (or cannot be taken)."""
 
 
-def dirty_nodes(batches: Iterable[Sequence[Event]]) -> set[str]:
-    """Nodes whose handlers may have run: the ``dst`` of every event in ``batches``."""
-    dirty: set[str] = set()
+def dirty_nodes(batches: Iterable[Sequence[Event]]) -> dict[str, None]:
+    """Nodes whose handlers may have run: the ``dst`` of every event in ``batches``.
+
+    A dict in first-event order, never a set: the order reaches the recording (blobs are written
+    as nodes are visited), and a set's order changes with PYTHONHASHSEED, which made two
+    recordings of the same seed differ byte for byte across processes.
+    """
+    dirty: dict[str, None] = {}
     for batch in batches:
-        dirty.update(map(_get_dst, batch))
+        dirty.update(dict.fromkeys(map(_get_dst, batch)))
     return dirty
 
 
