@@ -344,6 +344,11 @@ class RerunResult:
     settings: tuple[str, ...]
     first_divergence: Divergence | None
     events: int = 0
+    choices: str = "seed"
+    """How the recorded choices were matched: ``log`` (the recording's choice log, pinned by site)
+    or ``seed`` (no log: the recorded seed draws them again)."""
+    faults_pinned: int = 0
+    """Fault records of the recording's schedule pinned as an explicit schedule."""
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -353,6 +358,8 @@ class RerunResult:
             "settings": list(self.settings),
             "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
             "events": self.events,
+            "choices": self.choices,
+            "faults_pinned": self.faults_pinned,
         }
 
 

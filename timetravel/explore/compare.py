@@ -1,0 +1,159 @@
+"""Compare two branches: outcomes, metric curves side by side, first divergence, and a state diff.
+
+``compare(session, a, b)`` reads each branch's outcome from its END frame, its metric series from
+its last snapshot (no re-execution), sums each metric over nodes per time into one curve per
+branch, and runs the first-divergence search (:mod:`.divergence`).
+
+``diff(session, a, b, at=T, path=P)`` seeks both branches to one moment and diffs their worlds
+structurally (:mod:`.diff`: dicts by key, lists by index, arrays summarized). Without ``at`` the
+moment is their first divergence — each side right after its diverging event — or, when they
+never diverge, their ends. Pending events are compared without ``seq``. ``path`` (wildcards
+allowed) narrows the diff to what it selects on either side.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timetravel.explore.diff import CHANGES_MAX_DEFAULT
+from timetravel.explore.diff import diff as structural_diff
+from timetravel.explore.divergence import comparable_tree, first_divergence
+from timetravel.explore.paths import parse_path, select
+from timetravel.explore.results import CompareResult, DiffCommandResult, DiffEntry, Divergence, RunSide
+from timetravel.explore.session import Session
+from timetravel.explore.tracks import check_branch, open_track
+from timetravel.explore.work import ProgressCallback, StopCheck
+
+CURVE_POINTS_MAX = 10_000
+"""Points kept per metric curve (evenly spaced, first and last always kept)."""
+METRICS_MAX = 64
+OUTCOME_UNKNOWN = "unknown"
+
+
+def run_side(session: Session, name: str) -> RunSide:
+    """A branch's name, outcome and failure, from its END frame (``unknown`` without one)."""
+    end = session.reader.end(check_branch(session.reader, name)) or {}
+    failure = end.get("failure")
+    return RunSide(
+        name=name,
+        outcome=str(end.get("outcome") or OUTCOME_UNKNOWN),
+        failure=dict(failure) if isinstance(failure, dict) else None,
+        t_end_ns=int(end.get("t_end_ns", 0) or 0),
+    )
+
+
+def metric_curve(points: list[list[Any]]) -> list[list[Any]]:
+    """``[[t_ns, value], ...]``: a series' numeric values summed over nodes at each time, thinned."""
+    sums: dict[int, float] = {}
+    for entry in points:
+        if len(entry) == 3 and isinstance(entry[2], (int, float)) and not isinstance(entry[2], bool):
+            sums[int(entry[0])] = sums.get(int(entry[0]), 0.0) + float(entry[2])
+    curve = [[t_ns, value] for t_ns, value in sorted(sums.items())]
+    if len(curve) <= CURVE_POINTS_MAX:
+        return curve
+    stride = (len(curve) - 1) / (CURVE_POINTS_MAX - 1)
+    return [curve[round(index * stride)] for index in range(CURVE_POINTS_MAX)]
+
+
+def metric_curves(session: Session, a: str, b: str) -> dict[str, dict[str, list[list[Any]]]]:
+    """``{metric: {"a": curve, "b": curve}}`` for the metrics either branch recorded."""
+    tracks = {"a": open_track(session, a), "b": open_track(session, b)}
+    names: list[str] = []
+    for track in tracks.values():
+        names += [name for name in track.metric_names() if name not in names]
+    curves: dict[str, dict[str, list[list[Any]]]] = {}
+    for name in names[:METRICS_MAX]:
+        curves[name] = {
+            side: metric_curve(track.metric_series(name)) if name in track.metric_names() else []
+            for side, track in tracks.items()
+        }
+    return curves
+
+
+def compare(
+    session: Session,
+    a: str,
+    b: str,
+    *,
+    progress: ProgressCallback | None = None,
+    should_stop: StopCheck | None = None,
+) -> CompareResult:
+    """Outcomes, metric curves and the first divergence of branches ``a`` and ``b``."""
+    side_a, side_b = run_side(session, a), run_side(session, b)
+    divergence = first_divergence(session, a, b, progress=progress, should_stop=should_stop)
+    return CompareResult(side_a, side_b, divergence, metric_curves(session, a, b))
+
+
+def diff(
+    session: Session,
+    a: str,
+    b: str,
+    *,
+    at: int | str | None = None,
+    path: str = "",
+    with_divergence: bool = False,
+    changes_max: int = CHANGES_MAX_DEFAULT,
+    progress: ProgressCallback | None = None,
+    should_stop: StopCheck | None = None,
+) -> DiffCommandResult:
+    """The state diff of branches ``a`` and ``b`` at one moment (see the module docstring).
+
+    ``with_divergence`` also runs the divergence search when ``at`` is given (it always runs
+    without ``at``, to find the moment); the result carries it, or None when it did not run.
+    """
+    parse_path(path)
+    track_a, track_b = open_track(session, a), open_track(session, b)
+    divergence: Divergence | None = None
+    if at is None or with_divergence:
+        divergence = first_divergence(session, a, b, progress=progress, should_stop=should_stop)
+    if at is not None:
+        track_a.goto(at)
+        track_b.goto(at)
+        at_ns = max(track_a.world.t_ns, track_b.world.t_ns)
+    elif divergence is not None:
+        _goto_divergence(track_a, divergence.event_a, divergence.t_ns)
+        _goto_divergence(track_b, divergence.event_b, divergence.t_ns)
+        at_ns = divergence.t_ns
+    else:
+        track_a.goto("end")
+        track_b.goto("end")
+        at_ns = max(track_a.world.t_ns, track_b.world.t_ns)
+    changes, omitted = diff_worlds(track_a, track_b, path, changes_max)
+    return DiffCommandResult(a, b, at_ns, changes, omitted, divergence)
+
+
+def _goto_divergence(track: Session, event: int | None, t_ns: int) -> None:
+    """Right after the diverging event on this side (or, when this side has no such event, the
+    state just before that time)."""
+    if event is not None:
+        track.goto_event(event)
+    else:
+        track.goto_time(t_ns - 1)
+
+
+def diff_worlds(
+    track_a: Session, track_b: Session, path: str, changes_max: int
+) -> tuple[tuple[DiffEntry, ...], int]:
+    """The changes between the two tracks' worlds under ``path`` and how many more were found."""
+    tree_a, tree_b = comparable_tree(track_a.world), comparable_tree(track_b.world)
+    parsed = parse_path(path)
+    if not parsed.segments:
+        result = structural_diff(tree_a, tree_b, changes_max=changes_max)
+        return _entries(result.changes), result.omitted
+    matches_a, matches_b = dict(select(tree_a, parsed)), dict(select(tree_b, parsed))
+    entries: list[DiffEntry] = []
+    omitted = 0
+    for concrete in [*matches_a, *(p for p in matches_b if p not in matches_a)]:
+        if concrete not in matches_b or concrete not in matches_a:
+            change = "removed" if concrete in matches_a else "added"
+            entries.append(DiffEntry(concrete, change, f"only in {'a' if concrete in matches_a else 'b'}"))
+            continue
+        result = structural_diff(matches_a[concrete], matches_b[concrete], concrete, changes_max=changes_max)
+        entries += _entries(result.changes)
+        omitted += result.omitted
+    kept = entries[:changes_max]
+    return tuple(kept), omitted + len(entries) - len(kept)
+
+
+def _entries(changes: Any) -> tuple[DiffEntry, ...]:
+    return tuple(DiffEntry(change.path, change.change, change.summary) for change in changes)
