@@ -31,6 +31,22 @@ API::
     session.world_copy()    an independent World at the cursor (to fork a branch from)
     session.fork_events     the event number a branch forked at (0 on main)
     session.close()         (or use ``with Session.open(...) as session``)
+    session.reload()        read the catalog again after branches were appended (cursor kept)
+
+The explore engine (issue 6), each a door to a module that takes a Session (keyword options:
+``progress``, ``should_stop``, and the module's own)::
+
+    session.fork(at, changes)              BranchResult: a future stored as b1, b2, ... (branching.py's
+                                           branch(); ``session.branch`` is the cursor's branch name);
+                                           changes: BranchChanges or {"branch_key": 1,
+                                           "drop_faults": ["f3"], "add_faults": ["kind=drop,..."],
+                                           "edit_faults": ["f3:t_end=990ms"], "settings": ["bug=none"]}
+    session.fanout(at, samples)            FanoutResult: failure rate by signature (fanout.py)
+    session.likelihood(samples)            LikelihoodResult: the rate at every snapshot
+    session.compare(a, b)                  CompareResult: outcomes, metric curves, first divergence
+    session.first_divergence(a, b)         Divergence | None (divergence.py)
+    session.diff(a, b, at=None, path="")   DiffCommandResult (compare.py)
+    session.rerun(settings=())             RerunResult: today's code on the recorded inputs (rerun.py)
 
 **Branches** (written by the explore engine into the same file: a BRANCH frame, then a Recorder
 with ``branch=name`` and ``writer=RecordingWriter.append(path)`` on the forked world) are opened
@@ -55,7 +71,7 @@ import bisect
 import contextlib
 import gc
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -67,6 +83,15 @@ from timetravel.explore.replay import (
     ReplayDivergence,
     classify,
     event_json,
+)
+from timetravel.explore.results import (
+    BranchResult,
+    CompareResult,
+    DiffCommandResult,
+    Divergence,
+    FanoutResult,
+    LikelihoodResult,
+    RerunResult,
 )
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
 from timetravel.recording.format import RecordingError
@@ -277,6 +302,19 @@ class Session:
     def close(self) -> None:
         self.reader.close()
 
+    def reload(self) -> None:
+        """Read the recording's catalog again after frames were appended to it (a branch): the
+        cursor and its world stay where they are, and the new branches become visible."""
+        reader = RecordingReader.open(self.reader.path)
+        self.reader.close()
+        self.reader = reader
+        self.header = reader.header
+        self._manifests, self._batches, self.fork_events = lineage(reader, self.branch)
+        self._branch_overrides = _overrides(reader.catalog.branches.get(self.branch, {}).get("overrides", []))
+        self._batch_firsts = [batch.first for batch in self._batches]
+        self._end = self._find_end()
+        self.info = self._info()
+
     def __enter__(self) -> Session:
         return self
 
@@ -284,6 +322,53 @@ class Session:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.close()
+
+    # -- the explore engine: each a door to a module that takes a Session ---------------------------
+
+    def fork(self, at: int | str, changes: Any = None, **options: Any) -> BranchResult:
+        """Run and store an alternate future from ``at`` (explore/branching.py's ``branch``; the
+        name ``branch`` is taken by the cursor's branch name)."""
+        from timetravel.explore.branching import branch
+
+        return branch(self, at, changes, **options)
+
+    def fanout(self, at: int | str, samples: int = 20, **options: Any) -> FanoutResult:
+        """The failure rate by signature over ``samples`` futures from ``at`` (explore/fanout.py)."""
+        from timetravel.explore.fanout import fanout
+
+        return fanout(self, at, samples, **options)
+
+    def likelihood(self, samples: int = 10, **options: Any) -> LikelihoodResult:
+        """The fan-out failure rate at every snapshot: the point of no return (explore/fanout.py)."""
+        from timetravel.explore.fanout import likelihood
+
+        return likelihood(self, samples, **options)
+
+    def compare(self, a: str, b: str, **options: Any) -> CompareResult:
+        """Outcomes, metric curves and first divergence of two branches (explore/compare.py)."""
+        from timetravel.explore.compare import compare
+
+        return compare(self, a, b, **options)
+
+    def first_divergence(self, a: str, b: str, **options: Any) -> Divergence | None:
+        """The first event whose effects differ between two branches (explore/divergence.py)."""
+        from timetravel.explore.divergence import first_divergence
+
+        return first_divergence(self, a, b, **options)
+
+    def diff(
+        self, a: str, b: str, at: int | str | None = None, path: str = "", **options: Any
+    ) -> DiffCommandResult:
+        """The state diff of two branches at one moment (explore/compare.py)."""
+        from timetravel.explore.compare import diff
+
+        return diff(self, a, b, at=at, path=path, **options)
+
+    def rerun(self, settings: Iterable[str] = (), **options: Any) -> RerunResult:
+        """The recorded inputs on today's code, and where it departs from the recording (explore/rerun.py)."""
+        from timetravel.explore.rerun import rerun
+
+        return rerun(self, settings, **options)
 
     # -- where things are -------------------------------------------------------------------------
 
