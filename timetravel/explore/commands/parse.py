@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timetravel.explore.commands.spec import ALIASES, COMMANDS, ArgumentSpec, CommandSpec, OptionSpec
+from timetravel.explore.fault_changes import parse_fault_edit, parse_fault_spec
 from timetravel.explore.paths import PathError, parse_path, parse_predicate
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, TimeFormatError, parse_time
 
@@ -234,6 +235,8 @@ def _converters(display_unit: str) -> dict[str, Callable[[str], Any]]:
         "path": lambda text: str(parse_path(text)),
         "predicate": lambda text: parse_predicate(text).text,
         "json": _json,
+        "fault-spec": lambda text: parse_fault_spec(text, display_unit),
+        "fault-edit": lambda text: parse_fault_edit(text, display_unit),
         "setting": _setting,
     }
 

@@ -154,10 +154,14 @@ def _divergence(result: r.Divergence, unit: str) -> list[str]:
 
 
 def _rerun(result: r.RerunResult, unit: str) -> list[str]:
+    inputs = "choices from the recording's choice log" if result.choices == "log" else "choices from the seed"
+    if result.faults_pinned:
+        inputs += f", its {result.faults_pinned} fault records pinned"
     return [
         f"recorded: {failure_text(result.recorded_failure, unit)}",
         f"today:    {failure_text(result.failure, unit)}"
         + (f"  (with {' '.join(result.settings)})" if result.settings else ""),
+        f"  ({inputs})",
         divergence_text(result.first_divergence, unit),
     ]
 

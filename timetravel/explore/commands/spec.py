@@ -17,7 +17,9 @@ predicate  a predicate (rest of the line)                          functions, th
 branch     a branch name                                           the branch tree
 fault      a fault id (``f3``)                                     the branch's fault schedule
 setting    ``key=value``                                           the scenario's config keys
-json       a JSON value (a fault spec)                             —
+json       a JSON value                                            —
+fault-spec a new fault: ``kind=drop,target=r3,t_start=950ms,...``  —
+fault-edit a fault change: ``f3:t_end=990ms,probability=0.5``      the branch's fault ids
 file       a file name                                             the file system
 command    a command name                                          the commands
 name       a new name                                              —
@@ -41,6 +43,8 @@ ARGUMENT_KINDS = (
     "fault",
     "setting",
     "json",
+    "fault-spec",
+    "fault-edit",
     "file",
     "command",
     "name",
@@ -199,10 +203,16 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
             OptionSpec("--branch-seed", "int", "a new branch key for every choice after T"),
             OptionSpec("--drop-fault", "fault", "remove a fault from the schedule", repeat=True),
             OptionSpec(
-                "--add-fault", "json", "add a fault: a JSON record {kind, target, t_start, ...}", repeat=True
+                "--add-fault",
+                "fault-spec",
+                "add a fault: kind=drop,target=r3,t_start=950ms,... (or a JSON record)",
+                repeat=True,
             ),
             OptionSpec(
-                "--edit-fault", "word", "change a fault: ID:KEY=VALUE (e.g. f3:t_end=990ms)", repeat=True
+                "--edit-fault",
+                "fault-edit",
+                "change a fault: ID:KEY=VALUE,... (e.g. f3:t_end=990ms,probability=0.5)",
+                repeat=True,
             ),
             OptionSpec("--set", "setting", "change a branchable config key (e.g. bug=none)", repeat=True),
             OptionSpec("--name", "name", "name the branch (default: the next free bN)"),
@@ -223,6 +233,7 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
             OptionSpec("--at", "time", "the moment (default: the cursor)"),
             OptionSpec("--samples", "count", "how many futures (default 20)"),
             _branch_option(),
+            OptionSpec("--keep", None, "keep every future: store each as a branch (b1, b2, ...)"),
         ),
         examples=("fanout --at 950 --samples 50",),
         long_running=True,
@@ -231,7 +242,11 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
         "likelihood",
         "the fan-out failure rate at every snapshot: where it jumps to 1 is the point of no return",
         (),
-        (OptionSpec("--samples", "count", "futures per snapshot (default 10)"), _branch_option()),
+        (
+            OptionSpec("--samples", "count", "futures per snapshot (default 10)"),
+            _branch_option(),
+            OptionSpec("--points", "count", "snapshots to fan out from, evenly spaced (default 64)"),
+        ),
         examples=("likelihood --samples 10",),
         long_running=True,
     ),
