@@ -28,6 +28,10 @@ COMMAND_MODULES = (
     "timetravel.cli.findings_command",
     "timetravel.cli.verify_command",
     "timetravel.cli.shell_command",
+    "timetravel.cli.branch_command",
+    "timetravel.cli.fanout_command",
+    "timetravel.cli.compare_command",
+    "timetravel.cli.rerun_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
