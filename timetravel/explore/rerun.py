@@ -44,7 +44,7 @@ from timetravel.explore.divergence import (
 )
 from timetravel.explore.effects import event_key
 from timetravel.explore.replay import CAUSE_CODE_CHANGED, classify
-from timetravel.explore.results import Divergence, RerunResult
+from timetravel.explore.results import Divergence, RerunResult, public_failure
 from timetravel.explore.session import Session, _overrides
 from timetravel.explore.work import (
     ExploreError,
@@ -153,9 +153,9 @@ def rerun(
         )
     return RerunResult(
         outcome=outcome,
-        failure=failure,
+        failure=public_failure(failure),
         recorded_outcome=str(recorded_end.get("outcome") or "unknown"),
-        recorded_failure=recorded_end.get("failure"),
+        recorded_failure=public_failure(recorded_end.get("failure")),
         settings=settings,
         first_divergence=divergence,
         events=world.events_processed,
@@ -217,23 +217,32 @@ def divergence_from_data(
 def _match_events(
     recorded: RecordedSide, fresh: FreshSide, origin: int, next_point: int | None, limit: int
 ) -> Divergence | None:
+    """Match the rerun's events with the recorded ones from ``origin``; at ``next_point`` (the first
+    snapshot that differs) compare node states; when no node differs there (the difference is in
+    pending events or the fabric), keep matching events to ``limit``."""
     world = fresh.world_at(origin)
     simulation = Simulation(
         fresh.scenario, world, overrides=fresh.overrides, chain=False, determinism=fresh.determinism
     )
-    last = next_point if next_point is not None else limit
-    for number in range(origin + 1, last + 1):
-        want = recorded.track.event(number)
-        got = world.queue[0] if world.queue and not world.failures else None
-        if want is None and got is None:
-            return None
-        want_key = None if want is None else (want.t_ns, want.kind, want.node, digest(want.payload))
-        if got is None or want_key is None or event_key(got) != want_key:
-            return _stream_divergence(number, want, got)
-        simulation.run(max_events=1)
-    if next_point is None:
-        return None
-    return _state_divergence(recorded, world, origin, next_point)
+    number = origin
+    for last in (next_point, limit):
+        if last is None:
+            continue
+        while number < last:
+            number += 1
+            want = recorded.track.event(number)
+            got = world.queue[0] if world.queue and not world.failures else None
+            if want is None and got is None:
+                return None
+            want_key = None if want is None else (want.t_ns, want.kind, want.node, digest(want.payload))
+            if got is None or want_key is None or event_key(got) != want_key:
+                return _stream_divergence(number, want, got)
+            simulation.run(max_events=1)
+        if last == next_point:
+            found = _state_divergence(recorded, world, origin, last)
+            if found is not None:
+                return found
+    return None
 
 
 def _stream_divergence(number: int, want: Any, got: Any) -> Divergence:
@@ -264,23 +273,12 @@ def _stream_divergence(number: int, want: Any, got: Any) -> Divergence:
 
 
 def _state_divergence(recorded: RecordedSide, world: World, origin: int, point: int) -> Divergence | None:
-    """The event streams agree through ``point`` but the states there do not: name the node."""
-    info = recorded.manifests()[point]
-    expected = recorded.world_at_manifest(info)
+    """The events agree through ``point`` but the states there do not: the first event since
+    ``origin`` on a node whose state differs (None when no node state differs)."""
+    expected = recorded.world_at_manifest(recorded.manifests()[point])
     differing = [
         name for name, state in world.nodes.items() if digest(state) != digest(expected.nodes.get(name))
     ]
-    if not differing:
-        return Divergence(
-            expected.t_ns,
-            "",
-            "state",
-            None,
-            None,
-            point,
-            point,
-            f"the events agree through #{point}, but the state there differs outside the nodes",
-        )
     for number in range(origin + 1, point + 1):
         event = recorded.track.event(number)
         if event is not None and event.node in differing:
