@@ -178,9 +178,10 @@ def _check_branchable(scenario: Scenario, name: str) -> None:
         )
 
 
-def resolve_at(session: Session, at: int | str) -> None:
-    """Move ``session``'s cursor to the fork point and check a future can start there."""
-    session.goto(at)
+def resolve_at(session: Session, at: int | str | None) -> None:
+    """Move ``session``'s cursor to the fork point (None: where it is) and check a future can start there."""
+    if at is not None:
+        session.goto(at)
     world = session.world
     unit = session.display_unit
     if world.failures:
@@ -196,12 +197,22 @@ def resolve_at(session: Session, at: int | str) -> None:
         )
 
 
+def fork_track(session: Session, at: int | str | None, parent: str | None) -> Session:
+    """The parent branch positioned at the fork point. ``at`` None is ``session``'s cursor: then the
+    session itself is the track (its world is copied, never changed)."""
+    if at is None and parent in (None, session.branch):
+        resolve_at(session, None)
+        return session
+    track = open_track(session, parent or session.branch)
+    resolve_at(track, session.world.t_ns if at is None else at)
+    return track
+
+
 def fork(
-    session: Session, at: int | str, changes: BranchChanges, parent: str | None = None
+    session: Session, at: int | str | None, changes: BranchChanges, parent: str | None = None
 ) -> tuple[Session, World, AppliedChanges]:
     """The parent's track, a copy of its world at ``at`` with ``changes`` applied, and what changed."""
-    track = open_track(session, parent or session.branch)
-    resolve_at(track, at)
+    track = fork_track(session, at, parent)
     world = track.world_copy()
     applied = apply_changes(world, session.scenario, changes, session.display_unit)
     return track, world, applied
@@ -209,7 +220,7 @@ def fork(
 
 def branch(
     session: Session,
-    at: int | str,
+    at: int | str | None,
     changes: BranchChanges | Mapping[str, Any] | None = None,
     *,
     name: str | None = None,
@@ -217,7 +228,7 @@ def branch(
     progress: ProgressCallback | None = None,
     should_stop: StopCheck | None = None,
 ) -> BranchResult:
-    """Run and store one alternate future (see the module docstring)."""
+    """Run and store one alternate future (see the module docstring); ``at`` None: the cursor."""
     wanted = BranchChanges.of(changes)
     if wanted.empty:
         raise ExploreError(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from timetravel.explore.branching import BranchChanges, branch, resolve_at
+from timetravel.explore.branching import BranchChanges, branch, fork_track
 from timetravel.explore.results import FanoutResult, LikelihoodResult
 from timetravel.explore.session import Session
 from timetravel.explore.tracks import open_track, overrides_of
@@ -63,9 +63,8 @@ class _Fork:
     branch_key: int
 
 
-def _fork(session: Session, at: int | str, parent: str | None) -> _Fork:
-    track = open_track(session, parent or session.branch)
-    resolve_at(track, at)
+def _fork(session: Session, at: int | str | None, parent: str | None) -> _Fork:
+    track = fork_track(session, at, parent)
     snapshot = SnapshotStore(bytes_max=0).take(track.world)
     return _Fork(track, snapshot, track.world.branch_key)
 
@@ -77,7 +76,7 @@ def _check_samples(samples: int) -> None:
 
 def fanout(
     session: Session,
-    at: int | str,
+    at: int | str | None,
     samples: int = SAMPLES_DEFAULT,
     *,
     parent: str | None = None,

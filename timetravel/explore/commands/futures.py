@@ -22,14 +22,11 @@ from timetravel.explore.work import ExploreError, WorkStopped
 from timetravel.sim.scenario import ConfigError
 
 
-def _moment(value: Moment | None, context: CommandContext, branch: str | None) -> int | str:
-    """A parsed moment as ``goto`` text; None is the cursor (its event on its own branch)."""
-    if value is not None:
-        return f"#{value.event}" if value.event is not None else int(value.t_ns or 0)
-    session = context.session
-    if branch is None or branch == session.branch:
-        return f"#{session.world.events_processed}"
-    return int(session.world.t_ns)
+def _moment(value: Moment | None) -> int | str | None:
+    """A parsed moment as ``goto`` text; None stays None: the cursor (the engine forks from it)."""
+    if value is None:
+        return None
+    return f"#{value.event}" if value.event is not None else int(value.t_ns or 0)
 
 
 def _work(context: CommandContext) -> dict[str, Any]:
@@ -46,7 +43,7 @@ def _branch(invocation: Invocation, context: CommandContext) -> Any:
         edit_faults=tuple(invocation.value("edit_fault", [])),
         settings=tuple(invocation.value("set", [])),
     )
-    at = _moment(invocation.value("at"), context, parent)
+    at = _moment(invocation.value("at"))
     return branching.branch(
         session, at, changes, name=invocation.value("name"), parent=parent, **_work(context)
     )
@@ -57,7 +54,7 @@ def _fanout(invocation: Invocation, context: CommandContext) -> Any:
     parent = invocation.value("branch")
     return fanout.fanout(
         session,
-        _moment(invocation.value("at"), context, parent),
+        _moment(invocation.value("at")),
         invocation.value("samples", fanout.SAMPLES_DEFAULT),
         parent=parent,
         store=bool(invocation.value("keep", False)),
@@ -83,12 +80,11 @@ def _compare(invocation: Invocation, context: CommandContext) -> Any:
 
 def _diff(invocation: Invocation, context: CommandContext) -> Any:
     session = context.require_session("diff")
-    at = invocation.value("at")
     return compare.diff(
         session,
         invocation.value("a"),
         invocation.value("b"),
-        at=None if at is None else _moment(at, context, None),
+        at=_moment(invocation.value("at")),
         path=invocation.value("path") or "",
         with_divergence=bool(invocation.value("first_divergence", False)),
         **_work(context),
