@@ -11,9 +11,10 @@ from explore_scenarios import SCENARIO as COIN
 from explore_scenarios import face
 
 from timetravel.explore import Session
+from timetravel.explore.branch_tree import branch_tree
 from timetravel.explore.branching import BranchChanges, branch
 from timetravel.explore.fault_changes import FaultSpecError, parse_fault_edit, parse_fault_spec
-from timetravel.explore.tracks import branch_tree, shared_events
+from timetravel.explore.tracks import shared_events
 from timetravel.explore.work import ExploreError
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
@@ -108,7 +109,7 @@ def test_a_branch_with_the_fix_passes_and_equals_a_straight_run(needle: Any) -> 
         result = branch(session, "19ms", {"settings": ["bug=none"]})
         assert (result.name, result.parent, result.at_ns, result.outcome) == ("b1", "main", 19 * MS, "pass")
         assert result.changes == ("set bug=none",)
-        assert [row.name for row in branch_tree(session.reader).branches] == ["main", "b1"]
+        assert [row.name for row in branch_tree(session.reader)] == ["main", "b1"]
     expected = build_world(scenario, report["config"], 0)
     simulation = Simulation(scenario, expected)
     simulation.run(until_ns=19 * MS)
@@ -210,7 +211,7 @@ def test_a_stopped_branch_keeps_what_it_recorded(needle: Any) -> None:
     with Session.open(path) as session:
         result = branch(session, "#1", {"branch_key": 2}, should_stop=lambda: True)
         assert result.outcome == "cancelled"
-        assert branch_tree(session.reader).branches[1].outcome == "unknown"
+        assert branch_tree(session.reader)[1].outcome == "unknown"
     with Session.open(path, branch="b1") as stored:
         assert stored.fork_events == 1
 

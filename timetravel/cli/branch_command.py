@@ -8,9 +8,10 @@ from typing import Any
 from timetravel.cli.common import print_json
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.cli.recording_common import open_session
+from timetravel.explore.branch_tree import branch_tree
 from timetravel.explore.branching import BranchChanges, branch
 from timetravel.explore.commands.render import render_text
-from timetravel.explore.tracks import branch_tree
+from timetravel.explore.results import BranchesResult
 
 
 def register(subparsers: Any) -> None:
@@ -92,7 +93,7 @@ def _register_branches(subparsers: Any) -> None:
 
 def _branches(args: argparse.Namespace) -> int:
     with open_session(args.path, args.scenario_target) as session:
-        result = branch_tree(session.reader)
+        result = BranchesResult(branch_tree(session.reader))
         if args.json:
             print_json(result.to_data())
             return 0

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from timetravel.explore.results import BranchesResult, BranchResult
+from timetravel.explore.branch_tree import branch_names
 from timetravel.explore.session import BRANCH_DEPTH_MAX, Session, _overrides
 from timetravel.explore.work import ExploreError
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -25,11 +25,6 @@ from timetravel.sim.choices import Overrides
 
 BRANCH_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.\-]{0,63}$")
 AUTO_NAME = re.compile(r"^b([1-9][0-9]{0,8})$")
-
-
-def branch_names(reader: RecordingReader) -> list[str]:
-    """``main`` first, then the branches in the order they were written."""
-    return [MAIN_BRANCH, *(name for name in reader.catalog.branches if name != MAIN_BRANCH)]
 
 
 def check_branch(reader: RecordingReader, name: str) -> str:
@@ -110,27 +105,3 @@ def open_track(session: Session, name: str) -> Session:
     closing would close the reader). Its cursor is its own."""
     check_branch(session.reader, name)
     return Session(session.reader, session.scenario, name)
-
-
-def branch_row(reader: RecordingReader, name: str) -> BranchResult:
-    """One row of the branch tree, from the BRANCH and END frames (no state is restored);
-    ``unknown`` outcome for a branch without an END frame (stopped while it ran)."""
-    end = reader.end(name) or {}
-    info = branch_info(reader, name)
-    changes = info.get("changes", [])
-    failure = end.get("failure")
-    return BranchResult(
-        name=name,
-        parent=str(info.get("parent", "")) if name != MAIN_BRANCH else "",
-        at_ns=int(info.get("at_ns", 0) or 0),
-        outcome=str(end.get("outcome") or "unknown"),
-        failure=dict(failure) if isinstance(failure, dict) else None,
-        changes=tuple(str(change) for change in changes) if isinstance(changes, list) else (),
-        t_end_ns=int(end.get("t_end_ns", 0) or 0),
-        events=int(end.get("events", 0) or 0),
-    )
-
-
-def branch_tree(reader: RecordingReader, current: str = MAIN_BRANCH) -> BranchesResult:
-    """Every branch of the recording, ``main`` first, in the order they were written."""
-    return BranchesResult(tuple(branch_row(reader, name) for name in branch_names(reader)), current)

@@ -104,15 +104,9 @@ def _divergence(invocation: Invocation, context: CommandContext) -> Any:
 
 
 def _go(context: CommandContext, branch: str, event: int | None, t_ns: int) -> None:
-    """Move the cursor to the divergence on ``branch`` (switching branches when the context can)."""
-    session = context.session
-    if branch != session.branch:
-        switch = getattr(context, "switch_branch", None)
-        if not callable(switch):
-            raise CommandError(
-                f"divergence --go: the cursor is on {session.branch}; goto a time on {branch} first"
-            )
-        session = switch(branch, "divergence")
+    """Move the cursor to the divergence on ``branch`` (switching the cursor's branch if needed):
+    right after the diverging event, or just before its time when this branch has no such event."""
+    session = context.switch_branch(branch, "divergence")
     if event is not None:
         session.goto_event(event)
     else:
