@@ -34,7 +34,6 @@ from typing import Any
 
 from timetravel import fabric
 from timetravel.explore.work import ExploreError
-from timetravel.fabric.edit import edit_fault
 from timetravel.fabric.schedule import FAULT_KIND, PARAM_SPECS
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, TimeFormatError, parse_time
@@ -192,7 +191,7 @@ def change_fault(world: World, fault_id: str, changes: Mapping[str, Any]) -> dic
         raise FaultSpecError(_unknown(world, fault_id))
     kind = changes.get("kind") or next(r["kind"] for r in world.faults if r["id"] == fault_id)
     try:
-        return edit_fault(world, fault_id, _listify({**changes, "kind": kind}))
+        return fabric.edit_fault(world, fault_id, _listify({**changes, "kind": kind}))
     except ConfigError as error:
         raise FaultSpecError(_reword(error)) from None
 

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from timetravel.fabric.edit import edit_fault
 from timetravel.fabric.faults import add_fault, find_fault, remove_fault
 from timetravel.fabric.gpu import (
     DONE_KIND,
@@ -86,6 +87,7 @@ __all__ = [
     "Hooks",
     "Topology",
     "add_fault",
+    "edit_fault",
     "event_done",
     "expected_outcome",
     "fabric_params",
