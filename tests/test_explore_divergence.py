@@ -247,6 +247,13 @@ def test_likelihood_jumps_to_one_at_the_flip(coin: Any, coin_seed: int) -> None:
     ]
     first_after = min(info.t_ns for info in snapshots if info.t_ns >= FLIP_NS)
     assert result.point_of_no_return_ns == (first_after if rate_before < 1.0 else 0)
+    with Session.open(path, scenario=COIN) as session:
+        window = session.likelihood(2, start="5ms", end=first_after)
+        assert [point.at_ns for point in window.points] == [
+            info.t_ns for info in snapshots if 5 * MS <= info.t_ns <= first_after
+        ]
+        with pytest.raises(ExploreError, match="no snapshot of main before its end in that window"):
+            session.likelihood(2, start="19.9ms")
 
 
 def test_point_of_no_return_is_where_the_rate_reaches_one_and_stays() -> None:

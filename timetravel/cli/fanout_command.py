@@ -70,6 +70,8 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"snapshots to fan out from (default {LIKELIHOOD_POINTS_MAX})",
     )
+    parser.add_argument("--from", dest="start", metavar="T", help="only snapshots at or after T")
+    parser.add_argument("--to", dest="end", metavar="T", help="only snapshots at or before T")
     parser.set_defaults(func=_likelihood)
 
 
@@ -86,6 +88,12 @@ def _likelihood(args: argparse.Namespace) -> int:
     return run_engine(
         args,
         lambda session, progress: likelihood(
-            session, args.samples, parent=args.parent, points_max=args.points, progress=progress
+            session,
+            args.samples,
+            parent=args.parent,
+            points_max=args.points,
+            start=args.start,
+            end=args.end,
+            progress=progress,
         ),
     )

@@ -8,7 +8,7 @@ how the outcomes bucket by failure signature (``pass`` counts the passing future
 which records each as a branch (``b1``, ``b2``, …) at the cost of writing it.
 
 ``likelihood(session, samples)`` runs a fan-out from every snapshot of a branch before its end
-(at most ``points_max`` of them, evenly spaced). Where the rate reaches 1 and stays there is the
+(at most ``points_max`` of them, evenly spaced; ``start``/``end`` narrow it to a window). Where the rate reaches 1 and stays there is the
 **point of no return**: from then on every future fails, so the damage is already in the state
 rather than in the interleavings still to come. The cost is points × samples × a future's length;
 ``progress`` reports each future and ``should_stop`` ends the work with the points done so far.
@@ -34,6 +34,7 @@ from timetravel.explore.work import (
     run_bounded,
 )
 from timetravel.sim.kernel import Simulation
+from timetravel.sim.timefmt import parse_time
 from timetravel.snapshot.store import Snapshot, SnapshotStore, restore
 
 SAMPLES_DEFAULT = 20
@@ -159,11 +160,26 @@ def _result(at_ns: int, counts: dict[str, int]) -> FanoutResult:
     return FanoutResult(at_ns=at_ns, samples=samples, failure_rate=failures / samples, by_signature=ordered)
 
 
-def likelihood_points(session: Session, branch_name: str, points_max: int) -> list[int]:
-    """Event numbers of the snapshots to fan out from: before the end (and the failure), thinned."""
+def likelihood_points(
+    session: Session,
+    branch_name: str,
+    points_max: int,
+    start_ns: int | None = None,
+    end_ns: int | None = None,
+) -> list[int]:
+    """Event numbers of the snapshots to fan out from: before the end (and the failure), within
+    ``[start_ns, end_ns]`` when given, thinned to ``points_max``."""
     track = open_track(session, branch_name)
     last = track.end.events
-    counts = sorted({info.events for info in track.snapshots() if info.events < last})
+    counts = sorted(
+        {
+            info.events
+            for info in track.snapshots()
+            if info.events < last
+            and (start_ns is None or info.t_ns >= start_ns)
+            and (end_ns is None or info.t_ns <= end_ns)
+        }
+    )
     if len(counts) <= points_max:
         return counts
     stride = (len(counts) - 1) / (points_max - 1)
@@ -176,15 +192,21 @@ def likelihood(
     *,
     parent: str | None = None,
     points_max: int = LIKELIHOOD_POINTS_MAX,
+    start: int | str | None = None,
+    end: int | str | None = None,
     progress: ProgressCallback | None = None,
     should_stop: StopCheck | None = None,
 ) -> LikelihoodResult:
-    """The fan-out failure rate at every snapshot of a branch (see the module docstring)."""
+    """The fan-out failure rate at every snapshot of a branch (see the module docstring);
+    ``start``/``end`` (times, in ns or text) keep only the snapshots between them."""
     _check_samples(samples)
     if points_max < 2:
         raise ExploreError("likelihood needs at least 2 points")
     name = parent or session.branch
-    counts = likelihood_points(session, name, points_max)
+    window = [None if value is None else _time_ns(value, session.display_unit) for value in (start, end)]
+    counts = likelihood_points(session, name, points_max, window[0], window[1])
+    if not counts:
+        raise ExploreError(f"no snapshot of {name} before its end in that window")
     points: list[FanoutResult] = []
     total = len(counts) * samples
     for index, events in enumerate(counts):
@@ -211,3 +233,7 @@ def point_of_no_return(points: list[FanoutResult]) -> int | None:
             break
         found = point.at_ns
     return found
+
+
+def _time_ns(value: int | str, display_unit: str) -> int:
+    return value if isinstance(value, int) else parse_time(value, display_unit)

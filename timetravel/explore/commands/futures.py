@@ -29,6 +29,15 @@ def _moment(value: Moment | None) -> int | str | None:
     return f"#{value.event}" if value.event is not None else int(value.t_ns or 0)
 
 
+def _time(value: Moment | None) -> int | None:
+    """A ``--from``/``--to`` moment as a time (an event number is not a window bound)."""
+    if value is None:
+        return None
+    if value.t_ns is None:
+        raise CommandError("likelihood: --from and --to take times, not event numbers")
+    return value.t_ns
+
+
 def _work(context: CommandContext) -> dict[str, Any]:
     return {"progress": context.progress, "should_stop": context.should_stop}
 
@@ -69,6 +78,8 @@ def _likelihood(invocation: Invocation, context: CommandContext) -> Any:
         invocation.value("samples", fanout.LIKELIHOOD_SAMPLES_DEFAULT),
         parent=invocation.value("branch"),
         points_max=invocation.value("points", fanout.LIKELIHOOD_POINTS_MAX),
+        start=_time(invocation.value("from")),
+        end=_time(invocation.value("to")),
         **_work(context),
     )
 

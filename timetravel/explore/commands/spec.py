@@ -246,8 +246,10 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
             OptionSpec("--samples", "count", "futures per snapshot (default 10)"),
             _branch_option(),
             OptionSpec("--points", "count", "snapshots to fan out from, evenly spaced (default 64)"),
+            OptionSpec("--from", "time", "only snapshots at or after this time"),
+            OptionSpec("--to", "time", "only snapshots at or before this time"),
         ),
-        examples=("likelihood --samples 10",),
+        examples=("likelihood --samples 10", "likelihood --samples 20 --from 900 --to 1100"),
         long_running=True,
     ),
     CommandSpec(
