@@ -17,6 +17,7 @@ SUITES: dict[str, str] = {
     "tui": "timetravel.tui.bench:run_bench",
     "snapshot": "timetravel.bench.snapshot:run_bench",
     "farm": "timetravel.bench.farm:run_bench",
+    "explore": "timetravel.bench.explore:run_bench",
 }
 
 
