@@ -96,6 +96,7 @@ def test_a_dropped_fault_diverges_where_its_event_no_longer_runs(needle: Any) ->
         None,
     )
     assert found.reason == f"a runs fault on {restart['target']}, which b does not run at that time"
+    assert f"nodes/{restart['target']}/applied_round" in [change["path"] for change in found.changes]
 
 
 def test_a_new_branch_key_diverges_at_the_first_event_that_behaves_differently(

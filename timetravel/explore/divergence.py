@@ -23,6 +23,7 @@ overrides in force there, and its snapshots. :class:`RecordedSide` reads a branc
 from __future__ import annotations
 
 import bisect
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -158,7 +159,9 @@ class FreshSide(RunSide):
 
 
 @dataclass
-class _Search:
+class Search:
+    """Two runs being compared, and how the search reports progress and is stopped."""
+
     a: RunSide
     b: RunSide
     progress: ProgressCallback | None
@@ -185,7 +188,7 @@ def equal_effects(a: RunSide, b: RunSide, events: int) -> bool:
     ) == effects_key(world_b)
 
 
-def last_agreeing(search: _Search, start: int, points: list[int]) -> int:
+def last_agreeing(search: Search, start: int, points: list[int]) -> int:
     """The largest of ``points`` at which the runs still agree (``start`` when none does)."""
     low, high = -1, len(points)
     probes = 0
@@ -214,7 +217,7 @@ def first_divergence_between(
 
     ``limit_events``: stop stepping after this event number (the runs' ends), None for no limit.
     """
-    search = _Search(a, b, progress, should_stop)
+    search = Search(a, b, progress, should_stop)
     common = sorted(count for count in set(a.manifests()) & set(b.manifests()) if count > start)
     if limit_events is not None:
         common = [count for count in common if count <= limit_events]
@@ -229,7 +232,7 @@ def _world(side: RunSide, events: int) -> World:
     return side.world_at_manifest(info) if info is not None else side.world_at(events)
 
 
-def _step(search: _Search, origin: int, expected_by: int | None) -> Divergence | None:
+def _step(search: Search, origin: int, expected_by: int | None) -> Divergence | None:
     a, b = search.a, search.b
     stepper_a = Stepper(a.scenario, _world(a, origin), a.overrides_at(origin), a.determinism)
     stepper_b = Stepper(b.scenario, _world(b, origin), b.overrides_at(origin), b.determinism)
@@ -241,7 +244,7 @@ def _step(search: _Search, origin: int, expected_by: int | None) -> Divergence |
             return None
         mismatch = _stream_mismatch(stepper_a, stepper_b)
         if mismatch is not None:
-            return mismatch
+            return _with_diff(mismatch, stepper_a, stepper_b)
         step_a, step_b = stepper_a.step(), stepper_b.step()
         reason = effects_difference(step_a, step_b)
         if reason is not None:
@@ -282,6 +285,15 @@ def _stream_mismatch(stepper_a: Stepper, stepper_b: Stepper) -> Divergence | Non
         event_b=event_b,
         reason=reason,
     )
+
+
+def _with_diff(found: Divergence, stepper_a: Stepper, stepper_b: Stepper) -> Divergence:
+    """The divergence with the diff after the side (or sides) that run the reported event ran it."""
+    if found.event_a is not None:
+        stepper_a.step()
+    if found.event_b is not None:
+        stepper_b.step()
+    return dataclasses.replace(found, changes=effects_diff(stepper_a.world, stepper_b.world))
 
 
 def _name(event: Any) -> str:

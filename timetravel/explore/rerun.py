@@ -38,7 +38,7 @@ from typing import Any
 from timetravel.explore.divergence import (
     FreshSide,
     RecordedSide,
-    _Search,
+    Search,
     first_divergence_between,
     last_agreeing,
 )
@@ -207,7 +207,7 @@ def divergence_from_data(
     """The rerun against the recording's data alone (the code changed; see the module docstring)."""
     recorded = RecordedSide(session, MAIN_BRANCH)
     points = sorted(count for count in recorded.manifests() if 0 < count <= limit)
-    search = _Search(recorded, fresh, progress, should_stop)
+    search = Search(recorded, fresh, progress, should_stop)
     origin = last_agreeing(search, 0, points)
     after = bisect.bisect_right(points, origin)
     next_point = points[after] if after < len(points) else None
