@@ -92,8 +92,10 @@ class StepEffects:
     """The event's number on its run (#N)."""
     node_digest: bytes
     scheduled: tuple[EventKey, ...]
-    appended: bytes
-    """Digest of what the event appended to metrics, log and failures."""
+    metrics_added: bytes
+    log_added: bytes
+    failures_added: tuple[str, ...]
+    """Signatures of the failures the event recorded."""
     before: dict[str, bytes]
     after: dict[str, bytes]
 
@@ -146,10 +148,10 @@ class Stepper:
         ]
         dropped_since = world.log_dropped - log_dropped
         log_added = world.log[max(0, log_length - dropped_since) :]
-        failures_added = [
-            [failure.get("signature"), failure.get("node"), failure.get("t_ns")]
+        failures_added = tuple(
+            f"{failure.get('signature')} on {failure.get('node')}"
             for failure in world.failures[failures_before:]
-        ]
+        )
         before = self.globals
         self.globals = global_digests(world)
         node = world.nodes.get(event[2])
@@ -158,7 +160,9 @@ class Stepper:
             number=world.events_processed,
             node_digest=digest(node) if node is not None else b"",
             scheduled=tuple(sorted(event_key(e) for e in world.queue if e[1] >= seq_before)),
-            appended=digest([appended, log_added, failures_added]),
+            metrics_added=digest(appended),
+            log_added=digest(log_added),
+            failures_added=failures_added,
             before=before,
             after=self.globals,
         )
@@ -171,8 +175,12 @@ def effects_difference(a: StepEffects, b: StepEffects) -> str | None:
         return f"the state of {node} differs after it"
     if a.scheduled != b.scheduled:
         return "it scheduled other events: " + _first_scheduled_difference(a.scheduled, b.scheduled)
-    if a.appended != b.appended:
-        return "it recorded different metrics, log lines or failures"
+    if a.failures_added != b.failures_added:
+        return f"its failures differ (a: {_failures_text(a)}; b: {_failures_text(b)})"
+    if a.metrics_added != b.metrics_added:
+        return "it recorded different metric points"
+    if a.log_added != b.log_added:
+        return "it logged different lines"
     for part in sorted(set(a.after) | set(b.after)):
         changed = a.before.get(part) != a.after.get(part) or b.before.get(part) != b.after.get(part)
         if changed and a.after.get(part) != b.after.get(part):
@@ -192,3 +200,7 @@ def _first_scheduled_difference(a: tuple[EventKey, ...], b: tuple[EventKey, ...]
 def _scheduled_text(key: EventKey) -> str:
     t_ns, kind, dst, payload_digest = key
     return f"{kind} to {dst} at t={t_ns} ns (payload {payload_digest.hex()[:8]})"
+
+
+def _failures_text(step: StepEffects) -> str:
+    return ", ".join(step.failures_added) or "none"

@@ -121,8 +121,13 @@ def _likelihood(result: r.LikelihoodResult, unit: str) -> list[str]:
 def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
     if divergence is None:
         return "no divergence: the effects are identical"
+    what = (
+        "the end-of-run checks"
+        if divergence.kind == "end" and not divergence.node
+        else f"{divergence.kind} on {divergence.node}"
+    )
     return (
-        f"first divergence at {format_time(divergence.t_ns, unit)}: {divergence.kind} on {divergence.node} "
+        f"first divergence at {format_time(divergence.t_ns, unit)}: {what} "
         f"(seq {divergence.seq_a} vs {divergence.seq_b}){': ' + divergence.reason if divergence.reason else ''}"
     )
 
