@@ -220,6 +220,7 @@ def test_the_public_api_is_what_docs_fabric_md_lists() -> None:
             *("FABRIC_PARAM_NAMES", "FAULT_KIND", "FAULT_KINDS", "GPU_KEY", "HELD_KIND", "Hooks", "Topology"),
             *(
                 "add_fault",
+                "edit_fault",
                 "event_done",
                 "expected_outcome",
                 "fabric_params",
