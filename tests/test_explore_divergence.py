@@ -328,4 +328,33 @@ def test_rerun_on_changed_code_compares_with_the_recorded_data(
         "tick",
         flips_at,
     )
-    assert divergence.reason.startswith("the recording runs flip on coin; today's code runs tick on clock")
+    assert divergence.reason == (
+        f"the recording runs flip on coin at t={FLIP_NS} ns; today's code runs tick on clock at t={FLIP_NS} ns "
+        f"(event #{flips_at})"
+    )
+
+
+def test_rerun_bisects_the_recorded_snapshots_before_stepping(
+    gossip_recording: tuple[Path, dict[str, Any]],
+) -> None:
+    """coverage_min is read only by the end-of-run check: the rerun agrees with the recording at
+    every snapshot, so the search steps only from the last one, to the end-of-run checks."""
+    path, report = gossip_recording
+    seen: list[Any] = []
+    with Session.open(path) as session:
+        last = max(info.events for info in session.snapshots() if info.events < report["events"])
+        result = session.rerun(["coverage_min=0.5"], progress=seen.append)
+    assert (result.outcome, result.recorded_outcome) == ("pass", "fail")
+    divergence = result.first_divergence
+    assert divergence is not None and (divergence.kind, divergence.node, divergence.t_ns) == (
+        "end",
+        "",
+        report["t_end_ns"],
+    )
+    assert divergence.reason.startswith("its failures differ (a: assertion:gossip.coverage on load; b: none)")
+    steps = {
+        progress.detail
+        for progress in seen
+        if progress.task == "divergence" and progress.detail.startswith("stepping")
+    }
+    assert steps == {f"stepping from #{last}"}

@@ -76,6 +76,10 @@ class RunSide:
         """Recorded snapshots by event count (non-final ones)."""
         return {}
 
+    def probe_events(self) -> set[int] | None:
+        """Event counts at which the world is cheap to get (None: at any count, computed)."""
+        return set(self.manifests())
+
     def manifest_effects(self, info: ManifestInfo) -> str | None:
         return None
 
@@ -157,6 +161,9 @@ class FreshSide(RunSide):
     def overrides_at(self, events: int) -> Overrides | None:
         return self.overrides
 
+    def probe_events(self) -> set[int] | None:
+        return None
+
 
 @dataclass
 class Search:
@@ -218,13 +225,23 @@ def first_divergence_between(
     ``limit_events``: stop stepping after this event number (the runs' ends), None for no limit.
     """
     search = Search(a, b, progress, should_stop)
-    common = sorted(count for count in set(a.manifests()) & set(b.manifests()) if count > start)
+    common = sorted(count for count in _probe_points(a, b) if count > start)
     if limit_events is not None:
         common = [count for count in common if count <= limit_events]
     origin = last_agreeing(search, start, common)
     after = bisect.bisect_right(common, origin)
     next_point = common[after] if after < len(common) else limit_events
     return _step(search, origin, next_point)
+
+
+def _probe_points(a: RunSide, b: RunSide) -> set[int]:
+    """Where both runs' worlds are at hand: the snapshots of both (or of the recorded one)."""
+    points_a, points_b = a.probe_events(), b.probe_events()
+    if points_a is None:
+        return points_b or set()
+    if points_b is None:
+        return points_a
+    return points_a & points_b
 
 
 def _world(side: RunSide, events: int) -> World:

@@ -255,20 +255,26 @@ def _stream_divergence(number: int, want: Any, got: Any) -> Divergence:
             None,
             number,
             None,
-            f"the recording runs {want.kind} on {want.node}; today's code does not (its run ended or failed)",
+            f"the recording runs {want.kind} on {want.node} at event #{number}; today's run has ended or failed",
         )
-    recorded_text = (
-        f"the recording runs {want.kind} on {want.node}" if want is not None else "the recording ended"
-    )
+    if want is None:
+        reason = f"the recording ends before event #{number}; today's code runs {got[3]} on {got[2]}"
+    elif (want.kind, want.node, want.t_ns) == (got[3], got[2], got[0]):
+        reason = f"event #{number}, {got[3]} on {got[2]}, carries another payload today"
+    else:
+        reason = (
+            f"the recording runs {want.kind} on {want.node} at t={want.t_ns} ns; today's code runs "
+            f"{got[3]} on {got[2]} at t={got[0]} ns (event #{number})"
+        )
     return Divergence(
         got[0],
         got[2],
         got[3],
         want.seq if want is not None else None,
         got[1],
-        number if want else None,
+        number if want is not None else None,
         number,
-        f"{recorded_text}; today's code runs {got[3]} on {got[2]} at event #{number}",
+        reason,
     )
 
 
