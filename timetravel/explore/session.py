@@ -21,7 +21,7 @@ API::
                             past the end it stops at the end. Returns the new Position.
     session.goto_time(t_ns), session.goto_event(n), session.step(n=1), session.back(n=1)
     session.end             Position of the recorded end (the final state, end-of-run checks done)
-    session.snapshots()     [SnapshotInfo(index, events, t_ns, state_hash)] of the branch
+    session.snapshots()     [SnapshotInfo(index, events, t_ns, state_hash, final)] of the branch
     session.event(n)        RecordedEvent #n (from the recording, no re-execution)
     session.events_around(n=None, before=10, after=10)   events near the cursor (or #n)
     session.metric_names(), session.metric_series(name) -> [[t_ns, node, value], ...] (whole run)
@@ -29,6 +29,8 @@ API::
     session.state_hash()    hash of the world at the cursor
     session.replay(progress=None) -> ReplayReport      re-execute everything and verify
     session.world_copy()    an independent World at the cursor (to fork a branch from)
+    session.snapshot_world(position), session.overrides_at(n), session.event_batches
+                            what re-executing without moving the cursor needs (explore/stepper.py)
     session.fork_events     the event number a branch forked at (0 on main)
     session.close()         (or use ``with Session.open(...) as session``)
 
@@ -96,6 +98,8 @@ class SnapshotInfo:
     events: int
     t_ns: int
     state_hash: str
+    final: bool = False
+    """Taken after the run ended (end-of-run checks done), not at a pause."""
 
 
 @dataclass(frozen=True)
@@ -328,7 +332,7 @@ class Session:
         return Position(self.branch, self.world.events_processed, self.world.t_ns)
 
     def snapshots(self) -> list[SnapshotInfo]:
-        return [SnapshotInfo(m.index, m.events, m.t_ns, m.state_hash) for m in self._manifests]
+        return [SnapshotInfo(m.index, m.events, m.t_ns, m.state_hash, m.final) for m in self._manifests]
 
     def state_hash(self) -> str:
         return self.world.state_hash()
@@ -436,6 +440,21 @@ class Session:
         self.world = world
         if verifier.mismatch is not None:
             raise ReplayDivergence(verifier.mismatch)
+
+    # -- re-executing without moving the cursor (searches, exports: explore/stepper.py) -----------
+
+    def overrides_at(self, events: int) -> Overrides | None:
+        """The choice overrides that re-execute this branch from event #``events`` on."""
+        return self._overrides_at(events)
+
+    def snapshot_world(self, position: int) -> World:
+        """A new World restored from ``snapshots()[position]``; the cursor does not move."""
+        return self.reader.restore(self._manifests[position])
+
+    @property
+    def event_batches(self) -> list[EventBatchInfo]:
+        """The recorded event batches this branch sees (its parent's before the fork)."""
+        return list(self._batches)
 
     # -- what happened ----------------------------------------------------------------------------
 

@@ -68,3 +68,6 @@ __all__ = [
     "render_text",
     "run_line",
 ]
+
+# The engine modules register their commands' handlers when imported (after everything above).
+from timetravel.explore import search_commands  # noqa: F401  (find-first, watch)

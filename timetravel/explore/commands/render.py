@@ -67,16 +67,34 @@ def _print(result: r.PrintResult, unit: str) -> list[str]:
 def _watch(result: r.WatchResult, unit: str) -> list[str]:
     lines = [result.message] if result.message else []
     if result.moved is not None:
-        lines += _cursor(result.moved, unit)
+        return lines + _cursor(result.moved, unit)  # the cursor lines show the watches
     lines += [f"  watch {w.expression} = {w.value}" for w in result.watches]
     return lines or ["no watches"]
 
 
+_FIND_VERBS = {"last-change": "last changed", "next-change": "next changes"}
+
+
 def _find(result: r.FindResult, unit: str) -> list[str]:
+    verb = _FIND_VERBS.get(result.strategy, "first holds")
+    cost = f"re-executed {result.replayed_events} events, {result.snapshots_checked} snapshots checked"
+    if result.stopped_by is not None:
+        return [f"{result.expression}: search stopped ({result.stopped_by}) after {cost} on {result.branch}"]
     if not result.found or result.t_ns is None:
-        return [f"{result.expression}: never holds on {result.branch}"]
-    line = f"{result.expression}: first holds at {format_time(result.t_ns, unit)} (event #{result.event}) on {result.branch}"
-    return [line, *(f"  {witness}" for witness in result.witnesses)]
+        never = "never holds" if result.strategy not in _FIND_VERBS else "does not change"
+        return [f"{result.expression}: {never} on {result.branch} ({cost})"]
+    if result.kind == "end":
+        what = "the end-of-run checks"
+    elif result.kind is not None:
+        what = f"{result.kind} -> {result.node}"
+    else:
+        what = "the initial state"
+    line = (
+        f"{result.expression}: {verb} at {format_time(result.t_ns, unit)}, event #{result.event} "
+        f"({what}) on {result.branch}"
+    )
+    strategy = f" by {result.strategy}" if result.strategy and result.strategy not in _FIND_VERBS else ""
+    return [line, *(f"  {witness}" for witness in result.witnesses), f"  ({cost}{strategy})"]
 
 
 def _branch(result: r.BranchResult, unit: str) -> list[str]:
