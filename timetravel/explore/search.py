@@ -35,7 +35,7 @@ The state after event #N is what a search looks at; at the recorded end it is th
 (after end-of-run checks), so a failure recorded by an end-of-run oracle is found "at the end".
 
 Every search is bounded (``events_max`` re-executed events), reports progress (a
-:class:`SearchProgress` every PROGRESS_EVERY_EVENTS events) and stops when ``should_stop`` says so;
+:class:`SearchProgress` about PROGRESS_REPORTS times, at most every PROGRESS_EVERY_EVENTS events) and stops when ``should_stop`` says so;
 a stopped search says why in ``stopped_by`` and is not an answer.
 """
 
@@ -69,6 +69,8 @@ if TYPE_CHECKING:
 SEARCH_EVENTS_MAX = 5_000_000
 """Events one search may re-execute; past it the search stops and says so (``stopped_by``)."""
 PROGRESS_EVERY_EVENTS = 4096
+PROGRESS_REPORTS = 50
+"""A short search reports about this many times (a long one every PROGRESS_EVERY_EVENTS events)."""
 STRATEGY_AUTO = "auto"
 STRATEGY_BISECT = "bisect"
 STRATEGY_SCAN = "scan"
@@ -127,10 +129,11 @@ class _Search:
         self.snapshots_checked = 0
         self.phase = "snapshots"
         self._reported = 0
+        self.report_every = max(1, min(PROGRESS_EVERY_EVENTS, self.total // PROGRESS_REPORTS))
 
     def _spend(self, count: int) -> None:
         self.spent += count
-        if self.progress is not None and self.spent - self._reported >= PROGRESS_EVERY_EVENTS:
+        if self.progress is not None and self.spent - self._reported >= self.report_every:
             self._reported = self.spent
             self.progress(SearchProgress(self.phase, self.spent, max(self.total, self.spent)))
         self.check()
@@ -142,8 +145,10 @@ class _Search:
             raise _Stopped(STOP_EVENTS_MAX)
 
     def walk(self, stepper: Stepper, count: int) -> Stepper:
+        """Advance ``stepper`` by ``count`` events, or just past the budget (which then stops the search)."""
+        self.check()
         before = stepper.executed
-        stepper = walk(stepper, count)
+        stepper = walk(stepper, min(count, self.events_max - self.spent + 1))
         self._spend(stepper.executed - before)
         return stepper
 
@@ -381,10 +386,22 @@ def _first_event(search: _Search, evaluate: _Evaluator, after_events: int, by_ev
 
 def _scan(search: _Search, evaluate: _Evaluator, start_events: int) -> _Hit | None:
     search.phase = "events"
-    stepper, world = _state_at_start(search, start_events)
-    result = evaluate(world)
-    if result.holds or stepper is None:
-        return _hit_here(world, result, at_end=stepper is None) if result.holds else None
+    if evaluate.predicate.uses_changed and 0 < start_events < search.session.end.events:
+        # changed() at the start compares with the state before it: start one event earlier
+        stepper = search.stepper_at(start_events - 1)
+        evaluate(stepper.world)
+        stepper = search.walk(stepper, 1)
+        world = stepper.world
+        relevant = evaluate.relevant(stepper.last_event())
+        result = evaluate(world) if relevant else PredicateResult(False)
+    else:
+        maybe_stepper, world = _state_at_start(search, start_events)
+        result = evaluate(world)
+        if maybe_stepper is None:
+            return _hit_here(world, result, at_end=True) if result.holds else None
+        stepper = maybe_stepper
+    if result.holds:
+        return _hit_here(world, result)
     while not stepper.at_end():
         before = stepper.events
         stepper = search.walk(stepper, _events_to_next_relevant(search.session, evaluate.nodes, before))
