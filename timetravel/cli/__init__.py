@@ -28,6 +28,7 @@ COMMAND_MODULES = (
     "timetravel.cli.findings_command",
     "timetravel.cli.verify_command",
     "timetravel.cli.shell_command",
+    "timetravel.cli.export_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

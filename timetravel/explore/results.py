@@ -384,6 +384,12 @@ class ExportResult:
     format: str
     trace_events: int
     bytes_written: int
+    events: int = 0
+    """Simulation events the trace covers (all of the branch unless ``truncated``)."""
+    kernels: int = 0
+    messages: int = 0
+    faults: int = 0
+    truncated: bool = False
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -391,6 +397,11 @@ class ExportResult:
             "format": self.format,
             "trace_events": self.trace_events,
             "bytes": self.bytes_written,
+            "events": self.events,
+            "kernels": self.kernels,
+            "messages": self.messages,
+            "faults": self.faults,
+            "truncated": self.truncated,
         }
 
 

@@ -211,7 +211,13 @@ def _faults(result: r.FaultsResult, unit: str) -> list[str]:
 
 
 def _export(result: r.ExportResult, unit: str) -> list[str]:
-    return [f"wrote {result.trace_events} trace events ({result.bytes_written} bytes) to {result.path}"]
+    lines = [
+        f"wrote {result.trace_events} trace events ({result.bytes_written} bytes) to {result.path}",
+        f"  {result.events} events, {result.kernels} kernels, {result.messages} messages, {result.faults} faults",
+    ]
+    if result.truncated:
+        lines.append(f"  truncated after event #{result.events} (the trace event limit or a stop)")
+    return [*lines, "  open it at https://ui.perfetto.dev (Open trace file)"]
 
 
 def _help(result: r.HelpResult, unit: str) -> list[str]:
