@@ -362,6 +362,13 @@ def test_searches_on_a_branch_cross_its_fork(
             last_change(session, "nodes/n9/received", start_events=fork + 5).event
             == (expected_last or (None,))[0]
         )
+    with Session.open(path) as main:
+        context = CommandContext(session=main)
+        result = run_line(f"find-first {predicate.text} --branch b1", context)
+        assert result.event == expected and result.branch == "b1" and context.session is main
+        run_line(f"find-first {predicate.text} --branch b1 --go", context)
+        assert context.session.branch == "b1" and context.session.position.events == expected
+        context.close()
 
 
 # -- the fabric example: kernels, streams, a race that makes replicas differ ----------------------
@@ -413,23 +420,19 @@ def test_find_first_and_watch_commands_move_the_cursor(gossip: tuple[Session, di
     context = CommandContext(session=session)
     session.goto("start")
     found = run_line("find-first nodes/n5/received >= 3", context)
-    assert session.position.events == 0
+    assert session.position.events == 0  # found, not moved
     moved = run_line("find-first nodes/n5/received >= 3 --go", context)
     assert session.position.events == found.event == moved.event
+    lines = render_text(moved)
+    assert (
+        lines[0]
+        == f"nodes/n5/received >= 3: first holds at {session.position.t_ns / 1e6:g}ms, event #{found.event} (rumor -> n5) on main"
+    )
+    # watch --previous/--next (navigation.py) go through the same search engine
     back = run_line("watch nodes/n5/received --previous", context)
-    assert back.found and back.moved is not None
-    assert session.position.events < found.event
-    assert context.watches == ["nodes/n5/received"]
-    assert session.world.nodes["n5"]["received"] == 2
-    forward = run_line("watch --next", context)
-    assert session.position.events == found.event and forward.moved is not None
-    lines = render_text(forward)
-    assert lines[0].startswith(f"next change of nodes/n5/received: event #{found.event} (rumor -> n5)")
-    assert any(line.strip() == "watch nodes/n5/received = 3  (changed)" for line in lines)
-    run_line("watch --clear", context)
-    assert context.watches == []
-    with pytest.raises(CommandError, match="nothing is watched"):
-        run_line("watch --previous", context)
+    assert back.found and session.world.nodes["n5"]["received"] == 2
+    forward = run_line("watch nodes/n5/received --next", context)
+    assert forward.found and session.position.events == found.event
     with pytest.raises(CommandError, match="no branch 'b9'"):
         run_line("find-first exists(failures/0) --branch b9", context)
 

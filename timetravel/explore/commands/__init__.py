@@ -70,4 +70,4 @@ __all__ = [
 ]
 
 # The engine modules register their commands' handlers when imported (after everything above).
-from timetravel.explore import search_commands  # noqa: F401  (find-first, watch)
+from timetravel.explore import search_commands  # noqa: F401  (find-first)
