@@ -29,6 +29,7 @@ COMMAND_MODULES = (
     "timetravel.cli.verify_command",
     "timetravel.cli.shell_command",
     "timetravel.cli.export_command",
+    "timetravel.cli.minimize_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -172,6 +172,12 @@ class MinimizeResult:
     passes: dict[str, dict[str, int]] = field(default_factory=dict)
     out: str | None = None
     pytest: str | None = None
+    events: int = 0
+    """Events the minimized run processes until it fails."""
+    start_events: int = 0
+    start_ns: int = 0
+    """Where the repro's pytest starts: the latest snapshot of the repro recording (``out``) from
+    which the failure reproduces (explore/minimize_run.py); 0 for the start of the run."""
 
     def to_data(self) -> dict[str, Any]:
         """The ``minimize --json`` object."""
@@ -547,6 +553,7 @@ class Minimizer:
             stopped_by=stopped_by,
             params_changed=changed,
             passes=self.passes,
+            events=trial.events,
         )
 
 

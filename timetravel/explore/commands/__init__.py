@@ -12,7 +12,11 @@
 commands, arguments, options and their kinds that help, completion and palettes read.
 """
 
-from timetravel.explore.commands import navigation  # noqa: F401  (importing it registers its handlers)
+from timetravel.explore.commands import (  # noqa: F401  (importing them registers their handlers)
+    navigation,
+    repro,
+    search,
+)
 from timetravel.explore.commands.binding import RecordingValues, open_context
 from timetravel.explore.commands.complete import (
     Completion,
@@ -68,6 +72,3 @@ __all__ = [
     "render_text",
     "run_line",
 ]
-
-# The engine modules register their commands' handlers when imported (after everything above).
-from timetravel.explore import search_commands  # noqa: F401  (find-first)

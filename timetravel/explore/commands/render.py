@@ -189,6 +189,11 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
     lines += [f"  {name} {before} -> {after}" for name, (before, after) in result.params_changed.items()]
     lines.append(f"  {failure_text(result.failure, unit)}")
     lines += [f"  wrote {path}" for path in (result.out, result.pytest) if path]
+    if result.out:
+        lines.append(
+            f"  the repro fails after {result.events} events; it reproduces from its snapshot at event "
+            f"#{result.start_events} ({format_time(result.start_ns, unit)})"
+        )
     return lines
 
 
