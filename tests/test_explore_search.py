@@ -451,3 +451,17 @@ def _events_by(session: Session, t_ns: int) -> int:
     return max(
         (n for n in range(session.end.events + 1) if n == 0 or session.event(n).t_ns <= t_ns), default=0
     )  # type: ignore[union-attr]
+
+
+def test_the_session_s_doors_give_the_same_answers(
+    gossip: tuple[Session, dict[str, Any]], tmp_path: Path
+) -> None:
+    session, _ = gossip
+    assert session.find_first("nodes/*/received >= 5") == find_first(session, "nodes/*/received >= 5")
+    assert session.last_change("nodes/n3", start_events=900) == last_change(
+        session, "nodes/n3", start_events=900
+    )
+    assert session.next_change("nodes/n3", start_events=900) == next_change(
+        session, "nodes/n3", start_events=900
+    )
+    assert session.export_perfetto(tmp_path / "t.json").events == session.end.events

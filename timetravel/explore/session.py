@@ -31,6 +31,10 @@ API::
     session.world_copy()    an independent World at the cursor (to fork a branch from)
     session.snapshot_world(position), session.overrides_at(n), session.event_batches
                             what re-executing without moving the cursor needs (explore/stepper.py)
+    session.find_first(predicate, start_events=0, strategy="auto")   FindResult (explore/search.py)
+    session.last_change(path), session.next_change(path)             FindResult: watchpoints
+    session.minimize(out=None, pytest=None, budget=Budget())         MinimizeResult (minimize_run.py)
+    session.export_perfetto(path)                                    ExportResult (explore/perfetto.py)
     session.fork_events     the event number a branch forked at (0 on main)
     session.close()         (or use ``with Session.open(...) as session``)
 
@@ -455,6 +459,38 @@ class Session:
     def event_batches(self) -> list[EventBatchInfo]:
         """The recorded event batches this branch sees (its parent's before the fork)."""
         return list(self._batches)
+
+    # -- search, minimize, export: doors to the modules that take a Session --------------------------
+
+    def find_first(self, predicate: str, **options: Any) -> Any:
+        """The first moment ``predicate`` holds on this branch: FindResult (explore/search.py)."""
+        from timetravel.explore.search import find_first
+
+        return find_first(self, predicate, **options)
+
+    def last_change(self, path: str, **options: Any) -> Any:
+        """The latest event at or before the cursor that changed ``path``: FindResult (explore/search.py)."""
+        from timetravel.explore.search import last_change
+
+        return last_change(self, path, **options)
+
+    def next_change(self, path: str, **options: Any) -> Any:
+        """The first event after the cursor that changes ``path``: FindResult (explore/search.py)."""
+        from timetravel.explore.search import next_change
+
+        return next_change(self, path, **options)
+
+    def minimize(self, **options: Any) -> Any:
+        """Minimize the recorded failure, write the repro: MinimizeResult (explore/minimize_run.py)."""
+        from timetravel.explore.minimize_run import minimize_run
+
+        return minimize_run(self, **options)
+
+    def export_perfetto(self, path: str | Path, **options: Any) -> Any:
+        """This branch as Chrome trace events for Perfetto: ExportResult (explore/perfetto.py)."""
+        from timetravel.explore.perfetto import export_perfetto
+
+        return export_perfetto(self, path, **options)
 
     # -- what happened ----------------------------------------------------------------------------
 
