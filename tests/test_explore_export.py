@@ -254,3 +254,41 @@ def _gpu_done_times(path: Path) -> dict[int, set[int]]:
             if event.kind == "gpu.done":
                 times[order.index(event.node) + 1].add(event.t_ns)
     return times
+
+
+def test_a_branch_exports_its_parent_s_prefix_and_its_own_future(
+    gossip_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    import shutil
+
+    from timetravel.recording import Recorder, RecordingWriter
+    from timetravel.recording.format import FrameType
+    from timetravel.scenarios import get_scenario
+
+    source, _ = gossip_recording
+    path = tmp_path / "branched.ttr"
+    shutil.copy(source, path)
+    with Session.open(path) as session:
+        session.goto("#700")
+        world = session.world_copy()
+    world.branch_key = 1
+    writer = RecordingWriter.append(path)
+    writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": 700, "at_ns": world.t_ns})
+    recorder = Recorder(
+        get_scenario("gossip"), world, path, snapshot_every_events=512, branch="b1", writer=writer
+    )
+    end = recorder.finish(recorder.run())
+    with Session.open(path, branch="b1") as branch:
+        result = export_perfetto(branch, tmp_path / "b1.json")
+        document = json.loads((tmp_path / "b1.json").read_text())
+        check_structure(document)
+        assert result.events == end["events"] and not result.truncated
+        handled = sorted(trace_events(document, "event"), key=lambda e: e["args"]["event"])
+        assert [e["args"]["event"] for e in handled] == list(range(1, end["events"] + 1))
+        for slice_event in handled[695:710]:  # across the fork, the branch's own events after it
+            recorded = branch.event(slice_event["args"]["event"])
+            assert recorded is not None and (slice_event["args"]["seq"], ns(slice_event["ts"])) == (
+                recorded.seq,
+                recorded.t_ns,
+            )
+        assert document["otherData"]["branch"] == "b1"

@@ -49,7 +49,7 @@ from typing import TYPE_CHECKING, Any
 
 from timetravel.explore.results import ExportResult
 from timetravel.explore.search import SearchProgress
-from timetravel.explore.stepper import Stepper, walk
+from timetravel.explore.stepper import Stepper
 from timetravel.sim.event import Event
 
 if TYPE_CHECKING:
@@ -58,7 +58,9 @@ if TYPE_CHECKING:
 
 TRACE_EVENTS_MAX = 2_000_000
 """Trace events one export writes at most (a few hundred bytes each)."""
-PROGRESS_EVERY_EVENTS = 4096
+EXPORT_CHUNK_EVENTS = 4096
+"""Events re-executed between two progress reports and stop checks."""
+FORK_SENDER = "<fork>"
 THREADS_PER_PROCESS = 100
 """tid = pid * THREADS_PER_PROCESS + lane: thread ids are unique across processes (Perfetto
 treats a tid as system-wide). Lane 0 is the events thread, lane 1 + i the stream of index i."""
@@ -96,7 +98,8 @@ class _Trace:
     metadata: list[dict[str, Any]] = field(default_factory=list)
     pids: dict[str, int] = field(default_factory=dict)
     lanes: dict[tuple[str, str], int] = field(default_factory=dict)
-    running: dict[tuple[str, str], _Open] = field(default_factory=dict)
+    running: dict[str, dict[str, _Open]] = field(default_factory=dict)
+    """node -> stream -> the kernel seen running there."""
     seq_after: list[int] = field(default_factory=list)
     senders: list[tuple[str, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"kernels": 0, "messages": 0, "faults": 0})
@@ -121,17 +124,21 @@ def export_perfetto(
     trace.seq_after.append(stepper.world.seq)
     total = session.end.events
     truncated = False
+
+    def observe(event: Event) -> None:
+        _observe(trace, stepper.world.events_processed, event)
+
     while not stepper.at_end():
         if trace.full or (should_stop is not None and should_stop()):
             truncated = True
             break
-        stepper = walk(stepper, 1)
-        event = stepper.last_event()
-        if event is None or stepper.events == len(trace.seq_after) - 1:
+        if stepper.events == stepper.horizon:
+            stepper = _cross_fork(trace, stepper)
+        chunk = min(EXPORT_CHUNK_EVENTS, max(1, (trace.trace_events_max - len(trace.events)) // 4))
+        if stepper.advance_observed(chunk, observe) == 0:
             break
         trace.world = stepper.world
-        _observe(trace, stepper.events, event)
-        if progress is not None and stepper.events % PROGRESS_EVERY_EVENTS == 0:
+        if progress is not None:
             progress(SearchProgress("export", stepper.events, total))
     if not truncated:
         stepper.finish()
@@ -155,6 +162,20 @@ def export_perfetto(
         faults=trace.counts["faults"],
         truncated=truncated,
     )
+
+
+def _cross_fork(trace: _Trace, stepper: Stepper) -> Stepper:
+    """Continue from the branch's own snapshot at its fork. Events its changes scheduled there
+    (added faults) have no sender: their seqs are booked to a pseudo-sender that is no node."""
+    fork = stepper.horizon
+    stepper = Stepper.before(stepper.session, fork)
+    if stepper.events != fork:
+        raise ValueError(f"branch {stepper.session.branch!r} has no snapshot at its fork (#{fork})")
+    if stepper.world.seq > trace.seq_after[-1]:
+        trace.seq_after.append(stepper.world.seq)
+        trace.senders.append((FORK_SENDER, stepper.world.t_ns))
+    trace.world = stepper.world
+    return stepper
 
 
 # -- processes and threads --------------------------------------------------------------------------
@@ -301,31 +322,30 @@ def _fault(trace: _Trace, event: Event) -> None:
 def _kernels(trace: _Trace, node: str, t_ns: int) -> None:
     """Compare the running kernel of each stream of ``node`` with the one seen before."""
     gpu = trace.world.nodes[node].get(GPU_KEY)
-    streams = gpu.get("streams", {}) if isinstance(gpu, dict) else {}
-    epoch = gpu.get("epoch", 0) if isinstance(gpu, dict) else 0
-    seen = set()
+    seen = trace.running.get(node)
+    if not isinstance(gpu, dict) or (not gpu.get("streams") and not seen):
+        return
+    seen = trace.running.setdefault(node, {})
+    streams = gpu.get("streams", {})
+    epoch = gpu.get("epoch", 0)
     for name, stream in streams.items():
-        key = (node, name)
-        seen.add(key)
         running = stream.get("running")
         now = (
             None
             if running is None
             else _Open(running["name"], running["start_ns"], epoch, running.get("done_kind"))
         )
-        before = trace.running.get(key)
+        before = seen.get(name)
         if before is not None and (
             now is None or (now.name, now.start_ns, now.epoch) != (before.name, before.start_ns, before.epoch)
         ):
             _kernel_span(trace, node, name, stream.get("index", 0), before, t_ns)
-            del trace.running[key]
-        if now is not None and key not in trace.running:
-            trace.running[key] = now
+            del seen[name]
+        if now is not None and name not in seen:
+            seen[name] = now
             _stream_tid(trace, node, name, stream.get("index", 0))
-    for key in [key for key in trace.running if key[0] == node and key not in seen]:
-        _kernel_span(
-            trace, node, key[1], trace.lanes.get(key, 1) - 1, trace.running.pop(key), t_ns, lost=True
-        )
+    for name in [name for name in seen if name not in streams]:
+        _kernel_span(trace, node, name, trace.lanes.get((node, name), 1) - 1, seen.pop(name), t_ns, lost=True)
 
 
 def _kernel_span(
@@ -363,10 +383,10 @@ def _kernel_span(
 
 
 def _close_running(trace: _Trace, t_ns: int, *, unfinished: bool) -> None:
-    for (node, stream), kernel in list(trace.running.items()):
-        _kernel_span(
-            trace, node, stream, trace.lanes.get((node, stream), 1) - 1, kernel, t_ns, unfinished=unfinished
-        )
+    for node, streams in trace.running.items():
+        for stream, kernel in streams.items():
+            lane = trace.lanes.get((node, stream), 1)
+            _kernel_span(trace, node, stream, lane - 1, kernel, t_ns, unfinished=unfinished)
     trace.running.clear()
 
 

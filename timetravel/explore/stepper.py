@@ -19,7 +19,7 @@ can jump straight to the events that can change them.
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
 from timetravel.explore.replay import ChainVerifier, ReplayDivergence
@@ -82,6 +82,35 @@ class Stepper:
             return 0
         before = self.world.events_processed
         self.simulation.run(max_events=count)
+        ran = self.world.events_processed - before
+        self.executed += ran
+        if self.verifier.mismatch is not None:
+            raise ReplayDivergence(self.verifier.mismatch)
+        return ran
+
+    def advance_observed(self, count: int, on_event: Callable[[Event], None]) -> int:
+        """Like :meth:`advance`, calling ``on_event(event)`` after each event with the world as it
+        left it (one run with a pause after every event: no per-event call overhead of its own)."""
+        if self.final:
+            return 0
+        count = min(count, self.horizon - self.world.events_processed)
+        if count <= 0:
+            return 0
+        before = self.world.events_processed
+        observed = [before]
+
+        def pause(_simulation: Simulation) -> None:
+            event = self.last_event()
+            assert event is not None
+            observed[0] = self.world.events_processed
+            on_event(event)
+
+        self.simulation.run(max_events=count, pause_every_events=1, on_pause=pause)
+        if self.world.events_processed > observed[0]:
+            # the run does not pause after its last event (its limit, or a failure)
+            event = self.last_event()
+            assert event is not None
+            on_event(event)
         ran = self.world.events_processed - before
         self.executed += ran
         if self.verifier.mismatch is not None:
