@@ -142,7 +142,7 @@ def test_find_first_by_bisection_names_the_oracles_event_for_monotone_predicates
 ) -> None:
     session, report = gossip
     expected = oracle_first(GOSSIP, report["config"], 3, predicate)
-    result = find_first(session, predicate)
+    result = find_first(session, predicate, strategy="bisect")
     assert result.strategy == "bisect"
     assert expected is not None and result.found
     event, end, witnesses = expected
@@ -196,6 +196,8 @@ def test_changed_always_scans_and_from_a_start_it_holds_at_the_start(
 ) -> None:
     session, _report = gossip
     assert find_first(session, "changed(nodes/n7/seen)").strategy == "scan"
+    assert find_first(session, "nodes/load/injected == 8").strategy == "scan"  # equal for a while
+    assert find_first(session, "nodes/load/injected >= 8").strategy == "bisect"
     held = find_first(session, "nodes/*/received >= 1", start_events=700)
     assert held.event == 700
 

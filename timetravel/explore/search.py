@@ -15,8 +15,9 @@ It costs far less than re-running the whole recording:
    moment than the first.
 2. ``scan``: evaluate after every event from the start. Exact for any predicate, and the only
    sound way for ``changed(...)``, which holds at single events; ``auto`` (the default) picks
-   ``scan`` for predicates that use ``changed`` and ``bisect`` for the rest. Ask for ``scan``
-   when the predicate may become false again (for example ``differ`` in a run that re-syncs).
+   ``scan`` for predicates that use ``changed`` or compare with ``==``/``!=`` (a counter equals a
+   value for a while, then moves on) and ``bisect`` for the rest. Ask for ``scan`` when the
+   predicate may become false again (for example ``differ`` in a run that re-syncs).
 
 Both skip the evaluation after events that cannot change the answer: when every path of the
 predicate lives in the state of named nodes (``nodes/rank3/...``), only the events delivered to
@@ -262,7 +263,7 @@ def find_first(
     if strategy not in STRATEGIES:
         raise ValueError(f"unknown search strategy {strategy!r} (known: {', '.join(STRATEGIES)})")
     if strategy == STRATEGY_AUTO:
-        strategy = STRATEGY_SCAN if parsed.uses_changed else STRATEGY_BISECT
+        strategy = STRATEGY_SCAN if parsed.uses_changed or parsed.uses_equality else STRATEGY_BISECT
     end_events = session.end.events
     start_events = min(max(start_events, 0), end_events)
     search = _Search(session, events_max, progress, should_stop, end_events - start_events)

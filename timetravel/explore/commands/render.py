@@ -67,7 +67,7 @@ def _print(result: r.PrintResult, unit: str) -> list[str]:
 def _watch(result: r.WatchResult, unit: str) -> list[str]:
     lines = [result.message] if result.message else []
     if result.moved is not None:
-        return lines + _cursor(result.moved, unit)  # the cursor lines show the watches
+        lines += _cursor(result.moved, unit)
     lines += [f"  watch {w.expression} = {w.value}" for w in result.watches]
     return lines or ["no watches"]
 
@@ -82,7 +82,10 @@ def _find(result: r.FindResult, unit: str) -> list[str]:
         return [f"{result.expression}: search stopped ({result.stopped_by}) after {cost} on {result.branch}"]
     if not result.found or result.t_ns is None:
         never = "never holds" if result.strategy not in _FIND_VERBS else "does not change"
-        return [f"{result.expression}: {never} on {result.branch} ({cost})"]
+        lines = [f"{result.expression}: {never} on {result.branch} ({cost})"]
+        if result.strategy == "bisect":
+            lines.append("  (bisecting snapshots misses a predicate that holds for a while only: try --scan)")
+        return lines
     if result.kind == "end":
         what = "the end-of-run checks"
     elif result.kind is not None:
