@@ -87,6 +87,7 @@ def test_a_recorded_failure_shrinks_to_the_planted_pair_and_a_repro_that_replays
     source = test_file.read_text()
     assert "RECORDING = Path(__file__).parent / 'needle-min.ttr'" in source
     assert f"START_EVENTS = {result.start_events}" in source
+    assert f"; {result.runs} runs." in source  # the snapshot pass's run included
     completed = run_pytest(test_file)
     assert completed.returncode == 0, completed.stdout + completed.stderr
     assert "1 passed" in completed.stdout

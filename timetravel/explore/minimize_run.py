@@ -119,21 +119,20 @@ def minimize_run(
     )
     start = latest_reproducing_snapshot(session.scenario, out, result.signature, remaining, should_stop)
     passes = {**result.passes, SNAPSHOT_PASS: {"runs": start.runs, "accepted": int(start.events > 0)}}
-    pytest_path = (
-        write_replay_pytest(result, pytest, out, start.events, scenario_target)
-        if pytest is not None
-        else None
-    )
-    return dataclasses.replace(
+    result = dataclasses.replace(
         result,
         runs=result.runs + start.runs,
         seconds=time.monotonic() - started,
         passes=passes,
         out=str(out),
-        pytest=pytest_path,
         start_events=start.events,
         start_ns=start.t_ns,
     )
+    if pytest is not None:
+        result = dataclasses.replace(
+            result, pytest=write_replay_pytest(result, pytest, out, start.events, scenario_target)
+        )
+    return result
 
 
 def repro_snapshot_interval(events: int, recorded_interval: int) -> int:
