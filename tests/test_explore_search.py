@@ -467,3 +467,35 @@ def test_the_session_s_doors_give_the_same_answers(
         session, "nodes/n3", start_events=900
     )
     assert session.export_perfetto(tmp_path / "t.json").events == session.end.events
+
+
+def test_a_search_on_code_that_replays_differently_raises_instead_of_answering(tmp_path: Path) -> None:
+    """Searches re-execute; when today's code departs from the recording they say so (the
+    first differing event), never answer about a history that was not recorded."""
+    import dataclasses
+
+    from timetravel.explore import ReplayDivergence
+    from timetravel.scenarios import pingpong
+
+    path = tmp_path / "pingpong.ttr"
+    record_run(
+        pingpong.SCENARIO,
+        pingpong.SCENARIO.resolve_config({"rounds": 200}),
+        1,
+        path,
+        snapshot_every_events=64,
+    )
+
+    def pong_twice(state: dict[str, Any], event: Any, ctx: Any) -> None:
+        state["replies"] += 1
+        ctx.send("ping", "pong", event.payload, pingpong.MESSAGE_BYTES)
+        if event.payload == 120:  # "today's code" sends one message more than the recorded one
+            ctx.send("ping", "pong", event.payload, pingpong.MESSAGE_BYTES)
+
+    changed = dataclasses.replace(
+        pingpong.SCENARIO, handlers={**pingpong.SCENARIO.handlers, "pong": {"ping": pong_twice}}
+    )
+    with Session.open(path, scenario=changed) as session, pytest.raises(ReplayDivergence) as raised:
+        find_first(session, "nodes/pong/replies >= 150", strategy="scan")
+    mismatch = raised.value.mismatch
+    assert mismatch.what == "event" and mismatch.event is not None and mismatch.event > 240

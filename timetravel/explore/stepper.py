@@ -20,9 +20,10 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from timetravel.explore.replay import ChainVerifier, ReplayDivergence
+from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.kernel import Simulation
 
@@ -58,6 +59,8 @@ class Stepper:
             on_chain_batch=self._on_chain_batch,
         )
         self.executed = 0
+        self._checked = self.world.events_processed
+        """Events up to this number are verified (flushed batches by digest, the open one by event)."""
         """Events this stepper re-executed (a search reports the sum as its cost)."""
 
     @classmethod
@@ -84,8 +87,7 @@ class Stepper:
         self.simulation.run(max_events=count)
         ran = self.world.events_processed - before
         self.executed += ran
-        if self.verifier.mismatch is not None:
-            raise ReplayDivergence(self.verifier.mismatch)
+        self._check_new_events()
         return ran
 
     def advance_observed(self, count: int, on_event: Callable[[Event], None]) -> int:
@@ -113,15 +115,8 @@ class Stepper:
             on_event(event)
         ran = self.world.events_processed - before
         self.executed += ran
-        if self.verifier.mismatch is not None:
-            raise ReplayDivergence(self.verifier.mismatch)
+        self._check_new_events()
         return ran
-
-    def advance_to(self, events: int) -> None:
-        """Run until event #``events`` (which must not be behind this stepper)."""
-        if events < self.world.events_processed:
-            raise ValueError(f"stepper at #{self.world.events_processed} cannot go back to #{events}")
-        self.advance(events - self.world.events_processed)
 
     def last_event(self) -> Event | None:
         """The event processed last (None before the first one)."""
@@ -146,6 +141,24 @@ class Stepper:
             self.simulation.run(max_events=1)
         self.final = True
         self.verify_open_batch()
+
+    def _check_new_events(self) -> None:
+        """Compare the events run since the last check with the recorded ones, then raise on the
+        first difference. Flushed batches were checked by digest as they flushed; the open batch
+        is compared event by event (each event once), so a search that never fills a batch is
+        verified too, at a cost proportional to what it ran."""
+        if self.verifier.mismatch is not None:
+            raise ReplayDivergence(self.verifier.mismatch)
+        world = self.world
+        first_open = world.chain_events
+        start = max(self._checked, first_open)
+        if world.events_processed > start:
+            batch = world.chain_batch
+            for number, recorded in recorded_events(self.session, start + 1, world.events_processed):
+                if pack(recorded) != pack(batch[number - first_open - 1]):
+                    self.verify_open_batch()  # names the first differing event
+                    raise AssertionError(f"event #{number} differs but the open batch matched")
+        self._checked = world.events_processed
 
     def verify_open_batch(self) -> None:
         """Check the events of the open chain batch against the recording (the batches that were
@@ -198,15 +211,12 @@ def recorded_events(session: Session, first: int, last: int) -> Iterator[tuple[i
     position = max(bisect.bisect_right(starts, first - 1) - 1, 0)
     for batch in batches[position:]:
         if batch.first >= last:
-            break
+            return
         events = session.reader.events(batch)
-        for offset, event in enumerate(events):
-            number = batch.first + offset + 1
-            if number < first:
-                continue
-            if number > last:
-                return
-            yield number, event
+        begin = max(first - batch.first - 1, 0)
+        end = min(last - batch.first, len(events))
+        for offset in range(begin, end):
+            yield batch.first + offset + 1, events[offset]
 
 
 def event_number_at_time(session: Session, t_ns: int) -> int:
@@ -225,9 +235,3 @@ def event_number_at_time(session: Session, t_ns: int) -> int:
         else:
             high = middle - 1
     return low
-
-
-def describe_event(event: Event | None) -> dict[str, Any] | None:
-    if event is None:
-        return None
-    return {"t_ns": event.t, "seq": event.seq, "dst": event.dst, "kind": event.kind}
