@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -17,8 +18,9 @@ from timetravel.cli import main as cli_main
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
 from timetravel.explore.minimize import Budget, NothingToMinimize
-from timetravel.explore.minimize_run import BranchNotMinimizable, minimize_run
-from timetravel.recording import record_run
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.recording import Recorder, RecordingWriter, record_run
+from timetravel.recording.format import FrameType
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Context, Event, Param, Scenario, World
 
@@ -172,20 +174,69 @@ def test_the_snapshot_pass_walks_back_to_the_start_when_no_snapshot_reproduces(t
 # -- refusals, the command and the CLI --------------------------------------------------------------
 
 
-def test_a_passing_recording_and_a_branch_are_refused(
-    gossip_recording: tuple[Path, dict[str, Any]], tmp_path: Path
-) -> None:
+def test_a_passing_recording_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "pass.ttr"
     record_run(NEEDLE, NEEDLE.resolve_config({"bug": "none"}), 0, path)
     with Session.open(path) as session, pytest.raises(NothingToMinimize, match="did not fail"):
         minimize_run(session)
-    assert issubclass(BranchNotMinimizable, NothingToMinimize)
     with Session.open(path) as session:
         context = CommandContext(session=session)
         with pytest.raises(CommandError, match="did not fail"):
             run_line("minimize", context)
-        with pytest.raises(CommandError, match="'b1' is a branch"):
+        with pytest.raises(CommandError, match="no branch 'b1'"):
             run_line("minimize --branch b1", context)
+
+
+FORK = 100
+
+
+@pytest.fixture(scope="module")
+def needle_branch(
+    needle_recording: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """needle seed 0 with a branch b1 from event #100 with a new branch key (new jitter): it
+    still fails the same way, because the planted pair is still ahead in its schedule."""
+    source, _ = needle_recording
+    path = tmp_path_factory.mktemp("branch") / "needle-b1.ttr"
+    shutil.copy(source, path)
+    with Session.open(path) as session:
+        session.goto(f"#{FORK}")
+        world = session.world_copy()
+    world.branch_key = 1
+    writer = RecordingWriter.append(path)
+    writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": FORK, "at_ns": world.t_ns})
+    recorder = Recorder(NEEDLE, world, path, snapshot_every_events=64, branch="b1", writer=writer)
+    end = recorder.finish(recorder.run())
+    assert end["failure"]["signature"] == "assertion:needle.total"
+    return path
+
+
+def test_a_branch_is_minimized_from_its_fork_into_a_new_branch_of_the_repro(
+    needle_branch: Path, tmp_path: Path
+) -> None:
+    out, test_file = tmp_path / "b1-repro.ttr", tmp_path / "test_b1_repro.py"
+    with Session.open(needle_branch, branch="b1") as branch:
+        pending = [
+            record["id"]
+            for record in branch.snapshot_world(1).faults
+            if record["t_start"] > branch.snapshot_world(1).t_ns
+        ]
+        result = minimize_run(branch, out=out, pytest=test_file)
+    planted = sorted(planted_ids(0, NEEDLE.resolve_config({})))
+    assert sorted(result.faults_kept) == planted and set(planted) <= set(pending)
+    assert result.faults_before == len(pending) and result.faults_after == 2
+    assert result.choices_after == 0 and result.repro_branch == "b1-min"
+    assert "size" not in result.passes and "fault_params" not in result.passes  # fixed by the snapshot
+    with Session.open(out, branch="b1-min") as repro:
+        assert repro.fork_events == FORK
+        assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
+        assert repro.replay().verified
+        assert FORK < result.start_events < repro.end.events
+    with Session.open(out, branch="b1") as original:  # the recording's own branches are all there
+        assert original.info.failure is not None
+    completed = run_pytest(test_file)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "BRANCH = 'b1-min'" in test_file.read_text()
 
 
 def test_the_minimize_command_renders_and_writes(
@@ -215,5 +266,5 @@ def test_the_cli_prints_the_issue_s_json_object_and_refuses_bad_input(
     assert cli_main(["minimize", str(path), "--max-runs", "0"]) == 2
     assert "--max-runs must be at least 1" in capsys.readouterr().err
     assert cli_main(["minimize", str(path), "--branch", "b2"]) == 2
-    assert "only the recorded run (main)" in capsys.readouterr().err
+    assert "no branch 'b2' (branches: main)" in capsys.readouterr().err
     assert cli_main(["minimize", str(tmp_path / "missing.ttr")]) == 2

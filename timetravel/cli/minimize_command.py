@@ -33,12 +33,15 @@ def register(subparsers: Any) -> None:
             "latest of its snapshots from which the failure reproduces, and write a pytest file that replays "
             "the recording from there and asserts the signature (--pytest; without --out the recording goes "
             "next to it). A budget bounds the search; when it runs out, the best result so far is kept. "
-            "Exit code 0 when it minimized, 2 on bad input (a recording that did not fail, a branch)."
+            "Exit code 0 when it minimized, 2 on bad input (a branch that did not fail, an unknown branch)."
         ),
     )
     parser.add_argument("path", metavar="PATH", help="a .ttr recording of a failing run")
     parser.add_argument(
-        "--branch", metavar="B", help="the failing branch (only the recorded run, main, can be minimized)"
+        "--branch",
+        metavar="B",
+        help="the failing branch (default main); a branch is minimized from its fork and its repro is "
+        "the recording with the minimized future appended as branch B-min",
     )
     parser.add_argument("--out", metavar="FILE.ttr", help="write the minimized run's recording here")
     parser.add_argument("--pytest", metavar="FILE.py", help="write a pytest file that replays the repro")
@@ -77,11 +80,7 @@ def main(args: argparse.Namespace) -> int:
     if not args.max_seconds > 0:
         raise UsageError("minimize: --max-seconds must be a positive number")
     budget = Budget(max_runs=args.max_runs, max_seconds=args.max_seconds, max_stall=args.max_stall)
-    if args.branch not in (None, "main"):
-        raise NothingToMinimize(
-            f"minimize: {args.branch!r} is a branch; only the recorded run (main) can be minimized"
-        )
-    with open_session(args.path, args.scenario_target) as session, ProgressLine() as line:
+    with open_session(args.path, args.scenario_target, args.branch) as session, ProgressLine() as line:
 
         def progress(step: Progress) -> None:
             line.update(

@@ -22,10 +22,10 @@ fault parameters, choices towards 0), always keeping that signature. Then:
    asserts the failure signature. It passes while the bug is there; after a fix it fails, which is
    the moment to make it expect a pass and keep it as a regression test.
 
-Only the recorded run (``main``) is minimized from its inputs: a branch's future starts from a
-world that its changes made mid-run, which a fresh build cannot express, so ``minimize_run``
-refuses branches with a clear error (explore a branch's failure with ``rerun``/``branch``
-instead, or minimize the recorded run it came from).
+A **branch** is minimized from its fork instead (:mod:`timetravel.explore.minimize_branch`): its
+world was changed mid-run, so every candidate starts from the branch's snapshot at the fork, the
+faults still pending there go through ddmin and the choices after it towards 0; the repro
+recording is the recording with the minimized future appended as branch ``<branch>-min``.
 
 Runs of the snapshot pass count in ``runs`` and respect the same budget; when the budget is spent
 before it, the repro starts at its beginning.
@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.explore.minimize import Budget, MinimizeResult, NothingToMinimize, Progress, minimize
+from timetravel.explore.minimize_branch import minimize_branch, record_branch_repro
 from timetravel.explore.repro import write_replay_pytest
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -55,10 +56,6 @@ SNAPSHOT_PASS = "snapshot"
 BUDGET_DEFAULT = Budget()
 
 
-class BranchNotMinimizable(NothingToMinimize):
-    """A branch's failure: its inputs are a mid-run world, not a config a build can start from."""
-
-
 @dataclasses.dataclass(frozen=True)
 class ReproStart:
     """Where the repro's pytest starts: the snapshot at event #``events`` of the repro recording."""
@@ -66,6 +63,8 @@ class ReproStart:
     events: int
     t_ns: int
     runs: int
+    first: int = 0
+    """Where the repro's own history starts (0; a branch's fork)."""
 
 
 def minimize_run(
@@ -83,42 +82,55 @@ def minimize_run(
     ``pytest`` without ``out`` writes the recording next to the test, with the test's name and
     ``.ttr``. ``scenario_target`` (``module:attr``) is how the test loads a scenario that is
     neither built in nor installed."""
-    if session.branch != MAIN_BRANCH:
-        raise BranchNotMinimizable(
-            f"minimize works on the recorded run (main); {session.branch!r} is a branch, whose future "
-            "starts from a world changed mid-run"
-        )
     failure = session.info.failure
     if failure is None:
         raise NothingToMinimize(
-            f"{session.info.path}: the recorded run did not fail (or its end was not recorded): "
+            f"{session.info.path}: {session.branch} did not fail (or its end was not recorded): "
             "there is no failure to minimize"
         )
     started = time.monotonic()
     header = session.header
-    result = minimize(
-        session.scenario,
-        dict(header["config"]),
-        int(header["seed"]),
-        session.overrides or None,
-        signature=failure["signature"],
-        budget=budget,
-        progress=progress,
-        should_stop=should_stop,
-    )
+    on_branch = session.branch != MAIN_BRANCH
+    minimizer = None
+    if on_branch:
+        result, minimizer = minimize_branch(
+            session, failure["signature"], budget=budget, progress=progress, should_stop=should_stop
+        )
+    else:
+        result = minimize(
+            session.scenario,
+            dict(header["config"]),
+            int(header["seed"]),
+            session.overrides or None,
+            signature=failure["signature"],
+            budget=budget,
+            progress=progress,
+            should_stop=should_stop,
+        )
     if pytest is not None and out is None:
         out = Path(pytest).with_suffix(".ttr")
     if out is None:
         return result
-    interval = repro_snapshot_interval(result.events, int(header.get("snapshot_every_events", 0)))
-    record_repro(session, result, out, interval)
+    interval = repro_snapshot_interval(
+        result.events - session.fork_events, int(header.get("snapshot_every_events", 0))
+    )
+    if minimizer is not None:
+        branch = record_branch_repro(session, minimizer, result, out, interval)
+    else:
+        branch = MAIN_BRANCH
+        record_repro(session, result, out, interval)
     remaining = Budget(
         max_runs=max(budget.max_runs - result.runs, 0),
         max_seconds=max(budget.max_seconds - (time.monotonic() - started), 0.0),
         max_stall=budget.max_stall,
     )
-    start = latest_reproducing_snapshot(session.scenario, out, result.signature, remaining, should_stop)
-    passes = {**result.passes, SNAPSHOT_PASS: {"runs": start.runs, "accepted": int(start.events > 0)}}
+    start = latest_reproducing_snapshot(
+        session.scenario, out, result.signature, remaining, should_stop, branch
+    )
+    passes = {
+        **result.passes,
+        SNAPSHOT_PASS: {"runs": start.runs, "accepted": int(start.events > start.first)},
+    }
     result = dataclasses.replace(
         result,
         runs=result.runs + start.runs,
@@ -127,11 +139,11 @@ def minimize_run(
         out=str(out),
         start_events=start.events,
         start_ns=start.t_ns,
+        repro_branch=branch,
     )
     if pytest is not None:
-        result = dataclasses.replace(
-            result, pytest=write_replay_pytest(result, pytest, out, start.events, scenario_target)
-        )
+        written = write_replay_pytest(result, pytest, out, start.events, scenario_target, branch=branch)
+        result = dataclasses.replace(result, pytest=written)
     return result
 
 
@@ -183,18 +195,21 @@ def latest_reproducing_snapshot(
     signature: str,
     budget: Budget,
     should_stop: Callable[[], bool] | None = None,
+    branch: str = MAIN_BRANCH,
 ) -> ReproStart:
-    """The latest snapshot of the repro recording, before its failing event, from which restoring
-    and running the same future fails with ``signature`` (the start, #0, when none does or the
-    budget runs out)."""
+    """The latest snapshot of the repro's ``branch``, before its failing event, from which restoring
+    and running the same future fails with ``signature`` (the branch's start when none does or
+    the budget runs out: #0, or a branch's fork)."""
     started = time.monotonic()
     runs = 0
-    with Session.open(path, scenario=scenario) as repro:
+    with Session.open(path, scenario=scenario, branch=branch) as repro:
+        first = repro.fork_events
+        snapshots = repro.snapshots()
         failing_event = repro.end.events
         candidates = [
             (position, snapshot)
-            for position, snapshot in enumerate(repro.snapshots())
-            if not snapshot.final and 0 < snapshot.events < failing_event
+            for position, snapshot in enumerate(snapshots)
+            if not snapshot.final and first < snapshot.events < failing_event
         ]
         for position, snapshot in reversed(candidates):
             out_of_budget = runs >= budget.max_runs or time.monotonic() - started >= budget.max_seconds
@@ -206,5 +221,6 @@ def latest_reproducing_snapshot(
                 scenario, world, overrides=repro.overrides_at(snapshot.events), chain=False
             ).run(max_events=failing_event - snapshot.events + 1)
             if outcome.failure is not None and outcome.failure["signature"] == signature:
-                return ReproStart(snapshot.events, snapshot.t_ns, runs)
-    return ReproStart(0, 0, runs)
+                return ReproStart(snapshot.events, snapshot.t_ns, runs, first)
+        start = next((s for s in snapshots if s.events == first and not s.final), snapshots[0])
+    return ReproStart(start.events, start.t_ns, runs, first)

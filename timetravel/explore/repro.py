@@ -121,7 +121,7 @@ def _wrap(text: str, width: int = 100) -> str:
 _REPLAY_TEMPLATE = '''"""Minimal reproduction of {signature}: {scenario} seed {seed}, written by `timetravel minimize`.
 
 {summary}
-It replays the repro recording {recording_name} from its snapshot at event #{start_events} (the
+It replays branch {branch} of the repro recording {recording_name} from its snapshot at event #{start_events} (the
 latest from which the failure reproduces) with the choices the recording pinned, and asserts the
 failure signature. It passes while the bug is there; once the bug is fixed it fails: then make it
 expect a pass and keep it as a regression test. `timetravel replay` checks the recording bit for bit.
@@ -134,6 +134,7 @@ from timetravel.scenarios import {loader}
 from timetravel.sim import Simulation
 
 RECORDING = Path(__file__).parent / {recording!r}
+BRANCH = {branch!r}
 SCENARIO = {scenario_ref!r}
 START_EVENTS = {start_events!r}
 """The snapshot the run starts from (0: the beginning of the run)."""
@@ -142,7 +143,7 @@ FAILURE_MESSAGE = {message!r}
 
 
 def test_reproduces_{test_name}():
-    with Session.open(RECORDING, scenario={loader}(SCENARIO)) as session:
+    with Session.open(RECORDING, scenario={loader}(SCENARIO), branch=BRANCH) as session:
         position = [snapshot.events for snapshot in session.snapshots()].index(START_EVENTS)
         world = session.snapshot_world(position)
         overrides = session.overrides_at(START_EVENTS)
@@ -153,7 +154,11 @@ def test_reproduces_{test_name}():
 
 
 def replay_pytest_source(
-    result: MinimizeResult, recording: str, start_events: int, scenario_target: str | None = None
+    result: MinimizeResult,
+    recording: str,
+    start_events: int,
+    scenario_target: str | None = None,
+    branch: str = "main",
 ) -> str:
     """The text of a pytest file that replays ``recording`` (a path relative to the test file's
     folder, or absolute) from the snapshot at ``start_events``."""
@@ -166,6 +171,7 @@ def replay_pytest_source(
         summary=_wrap(summary),
         recording_name=Path(recording).name,
         recording=recording,
+        branch=branch,
         start_events=start_events,
         loader="load_target" if scenario_target else "get_scenario",
         scenario_ref=scenario_target or result.scenario,
@@ -182,8 +188,10 @@ def write_replay_pytest(
     recording: str | Path,
     start_events: int,
     scenario_target: str | None = None,
+    *,
+    branch: str = "main",
 ) -> str:
-    """Write the pytest file that replays ``recording``; it refers to the recording relative to
+    """Write the pytest file that replays ``recording`` (its ``branch``); it refers to the recording relative to
     its own folder when the recording lies under it (so the two can move together)."""
     target = Path(path)
     recording_path = Path(recording).resolve()
@@ -192,5 +200,5 @@ def write_replay_pytest(
         reference = str(recording_path.relative_to(folder))
     except ValueError:
         reference = str(recording_path)
-    target.write_text(replay_pytest_source(result, reference, start_events, scenario_target))
+    target.write_text(replay_pytest_source(result, reference, start_events, scenario_target, branch))
     return str(target)

@@ -191,7 +191,9 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
     ]
     lines += [f"  {name} {before} -> {after}" for name, (before, after) in result.params_changed.items()]
     lines.append(f"  {failure_text(result.failure, unit)}")
-    lines += [f"  wrote {path}" for path in (result.out, result.pytest) if path]
+    on_branch = f" (branch {result.repro_branch})" if result.repro_branch != "main" else ""
+    lines += [f"  wrote {result.out}{on_branch}"] if result.out else []
+    lines += [f"  wrote {result.pytest}"] if result.pytest else []
     if result.out:
         lines.append(
             f"  the repro fails after {result.events} events; it reproduces from its snapshot at event "

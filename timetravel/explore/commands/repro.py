@@ -1,8 +1,8 @@
 """The command language's ``minimize`` and ``export``: a minimal repro, and a trace for Perfetto.
 
 ``minimize [--out FILE.ttr] [--pytest FILE.py] [--max-runs N] [--max-seconds S] [--max-stall N]``
-minimizes the recorded run's failure (:func:`timetravel.explore.minimize_run.minimize_run`) and
-returns its :class:`MinimizeResult`; ``--branch`` other than ``main`` is refused with the reason.
+minimizes the failure of the cursor's branch, or of ``--branch B``
+(:func:`timetravel.explore.minimize_run.minimize_run`), and returns its :class:`MinimizeResult`.
 ``export --perfetto FILE.json [--branch B]`` writes the branch as Chrome trace events
 (:func:`timetravel.explore.perfetto.export_perfetto`) without moving the cursor. Both report
 progress through the context and stop when it asks them to.
@@ -25,7 +25,6 @@ from timetravel.explore.minimize_run import minimize_run
 from timetravel.explore.perfetto import export_perfetto
 from timetravel.explore.results import ExportResult
 from timetravel.explore.session import Session
-from timetravel.recording.catalog import MAIN_BRANCH
 
 
 def budget_of(invocation: Invocation) -> Budget:
@@ -50,13 +49,7 @@ def _branch_session(context: CommandContext, command: str, branch: str | None) -
 
 def _minimize(invocation: Invocation, context: CommandContext) -> MinimizeResult:
     cursor: Session = context.require_session("minimize")
-    branch = invocation.value("branch") or MAIN_BRANCH
-    if branch != MAIN_BRANCH:
-        raise CommandError(
-            f"minimize: {branch!r} is a branch; minimize works on the recorded run (main), whose "
-            "inputs a fresh build can reproduce"
-        )
-    session = _branch_session(context, "minimize", branch)
+    session = _branch_session(context, "minimize", invocation.value("branch"))
     try:
         return minimize_run(
             session,
