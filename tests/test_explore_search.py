@@ -220,6 +220,12 @@ def test_a_search_is_bounded_reports_progress_and_can_be_cancelled(
     seen: list[SearchProgress] = []
     find_first(session, "nodes/*/received > 10000", strategy="scan", progress=seen.append)
     assert seen and all(p.phase == "events" for p in seen)
+    from timetravel.shell.monitor import progress_text  # the shell's progress line reads it as is
+
+    assert (
+        progress_text(seen[0])
+        == f"search: {seen[0].done * 100 // seen[0].total}% ({seen[0].done:,}/{seen[0].total:,}), events re-executed"
+    )
     assert [p.done for p in seen] == sorted(p.done for p in seen)
     calls = iter(range(100))
     cancelled = find_first(session, "changed(nodes/n5/seen)", should_stop=lambda: next(calls) >= 3)

@@ -86,11 +86,22 @@ END_KIND = "end"
 
 @dataclass(frozen=True)
 class SearchProgress:
-    """Where a long search stands: ``done`` of about ``total`` events re-executed in ``phase``."""
+    """Where a long search stands: ``done`` of about ``total`` events re-executed in ``phase``.
+
+    It reads like the explore engine's other progress reports (``task``, ``done``, ``total``,
+    ``detail``), so a front end's progress line shows it without knowing it."""
 
     phase: str
     done: int
     total: int
+
+    @property
+    def task(self) -> str:
+        return "export" if self.phase == "export" else "search"
+
+    @property
+    def detail(self) -> str:
+        return "events re-executed" if self.phase != "export" else "events exported"
 
 
 class _Stopped(Exception):
