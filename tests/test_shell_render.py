@@ -161,13 +161,39 @@ def test_faults_get_a_column_per_key_with_times_in_the_unit() -> None:
 
 def test_find_first_names_the_moment_and_the_witnesses() -> None:
     found = r.FindResult(
-        "nonfinite(nodes/*/weights)", "main", True, 999 * MS, 4990, ("nodes/rank3/weights",), 12
+        "nonfinite(nodes/*/weights)",
+        "main",
+        True,
+        999 * MS,
+        4990,
+        ("nodes/rank3/weights",),
+        12,
+        node="rank3",
+        kind="grad",
+        strategy="bisect",
+        snapshots_checked=4,
     )
     lines = text_of(found).splitlines()
-    assert lines[0] == "nonfinite(nodes/*/weights) first holds at 999ms (event #4990) on main"
+    assert lines[0] == "nonfinite(nodes/*/weights) first holds at 999ms (event #4990, grad -> rank3) on main"
     assert lines[1] == "for nodes/rank3/weights"
-    missing = r.FindResult("nonfinite(nodes/*/weights)", "b1", False)
-    assert text_of(missing).strip() == "nonfinite(nodes/*/weights) never holds on b1"
+    assert lines[2] == "re-executed 12 events, checked 4 snapshots (bisect)"
+    missing = r.FindResult("nonfinite(nodes/*/weights)", "b1", False, strategy="scan")
+    assert text_of(missing).splitlines()[0] == "nonfinite(nodes/*/weights) never holds on b1"
+    watch = r.FindResult(
+        "nodes/r1/step",
+        "main",
+        True,
+        MS,
+        7,
+        ("nodes/r1/step",),
+        7,
+        node="r1",
+        kind="tick",
+        strategy="last-change",
+    )
+    assert (
+        text_of(watch).splitlines()[0] == "nodes/r1/step last changed at 1ms (event #7, tick -> r1) on main"
+    )
 
 
 def test_a_plot_result_renders_the_plot_with_a_title() -> None:
@@ -241,12 +267,18 @@ def test_a_minimize_result_shows_before_and_after_and_what_it_wrote() -> None:
         seconds=1.25,
         stopped_by="fixpoint",
         out="repro.ttr",
+        events=203,
+        start_events=192,
+        start_ns=2 * MS,
     )
     text = text_of(result)
     assert text.splitlines()[0] == "minimized assertion:needle.total  in 98 runs, 1.2 s (stopped by fixpoint)"
     assert "faults" in text and "102" in text and "faults kept: f17, f88" in text
     assert "FAIL assertion on n0 at 3ms: total" in text
-    assert text.rstrip().endswith("wrote repro.ttr")
+    assert "\nwrote repro.ttr\n" in text
+    assert " ".join(text.split()).endswith(
+        "the repro fails after 203 events; it reproduces from its snapshot at event #192 (2ms)"
+    )
 
 
 def test_every_result_the_language_renders_as_text_has_a_rich_renderer() -> None:

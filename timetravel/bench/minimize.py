@@ -7,17 +7,33 @@ within 300 runs, the ddmin pass included (``planted2_runs``). The same is checke
 ``planted2_seeds`` seeds (each seed hides the pair at another worker and round) so the figure is
 not one lucky schedule.
 
+**race_repro**: a ``dp_training`` run with the planted ``missing_wait`` bug (the compute stream
+does not wait for the reduced gradient) fails with a stream race on 16 ranks. It is recorded, then
+minimized *from the recording* (``minimize_run``: the passes, the repro recording, the snapshot
+pass, the pytest file), and must shrink to at most RACE_RANKS_TARGET ranks (``race_repro_ranks``):
+the race lives between two streams of one GPU, so the minimizer should find that one rank shows it.
+The generated pytest file is run, and must pass (``race_repro_pytest_passes``).
+
 Runs are counted, not timed: a count is a property of the algorithm, while seconds on a shared
 2-core machine are noise (they are reported too, as measured).
 """
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
+import timetravel
 from timetravel.explore.minimize import Budget, MinimizeResult, minimize
-from timetravel.scenarios import get_scenario
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.session import Session
+from timetravel.recording.recorder import record_run
+from timetravel.scenarios import get_scenario, scenario_names
 from timetravel.sim.runner import build_world
 
 PLANTED_KINDS = ("drop", "restart")
@@ -26,6 +42,12 @@ PLANTED_SEEDS = 10
 PLANTED_SEEDS_QUICK = 3
 PLANTED_RUNS_TARGET = 300
 DECOYS = 100
+RACE_SCENARIO = "dp_training"
+RACE_SETTINGS = {"bug": "missing_wait"}
+RACE_SEED = 0
+RACE_RANKS_TARGET = 4
+RACE_RUNS_MAX = 500
+PYTEST_SECONDS_MAX = 300
 
 
 def planted_ids(seed: int, config: dict[str, Any]) -> list[str]:
@@ -42,6 +64,52 @@ def minimize_planted(seed: int) -> tuple[MinimizeResult, list[str], float]:
     started = time.perf_counter()
     result = minimize(scenario, config, seed, budget=Budget(max_runs=PLANTED_RUNS_TARGET * 4))
     return result, expected, time.perf_counter() - started
+
+
+def race_repro(folder: Path) -> dict[str, Any]:
+    """Record the missing-wait race, minimize it from the recording, run the pytest it writes."""
+    scenario = get_scenario(RACE_SCENARIO)
+    config = scenario.resolve_config(RACE_SETTINGS)
+    recording = folder / "race.ttr"
+    report, _ = record_run(scenario, config, RACE_SEED, recording)
+    started = time.perf_counter()
+    with Session.open(recording) as session:
+        result = minimize_run(
+            session,
+            out=folder / "race-min.ttr",
+            pytest=folder / "test_race_min.py",
+            budget=Budget(max_runs=RACE_RUNS_MAX),
+        )
+    seconds = time.perf_counter() - started
+    return {
+        "race_repro_signature": result.signature,
+        "race_repro_ranks_before": config["ranks"],
+        "race_repro_ranks": result.config["ranks"],
+        "race_repro_ranks_target": RACE_RANKS_TARGET,
+        "race_repro_steps_before": config["steps"],
+        "race_repro_steps": result.config["steps"],
+        "race_repro_events_before": report["events"],
+        "race_repro_events": result.events,
+        "race_repro_start_events": result.start_events,
+        "race_repro_runs": result.runs,
+        "race_repro_seconds": round(seconds, 3),
+        "race_repro_pytest_passes": _pytest_passes(folder / "test_race_min.py"),
+    }
+
+
+def _pytest_passes(path: Path) -> bool:
+    """Run a generated repro test in a fresh interpreter, as its user would."""
+    package_root = str(Path(timetravel.__file__).resolve().parent.parent)
+    environment = {**os.environ, "PYTHONPATH": package_root + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=path.parent,
+        timeout=PYTEST_SECONDS_MAX,
+    )
+    return completed.returncode == 0
 
 
 def run_bench(quick: bool = False) -> dict[str, Any]:
@@ -69,4 +137,9 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
         planted2_runs_mean=round(sum(runs) / len(runs), 1),
         planted2_runs_max=max(runs),
     )
+    if RACE_SCENARIO in scenario_names():
+        with tempfile.TemporaryDirectory(prefix="timetravel-bench-") as folder:
+            figures.update(race_repro(Path(folder)))
+    else:
+        figures["race_repro_ranks"] = f"not measured: scenario {RACE_SCENARIO} is not in this build"
     return {"bench": "minimize", "figures": figures}

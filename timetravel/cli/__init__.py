@@ -32,6 +32,8 @@ COMMAND_MODULES = (
     "timetravel.cli.fanout_command",
     "timetravel.cli.compare_command",
     "timetravel.cli.rerun_command",
+    "timetravel.cli.export_command",
+    "timetravel.cli.minimize_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

@@ -7,7 +7,9 @@ import sys
 from timetravel.cli.common import register_user_error
 from timetravel.explore.paths import PathError
 from timetravel.explore.session import Session
+from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import RecordingError
+from timetravel.recording.reader import RecordingReader
 
 register_user_error(RecordingError)
 register_user_error(PathError)
@@ -15,9 +17,15 @@ register_user_error(PathError)
 EXIT_MISMATCH = 1
 
 
-def open_session(path: str, scenario_target: str | None) -> Session:
-    """Open a recording for a command, printing what a damaged file lacks on stderr."""
-    session = Session.open(path, scenario_target=scenario_target)
+def open_session(path: str, scenario_target: str | None, branch: str | None = None) -> Session:
+    """Open a recording (at ``branch``, default main) for a command, printing what a damaged file
+    lacks on stderr. An unknown branch is a user error that lists the branches there are."""
+    if branch is not None and branch != MAIN_BRANCH:
+        with RecordingReader.open(path) as reader:
+            known = [MAIN_BRANCH, *reader.catalog.branches]
+        if branch not in known:
+            raise RecordingError(f"{path}: no branch {branch!r} (branches: {', '.join(known)})")
+    session = Session.open(path, scenario_target=scenario_target, branch=branch or MAIN_BRANCH)
     for line in session.info.loss:
         print(f"timetravel: warning: {path}: {line}", file=sys.stderr)
     return session

@@ -39,6 +39,7 @@ from timetravel.sim.encoding import digest
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.runner import build_world
 from timetravel.sim.scenario import Scenario
+from timetravel.sim.world import World
 
 MAX_RUNS_DEFAULT = 1_000
 MAX_SECONDS_DEFAULT = 600.0
@@ -172,6 +173,14 @@ class MinimizeResult:
     passes: dict[str, dict[str, int]] = field(default_factory=dict)
     out: str | None = None
     pytest: str | None = None
+    events: int = 0
+    """Events the minimized run processes until it fails."""
+    start_events: int = 0
+    start_ns: int = 0
+    repro_branch: str = "main"
+    """The branch of ``out`` that holds the minimized run (a minimized branch: ``<branch>-min``)."""
+    """Where the repro's pytest starts: the latest snapshot of the repro recording (``out``) from
+    which the failure reproduces (explore/minimize_run.py); 0 for the start of the run."""
 
     def to_data(self) -> dict[str, Any]:
         """The ``minimize --json`` object."""
@@ -207,7 +216,18 @@ def run_candidate(
 ) -> Trial:
     """Build and run one candidate, logging its choices (no hash chain: nothing is recorded)."""
     world = build_world(scenario, copy.deepcopy(candidate.config), seed)
-    faults = copy.deepcopy(world.faults)
+    return run_world(scenario, world, candidate, events_max, copy.deepcopy(world.faults))
+
+
+def run_world(
+    scenario: Scenario,
+    world: World,
+    candidate: Candidate,
+    events_max: int | None,
+    faults: list[dict[str, Any]],
+) -> Trial:
+    """Run ``world`` (built or restored for ``candidate``) with the candidate's choices, logging them;
+    ``faults`` is the schedule the trial reports (what a minimizer may remove)."""
     overrides = candidate.overrides()
     log = _ChoiceLog(overrides)
     result = Simulation(scenario, world, overrides=overrides or None, choice_log=log, chain=False).run(
@@ -300,6 +320,10 @@ class Minimizer:
         counts = self.passes.setdefault(self.pass_name, {"runs": 0, "accepted": 0})
         counts["runs"] += 1
         self.stall += 1
+        return self.run_trial(candidate)
+
+    def run_trial(self, candidate: Candidate) -> Trial:
+        """Run one candidate from a fresh build (a subclass may start elsewhere: a snapshot)."""
         return run_candidate(self.scenario, self.seed, candidate, self.events_max)
 
     def reproduces(self, candidate: Candidate) -> bool:
@@ -547,6 +571,7 @@ class Minimizer:
             stopped_by=stopped_by,
             params_changed=changed,
             passes=self.passes,
+            events=trial.events,
         )
 
 

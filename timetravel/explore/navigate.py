@@ -2,21 +2,21 @@
 
 The moves themselves are the Session's (``goto``, ``step``, ``back``); this module turns the
 cursor into the results the command language returns (:class:`CursorResult`,
-:class:`EventsResult`) and holds the one search the ``watch`` command needs: the next or the
-previous event that changes a path, found by re-executing event by event through the Session
-(so every step is verified against the recording's hash chain). The walk is bounded by
-``WATCH_SCAN_EVENTS_MAX``; when nothing changes within it, the cursor goes back to where it was.
+:class:`EventsResult`) and moves the cursor to the next or the previous event that changes a
+path, for the ``watch`` command. Finding that event is :mod:`timetravel.explore.search`'s job
+(re-executing from snapshots without moving the cursor, every chain batch verified against the
+recording); the walk is bounded by ``WATCH_SCAN_EVENTS_MAX`` re-executed events, and when nothing
+changes within it the cursor stays where it was.
 """
 
 from __future__ import annotations
 
-import bisect
 from typing import Any
 
+from timetravel.explore import search
 from timetravel.explore.replay import PAYLOAD_TEXT_CHARS_MAX
 from timetravel.explore.results import CursorResult, EventRow, EventsResult, WatchValue
 from timetravel.explore.session import Position, RecordedEvent, Session
-from timetravel.explore.view import watch_digest
 
 EVENT_ROWS_DEFAULT = 20
 EVENT_ROWS_MAX = 1_000
@@ -115,18 +115,16 @@ def restore_position(session: Session, position: Position) -> None:
 
 
 def next_change(session: Session, path: str, events_max: int = WATCH_SCAN_EVENTS_MAX) -> Position | None:
-    """Step forward to the first event after the cursor that changes ``path``; None (the cursor
-    unmoved) when none does before the end or within ``events_max`` events."""
-    start = session.position
-    before = watch_digest(session.world, path)
-    for _ in range(events_max):
-        if session.position.events >= session.end.events:
-            break
-        session.step(1)
-        if watch_digest(session.world, path) != before:
-            return session.position
-    restore_position(session, start)
-    return None
+    """Move the cursor to the first event after it that changes ``path``; None (the cursor
+    unmoved) when none does before the end or within ``events_max`` re-executed events.
+
+    The search is :func:`timetravel.explore.search.next_change`: it re-executes from the nearest
+    snapshot without moving the cursor, and jumps between the events of the watched node."""
+    found = search.next_change(session, path, start_events=session.position.events, events_max=events_max)
+    if not found.found or found.event is None:
+        return None
+    session.goto_event(found.event)
+    return session.position
 
 
 def previous_change(session: Session, path: str, events_max: int = WATCH_SCAN_EVENTS_MAX) -> Position | None:
@@ -135,27 +133,13 @@ def previous_change(session: Session, path: str, events_max: int = WATCH_SCAN_EV
     re-executed events. The event the cursor stands after is left out, so asking again walks
     further back, change by change.
 
-    Each interval between two snapshots is re-executed forward, event by event, from the latest
-    snapshot before the cursor backwards, until an interval holds a change.
-    """
-    start = session.position
-    starts = [info.events for info in session.snapshots()]
-    end = start.events - 1
-    executed = 0
-    while end > 0 and executed < events_max:
-        first = starts[max(bisect.bisect_left(starts, end) - 1, 0)]
-        session.goto_event(first)
-        previous = watch_digest(session.world, path)
-        changed_at: int | None = None
-        while session.position.events < end and executed < events_max:
-            session.step(1)
-            executed += 1
-            current = watch_digest(session.world, path)
-            if current != previous:
-                changed_at = session.position.events
-            previous = current
-        if changed_at is not None:
-            return session.goto_event(changed_at)
-        end = first
-    restore_position(session, start)
-    return None
+    The search is :func:`timetravel.explore.search.last_change`: window by window between
+    snapshots, latest first, skipping windows in which no event reaches the watched node."""
+    cursor = session.position.events
+    if cursor <= 0:
+        return None
+    found = search.last_change(session, path, start_events=cursor - 1, events_max=events_max)
+    if not found.found or found.event is None:
+        return None
+    session.goto_event(found.event)
+    return session.position

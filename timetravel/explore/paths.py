@@ -326,6 +326,11 @@ class Predicate:
     def uses_changed(self) -> bool:
         return _uses_function(self._root, "changed")
 
+    @property
+    def uses_equality(self) -> bool:
+        """Whether it compares with ``==`` or ``!=``: such a predicate often holds for a while only."""
+        return _uses_comparison(self._root, ("==", "!="))
+
     def evaluate(self, tree: Any, previous: Any = None) -> PredicateResult:
         value = _evaluate(self._root, Evaluation(tree, previous))
         if isinstance(value, PredicateResult):
@@ -480,6 +485,17 @@ def _uses_function(node: tuple[Any, ...], name: str) -> bool:
         return _uses_function(node[1], name)
     if tag == "compare":
         return _uses_function(node[2], name) or _uses_function(node[3], name)
+    return False
+
+
+def _uses_comparison(node: tuple[Any, ...], operators: tuple[str, ...]) -> bool:
+    tag = node[0]
+    if tag == "compare":
+        return bool(node[1] in operators)
+    if tag in ("and", "or"):
+        return _uses_comparison(node[1], operators) or _uses_comparison(node[2], operators)
+    if tag == "not":
+        return _uses_comparison(node[1], operators)
     return False
 
 

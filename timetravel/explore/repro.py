@@ -1,5 +1,11 @@
 """A minimized failure as a standalone pytest file: the repro anyone can run, bit for bit.
 
+Two forms. :func:`write_pytest` carries the minimized inputs as data and rebuilds the run from
+them (no file next to it). :func:`write_replay_pytest` replays the repro *recording* that
+``timetravel minimize --out`` writes, from its latest snapshot from which the failure reproduces
+(explore/minimize_run.py): for a long run that is much faster, and the recording is what a person
+opens in the TUI. What follows describes the first form; the second asserts the same thing.
+
 The file carries the minimized inputs as data — scenario name, seed, config (JSON, with the
 explicit fault schedule), pinned choices and zeroed choice sites — and one test that runs them
 and asserts the failure signature. It imports only timetravel's public API, so it runs on any
@@ -57,16 +63,7 @@ def test_reproduces_{test_name}():
 
 def pytest_source(result: MinimizeResult, scenario_target: str | None = None) -> str:
     """The text of the pytest file; ``scenario_target`` (``module:attr``) for unregistered scenarios."""
-    summary = (
-        f"{result.faults_before} faults shrank to {result.faults_after} "
-        f"({', '.join(result.faults_kept) or 'none'}); {result.choices_before} non-canonical choices "
-        f"to {result.choices_after}; {result.runs} runs."
-    )
-    changed = ", ".join(
-        f"{name} {before} -> {after}" for name, (before, after) in result.params_changed.items()
-    )
-    if changed:
-        summary += f" Shrunk: {changed}."
+    summary = _summary(result)
     test_name = "".join(c if c.isalnum() else "_" for c in result.signature).strip("_").lower()
     source = _TEMPLATE.format(
         signature=result.signature,
@@ -83,6 +80,20 @@ def pytest_source(result: MinimizeResult, scenario_target: str | None = None) ->
     )
     compile(source, "<repro>", "exec")
     return source
+
+
+def _summary(result: MinimizeResult) -> str:
+    summary = (
+        f"{result.faults_before} faults shrank to {result.faults_after} "
+        f"({', '.join(result.faults_kept) or 'none'}); {result.choices_before} non-canonical choices "
+        f"to {result.choices_after}; {result.runs} runs."
+    )
+    changed = ", ".join(
+        f"{name} {before} -> {after}" for name, (before, after) in result.params_changed.items()
+    )
+    if changed:
+        summary += f" Shrunk: {changed}."
+    return summary
 
 
 def write_pytest(result: MinimizeResult, path: str | Path, scenario_target: str | None = None) -> str:
@@ -103,3 +114,91 @@ def _wrap(text: str, width: int = 100) -> str:
             line = f"{line} {word}" if line else word
     lines.append(line)
     return "\n".join(lines)
+
+
+# -- the repro that replays a recording ------------------------------------------------------------
+
+_REPLAY_TEMPLATE = '''"""Minimal reproduction of {signature}: {scenario} seed {seed}, written by `timetravel minimize`.
+
+{summary}
+It replays branch {branch} of the repro recording {recording_name} from its snapshot at event #{start_events} (the
+latest from which the failure reproduces) with the choices the recording pinned, and asserts the
+failure signature. It passes while the bug is there; once the bug is fixed it fails: then make it
+expect a pass and keep it as a regression test. `timetravel replay` checks the recording bit for bit.
+"""
+
+from pathlib import Path
+
+from timetravel.explore import Session
+from timetravel.scenarios import {loader}
+from timetravel.sim import Simulation
+
+RECORDING = Path(__file__).parent / {recording!r}
+BRANCH = {branch!r}
+SCENARIO = {scenario_ref!r}
+START_EVENTS = {start_events!r}
+"""The snapshot the run starts from (0: the beginning of the run)."""
+SIGNATURE = {signature!r}
+FAILURE_MESSAGE = {message!r}
+
+
+def test_reproduces_{test_name}():
+    with Session.open(RECORDING, scenario={loader}(SCENARIO), branch=BRANCH) as session:
+        position = [snapshot.events for snapshot in session.snapshots()].index(START_EVENTS)
+        world = session.snapshot_world(position)
+        overrides = session.overrides_at(START_EVENTS)
+        result = Simulation(session.scenario, world, overrides=overrides, chain=False).run()
+    assert result.failure is not None, "the run passed: the failure no longer reproduces"
+    assert result.failure["signature"] == SIGNATURE, result.failure
+'''
+
+
+def replay_pytest_source(
+    result: MinimizeResult,
+    recording: str,
+    start_events: int,
+    scenario_target: str | None = None,
+    branch: str = "main",
+) -> str:
+    """The text of a pytest file that replays ``recording`` (a path relative to the test file's
+    folder, or absolute) from the snapshot at ``start_events``."""
+    summary = _summary(result)
+    test_name = "".join(c if c.isalnum() else "_" for c in result.signature).strip("_").lower()
+    source = _REPLAY_TEMPLATE.format(
+        signature=result.signature,
+        scenario=result.scenario,
+        seed=result.seed,
+        summary=_wrap(summary),
+        recording_name=Path(recording).name,
+        recording=recording,
+        branch=branch,
+        start_events=start_events,
+        loader="load_target" if scenario_target else "get_scenario",
+        scenario_ref=scenario_target or result.scenario,
+        message=result.failure.get("message", ""),
+        test_name=test_name or "failure",
+    )
+    compile(source, "<repro>", "exec")
+    return source
+
+
+def write_replay_pytest(
+    result: MinimizeResult,
+    path: str | Path,
+    recording: str | Path,
+    start_events: int,
+    scenario_target: str | None = None,
+    *,
+    branch: str = "main",
+) -> str:
+    """Write the pytest file that replays ``recording`` (its ``branch``); it refers to the recording relative to
+    its own folder when the recording lies under it (so the two can move together)."""
+    target = Path(path)
+    recording_path = Path(recording).resolve()
+    folder = target.resolve().parent
+    try:
+        reference = str(recording_path.relative_to(folder))
+    except ValueError:
+        reference = str(recording_path)
+    target.write_text(replay_pytest_source(result, reference, start_events, scenario_target, branch))
+    return str(target)

@@ -156,6 +156,14 @@ class FindResult:
     witnesses: tuple[str, ...] = ()
     replayed_events: int = 0
     """Events re-executed event by event after bisecting the snapshots (the search's cost)."""
+    node: str | None = None
+    kind: str | None = None
+    """The event at that moment: where it went and its kind (``end``: the end-of-run checks)."""
+    strategy: str = ""
+    """bisect, scan (find-first), last-change or next-change (watchpoints); see explore/search.py."""
+    snapshots_checked: int = 0
+    stopped_by: str | None = None
+    """Why the search stopped without an answer (``events_max``, ``cancelled``); None: it finished."""
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -164,8 +172,13 @@ class FindResult:
             "found": self.found,
             "t_ns": self.t_ns,
             "event": self.event,
+            "node": self.node,
+            "kind": self.kind,
             "witnesses": list(self.witnesses),
             "replayed_events": self.replayed_events,
+            "snapshots_checked": self.snapshots_checked,
+            "strategy": self.strategy,
+            "stopped_by": self.stopped_by,
         }
 
 
@@ -378,6 +391,12 @@ class ExportResult:
     format: str
     trace_events: int
     bytes_written: int
+    events: int = 0
+    """Simulation events the trace covers (all of the branch unless ``truncated``)."""
+    kernels: int = 0
+    messages: int = 0
+    faults: int = 0
+    truncated: bool = False
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -385,6 +404,11 @@ class ExportResult:
             "format": self.format,
             "trace_events": self.trace_events,
             "bytes": self.bytes_written,
+            "events": self.events,
+            "kernels": self.kernels,
+            "messages": self.messages,
+            "faults": self.faults,
+            "truncated": self.truncated,
         }
 
 

@@ -21,7 +21,7 @@ API::
                             past the end it stops at the end. Returns the new Position.
     session.goto_time(t_ns), session.goto_event(n), session.step(n=1), session.back(n=1)
     session.end             Position of the recorded end (the final state, end-of-run checks done)
-    session.snapshots()     [SnapshotInfo(index, events, t_ns, state_hash)] of the branch
+    session.snapshots()     [SnapshotInfo(index, events, t_ns, state_hash, final)] of the branch
     session.event(n)        RecordedEvent #n (from the recording, no re-execution)
     session.events_around(n=None, before=10, after=10)   events near the cursor (or #n)
     session.metric_names(), session.metric_series(name) -> [[t_ns, node, value], ...] (whole run)
@@ -29,6 +29,12 @@ API::
     session.state_hash()    hash of the world at the cursor
     session.replay(progress=None) -> ReplayReport      re-execute everything and verify
     session.world_copy()    an independent World at the cursor (to fork a branch from)
+    session.snapshot_world(position), session.overrides_at(n), session.event_batches
+                            what re-executing without moving the cursor needs (explore/stepper.py)
+    session.find_first(predicate, start_events=0, strategy="auto")   FindResult (explore/search.py)
+    session.last_change(path), session.next_change(path)             FindResult: watchpoints
+    session.minimize(out=None, pytest=None, budget=Budget())         MinimizeResult (minimize_run.py)
+    session.export_perfetto(path)                                    ExportResult (explore/perfetto.py)
     session.fork_events     the event number a branch forked at (0 on main)
     session.close()         (or use ``with Session.open(...) as session``)
     session.reload()        read the catalog again after branches were appended (cursor kept)
@@ -121,6 +127,8 @@ class SnapshotInfo:
     events: int
     t_ns: int
     state_hash: str
+    final: bool = False
+    """Taken after the run ended (end-of-run checks done), not at a pause."""
 
 
 @dataclass(frozen=True)
@@ -413,7 +421,7 @@ class Session:
         return Position(self.branch, self.world.events_processed, self.world.t_ns)
 
     def snapshots(self) -> list[SnapshotInfo]:
-        return [SnapshotInfo(m.index, m.events, m.t_ns, m.state_hash) for m in self._manifests]
+        return [SnapshotInfo(m.index, m.events, m.t_ns, m.state_hash, m.final) for m in self._manifests]
 
     def state_hash(self) -> str:
         return self.world.state_hash()
@@ -521,6 +529,53 @@ class Session:
         self.world = world
         if verifier.mismatch is not None:
             raise ReplayDivergence(verifier.mismatch)
+
+    # -- re-executing without moving the cursor (searches, exports: explore/stepper.py) -----------
+
+    def overrides_at(self, events: int) -> Overrides | None:
+        """The choice overrides that re-execute this branch from event #``events`` on."""
+        return self._overrides_at(events)
+
+    def snapshot_world(self, position: int) -> World:
+        """A new World restored from ``snapshots()[position]``; the cursor does not move."""
+        return self.reader.restore(self._manifests[position])
+
+    @property
+    def event_batches(self) -> list[EventBatchInfo]:
+        """The recorded event batches this branch sees (its parent's before the fork)."""
+        return list(self._batches)
+
+    # -- search, minimize, export: doors to the modules that take a Session --------------------------
+
+    def find_first(self, predicate: str, **options: Any) -> Any:
+        """The first moment ``predicate`` holds on this branch: FindResult (explore/search.py)."""
+        from timetravel.explore.search import find_first
+
+        return find_first(self, predicate, **options)
+
+    def last_change(self, path: str, **options: Any) -> Any:
+        """The latest event at or before the cursor that changed ``path``: FindResult (explore/search.py)."""
+        from timetravel.explore.search import last_change
+
+        return last_change(self, path, **options)
+
+    def next_change(self, path: str, **options: Any) -> Any:
+        """The first event after the cursor that changes ``path``: FindResult (explore/search.py)."""
+        from timetravel.explore.search import next_change
+
+        return next_change(self, path, **options)
+
+    def minimize(self, **options: Any) -> Any:
+        """Minimize the recorded failure, write the repro: MinimizeResult (explore/minimize_run.py)."""
+        from timetravel.explore.minimize_run import minimize_run
+
+        return minimize_run(self, **options)
+
+    def export_perfetto(self, path: str | Path, **options: Any) -> Any:
+        """This branch as Chrome trace events for Perfetto: ExportResult (explore/perfetto.py)."""
+        from timetravel.explore.perfetto import export_perfetto
+
+        return export_perfetto(self, path, **options)
 
     # -- what happened ----------------------------------------------------------------------------
 

@@ -12,9 +12,11 @@
 commands, arguments, options and their kinds that help, completion and palettes read.
 """
 
-from timetravel.explore.commands import (
-    futures,  # noqa: F401  (importing it registers its handlers)
-    navigation,  # noqa: F401  (importing it registers its handlers)
+from timetravel.explore.commands import (  # noqa: F401  (importing them registers their handlers)
+    futures,
+    navigation,
+    repro,
+    search,
 )
 from timetravel.explore.commands.binding import RecordingValues, open_context
 from timetravel.explore.commands.complete import (

@@ -72,11 +72,32 @@ def _watch(result: r.WatchResult, unit: str) -> list[str]:
     return lines or ["no watches"]
 
 
+_FIND_VERBS = {"last-change": "last changed", "next-change": "next changes"}
+
+
 def _find(result: r.FindResult, unit: str) -> list[str]:
+    verb = _FIND_VERBS.get(result.strategy, "first holds")
+    cost = f"re-executed {result.replayed_events} events, {result.snapshots_checked} snapshots checked"
+    if result.stopped_by is not None:
+        return [f"{result.expression}: search stopped ({result.stopped_by}) after {cost} on {result.branch}"]
     if not result.found or result.t_ns is None:
-        return [f"{result.expression}: never holds on {result.branch}"]
-    line = f"{result.expression}: first holds at {format_time(result.t_ns, unit)} (event #{result.event}) on {result.branch}"
-    return [line, *(f"  {witness}" for witness in result.witnesses)]
+        never = "never holds" if result.strategy not in _FIND_VERBS else "does not change"
+        lines = [f"{result.expression}: {never} on {result.branch} ({cost})"]
+        if result.strategy == "bisect":
+            lines.append("  (bisecting snapshots misses a predicate that holds for a while only: try --scan)")
+        return lines
+    if result.kind == "end":
+        what = "the end-of-run checks"
+    elif result.kind is not None:
+        what = f"{result.kind} -> {result.node}"
+    else:
+        what = "the initial state"
+    line = (
+        f"{result.expression}: {verb} at {format_time(result.t_ns, unit)}, event #{result.event} "
+        f"({what}) on {result.branch}"
+    )
+    strategy = f" by {result.strategy}" if result.strategy and result.strategy not in _FIND_VERBS else ""
+    return [line, *(f"  {witness}" for witness in result.witnesses), f"  ({cost}{strategy})"]
 
 
 def _branch(result: r.BranchResult, unit: str) -> list[str]:
@@ -179,7 +200,14 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
     ]
     lines += [f"  {name} {before} -> {after}" for name, (before, after) in result.params_changed.items()]
     lines.append(f"  {failure_text(result.failure, unit)}")
-    lines += [f"  wrote {path}" for path in (result.out, result.pytest) if path]
+    on_branch = f" (branch {result.repro_branch})" if result.repro_branch != "main" else ""
+    lines += [f"  wrote {result.out}{on_branch}"] if result.out else []
+    lines += [f"  wrote {result.pytest}"] if result.pytest else []
+    if result.out:
+        lines.append(
+            f"  the repro fails after {result.events} events; it reproduces from its snapshot at event "
+            f"#{result.start_events} ({format_time(result.start_ns, unit)})"
+        )
     return lines
 
 
@@ -202,7 +230,13 @@ def _faults(result: r.FaultsResult, unit: str) -> list[str]:
 
 
 def _export(result: r.ExportResult, unit: str) -> list[str]:
-    return [f"wrote {result.trace_events} trace events ({result.bytes_written} bytes) to {result.path}"]
+    lines = [
+        f"wrote {result.trace_events} trace events ({result.bytes_written} bytes) to {result.path}",
+        f"  {result.events} events, {result.kernels} kernels, {result.messages} messages, {result.faults} faults",
+    ]
+    if result.truncated:
+        lines.append(f"  truncated after event #{result.events} (the trace event limit or a stop)")
+    return [*lines, "  open it at https://ui.perfetto.dev (Open trace file)"]
 
 
 def _help(result: r.HelpResult, unit: str) -> list[str]:

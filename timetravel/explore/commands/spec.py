@@ -189,8 +189,18 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
             _branch_option(),
             OptionSpec("--from", "time", "search from this time on (default: the start)"),
             OptionSpec("--go", None, "move the cursor there"),
+            OptionSpec(
+                "--scan",
+                None,
+                "evaluate after every event instead of bisecting snapshots (exact for a predicate "
+                "that can stop holding; changed() always scans)",
+            ),
         ),
-        examples=("find-first nonfinite(nodes/*/weights)", "find-first differ(nodes/*/weights)"),
+        examples=(
+            "find-first nonfinite(nodes/*/weights)",
+            "find-first differ(nodes/*/weights)",
+            "find-first --scan --from 950 differ(nodes/*/weights)",
+        ),
         long_running=True,
     ),
     CommandSpec(

@@ -165,17 +165,39 @@ def render_watch(result: r.WatchResult, context: RenderContext) -> RenderableTyp
     return Group(*parts)
 
 
+_FIND_VERBS = {"last-change": "last changed", "next-change": "next changes"}
+
+
 @renders(r.FindResult)
 def render_find(result: r.FindResult, context: RenderContext) -> RenderableType:
-    if not result.found:
-        return Text(f"{result.expression} never holds on {result.branch}", style="yellow")
-    text = Text(f"{result.expression} first holds at ")
+    cost = f"re-executed {result.replayed_events:,} events, checked {result.snapshots_checked} snapshots"
+    if result.strategy and result.strategy not in _FIND_VERBS:
+        cost += f" ({result.strategy})"
+    if result.stopped_by is not None:
+        return Text(f"{result.expression}: search stopped ({result.stopped_by}); {cost}", style="yellow")
+    if not result.found or result.t_ns is None:
+        never = "does not change" if result.strategy in _FIND_VERBS else "never holds"
+        parts: list[RenderableType] = [
+            Text(f"{result.expression} {never} on {result.branch}", style="yellow")
+        ]
+        if result.strategy == "bisect":
+            parts.append(
+                Text("bisecting snapshots misses what holds for a while only: try --scan", style="dim")
+            )
+        parts.append(Text(cost, style="dim"))
+        return Group(*parts)
+    text = Text(f"{result.expression} {_FIND_VERBS.get(result.strategy, 'first holds')} at ")
     text.append(context.time(result.t_ns), style="bold yellow")
-    text.append(f" (event #{result.event}) on {result.branch}")
-    parts: list[RenderableType] = [text]
+    text.append(f" (event #{result.event}")
+    if result.kind == "end":
+        text.append(", the end-of-run checks")
+    elif result.kind is not None:
+        text.append(f", {result.kind} -> {result.node}")
+    text.append(f") on {result.branch}")
+    parts = [text]
     if result.witnesses:
         parts.append(Text("for " + ", ".join(result.witnesses), style="bold"))
-    parts.append(Text(f"replayed {result.replayed_events} events after bisecting snapshots", style="dim"))
+    parts.append(Text(cost, style="dim"))
     return Group(*parts)
 
 
@@ -421,7 +443,12 @@ def render_minimize(result: MinimizeResult, context: RenderContext) -> Renderabl
     parts: list[RenderableType] = [title, table]
     parts.append(Text(f"faults kept: {', '.join(result.faults_kept) or 'none'}", style="magenta"))
     parts.append(failure_text(result.failure, context))
-    parts += [Text(f"wrote {path}") for path in (result.out, result.pytest) if path]
+    on_branch = f" (branch {result.repro_branch})" if result.repro_branch != "main" else ""
+    parts += [Text(f"wrote {result.out}{on_branch}")] if result.out else []
+    parts += [Text(f"wrote {result.pytest}")] if result.pytest else []
+    if result.out:
+        start = f"it reproduces from its snapshot at event #{result.start_events} ({context.time(result.start_ns)})"
+        parts.append(Text(f"the repro fails after {result.events:,} events; {start}", style="dim"))
     return Group(*parts)
 
 

@@ -1,0 +1,270 @@
+"""Minimizing a recorded failure: the same signature, a repro recording that replays bit for bit,
+the latest snapshot it reproduces from, and a pytest file that passes while the bug is there."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from timetravel.bench.minimize import planted_ids
+from timetravel.cli import main as cli_main
+from timetravel.explore import Session
+from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
+from timetravel.explore.minimize import Budget, NothingToMinimize
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.recording import Recorder, RecordingWriter, record_run
+from timetravel.recording.format import FrameType
+from timetravel.scenarios import get_scenario
+from timetravel.sim import Context, Event, Param, Scenario, World
+
+NEEDLE = get_scenario("needle")
+REPOSITORY = Path(__file__).resolve().parent.parent
+JSON_KEYS = {
+    "signature",
+    "faults_before",
+    "faults_after",
+    "faults_kept",
+    "choices_before",
+    "choices_after",
+    "runs",
+    "seconds",
+    "out",
+    "pytest",
+}
+
+
+@pytest.fixture(scope="module")
+def needle_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("needle") / "needle.ttr"
+    report, _ = record_run(NEEDLE, NEEDLE.resolve_config({}), 0, path)
+    assert report["failure"]["signature"] == "assertion:needle.total"
+    return path, report
+
+
+def run_pytest(path: Path) -> subprocess.CompletedProcess[str]:
+    environment = {**os.environ, "PYTHONPATH": str(REPOSITORY)}
+    return subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+        capture_output=True,
+        text=True,
+        env=environment,
+        cwd=path.parent,
+        timeout=120,
+    )
+
+
+def test_a_recorded_failure_shrinks_to_the_planted_pair_and_a_repro_that_replays(
+    needle_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    path, report = needle_recording
+    out, test_file = tmp_path / "repro" / "needle-min.ttr", tmp_path / "repro" / "test_needle_min.py"
+    out.parent.mkdir()
+    with Session.open(path) as session:
+        result = minimize_run(session, out=out, pytest=test_file)
+    assert result.to_data().keys() == JSON_KEYS
+    assert result.signature == report["failure"]["signature"]
+    assert sorted(result.faults_kept) == sorted(planted_ids(0, NEEDLE.resolve_config({})))
+    assert (result.faults_before, result.faults_after, result.choices_after) == (102, 2, 0)
+    assert (result.out, result.pytest) == (str(out), str(test_file))
+    # the repro recording: a normal .ttr of the minimized run, verified bit for bit
+    with Session.open(out) as repro:
+        assert repro.info.config["workers"] == result.config["workers"] < report["config"]["workers"]
+        assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
+        assert repro.end.events == result.events
+        assert repro.replay().verified
+        starts = [snapshot.events for snapshot in repro.snapshots() if not snapshot.final]
+    # the snapshot pass: the latest snapshot before the failing event, found in one run
+    assert result.start_events == max(events for events in starts if events < result.events)
+    assert 0 < result.start_events < result.events
+    assert result.passes["snapshot"] == {"runs": 1, "accepted": 1}
+    assert result.runs == sum(counts["runs"] for counts in result.passes.values())
+    # the pytest file replays it from there and passes while the bug is there
+    source = test_file.read_text()
+    assert "RECORDING = Path(__file__).parent / 'needle-min.ttr'" in source
+    assert f"START_EVENTS = {result.start_events}" in source
+    assert f"; {result.runs} runs." in source  # the snapshot pass's run included
+    completed = run_pytest(test_file)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "1 passed" in completed.stdout
+
+
+def test_the_generated_test_fails_when_the_failure_no_longer_reproduces(
+    needle_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    """Stand-in for a fix: the same test with another expected signature must fail, not pass."""
+    path, _ = needle_recording
+    test_file = tmp_path / "test_repro.py"
+    with Session.open(path) as session:
+        result = minimize_run(session, pytest=test_file)
+    assert result.out == str(tmp_path / "test_repro.ttr")  # next to the test, named after it
+    test_file.write_text(
+        test_file.read_text().replace(
+            "SIGNATURE = 'assertion:needle.total'", "SIGNATURE = 'hang:needle.round'"
+        )
+    )
+    completed = run_pytest(test_file)
+    assert completed.returncode == 1 and "1 failed" in completed.stdout
+
+
+def test_a_budget_spent_before_the_snapshot_pass_starts_the_repro_at_the_beginning(
+    needle_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    path, _ = needle_recording
+    with Session.open(path) as session:
+        result = minimize_run(session, out=tmp_path / "small.ttr", budget=Budget(max_runs=15))
+    assert result.stopped_by == "max_runs" and result.runs == 15
+    assert result.start_events == 0 and result.passes["snapshot"]["runs"] == 0
+    with Session.open(tmp_path / "small.ttr") as repro:
+        assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
+        assert repro.replay().verified
+
+
+# -- a run that depends on state outside the world: no snapshot reproduces it ----------------------
+
+_OUTSIDE = {"count": 0}
+"""State a handler keeps outside the world: a snapshot cannot capture it (the bug this pass finds)."""
+EVENTS = 400
+
+
+def _build(config: dict[str, Any], seed: int) -> World:
+    _OUTSIDE["count"] = 0
+    world = World("outside", config, seed)
+    world.add_node("a", "ticker", {"ticks": 0})
+    world.schedule(0, "a", "tick")
+    return world
+
+
+def _tick(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    state["ticks"] += 1
+    _OUTSIDE["count"] += 1
+    if _OUTSIDE["count"] == EVENTS and state["ticks"] == EVENTS:
+        ctx.fail("assertion", "reached the count", site="outside.count")
+        return
+    ctx.timer(1_000, "tick")
+
+
+OUTSIDE = Scenario(
+    name="outside",
+    summary="keeps a counter outside the world",
+    params=(Param("unused", "int", 0, "nothing"),),
+    build=_build,
+    handlers={"ticker": {"tick": _tick}},
+    determinism="off",
+)
+
+
+def test_the_snapshot_pass_walks_back_to_the_start_when_no_snapshot_reproduces(tmp_path: Path) -> None:
+    path = tmp_path / "outside.ttr"
+    report, _ = record_run(OUTSIDE, OUTSIDE.resolve_config({}), 0, path, snapshot_every_events=64)
+    assert report["failure"]["signature"] == "assertion:outside.count"
+    with Session.open(path, scenario=OUTSIDE) as session:
+        result = minimize_run(session, out=tmp_path / "repro.ttr")
+    assert result.start_events == 0
+    snapshots_before_failure = (EVENTS - 1) // 64  # #64 .. #384, each tried once, latest first
+    assert result.passes["snapshot"] == {"runs": snapshots_before_failure, "accepted": 0}
+
+
+# -- refusals, the command and the CLI --------------------------------------------------------------
+
+
+def test_a_passing_recording_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "pass.ttr"
+    record_run(NEEDLE, NEEDLE.resolve_config({"bug": "none"}), 0, path)
+    with Session.open(path) as session, pytest.raises(NothingToMinimize, match="did not fail"):
+        minimize_run(session)
+    with Session.open(path) as session:
+        context = CommandContext(session=session)
+        with pytest.raises(CommandError, match="did not fail"):
+            run_line("minimize", context)
+        with pytest.raises(CommandError, match="no branch 'b1'"):
+            run_line("minimize --branch b1", context)
+
+
+FORK = 100
+
+
+@pytest.fixture(scope="module")
+def needle_branch(
+    needle_recording: tuple[Path, dict[str, Any]], tmp_path_factory: pytest.TempPathFactory
+) -> Path:
+    """needle seed 0 with a branch b1 from event #100 with a new branch key (new jitter): it
+    still fails the same way, because the planted pair is still ahead in its schedule."""
+    source, _ = needle_recording
+    path = tmp_path_factory.mktemp("branch") / "needle-b1.ttr"
+    shutil.copy(source, path)
+    with Session.open(path) as session:
+        session.goto(f"#{FORK}")
+        world = session.world_copy()
+    world.branch_key = 1
+    writer = RecordingWriter.append(path)
+    writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": FORK, "at_ns": world.t_ns})
+    recorder = Recorder(NEEDLE, world, path, snapshot_every_events=64, branch="b1", writer=writer)
+    end = recorder.finish(recorder.run())
+    assert end["failure"]["signature"] == "assertion:needle.total"
+    return path
+
+
+def test_a_branch_is_minimized_from_its_fork_into_a_new_branch_of_the_repro(
+    needle_branch: Path, tmp_path: Path
+) -> None:
+    out, test_file = tmp_path / "b1-repro.ttr", tmp_path / "test_b1_repro.py"
+    with Session.open(needle_branch, branch="b1") as branch:
+        pending = [
+            record["id"]
+            for record in branch.snapshot_world(1).faults
+            if record["t_start"] > branch.snapshot_world(1).t_ns
+        ]
+        result = minimize_run(branch, out=out, pytest=test_file)
+    planted = sorted(planted_ids(0, NEEDLE.resolve_config({})))
+    assert sorted(result.faults_kept) == planted and set(planted) <= set(pending)
+    assert result.faults_before == len(pending) and result.faults_after == 2
+    assert result.choices_after == 0 and result.repro_branch == "b1-min"
+    assert "size" not in result.passes and "fault_params" not in result.passes  # fixed by the snapshot
+    with Session.open(out, branch="b1-min") as repro:
+        assert repro.fork_events == FORK
+        assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
+        assert repro.replay().verified
+        assert FORK < result.start_events < repro.end.events
+    with Session.open(out, branch="b1") as original:  # the recording's own branches are all there
+        assert original.info.failure is not None
+    completed = run_pytest(test_file)
+    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert "BRANCH = 'b1-min'" in test_file.read_text()
+
+
+def test_the_minimize_command_renders_and_writes(
+    needle_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+) -> None:
+    path, _ = needle_recording
+    with Session.open(path) as session:
+        context = CommandContext(session=session)
+        result = run_line(f"minimize --out {tmp_path / 'm.ttr'} --max-runs 500", context)
+    lines = render_text(result)
+    assert lines[0].startswith(f"minimized assertion:needle.total in {result.runs} runs")
+    assert any(line.startswith("  faults  102 -> 2: ") for line in lines)
+    assert lines[-1].startswith(
+        f"  the repro fails after {result.events} events; it reproduces from its snapshot at event #{result.start_events}"
+    )
+
+
+def test_the_cli_prints_the_issue_s_json_object_and_refuses_bad_input(
+    needle_recording: tuple[Path, dict[str, Any]], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = needle_recording
+    out = tmp_path / "cli.ttr"
+    assert cli_main(["minimize", str(path), "--out", str(out), "--max-runs", "300", "--json"]) == 0
+    printed = json.loads(capsys.readouterr().out)
+    assert printed.keys() == JSON_KEYS and printed["out"] == str(out) and printed["pytest"] is None
+    assert printed["faults_after"] == 2 and printed["runs"] <= 300
+    assert cli_main(["minimize", str(path), "--max-runs", "0"]) == 2
+    assert "--max-runs must be at least 1" in capsys.readouterr().err
+    assert cli_main(["minimize", str(path), "--branch", "b2"]) == 2
+    assert "no branch 'b2' (branches: main)" in capsys.readouterr().err
+    assert cli_main(["minimize", str(tmp_path / "missing.ttr")]) == 2

@@ -1,0 +1,54 @@
+"""``timetravel export PATH --perfetto FILE.json``: a recorded run as Chrome trace events for Perfetto."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.progress import ProgressLine
+from timetravel.cli.recording_common import add_scenario_target, open_session
+from timetravel.explore.commands.render import render_text
+from timetravel.explore.perfetto import export_perfetto
+from timetravel.explore.search import SearchProgress
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "export",
+        help="export a recorded run as Chrome trace events, to open in Perfetto's UI",
+        description=(
+            "Re-execute a recorded branch (verifying its hash chain) and write it as Chrome trace event "
+            "JSON: one process per node (a rank, with its host), an events thread with every handled event, "
+            "one thread per GPU stream with its kernels, messages as flows from sender to receiver, faults "
+            "and the failure as instant events. Open the file at https://ui.perfetto.dev. Exit code 0 when "
+            "the file was written, 2 on bad input."
+        ),
+    )
+    parser.add_argument("path", metavar="PATH", help="a .ttr recording")
+    parser.add_argument("--perfetto", metavar="FILE.json", required=True, help="the trace file to write")
+    parser.add_argument("--branch", metavar="B", help="the branch to export (default: main)")
+    add_scenario_target(parser)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: path, format, trace_events, bytes, events, kernels, messages, faults, truncated",
+    )
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    if not args.perfetto.strip():
+        raise UsageError("export: --perfetto needs a file name")
+    with open_session(args.path, args.scenario_target, args.branch) as session, ProgressLine() as line:
+
+        def progress(step: SearchProgress) -> None:
+            line.update(step.done, step.total, "events exported")
+
+        result = export_perfetto(session, args.perfetto, progress=progress)
+        unit = session.display_unit
+    if args.json:
+        print_json(result.to_data())
+    else:
+        print("\n".join(render_text(result, unit)))
+    return 0

@@ -1,0 +1,105 @@
+"""``timetravel minimize PATH``: shrink a recorded failure to a minimal repro (.ttr and pytest)."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.progress import ProgressLine
+from timetravel.cli.recording_common import add_scenario_target, open_session
+from timetravel.explore.commands.render import render_text
+from timetravel.explore.minimize import (
+    MAX_RUNS_DEFAULT,
+    MAX_SECONDS_DEFAULT,
+    MAX_STALL_DEFAULT,
+    Budget,
+    NothingToMinimize,
+    Progress,
+)
+from timetravel.explore.minimize_run import minimize_run
+
+register_user_error(NothingToMinimize)
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "minimize",
+        help="shrink a recorded failure to a minimal reproduction with the same signature",
+        description=(
+            "Re-run the recorded run's inputs, keeping its failure signature, through passes repeated to "
+            "a fixpoint: ddmin over the fault schedule, fewer ranks or steps where the scenario allows, "
+            "smaller fault parameters, choices towards 0. Then record the minimized run (--out), find the "
+            "latest of its snapshots from which the failure reproduces, and write a pytest file that replays "
+            "the recording from there and asserts the signature (--pytest; without --out the recording goes "
+            "next to it). A budget bounds the search; when it runs out, the best result so far is kept. "
+            "Exit code 0 when it minimized, 2 on bad input (a branch that did not fail, an unknown branch)."
+        ),
+    )
+    parser.add_argument("path", metavar="PATH", help="a .ttr recording of a failing run")
+    parser.add_argument(
+        "--branch",
+        metavar="B",
+        help="the failing branch (default main); a branch is minimized from its fork and its repro is "
+        "the recording with the minimized future appended as branch B-min",
+    )
+    parser.add_argument("--out", metavar="FILE.ttr", help="write the minimized run's recording here")
+    parser.add_argument("--pytest", metavar="FILE.py", help="write a pytest file that replays the repro")
+    parser.add_argument(
+        "--max-runs",
+        type=int,
+        default=MAX_RUNS_DEFAULT,
+        help=f"stop after N runs (default {MAX_RUNS_DEFAULT})",
+    )
+    parser.add_argument(
+        "--max-seconds",
+        type=float,
+        default=MAX_SECONDS_DEFAULT,
+        help=f"stop after S seconds of wall time (default {MAX_SECONDS_DEFAULT:g})",
+    )
+    parser.add_argument(
+        "--max-stall",
+        type=int,
+        default=MAX_STALL_DEFAULT,
+        help=f"stop after N runs without progress (default {MAX_STALL_DEFAULT})",
+    )
+    add_scenario_target(parser)
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object: signature, faults_before, faults_after, faults_kept, choices_before, "
+        "choices_after, runs, seconds, out, pytest",
+    )
+    parser.set_defaults(func=main)
+
+
+def main(args: argparse.Namespace) -> int:
+    for name in ("max_runs", "max_stall"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"minimize: --{name.replace('_', '-')} must be at least 1")
+    if not args.max_seconds > 0:
+        raise UsageError("minimize: --max-seconds must be a positive number")
+    budget = Budget(max_runs=args.max_runs, max_seconds=args.max_seconds, max_stall=args.max_stall)
+    with open_session(args.path, args.scenario_target, args.branch) as session, ProgressLine() as line:
+
+        def progress(step: Progress) -> None:
+            line.update(
+                step.runs,
+                budget.max_runs,
+                f"runs ({step.pass_name}: {step.faults} faults, {step.choices_nonzero} choices)",
+            )
+
+        result = minimize_run(
+            session,
+            out=args.out,
+            pytest=args.pytest,
+            budget=budget,
+            progress=progress,
+            scenario_target=args.scenario_target,
+        )
+        unit = session.display_unit
+    if args.json:
+        print_json(result.to_data())
+    else:
+        print("\n".join(render_text(result, unit)))
+    return 0
