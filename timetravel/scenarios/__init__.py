@@ -18,6 +18,7 @@ _BUILTINS = {
     "gossip": "timetravel.scenarios.gossip:SCENARIO",
     "needle": "timetravel.scenarios.needle:SCENARIO",
     "leaky": "timetravel.scenarios.leaky:SCENARIO",
+    "dp_training": "timetravel.scenarios.dp_training:SCENARIO",
 }
 
 

@@ -1,0 +1,284 @@
+"""dp_training as a user runs it: reduction orders, fidelity of the collectives, detectors, CLI."""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import json
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from timetravel.scenarios import get_scenario
+from timetravel.scenarios.dp_training import reference, tree
+from timetravel.scenarios.dp_training.model import layout_for
+from timetravel.sim import ConfigError, Context, Simulation, World, check_plain
+from timetravel.sim.runner import run_report
+
+SCENARIO = get_scenario("dp_training")
+SMALL = {"ranks": 8, "steps": 6, "params": 256}
+QUIET = {**SMALL, "jitter": 0, "compute_jitter": 0}
+"""No network or compute jitter: every time below is exact arithmetic on the defaults."""
+COMPUTE_NS = 9_000_000  # model_flops 9e11 / (100 TFLOP/s = 1e5 FLOP/ns)
+LATENCY_NS = 10_000
+OPTIMIZER_NS = 50_000
+
+
+def run(seed: int = 0, base: dict[str, Any] | None = None, **settings: Any) -> tuple[dict[str, Any], World]:
+    """Run one seed of ``base`` updated by ``settings`` to the end."""
+    return run_report(SCENARIO, SCENARIO.resolve_config({**(base or {}), **settings}), seed)
+
+
+def build(base: dict[str, Any] | None = None, **settings: Any) -> World:
+    return SCENARIO.build(SCENARIO.resolve_config({**(base or {}), **settings}), 0)
+
+
+def finish(world: World, scenario: Any = SCENARIO) -> Any:
+    return Simulation(scenario, world).run()
+
+
+# -- the article's claim: canonical order is reproducible, arrival order is not ------------------
+
+
+@pytest.mark.parametrize("algorithm", ["ring", "tree", "naive"])
+def test_canonical_order_gives_bit_identical_weights_across_seeds(algorithm: str) -> None:
+    reports = [run(seed, SMALL, allreduce=algorithm)[0] for seed in range(4)]
+    assert {report["outcome"] for report in reports} == {"pass"}
+    assert len({report["hash_chain"] for report in reports}) == 4  # the seeds did change the timing
+    hashes = {report["summary"]["weights_hash"] for report in reports}
+    expected = reference.reference(SCENARIO.resolve_config({**SMALL, "allreduce": algorithm})).digests[-1]
+    assert hashes == {f"{expected:016x}"}
+
+
+@pytest.mark.parametrize("algorithm", ["tree", "naive"])
+def test_arrival_order_differs_across_seeds_yet_repeats_within_one(algorithm: str) -> None:
+    settings = {**SMALL, "allreduce": algorithm, "reduce_order": "arrival"}
+    hashes = [run(seed, **settings)[0]["summary"]["weights_hash"] for seed in range(4)]
+    assert len(set(hashes)) > 1
+    again = run(2, **settings)[0]
+    assert again["summary"]["weights_hash"] == hashes[2]
+    assert again["outcome"] == "pass"
+
+
+def test_fault_free_run_passes_the_oracle_for_every_algorithm_and_dtype() -> None:
+    for settings in (
+        {"allreduce": "ring"},
+        {"allreduce": "tree", "tree_chunk_bytes": 256},
+        {"allreduce": "naive", "ranks": 5},
+        {"dtype": "bfloat16", "reduce_dtype": "float32"},
+        {"dtype": "bfloat16", "reduce_dtype": "bfloat16", "allreduce": "tree"},
+        {"optimizer": "adam", "lr": 0.003, "reduce_dtype": "float64"},
+    ):
+        report, _world = run(3, **{**SMALL, "oracle": True, **settings})
+        assert report["outcome"] == "pass", (settings, report["failure"])
+        assert report["summary"]["steps"] == SMALL["steps"]
+
+
+def test_training_learns_and_the_world_records_its_metrics() -> None:
+    report, world = run(0, ranks=4, steps=40)
+    losses = [value for _, node, value in world.metrics["loss"]]
+    assert len(losses) == 40 and {node for _, node, _ in world.metrics["loss"]} == {"r0"}
+    assert losses[-1] < losses[0] / 5
+    assert report["summary"]["final_loss"] == losses[-1]
+    assert len(world.metrics["grad_norm"]) == 40
+    step_times = [value for _, _, value in world.metrics["step_time_ns"]]
+    assert all(COMPUTE_NS < value < COMPUTE_NS + 1_000_000 for value in step_times)
+    check_plain(world.to_data())
+
+
+def test_same_seed_same_bits_and_events() -> None:
+    settings = {**SMALL, "allreduce": "tree", "reduce_order": "arrival"}
+    first, _ = run(9, **settings)
+    second, _ = run(9, **settings)
+    assert (first["state_hash"], first["hash_chain"]) == (second["state_hash"], second["hash_chain"])
+
+
+# -- fidelity: the collectives against their alpha-beta models ------------------------------------
+
+ALPHA_NS = 10_000
+NS_PER_BYTE = 2  # 0.5 GB/s: slow enough that the bandwidth term matters for an 8 KiB bucket
+
+
+def alpha_beta_transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> None:
+    """A network without contention: every message takes alpha + bytes / B."""
+    ctx.deliver(ctx.now + ALPHA_NS + nbytes * NS_PER_BYTE, dst, kind, payload)
+
+
+ALPHA_BETA = dataclasses.replace(SCENARIO, transport=alpha_beta_transport)
+
+
+def one_allreduce_ns(ranks: int, **settings: Any) -> tuple[int, int]:
+    """Duration of step 1's all-reduce (every rank enters at COMPUTE_NS) and the bucket bytes."""
+    world = ALPHA_BETA.build(ALPHA_BETA.resolve_config({**QUIET, "ranks": ranks, "steps": 1, **settings}), 0)
+    result = finish(world, ALPHA_BETA)
+    assert result.outcome == "pass"
+    ranks_states = [world.nodes[f"r{index}"] for index in range(ranks)]
+    assert {state["coll_entered_ns"] for state in ranks_states} == {COMPUTE_NS}
+    finished_ns = max(state["coll_done_ns"] for state in ranks_states)
+    return finished_ns - COMPUTE_NS, (layout_for(world.config["params"]).params + 1) * 4
+
+
+@pytest.mark.parametrize("ranks", [8, 64])
+def test_ring_allreduce_takes_the_alpha_beta_time(ranks: int) -> None:
+    measured_ns, size_bytes = one_allreduce_ns(ranks, params=65_536)
+    alpha_term_ns = 2 * (ranks - 1) * ALPHA_NS
+    model_ns = alpha_term_ns + 2 * (ranks - 1) / ranks * size_bytes * NS_PER_BYTE
+    assert abs(measured_ns - model_ns) <= 0.05 * model_ns
+    # and the bandwidth term is really in play: alpha alone would be far more than 5% off
+    assert model_ns - alpha_term_ns > 0.25 * model_ns
+
+
+@pytest.mark.parametrize("ranks", [8, 100])
+def test_tree_allreduce_takes_its_own_model_time(ranks: int) -> None:
+    measured_ns, size_bytes = one_allreduce_ns(ranks, params=2048, allreduce="tree", tree_chunk_bytes=2048)
+    bounds = tree.chunk_bounds(size_bytes // 4, 4, 2048)
+    chunk_bytes = max(high - low for low, high in itertools.pairwise(bounds)) * 4
+    # without contention every chunk climbs depth levels and comes down again, all in parallel
+    model_ns = 2 * tree.depth(ranks) * (ALPHA_NS + chunk_bytes * NS_PER_BYTE)
+    assert len(bounds) - 1 == 4  # 2042 elements of 4 bytes in chunks of at most 512
+    assert abs(measured_ns - model_ns) <= 0.05 * model_ns
+
+
+# -- detectors, each on a world broken on purpose --------------------------------------------------
+
+
+def test_collective_mismatch_names_both_collectives() -> None:
+    world = build(QUIET)
+    world.nodes["r3"]["step"] = 1  # r3 believes step 1 is done: it issues its first all-reduce for step 2
+    result = finish(world)
+    assert result.failure["kind"] == "collective_mismatch"
+    # the first message of the ring reaches r3 one latency after the all-reduce began
+    assert (result.failure["node"], result.failure["t_ns"]) == ("r3", COMPUTE_NS + LATENCY_NS)
+    assert "step 2" in result.failure["message"] and "r2 sent collective #0" in result.failure["message"]
+
+
+@pytest.mark.parametrize(("algorithm", "waiting"), [("ring", {"r6": ["r5"]}), ("naive", {"r0": ["r5"]})])
+def test_hang_reports_a_flight_recorder_that_leads_to_the_dead_rank(
+    algorithm: str, waiting: dict[str, Any]
+) -> None:
+    world = build(QUIET, allreduce=algorithm, hang_timeout=50_000_000)
+    world.down["r5"] = 0  # r5 never starts: every message to it is lost
+    result = finish(world)
+    failure = world.failures[0]
+    assert (failure["kind"], failure["node"]) == ("hang", "r5")
+    # the ranks entered the all-reduce at 9 ms; their watchdogs report it hang_timeout later
+    assert failure["t_ns"] == COMPUTE_NS + 50_000_000
+    assert result.stop == "failure"
+    rows = {row["rank"]: row for row in failure["flight_recorder"]}
+    assert rows["r5"]["phase"] == "down"
+    for rank, waits_on in waiting.items():
+        assert rows[rank]["waits_on"] == waits_on
+        assert rows[rank]["entered"] == [0, 1, COMPUTE_NS] and rows[rank]["completed"] == [-1, 0, -1]
+    assert "the waits lead to r5" in failure["message"].splitlines()[0]
+
+
+def test_nan_in_one_replica_is_caught_after_the_guard() -> None:
+    world = build(QUIET)
+    world.nodes["r2"]["weights"][0] = np.nan
+    result = finish(world)
+    # r2's NaN gradient makes every rank skip step 1 alike; r2's own weights stay NaN
+    assert (result.failure["kind"], result.failure["node"]) == ("nan", "r2")
+    ring_ns = 2 * (8 - 1) * LATENCY_NS
+    assert result.failure["t_ns"] == COMPUTE_NS + ring_ns + OPTIMIZER_NS
+    assert world.nodes["r0"]["skipped_steps"] == 1
+
+
+def test_divergence_names_the_odd_replica_at_the_check_step() -> None:
+    world = build(QUIET, check_every=2)
+    world.nodes["r4"]["weights"][7] += np.float32(1e-3)
+    result = finish(world)
+    assert (result.failure["kind"], result.failure["node"]) == ("divergence", "r4")
+    assert "by step 2: r4 hold" in result.failure["message"]
+    assert world.nodes["r0"]["step"] == 2
+
+
+def test_blowup_bound_is_checked_on_the_global_loss() -> None:
+    report, world = run(0, QUIET, blowup_loss=0.5)
+    failure = report["failure"]
+    assert failure["kind"] == "blowup"
+    rank = world.nodes[failure["node"]]
+    assert rank["step"] == 1 and rank["loss"] > 0.5 and failure["t_ns"] == rank["progress_ns"]
+    assert failure["t_ns"] == COMPUTE_NS + 2 * 7 * LATENCY_NS + OPTIMIZER_NS
+
+
+def test_oracle_catches_a_rank_whose_maths_left_the_reference() -> None:
+    world = build(QUIET, oracle=True)
+    world.nodes["r6"]["inputs"][0, 0, 0] += np.float32(0.25)  # one input of one sample of r6's shard
+    result = finish(world)
+    assert result.failure["kind"] == "oracle"
+    assert result.failure["t_ns"] == COMPUTE_NS + 2 * 7 * LATENCY_NS + OPTIMIZER_NS
+    assert "after step 1 differ from the fault-free run" in result.failure["message"]
+
+
+def test_step_guard_skips_on_every_rank_alike_and_local_guard_does_not() -> None:
+    def poisoned(bug: str) -> tuple[Any, World]:
+        world = build(QUIET, steps=8, check_every=4, bug=bug)
+        world.nodes["r3"]["inputs"][1] *= np.float32(1e4)  # step 2's batch on r3: a huge gradient
+        return finish(world), world
+
+    result, world = poisoned("none")
+    assert result.outcome == "pass"
+    assert {world.nodes[f"r{index}"]["skipped_steps"] for index in range(8)} == {2}  # steps 2 and 6
+    result, world = poisoned("local_guard")
+    assert (result.failure["kind"], result.failure["node"]) == ("divergence", "r3")
+    assert world.nodes["r3"]["skipped_steps"] == 1 and world.nodes["r0"]["skipped_steps"] == 0
+
+
+# -- config and CLI --------------------------------------------------------------------------------
+
+
+def test_config_keys_of_the_issue_exist_with_those_names() -> None:
+    names = {param.name for param in SCENARIO.params}
+    required = {
+        "ranks",
+        "gpus_per_host",
+        "steps",
+        "params",
+        "dtype",
+        "allreduce",
+        "reduce_order",
+        "faults",
+        "faults_max",
+        "bug",
+        "preset",
+        "data_seed",
+        "hang_timeout",
+        "check_every",
+        "grad_skip_norm",
+        "oracle",
+        "race_detector",
+    }
+    assert required <= names
+    assert SCENARIO.param("allreduce").choices == ("ring", "tree", "naive")
+    assert SCENARIO.param("reduce_order").choices == ("canonical", "arrival")
+
+
+def test_oracle_needs_canonical_order() -> None:
+    with pytest.raises(ConfigError, match="oracle=on needs reduce_order=canonical"):
+        build(SMALL, oracle=True, reduce_order="arrival")
+
+
+def test_data_seed_changes_the_maths_but_not_the_simulation_seed() -> None:
+    base, _ = run(0, SMALL)
+    other_data, _ = run(0, SMALL, data_seed=1)
+    assert base["summary"]["weights_hash"] != other_data["summary"]["weights_hash"]
+
+
+def test_cli_json_summary(run_cli: Any) -> None:
+    completed = run_cli("run", "dp_training", "--seed", "4", "--set", "ranks=4", "--set", "steps=5", "--json")
+    assert completed.returncode == 0, completed.stderr
+    report = json.loads(completed.stdout)
+    summary = report["summary"]
+    assert summary["steps"] == 5 and math.isfinite(summary["final_loss"])
+    expected = reference.reference(SCENARIO.resolve_config({"ranks": 4, "steps": 5})).digests[-1]
+    assert summary["weights_hash"] == f"{expected:016x}"
+
+
+def test_cli_rejects_bad_values_in_one_line(run_cli: Any) -> None:
+    completed = run_cli("run", "dp_training", "--set", "allreduce=butterfly")
+    assert completed.returncode == 2
+    assert completed.stderr.count("\n") == 1 and "allreduce" in completed.stderr
+    completed = run_cli("run", "dp_training", "--set", "oracle=on", "--set", "reduce_order=arrival")
+    assert completed.returncode == 2 and completed.stderr.startswith("timetravel: error: config key 'oracle'")

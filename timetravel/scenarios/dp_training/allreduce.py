@@ -1,0 +1,37 @@
+"""The all-reduce as the step pipeline sees it: enter with a bucket, get the average back.
+
+This module picks the algorithm (``allreduce`` = ring, tree or naive), casts the bucket to the
+reduction dtype on the way in, and offers each algorithm's canonical sum (for the oracle's
+reference) and its "waits on" answer (for the hang detector's flight recorder).
+"""
+
+from __future__ import annotations
+
+from types import ModuleType
+from typing import Any
+
+import numpy as np
+
+from timetravel.scenarios.dp_training import collective, naive, ring, tree
+from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.sim import Context
+
+ALGORITHMS: dict[str, ModuleType] = {"ring": ring, "tree": tree, "naive": naive}
+HANDLERS = {**ring.HANDLERS, **tree.HANDLERS, **naive.HANDLERS}
+
+
+def enter(state: dict[str, Any], ctx: Context, step: int, bucket: np.ndarray) -> None:
+    """Issue the all-reduce of ``step`` over ``bucket`` (cast to the reduction dtype)."""
+    config = ctx.world.config
+    contribution = bucket.astype(DTYPES[config["reduce_dtype"]])
+    collective.enter(state, ctx, step, contribution)
+    ALGORITHMS[config["allreduce"]].start(state, ctx)
+
+
+def canonical_sum(algorithm: str, contributions: np.ndarray) -> np.ndarray:
+    """The algorithm's fault-free sum of a ranks x elements stack, bit for bit."""
+    return ALGORITHMS[algorithm].canonical_sum(contributions)
+
+
+def waits_on(algorithm: str, state: dict[str, Any]) -> list[str]:
+    return ALGORITHMS[algorithm].waits_on(state)

@@ -1,0 +1,80 @@
+"""Build the initial world: N ranks with their model replicas and data shards, and the monitor.
+
+Everything a rank needs at run time is in its node state, decided here once: its neighbours in the
+ring and the tree (so the hot message handlers do no arithmetic on names), its compute time from
+the FLOP model, its replica of the initial weights, its optimizer slots and its data shard.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timetravel.scenarios.dp_training import collective, monitor, reference, tree
+from timetravel.scenarios.dp_training.data import build_dataset
+from timetravel.scenarios.dp_training.model import layout_for
+from timetravel.scenarios.dp_training.numerics import DTYPES, pin_blas_threads
+from timetravel.scenarios.dp_training.optimizer import initial_slots
+from timetravel.scenarios.dp_training.params import check_config, compute_time_ns
+from timetravel.scenarios.dp_training.pipeline import STEP_START
+from timetravel.sim import ConfigError, World
+
+SCENARIO_NAME = "dp_training"
+ROLE_RANK = "rank"
+ROLE_MONITOR = "monitor"
+
+
+def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, targets: Any) -> dict[str, Any]:
+    """The initial state of rank ``index`` (plain data and numpy arrays only)."""
+    ranks = config["ranks"]
+    parent = tree.parent_of(index)
+    return {
+        "index": index,
+        "ranks": ranks,
+        "host": index // config["gpus_per_host"],
+        "generation": 0,
+        "step": 0,
+        "phase": "idle",
+        "compute_ns": compute_time_ns(config),
+        "next": monitor.rank_name((index + 1) % ranks),
+        "prev": monitor.rank_name((index - 1) % ranks),
+        "tree_parent": monitor.rank_name(parent) if parent is not None else None,
+        "tree_children": [monitor.rank_name(child) for child in tree.children_of(index, ranks)],
+        "weights": weights.astype(DTYPES[config["dtype"]]),
+        "slots": initial_slots(config["optimizer"], weights.shape[0]),
+        "bucket": None,
+        "inputs": inputs,
+        "targets": targets,
+        "loss": None,
+        "loss_local": None,
+        "grad_norm": None,
+        "skip_local": False,
+        "last_applied": False,
+        "skipped_steps": 0,
+        "step_started_ns": -1,
+        "step_ns": 0,
+        "progress_ns": 0,
+        **collective.initial_state(),
+    }
+
+
+def build(config: dict[str, Any], seed: int) -> World:
+    check_config(config)
+    if config["faults"] != "none":
+        raise ConfigError("config key 'faults': only 'none' until the fabric's fault injectors are wired in")
+    pin_blas_threads()
+    layout = layout_for(config["params"])
+    dataset = build_dataset(
+        config["data_seed"], config["ranks"], config["batch"], config["batches_per_rank"], layout
+    )
+    world = World(SCENARIO_NAME, config, seed)
+    world.fabric.update(latency_ns=config["latency"], jitter_ns=config["jitter"])
+    for index in range(config["ranks"]):
+        state = rank_state(
+            config, index, dataset.initial_weights, dataset.inputs[index], dataset.targets[index]
+        )
+        world.add_node(monitor.rank_name(index), ROLE_RANK, state)
+    expected = list(reference.reference(config).digests) if config["oracle"] else None
+    world.add_node(monitor.NAME, ROLE_MONITOR, monitor.initial_state(config, expected))
+    for index in range(config["ranks"]):
+        world.schedule(0, monitor.rank_name(index), STEP_START, 0)
+    return world

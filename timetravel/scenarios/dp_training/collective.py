@@ -1,0 +1,146 @@
+"""What every all-reduce algorithm shares: entering and completing a collective, and sorting messages.
+
+A collective is identified by ``(generation, seq)``: ``generation`` counts elastic restarts of the
+job (a restart builds a new communicator, so messages of an older generation are stale), ``seq``
+counts the collectives a rank has issued in this generation (NCCL's sequence number). Every message
+is ``[generation, seq, step, part, data]`` where ``step`` is the training step the sender issued the
+collective for and ``part`` is the algorithm's own index (ring step, tree chunk, sender rank).
+
+Receiving a message sorts it into one of four cases:
+
+* stale: an older generation, or a collective this rank has already completed (a duplicate);
+* current: the collective this rank is in;
+* future: a collective this rank has not entered yet (it is buffered in the bounded inbox);
+* mismatch: same sequence number, different collective (the sender issued it for another step):
+  a ``collective_mismatch`` failure, one of the leading causes of real NCCL hangs, which PyTorch's
+  ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` catches the same way, by comparing collective fingerprints.
+
+Rank state keys owned here: ``coll_seq``, ``coll_step``, ``coll_active``, ``coll_entered_ns``,
+``coll_done_seq``, ``coll_done_step``, ``coll_done_ns``, ``inbox``, ``contribution``, ``result``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timetravel.scenarios.dp_training import watchdog
+from timetravel.sim import Context
+
+STALE = 0
+CURRENT = 1
+FUTURE = 2
+MISMATCH = 3
+
+GENERATION = 0
+SEQ = 1
+STEP = 2
+PART = 3
+DATA = 4
+
+INBOX_SLACK = 64
+MISMATCH_SITE = "dp_training.collective_mismatch"
+INBOX_SITE = "dp_training.inbox_limit"
+DONE_EVENT = "allreduce_done"
+
+
+def inbox_limit(ranks: int) -> int:
+    """Messages a rank may buffer: two collectives' worth from every peer, plus slack."""
+    return 4 * ranks + INBOX_SLACK
+
+
+def initial_state() -> dict[str, Any]:
+    return {
+        "coll_seq": -1,
+        "coll_step": 0,
+        "coll_active": False,
+        "coll_entered_ns": -1,
+        "coll_done_seq": -1,
+        "coll_done_step": 0,
+        "coll_done_ns": -1,
+        "inbox": [],
+        "contribution": None,
+        "result": None,
+        "coll_heard_ns": -1,
+        "hang_reported": None,
+    }
+
+
+def classify(state: dict[str, Any], message: list[Any]) -> int:
+    """Stale, current, future or mismatch (see the module docstring)."""
+    if message[GENERATION] != state["generation"]:
+        return STALE
+    seq = message[SEQ]
+    current = state["coll_seq"]
+    if seq < current or (seq == current and not state["coll_active"]):
+        return STALE
+    if seq > current:
+        return FUTURE
+    return CURRENT if message[STEP] == state["coll_step"] else MISMATCH
+
+
+def report_mismatch(state: dict[str, Any], ctx: Context, message: list[Any], sender: str) -> None:
+    ctx.fail(
+        "collective_mismatch",
+        f"{ctx.node} is in collective #{state['coll_seq']} as the all-reduce of step {state['coll_step']}, "
+        f"but {sender} sent collective #{message[SEQ]} as the all-reduce of step {message[STEP]}",
+        site=MISMATCH_SITE,
+    )
+
+
+def send_fresh(ctx: Context, dst: str, kind: str, payload: list[Any], nbytes: int) -> None:
+    """``ctx.send`` for a payload that is frozen by construction, without freezing it again.
+
+    The caller guarantees what ``freeze`` would: ``payload`` is a new list of ints and one numpy
+    array that is read-only and owns its memory (or is only ever read), so no two nodes can reach
+    the same mutable data. On the ring's hot path this saves a recursive copy per message.
+    """
+    ctx.transport(ctx, dst, kind, payload, nbytes)
+
+
+def buffer(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
+    """Keep a message for later; a full inbox is a failure, never a silent drop."""
+    inbox = state["inbox"]
+    if len(inbox) >= inbox_limit(state["ranks"]):
+        ctx.fail("assertion", f"{ctx.node}: inbox holds {len(inbox)} messages, its limit", site=INBOX_SITE)
+        return
+    inbox.append([kind, message])
+
+
+def enter(state: dict[str, Any], ctx: Context, step: int, contribution: Any) -> None:
+    """Begin this rank's next collective: the all-reduce of ``step`` over ``contribution``."""
+    if state["coll_active"]:
+        raise AssertionError(f"{ctx.node} entered a collective while #{state['coll_seq']} is active")
+    state["coll_seq"] += 1
+    state["coll_step"] = step
+    state["coll_active"] = True
+    state["coll_entered_ns"] = ctx.now
+    state["contribution"] = contribution
+    watchdog.arm(state, ctx)
+
+
+def complete(state: dict[str, Any], ctx: Context, result: Any) -> None:
+    """The collective is done on this rank: its result is ready (the comm kernel finishes)."""
+    state["coll_active"] = False
+    state["coll_done_seq"] = state["coll_seq"]
+    state["coll_done_step"] = state["coll_step"]
+    state["coll_done_ns"] = ctx.now
+    state["result"] = result
+    state["contribution"] = None
+    ctx.timer(0, DONE_EVENT, [state["generation"], state["coll_seq"]])
+
+
+def take_current(state: dict[str, Any], kind: str) -> list[list[Any]]:
+    """Remove and return the buffered messages of ``kind`` that belong to the current collective."""
+    inbox = state["inbox"]
+    if not inbox:
+        return []
+    taken = []
+    kept = []
+    for entry in inbox:
+        message = entry[1]
+        if entry[0] == kind and classify(state, message) != FUTURE:
+            taken.append(message)
+        else:
+            kept.append(entry)
+    state["inbox"] = kept
+    return taken

@@ -1,0 +1,116 @@
+"""The toy model every rank trains: a two-layer MLP (ReLU, MSE) over one flat parameter vector.
+
+Its size follows the config key ``params``: inputs and outputs are fixed (INPUTS, OUTPUTS) and the
+hidden width is the largest that keeps the parameter count at or below ``params``. All parameters
+live in one flat vector in the order W1, b1, W2, b2, so that a gradient *bucket* is one array that
+the all-reduce cuts into chunks, as NCCL cuts a PyTorch DDP bucket.
+
+The bucket a rank contributes is ``[gradient..., loss]``: the local loss rides along in the last
+element so that the same all-reduce that averages the gradient also averages the loss, and every
+rank knows the global loss without a second collective (a common fusion in real trainers).
+
+All maths goes through :mod:`numerics` (fixed-order contractions), in float32.
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import numpy as np
+
+from timetravel.scenarios.dp_training.numerics import COMPUTE_DTYPE, contract, sequential_sum
+
+INPUTS = 16
+OUTPUTS = 4
+HIDDEN_MIN = 1
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Where each tensor sits in the flat parameter vector."""
+
+    inputs: int
+    hidden: int
+    outputs: int
+
+    @property
+    def w1_end(self) -> int:
+        return self.inputs * self.hidden
+
+    @property
+    def b1_end(self) -> int:
+        return self.w1_end + self.hidden
+
+    @property
+    def w2_end(self) -> int:
+        return self.b1_end + self.hidden * self.outputs
+
+    @property
+    def params(self) -> int:
+        return self.w2_end + self.outputs
+
+    @property
+    def bucket_elements(self) -> int:
+        """Gradient plus the loss element."""
+        return self.params + 1
+
+    def split(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """Views of W1 (inputs x hidden), b1, W2 (hidden x outputs), b2 inside ``flat``."""
+        w1 = flat[: self.w1_end].reshape(self.inputs, self.hidden)
+        b1 = flat[self.w1_end : self.b1_end]
+        w2 = flat[self.b1_end : self.w2_end].reshape(self.hidden, self.outputs)
+        b2 = flat[self.w2_end : self.params]
+        return w1, b1, w2, b2
+
+
+@functools.lru_cache(maxsize=64)
+def layout_for(params: int) -> Layout:
+    """The widest MLP with at most ``params`` parameters (at least one hidden unit)."""
+    hidden = max(HIDDEN_MIN, (params - OUTPUTS) // (INPUTS + 1 + OUTPUTS))
+    return Layout(INPUTS, hidden, OUTPUTS)
+
+
+def forward(weights: np.ndarray, inputs: np.ndarray, layout: Layout) -> tuple[np.ndarray, np.ndarray]:
+    """Pre-activations of the hidden layer and the outputs, for a batch (batch x inputs)."""
+    w1, b1, w2, b2 = layout.split(weights)
+    hidden_pre = contract(inputs, w1) + b1
+    hidden = np.maximum(hidden_pre, COMPUTE_DTYPE.type(0))
+    return hidden_pre, contract(hidden, w2) + b2
+
+
+def loss_and_gradient(
+    weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray, layout: Layout
+) -> tuple[np.ndarray, np.ndarray]:
+    """Mean squared error of one batch and its gradient, both float32, in a fixed order.
+
+    Returns ``(loss, gradient)`` where loss is a float32 0-d array and gradient a flat float32
+    vector laid out like ``weights``.
+    """
+    weights = weights.astype(COMPUTE_DTYPE, copy=False)
+    _, _, w2, _ = layout.split(weights)
+    hidden_pre, outputs = forward(weights, inputs, layout)
+    hidden = np.maximum(hidden_pre, COMPUTE_DTYPE.type(0))
+    difference = outputs - targets
+    count = COMPUTE_DTYPE.type(difference.size)
+    loss = sequential_sum((difference * difference).reshape(-1)) / count
+    output_gradient = difference * (COMPUTE_DTYPE.type(2) / count)
+    gradient = np.empty(layout.params, dtype=COMPUTE_DTYPE)
+    grad_w1, grad_b1, grad_w2, grad_b2 = layout.split(gradient)
+    grad_w2[...] = contract(hidden.T, output_gradient)
+    grad_b2[...] = sequential_sum(output_gradient)
+    hidden_gradient = contract(output_gradient, w2.T) * (hidden_pre > 0)
+    grad_w1[...] = contract(inputs.T, hidden_gradient)
+    grad_b1[...] = sequential_sum(hidden_gradient)
+    return np.asarray(loss, dtype=COMPUTE_DTYPE), gradient
+
+
+def local_bucket(
+    weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray, layout: Layout, dtype: np.dtype
+) -> np.ndarray:
+    """The bucket a rank contributes: ``[gradient..., loss]`` in the model dtype."""
+    loss, gradient = loss_and_gradient(weights, inputs, targets, layout)
+    bucket = np.empty(layout.bucket_elements, dtype=dtype)
+    bucket[: layout.params] = gradient
+    bucket[layout.params] = loss
+    return bucket

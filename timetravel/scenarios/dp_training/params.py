@@ -1,0 +1,127 @@
+"""dp_training's config schema, presets and the values derived from a config.
+
+The keys named in the issue (``ranks``, ``gpus_per_host``, ``steps``, ``params``, ``dtype``,
+``allreduce``, ``reduce_order``, ``faults``, ``faults_max``, ``bug``, ``preset``, ``data_seed``,
+``hang_timeout``, ``check_every``, ``grad_skip_norm``, ``oracle``, ``race_detector``) keep exactly
+those names so that scripts can rely on them; the rest tune the model, the optimizer and the clock.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.scenarios.dp_training.optimizer import OPTIMIZERS
+from timetravel.sim import ConfigError, Param
+
+ALLREDUCE_ALGORITHMS = ("ring", "tree", "naive")
+REDUCE_ORDERS = ("canonical", "arrival")
+BUGS = ("none", "local_guard", "missing_wait", "stale_chunk", "restart_without_momentum")
+MODEL_DTYPES = ("float32", "bfloat16")
+REDUCE_DTYPES = ("float32", "bfloat16", "float64")
+RANKS_MAX = 65_536
+STEPS_MAX = 1_000_000
+PARAMS_MAX = 16_777_216
+FLOPS_PER_TFLOP_NS = 1_000.0
+"""1 TFLOP/s is 1e12 FLOPs per second, that is 1e3 FLOPs per nanosecond."""
+
+PARAMS: tuple[Param, ...] = (
+    Param("preset", "str", "none", "a named bundle of settings, applied before --set values", choices=()),
+    Param("ranks", "int", 16, "data-parallel ranks (GPUs); rank r is node rN", minimum=1),
+    Param("gpus_per_host", "int", 8, "GPUs per host: ranks on one host talk over NVLink", minimum=1),
+    Param("steps", "int", 100, "training steps to run", minimum=1),
+    Param("params", "int", 2048, "parameters of the toy MLP (the widest hidden layer that fits)", minimum=25),
+    Param("dtype", "str", "float32", "dtype of weights, gradients and buckets", choices=MODEL_DTYPES),
+    Param("reduce_dtype", "str", "float32", "dtype in which the all-reduce sums", choices=REDUCE_DTYPES),
+    Param("allreduce", "str", "ring", "all-reduce algorithm", choices=ALLREDUCE_ALGORITHMS),
+    Param(
+        "reduce_order",
+        "str",
+        "canonical",
+        "tree/naive: sum in fixed rank order (canonical) or as messages arrive (arrival)",
+        choices=REDUCE_ORDERS,
+        branchable=True,
+    ),
+    Param("faults", "json", "none", "none, swarm, or an explicit fault schedule (JSON or @file.json)"),
+    Param("faults_max", "int", 8, "most fault records a swarm schedule draws", minimum=0),
+    Param(
+        "bug", "str", "none", "a planted bug to find (none: the correct code)", choices=BUGS, branchable=True
+    ),
+    Param(
+        "data_seed", "int", 0, "seed of the initial weights and the dataset (apart from --seed)", minimum=0
+    ),
+    Param(
+        "hang_timeout",
+        "time",
+        1_000_000_000,
+        "fail as a hang when no rank completes a step for this long (a watchdog sees it)",
+    ),
+    Param("watchdog_interval", "time", 5_000_000, "a rank waiting in a collective checks on it this often"),
+    Param("check_every", "int", 10, "compare replicas' weight checksums every this many steps", minimum=1),
+    Param(
+        "grad_skip_norm",
+        "float",
+        100.0,
+        "step guard: skip the update on every rank when the all-reduced gradient norm is above (or non-finite)",
+        minimum=0.0,
+    ),
+    Param("oracle", "bool", False, "check every step's weights against the fault-free run, bit for bit"),
+    Param("race_detector", "bool", True, "fail on a GPU stream race (off: see its downstream symptom)"),
+    Param("blowup_loss", "float", 1e4, "fail as blowup when the global loss exceeds this", minimum=0.0),
+    Param("optimizer", "str", "sgd", "sgd (with momentum) or adam", choices=OPTIMIZERS),
+    Param("lr", "float", 0.05, "learning rate", minimum=0.0),
+    Param("momentum", "float", 0.9, "SGD momentum", minimum=0.0),
+    Param("batch", "int", 8, "samples per rank per step", minimum=1),
+    Param(
+        "batches_per_rank",
+        "int",
+        4,
+        "batches in each rank's shard (step k uses batch (k-1) mod this)",
+        minimum=1,
+    ),
+    Param(
+        "model_flops",
+        "float",
+        9.0e11,
+        "FLOPs of one rank's forward+backward in the modelled job",
+        minimum=0.0,
+    ),
+    Param(
+        "gpu_tflops",
+        "float",
+        100.0,
+        "sustained TFLOP/s of one GPU (the compute kernel's speed)",
+        minimum=1e-6,
+    ),
+    Param("compute_jitter", "time", 100_000, "extra compute time per step, drawn in [0, jitter]"),
+    Param("optimizer_time", "time", 50_000, "duration of the optimizer kernel"),
+    Param("tree_chunk_bytes", "int", 262_144, "tree all-reduce: bytes per pipelined chunk", minimum=1),
+    Param("latency", "time", 10_000, "one-way message latency (kernel transport, until the fabric)"),
+    Param("jitter", "time", 2_000, "extra latency per message, drawn in [0, jitter] (site net.jitter)"),
+)
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "ring1024": {"ranks": 1024, "allreduce": "ring", "params": 2048, "steps": 3},
+    "tree10000": {"ranks": 10_000, "allreduce": "tree", "params": 256, "steps": 3},
+}
+
+
+def compute_time_ns(config: dict[str, Any]) -> int:
+    """The compute kernel's duration before jitter: the FLOP model, at least 1 ns."""
+    return max(1, round(config["model_flops"] / (config["gpu_tflops"] * FLOPS_PER_TFLOP_NS)))
+
+
+def check_config(config: dict[str, Any]) -> None:
+    """Cross-key rules that a single Param cannot express; raises ConfigError."""
+    if config["ranks"] > RANKS_MAX:
+        raise ConfigError(f"config key 'ranks': at most {RANKS_MAX}, got {config['ranks']}")
+    if config["steps"] > STEPS_MAX:
+        raise ConfigError(f"config key 'steps': at most {STEPS_MAX}, got {config['steps']}")
+    if config["params"] > PARAMS_MAX:
+        raise ConfigError(f"config key 'params': at most {PARAMS_MAX}, got {config['params']}")
+    if config["oracle"] and config["reduce_order"] != "canonical":
+        raise ConfigError(
+            "config key 'oracle': oracle=on needs reduce_order=canonical (arrival order has no reference)"
+        )
+    if config["reduce_dtype"] not in DTYPES or config["dtype"] not in DTYPES:
+        raise ConfigError("config keys 'dtype'/'reduce_dtype': unknown dtype")

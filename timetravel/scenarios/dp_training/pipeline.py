@@ -1,0 +1,127 @@
+"""One training step on one rank: compute, all-reduce, guard, update, repeat.
+
+    step_start -> compute kernel (forward+backward writes the bucket)
+               -> compute_done: issue the all-reduce of the bucket
+               -> allreduce_done: the bucket now holds the average (in place, as NCCL does)
+               -> optimizer kernel -> update_done: guard, update, detectors, next step
+
+Every completion event carries the rank's ``generation`` so that work from before an elastic
+restart is ignored. The maths after the all-reduce is :mod:`update`, shared with the oracle.
+
+The planted bug ``local_guard`` lives here: with it, a rank decides to skip from its *own*
+gradient norm before the all-reduce (and contributes zeros so as not to poison its peers), instead
+of every rank deciding alike from the all-reduced norm. A corruption on one rank then makes that
+rank skip alone, and the replicas drift apart silently until the divergence check sees it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from timetravel.scenarios.dp_training import allreduce, detectors, device, update
+from timetravel.scenarios.dp_training.collective import DONE_EVENT
+from timetravel.scenarios.dp_training.model import layout_for, local_bucket
+from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.sim import Context, Event
+
+STEP_START = "step_start"
+PHASE_COMPUTE = "compute"
+PHASE_ALLREDUCE = "allreduce"
+PHASE_UPDATE = "update"
+PHASE_DONE = "done"
+METRICS_RANK = 0
+"""Rank whose view of the global figures goes into the world's metrics."""
+
+
+def start_step(state: dict[str, Any], ctx: Context) -> None:
+    step = state["step"] + 1
+    state["phase"] = PHASE_COMPUTE
+    state["step_started_ns"] = ctx.now
+    device.launch_compute(state, ctx, step)
+
+
+def on_step_start(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    if event[4] == state["generation"]:
+        start_step(state, ctx)
+
+
+def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    generation, step = event[4]
+    if generation != state["generation"]:
+        return
+    config = ctx.world.config
+    layout = layout_for(config["params"])
+    batch = (step - 1) % config["batches_per_rank"]
+    bucket = local_bucket(
+        state["weights"], state["inputs"][batch], state["targets"][batch], layout, DTYPES[config["dtype"]]
+    )
+    state["bucket"] = bucket
+    state["loss_local"] = float(bucket[-1])
+    state["skip_local"] = False
+    if config["bug"] == "local_guard":
+        _local_guard(state, config, bucket)
+    state["phase"] = PHASE_ALLREDUCE
+    allreduce.enter(state, ctx, step, state["bucket"])
+
+
+def _local_guard(state: dict[str, Any], config: dict[str, Any], bucket: np.ndarray) -> None:
+    """The planted bug: skip from the local norm and contribute zeros instead of the gradient."""
+    if update.inspect(bucket, config["grad_skip_norm"]).skipped:
+        state["skip_local"] = True
+        state["bucket"] = np.zeros_like(bucket)
+
+
+def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    generation, seq = event[4]
+    if generation != state["generation"] or seq != state["coll_done_seq"]:
+        return
+    state["bucket"] = update.average(state["result"], state["ranks"], ctx.world.config["dtype"])
+    state["result"] = None
+    state["phase"] = PHASE_UPDATE
+    device.launch_optimizer(state, ctx, state["coll_done_step"])
+
+
+def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    generation, step = event[4]
+    if generation != state["generation"]:
+        return
+    config = ctx.world.config
+    verdict = update.inspect(state["bucket"], config["grad_skip_norm"])
+    skip = state["skip_local"] if config["bug"] == "local_guard" else verdict.skipped
+    state["weights"], state["slots"] = update.apply(
+        state["weights"], state["slots"], state["bucket"], config, skip
+    )
+    _record(state, ctx, step, verdict, skip)
+    if not detectors.check_step(state, ctx, step, verdict):
+        return
+    if state["step"] < config["steps"]:
+        start_step(state, ctx)
+    else:
+        state["phase"] = PHASE_DONE
+
+
+def _record(state: dict[str, Any], ctx: Context, step: int, verdict: update.Verdict, skip: bool) -> None:
+    state["step"] = step
+    state["loss"] = verdict.loss
+    state["grad_norm"] = verdict.grad_norm
+    state["step_ns"] = ctx.now - state["step_started_ns"]
+    state["progress_ns"] = ctx.now
+    state["last_applied"] = not skip
+    if skip:
+        state["skipped_steps"] += 1
+    if state["index"] == METRICS_RANK:
+        ctx.metric("loss", verdict.loss)
+        ctx.metric("grad_norm", verdict.grad_norm)
+        ctx.metric("step_time_ns", state["step_ns"])
+        if skip:
+            ctx.metric("skipped_step", step)
+
+
+HANDLERS = {
+    STEP_START: on_step_start,
+    device.COMPUTE_DONE: on_compute_done,
+    DONE_EVENT: on_allreduce_done,
+    device.UPDATE_DONE: on_update_done,
+}

@@ -1,0 +1,158 @@
+"""Ring all-reduce: reduce-scatter then all-gather, 2(N-1) steps of one chunk each.
+
+The bucket is cut into N chunks (chunk c spans ``bounds[c]:bounds[c + 1]``). At ring step p of the
+reduce-scatter (p = 0 .. N-2) rank r sends the partial sum of chunk (r - p) mod N to rank r+1,
+which adds its own copy of that chunk and passes it on: after N-1 steps rank r holds the full sum
+of chunk (r + 1) mod N. The all-gather (steps N-1 .. 2N-3) then passes the reduced chunks round
+once more. Every message is one event; a rank sends one message for each one it receives, so the
+ring is a pipeline that needs no per-step bookkeeping beyond ``ring_next``, the step it expects.
+
+Chunk c is summed in the fixed order c, c+1, ..., c-1 whatever the timing: a ring reduces in a
+canonical order by construction (``reduce_order`` does not apply). :func:`canonical_sum` computes
+that same sum from all contributions at once, for the oracle's fault-free reference.
+
+Messages arrive in step order from one sender unless the fabric reorders them; a message for a later
+step, or for the next collective, waits in the inbox and is taken in order.
+
+Rank state keys owned here: ``ring_next``, and ``next``/``prev`` (neighbour names fixed at build).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from timetravel.scenarios.dp_training import collective
+from timetravel.scenarios.dp_training.collective import CURRENT, DATA, FUTURE, MISMATCH, PART, STALE
+from timetravel.scenarios.dp_training.numerics import sequential_sum
+from timetravel.sim import Context, Event
+
+KIND = "ring"
+
+
+@functools.lru_cache(maxsize=64)
+def ring_bounds(elements: int, ranks: int) -> tuple[int, ...]:
+    """Chunk boundaries: chunk c is ``[bounds[c], bounds[c + 1])``; sizes differ by at most 1."""
+    return tuple(elements * chunk // ranks for chunk in range(ranks + 1))
+
+
+@functools.lru_cache(maxsize=16)
+def _canonical_rows(elements: int, ranks: int) -> np.ndarray:
+    """For each element j of chunk c, the ranks in summation order: c, c+1, ... (mod N)."""
+    bounds = ring_bounds(elements, ranks)
+    chunk_of = np.empty(elements, dtype=np.int64)
+    for chunk in range(ranks):
+        chunk_of[bounds[chunk] : bounds[chunk + 1]] = chunk
+    rows = (np.arange(ranks, dtype=np.int64)[:, None] + chunk_of[None, :]) % ranks
+    rows.flags.writeable = False
+    return rows
+
+
+def canonical_sum(contributions: np.ndarray) -> np.ndarray:
+    """The ring's sum of a ranks x elements stack, element for element as the messages compute it."""
+    ranks, elements = contributions.shape
+    rows = _canonical_rows(elements, ranks)
+    ordered = contributions[rows, np.arange(elements)[None, :]]
+    return sequential_sum(ordered)
+
+
+def start(state: dict[str, Any], ctx: Context) -> None:
+    """Send this rank's own chunk (ring step 0), then take any message that arrived early."""
+    contribution = state["contribution"]
+    ranks = state["ranks"]
+    if ranks == 1:
+        collective.complete(state, ctx, contribution.copy())
+        return
+    state["ring_next"] = 0
+    state["result"] = np.empty_like(contribution)
+    bounds = ring_bounds(contribution.shape[0], ranks)
+    index = state["index"]
+    chunk = contribution[bounds[index] : bounds[index + 1]]
+    payload = [state["generation"], state["coll_seq"], state["coll_step"], 0, chunk]
+    ctx.send(state["next"], KIND, payload, chunk.nbytes)
+    if state["inbox"]:
+        _drain(state, ctx)
+
+
+def on_ring(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    message = event[4]
+    verdict = collective.classify(state, message)
+    if verdict == CURRENT:
+        part = message[PART]
+        expected = state["ring_next"]
+        if part == expected:
+            _process(state, ctx, message)
+            if state["inbox"]:
+                _drain(state, ctx)
+        elif part > expected:
+            collective.buffer(state, ctx, KIND, message)
+    elif verdict == FUTURE:
+        collective.buffer(state, ctx, KIND, message)
+    elif verdict == MISMATCH:
+        collective.report_mismatch(state, ctx, message, state["prev"])
+
+
+def _process(state: dict[str, Any], ctx: Context, message: list[Any]) -> None:
+    """Take ring step ``part``: add and pass on (reduce-scatter) or store and pass on (all-gather)."""
+    part = message[PART]
+    ranks = state["ranks"]
+    contribution = state["contribution"]
+    elements = len(contribution)
+    if part < ranks - 1:
+        chunk = (state["index"] - 1 - part) % ranks
+        low = elements * chunk // ranks
+        high = elements * (chunk + 1) // ranks
+        outgoing = np.add(message[DATA], contribution[low:high])
+        if part == ranks - 2:
+            state["result"][low:high] = outgoing
+        outgoing.setflags(write=False)
+    else:
+        chunk = (state["index"] - part - 1) % ranks
+        outgoing = message[DATA]
+        state["result"][elements * chunk // ranks : elements * (chunk + 1) // ranks] = outgoing
+    part += 1
+    state["ring_next"] = part
+    if part < 2 * ranks - 2:
+        payload = [message[0], message[1], message[2], part, outgoing]
+        collective.send_fresh(ctx, state["next"], KIND, payload, outgoing.nbytes)
+    else:
+        collective.complete(state, ctx, state["result"])
+
+
+def _drain(state: dict[str, Any], ctx: Context) -> None:
+    """Take buffered messages of the current collective in ring-step order.
+
+    Each pass looks for the one step the ring can take next, so a burst of b early messages costs
+    O(b^2) comparisons and no allocation; bursts are short (a sender drains at most its own inbox).
+    """
+    inbox = state["inbox"]
+    while state["coll_active"] and inbox:
+        for position, entry in enumerate(inbox):
+            message = entry[1]
+            if entry[0] != KIND:
+                continue
+            verdict = collective.classify(state, message)
+            if verdict == FUTURE:
+                continue
+            if verdict == MISMATCH:
+                collective.report_mismatch(state, ctx, message, state["prev"])
+                return
+            if verdict == STALE or message[PART] < state["ring_next"]:
+                del inbox[position]
+                break
+            if message[PART] == state["ring_next"]:
+                del inbox[position]
+                _process(state, ctx, message)
+                break
+        else:
+            return
+
+
+def waits_on(state: dict[str, Any]) -> list[str]:
+    """Whom an active rank waits for: its ring predecessor."""
+    return [state["prev"]] if state["coll_active"] and state["ranks"] > 1 else []
+
+
+HANDLERS = {KIND: on_ring}

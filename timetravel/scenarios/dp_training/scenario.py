@@ -1,0 +1,50 @@
+"""The dp_training Scenario object: schema, build, handlers, end-of-run check and summary."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from timetravel.scenarios.dp_training import allreduce, monitor, pipeline, watchdog
+from timetravel.scenarios.dp_training.build import ROLE_MONITOR, ROLE_RANK, SCENARIO_NAME, build
+from timetravel.scenarios.dp_training.detectors import weights_digest
+from timetravel.scenarios.dp_training.model import layout_for
+from timetravel.scenarios.dp_training.params import PARAMS, PRESETS
+from timetravel.sim import Param, Scenario, World
+
+
+def summarize(world: World) -> dict[str, Any]:
+    """``summary`` of ``run --json``: rank 0's view of the job."""
+    rank = world.nodes["r0"]
+    return {
+        "steps": rank["step"],
+        "final_loss": rank["loss"],
+        "weights_hash": f"{weights_digest(rank['weights']):016x}",
+        "params": layout_for(world.config["params"]).params,
+        "ranks": world.config["ranks"],
+        "allreduce": world.config["allreduce"],
+        "skipped_steps": rank["skipped_steps"],
+        "divergence_checks_passed": world.nodes[monitor.NAME]["checks_passed"],
+    }
+
+
+def _params_with_presets() -> tuple[Param, ...]:
+    choices = ("none", *PRESETS)
+    return tuple(
+        dataclasses.replace(param, choices=choices) if param.name == "preset" else param for param in PARAMS
+    )
+
+
+SCENARIO = Scenario(
+    name=SCENARIO_NAME,
+    summary="data-parallel training over ring/tree/naive all-reduce, with replica, hang and oracle detectors",
+    params=_params_with_presets(),
+    build=build,
+    handlers={
+        ROLE_RANK: {**pipeline.HANDLERS, **allreduce.HANDLERS, **watchdog.HANDLERS},
+        ROLE_MONITOR: monitor.HANDLERS,
+    },
+    presets=PRESETS,
+    on_end=monitor.on_end,
+    summarize=summarize,
+)

@@ -1,0 +1,200 @@
+"""Tree all-reduce: reduce up a binary tree of depth floor(log2 N), then broadcast down it.
+
+Ranks form a binary heap: rank r's parent is (r - 1) // 2 and its children 2r+1 (left) and 2r+2
+(right). The bucket is cut into chunks of at most ``tree_chunk_bytes``; each chunk travels on its
+own, so a deep tree pipelines them as NCCL's tree does. A rank sends a chunk's subtree sum up as
+soon as it has its own contribution and both children's sums for that chunk; the root then holds
+the total and sends it down, and every rank forwards what it receives to its children.
+
+``reduce_order`` decides the bits:
+
+* canonical: a rank keeps its children's sums and adds ``(own + left) + right``, whatever arrived
+  first, so the result is the same on every seed (:func:`canonical_sum` computes it directly);
+* arrival: a rank adds each contribution into a running sum as it arrives, as a naive
+  implementation would; floating-point addition is not associative, so the bits follow the timing.
+
+Rank state keys owned here: ``tree_parent``, ``tree_children`` (fixed at build), and per collective
+``tree_left``/``tree_right`` (children's sums per chunk, canonical), ``tree_acc`` (running sums,
+arrival), ``tree_got`` (children heard per chunk), ``tree_up_done`` (chunks sent up), ``tree_down_got`` and
+``tree_down_done`` (chunks received coming down).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+
+from timetravel.scenarios.dp_training import collective
+from timetravel.scenarios.dp_training.collective import CURRENT, DATA, FUTURE, MISMATCH, PART
+from timetravel.sim import Context, Event
+
+UP = "tree_up"
+DOWN = "tree_down"
+LEFT = 0
+RIGHT = 1
+
+
+def parent_of(index: int) -> int | None:
+    return (index - 1) // 2 if index > 0 else None
+
+
+def children_of(index: int, ranks: int) -> list[int]:
+    return [child for child in (2 * index + 1, 2 * index + 2) if child < ranks]
+
+
+def depth(ranks: int) -> int:
+    """Edges from the deepest leaf to the root."""
+    return (ranks).bit_length() - 1
+
+
+@functools.lru_cache(maxsize=64)
+def chunk_bounds(elements: int, itemsize: int, chunk_bytes: int) -> tuple[int, ...]:
+    """Boundaries of the pipelined chunks: as many chunks of at most ``chunk_bytes`` as needed."""
+    per_chunk = max(1, chunk_bytes // itemsize)
+    chunks = max(1, -(-elements // per_chunk))
+    return tuple(elements * chunk // chunks for chunk in range(chunks + 1))
+
+
+def canonical_sum(contributions: np.ndarray) -> np.ndarray:
+    """The canonical tree sum of a ranks x elements stack: ``(own + left) + right`` bottom up."""
+    ranks = contributions.shape[0]
+    sums = contributions.copy()
+    for level in range(depth(ranks) - 1, -1, -1):
+        first = (1 << level) - 1
+        nodes = np.arange(first, min(ranks, 2 * first + 1))
+        left = nodes[2 * nodes + 1 < ranks]
+        sums[left] = sums[left] + sums[2 * left + 1]
+        right = nodes[2 * nodes + 2 < ranks]
+        sums[right] = sums[right] + sums[2 * right + 2]
+    return sums[0].copy()
+
+
+def _bounds(state: dict[str, Any], ctx: Context) -> tuple[int, ...]:
+    contribution = state["contribution"] if state["contribution"] is not None else state["result"]
+    return chunk_bounds(contribution.shape[0], contribution.itemsize, ctx.world.config["tree_chunk_bytes"])
+
+
+def start(state: dict[str, Any], ctx: Context) -> None:
+    contribution = state["contribution"]
+    bounds = _bounds(state, ctx)
+    chunks = len(bounds) - 1
+    arrival = ctx.world.config["reduce_order"] == "arrival"
+    state["result"] = np.empty_like(contribution)
+    state["tree_got"] = [0] * chunks
+    state["tree_left"] = [None] * chunks
+    state["tree_right"] = [None] * chunks
+    state["tree_acc"] = (
+        [contribution[bounds[c] : bounds[c + 1]].copy() for c in range(chunks)] if arrival else []
+    )
+    state["tree_up_done"] = 0
+    state["tree_down_got"] = [False] * chunks
+    state["tree_down_done"] = 0
+    if not state["tree_children"]:
+        for chunk in range(chunks):
+            _chunk_reduced(state, ctx, chunk, contribution[bounds[chunk] : bounds[chunk + 1]].copy())
+    if state["inbox"]:
+        _drain(state, ctx)
+
+
+def on_up(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    _receive(state, ctx, UP, event[4])
+
+
+def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    _receive(state, ctx, DOWN, event[4])
+
+
+def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
+    verdict = collective.classify(state, message)
+    if verdict == CURRENT:
+        _process(state, ctx, kind, message)
+    elif verdict == FUTURE:
+        collective.buffer(state, ctx, kind, message)
+    elif verdict == MISMATCH:
+        collective.report_mismatch(state, ctx, message, "a tree neighbour")
+
+
+def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
+    if kind == DOWN:
+        _received_down(state, ctx, message[PART], message[DATA])
+        return
+    chunk, side = divmod(message[PART], 2)
+    got = state["tree_got"]
+    slots = state["tree_left"] if side == LEFT else state["tree_right"]
+    if slots[chunk] is not None:
+        return
+    if state["tree_acc"]:
+        slots[chunk] = True
+        state["tree_acc"][chunk] = state["tree_acc"][chunk] + message[DATA]
+    else:
+        slots[chunk] = message[DATA]
+    got[chunk] += 1
+    if got[chunk] == len(state["tree_children"]):
+        _chunk_reduced(state, ctx, chunk, _subtree_sum(state, ctx, chunk))
+
+
+def _subtree_sum(state: dict[str, Any], ctx: Context, chunk: int) -> np.ndarray:
+    if state["tree_acc"]:
+        return state["tree_acc"][chunk]
+    bounds = _bounds(state, ctx)
+    total = state["contribution"][bounds[chunk] : bounds[chunk + 1]] + state["tree_left"][chunk]
+    if state["tree_right"][chunk] is not None:
+        total = total + state["tree_right"][chunk]
+    return total
+
+
+def _chunk_reduced(state: dict[str, Any], ctx: Context, chunk: int, total: np.ndarray) -> None:
+    """This rank's subtree sum of ``chunk`` is complete: send it up, or (root) start the broadcast."""
+    state["tree_up_done"] += 1
+    total.flags.writeable = False
+    parent = state["tree_parent"]
+    if parent is not None:
+        side = (state["index"] - 1) % 2
+        payload = [state["generation"], state["coll_seq"], state["coll_step"], 2 * chunk + side, total]
+        ctx.send(parent, UP, payload, total.nbytes)
+        return
+    _received_down(state, ctx, chunk, total)
+
+
+def _received_down(state: dict[str, Any], ctx: Context, chunk: int, total: np.ndarray) -> None:
+    if state["tree_down_got"][chunk]:
+        return
+    state["tree_down_got"][chunk] = True
+    bounds = _bounds(state, ctx)
+    state["result"][bounds[chunk] : bounds[chunk + 1]] = total
+    payload = [state["generation"], state["coll_seq"], state["coll_step"], chunk, total]
+    for child in state["tree_children"]:
+        ctx.send(child, DOWN, payload, total.nbytes)
+    state["tree_down_done"] += 1
+    if state["tree_down_done"] == len(bounds) - 1:
+        collective.complete(state, ctx, state["result"])
+
+
+def _drain(state: dict[str, Any], ctx: Context) -> None:
+    for kind in (UP, DOWN):
+        for message in collective.take_current(state, kind):
+            verdict = collective.classify(state, message)
+            if verdict == MISMATCH:
+                collective.report_mismatch(state, ctx, message, "a tree neighbour")
+                return
+            if verdict == CURRENT:
+                _process(state, ctx, kind, message)
+
+
+def waits_on(state: dict[str, Any]) -> list[str]:
+    """Children whose sums are missing for some chunk, else the parent (broadcast pending)."""
+    if not state["coll_active"]:
+        return []
+    missing = []
+    for side, name in enumerate(state["tree_children"]):
+        slots = state["tree_left"] if side == LEFT else state["tree_right"]
+        if any(slot is None for slot in slots):
+            missing.append(name)
+    if missing:
+        return missing
+    return [state["tree_parent"]] if state["tree_parent"] is not None else []
+
+
+HANDLERS = {UP: on_up, DOWN: on_down}
