@@ -18,6 +18,7 @@ SUITES: dict[str, str] = {
     "snapshot": "timetravel.bench.snapshot:run_bench",
     "farm": "timetravel.bench.farm:run_bench",
     "explore": "timetravel.bench.explore:run_bench",
+    "training": "timetravel.bench.training:run_bench",
 }
 
 

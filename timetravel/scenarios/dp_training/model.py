@@ -15,7 +15,7 @@ All maths goes through :mod:`numerics` (fixed-order contractions), in float32.
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -28,40 +28,39 @@ HIDDEN_MIN = 1
 
 @dataclass(frozen=True)
 class Layout:
-    """Where each tensor sits in the flat parameter vector."""
+    """Where each tensor sits in the flat parameter vector (offsets computed once)."""
 
     inputs: int
     hidden: int
     outputs: int
+    w1_end: int = field(init=False)
+    b1_end: int = field(init=False)
+    w2_end: int = field(init=False)
+    params: int = field(init=False)
+    bucket_elements: int = field(init=False)
+    """Gradient plus the loss element."""
 
-    @property
-    def w1_end(self) -> int:
-        return self.inputs * self.hidden
-
-    @property
-    def b1_end(self) -> int:
-        return self.w1_end + self.hidden
-
-    @property
-    def w2_end(self) -> int:
-        return self.b1_end + self.hidden * self.outputs
-
-    @property
-    def params(self) -> int:
-        return self.w2_end + self.outputs
-
-    @property
-    def bucket_elements(self) -> int:
-        """Gradient plus the loss element."""
-        return self.params + 1
+    def __post_init__(self) -> None:
+        w1_end = self.inputs * self.hidden
+        b1_end = w1_end + self.hidden
+        w2_end = b1_end + self.hidden * self.outputs
+        object.__setattr__(self, "w1_end", w1_end)
+        object.__setattr__(self, "b1_end", b1_end)
+        object.__setattr__(self, "w2_end", w2_end)
+        object.__setattr__(self, "params", w2_end + self.outputs)
+        object.__setattr__(self, "bucket_elements", w2_end + self.outputs + 1)
 
     def split(self, flat: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         """Views of W1 (inputs x hidden), b1, W2 (hidden x outputs), b2 inside ``flat``."""
-        w1 = flat[: self.w1_end].reshape(self.inputs, self.hidden)
-        b1 = flat[self.w1_end : self.b1_end]
-        w2 = flat[self.b1_end : self.w2_end].reshape(self.hidden, self.outputs)
-        b2 = flat[self.w2_end : self.params]
-        return w1, b1, w2, b2
+        w1_end = self.w1_end
+        b1_end = self.b1_end
+        w2_end = self.w2_end
+        return (
+            flat[:w1_end].reshape(self.inputs, self.hidden),
+            flat[w1_end:b1_end],
+            flat[b1_end:w2_end].reshape(self.hidden, self.outputs),
+            flat[w2_end : self.params],
+        )
 
 
 @functools.lru_cache(maxsize=64)
@@ -88,9 +87,10 @@ def loss_and_gradient(
     vector laid out like ``weights``.
     """
     weights = weights.astype(COMPUTE_DTYPE, copy=False)
-    _, _, w2, _ = layout.split(weights)
-    hidden_pre, outputs = forward(weights, inputs, layout)
+    w1, b1, w2, b2 = layout.split(weights)
+    hidden_pre = contract(inputs, w1) + b1
     hidden = np.maximum(hidden_pre, COMPUTE_DTYPE.type(0))
+    outputs = contract(hidden, w2) + b2
     difference = outputs - targets
     count = COMPUTE_DTYPE.type(difference.size)
     loss = sequential_sum((difference * difference).reshape(-1)) / count

@@ -27,9 +27,9 @@ FLOPS_PER_TFLOP_NS = 1_000.0
 
 PARAMS: tuple[Param, ...] = (
     Param("preset", "str", "none", "a named bundle of settings, applied before --set values", choices=()),
-    Param("ranks", "int", 16, "data-parallel ranks (GPUs); rank r is node rN", minimum=1),
+    Param("ranks", "int", 16, "data-parallel ranks (GPUs); rank r is node rN", minimum=1, shrinkable=True),
     Param("gpus_per_host", "int", 8, "GPUs per host: ranks on one host talk over NVLink", minimum=1),
-    Param("steps", "int", 100, "training steps to run", minimum=1),
+    Param("steps", "int", 100, "training steps to run", minimum=1, shrinkable=True),
     Param("params", "int", 2048, "parameters of the toy MLP (the widest hidden layer that fits)", minimum=25),
     Param("dtype", "str", "float32", "dtype of weights, gradients and buckets", choices=MODEL_DTYPES),
     Param("reduce_dtype", "str", "float32", "dtype in which the all-reduce sums", choices=REDUCE_DTYPES),

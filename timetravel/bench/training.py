@@ -1,0 +1,97 @@
+"""``timetravel bench training``: dp_training at scale (ring at 64 and 1024 ranks, tree at 10,000).
+
+Each workload runs in a fresh process (``multiprocessing`` with the ``spawn`` start method), so that
+its peak resident memory is its own and not the high-water mark of an earlier, larger workload.
+The child builds the world, runs it to the end with the hash chain on (as ``timetravel run``
+does) and reports wall seconds for the build and the run, events, simulated time and
+``ru_maxrss``. Wall time is read in the child, outside the simulation path.
+
+Figures per workload ``W`` (``ring_64``, ``ring_1024``, ``tree_10000``):
+
+* ``W_events_per_s``: events of the run over its wall time;
+* ``W_step_wall_s``: wall seconds per training step (run wall time / steps);
+* ``W_sim_per_wall``: simulated time over wall time (how much faster or slower than real time);
+* ``W_peak_rss_gib``: peak resident memory of the process (Python, numpy, the world);
+* ``W_build_s``: building the world (model replicas, data shards, neighbour tables).
+
+plus ``peak_rss_gib``, the largest of them. The small workload is the best of REPEATS_SMALL runs;
+the large ones run once (minutes each on a 2-core machine). ``quick`` shrinks every workload (the
+keys then carry the smaller sizes): a smoke test, not a figure.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import resource
+import sys
+import time
+from typing import Any
+
+REPEATS_SMALL = 3
+KIB_PER_GIB = 1024 * 1024
+WORKLOADS: tuple[tuple[str, dict[str, Any], int], ...] = (
+    ("ring_64", {"ranks": 64, "allreduce": "ring", "params": 2048, "steps": 5}, REPEATS_SMALL),
+    ("ring_1024", {"ranks": 1024, "allreduce": "ring", "params": 2048, "steps": 2}, 1),
+    ("tree_10000", {"ranks": 10_000, "allreduce": "tree", "params": 256, "steps": 3}, 1),
+)
+QUICK_WORKLOADS: tuple[tuple[str, dict[str, Any], int], ...] = (
+    ("ring_16", {"ranks": 16, "allreduce": "ring", "params": 2048, "steps": 2}, 1),
+    ("ring_128", {"ranks": 128, "allreduce": "ring", "params": 2048, "steps": 1}, 1),
+    ("tree_1000", {"ranks": 1000, "allreduce": "tree", "params": 256, "steps": 1}, 1),
+)
+
+
+def measure_workload(settings: dict[str, Any]) -> dict[str, Any]:
+    """Build and run one dp_training world in this process; return its raw measurements."""
+    from timetravel.scenarios import get_scenario
+    from timetravel.sim import Simulation
+
+    scenario = get_scenario("dp_training")
+    config = scenario.resolve_config(settings)
+    started = time.perf_counter()
+    world = scenario.build(config, 0)
+    built = time.perf_counter()
+    result = Simulation(scenario, world).run()
+    finished = time.perf_counter()
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    if sys.platform == "darwin":  # pragma: no cover - macOS reports bytes
+        rss_kib //= 1024
+    return {
+        "outcome": result.outcome,
+        "events": result.events,
+        "t_end_ns": result.t_end_ns,
+        "build_s": built - started,
+        "run_s": finished - built,
+        "steps": world.nodes["r0"]["step"],
+        "peak_rss_kib": rss_kib,
+    }
+
+
+def _in_fresh_process(settings: dict[str, Any]) -> dict[str, Any]:
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(measure_workload, (settings,))
+
+
+def _figures(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
+    best = min(runs, key=lambda run: run["run_s"])
+    if best["outcome"] != "pass":
+        raise RuntimeError(f"bench workload {name} did not pass: {best}")
+    return {
+        f"{name}_events": best["events"],
+        f"{name}_events_per_s": round(best["events"] / best["run_s"]),
+        f"{name}_step_wall_s": round(best["run_s"] / best["steps"], 3),
+        f"{name}_sim_per_wall": round(best["t_end_ns"] / 1e9 / best["run_s"], 5),
+        f"{name}_peak_rss_gib": round(max(run["peak_rss_kib"] for run in runs) / KIB_PER_GIB, 3),
+        f"{name}_build_s": round(min(run["build_s"] for run in runs), 3),
+    }
+
+
+def run_bench(quick: bool = False) -> dict[str, Any]:
+    """Measure every workload (``quick``: the small set) and return the training figures."""
+    figures: dict[str, Any] = {}
+    for name, settings, repeats in QUICK_WORKLOADS if quick else WORKLOADS:
+        runs = [_in_fresh_process(settings) for _ in range(repeats)]
+        figures.update(_figures(name, runs))
+    figures["peak_rss_gib"] = max(value for key, value in figures.items() if key.endswith("_peak_rss_gib"))
+    return {"bench": "training", "figures": figures}
