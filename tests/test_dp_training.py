@@ -282,3 +282,46 @@ def test_cli_rejects_bad_values_in_one_line(run_cli: Any) -> None:
     assert completed.stderr.count("\n") == 1 and "allreduce" in completed.stderr
     completed = run_cli("run", "dp_training", "--set", "oracle=on", "--set", "reduce_order=arrival")
     assert completed.returncode == 2 and completed.stderr.startswith("timetravel: error: config key 'oracle'")
+
+
+# -- retransmission and the stale_chunk bug --------------------------------------------------------
+
+
+def dropping_transport(sender: str, step: int, part: int) -> Any:
+    """The kernel's network without jitter, losing the original of one ring message (not its resend)."""
+
+    def transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> None:
+        if kind == "ring" and ctx.node == sender and payload[2] == step and payload[3] == part:
+            return
+        ctx.deliver(ctx.now + LATENCY_NS, dst, kind, payload)
+
+    return transport
+
+
+def run_dropping(sender: str, step: int, part: int, **settings: Any) -> tuple[Any, World]:
+    scenario = dataclasses.replace(SCENARIO, transport=dropping_transport(sender, step, part))
+    world = scenario.build(scenario.resolve_config({**QUIET, "steps": 3, **settings}), 0)
+    return Simulation(scenario, world).run(), world
+
+
+def test_a_lost_ring_message_is_resent_and_the_weights_stay_exact() -> None:
+    result, world = run_dropping("r2", 2, 5, oracle=True)
+    assert result.outcome == "pass"  # the oracle compared every step with the fault-free run
+    assert world.nodes["r2"]["resends"] == 1
+    assert world.nodes["r3"]["resend_requests"] >= 1
+    step_times = [value for _, _, value in world.metrics["step_time_ns"]]
+    timeout_ns = SCENARIO.param("retransmit_timeout").default
+    assert step_times[0] < COMPUTE_NS + 1_000_000 and step_times[2] < COMPUTE_NS + 1_000_000
+    assert step_times[0] + timeout_ns <= step_times[1] <= step_times[0] + 3 * timeout_ns
+
+
+def test_stale_chunk_bug_uses_the_previous_steps_chunk_after_a_resend() -> None:
+    # a reduce-scatter step: the stale partial sum reaches every rank alike, only the oracle sees it
+    result, world = run_dropping("r2", 2, 5, oracle=True, bug="stale_chunk")
+    assert (result.failure["kind"], result.failure["t_ns"]) == ("oracle", world.failures[0]["t_ns"])
+    assert "after step 2 differ" in result.failure["message"]
+    # an all-gather step: the stale chunk reaches only the ranks after r3, the replicas split
+    result, world = run_dropping("r2", 2, 10, check_every=1, bug="stale_chunk")
+    assert result.failure["kind"] == "divergence" and "by step 2" in result.failure["message"]
+    result, _ = run_dropping("r2", 2, 10, check_every=1)
+    assert result.outcome == "pass"

@@ -35,3 +35,8 @@ def canonical_sum(algorithm: str, contributions: np.ndarray) -> np.ndarray:
 
 def waits_on(algorithm: str, state: dict[str, Any]) -> list[str]:
     return ALGORITHMS[algorithm].waits_on(state)
+
+
+def missing(algorithm: str, state: dict[str, Any]) -> list[list[Any]]:
+    """``[peer, kind, part]`` for every message an active rank still waits on."""
+    return ALGORITHMS[algorithm].missing(state)

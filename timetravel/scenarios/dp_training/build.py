@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.scenarios.dp_training import collective, monitor, reference, tree
+from timetravel.scenarios.dp_training import collective, monitor, reference, ring, tree
 from timetravel.scenarios.dp_training.data import build_dataset
 from timetravel.scenarios.dp_training.model import layout_for
 from timetravel.scenarios.dp_training.numerics import DTYPES, pin_blas_threads
@@ -54,6 +54,7 @@ def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, ta
         "step_ns": 0,
         "progress_ns": 0,
         **collective.initial_state(),
+        **ring.initial_state(ranks, config["bug"]),
     }
 
 

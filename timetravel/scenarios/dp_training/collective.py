@@ -23,7 +23,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.scenarios.dp_training import watchdog
+from timetravel.scenarios.dp_training import reliability
 from timetravel.sim import Context
 
 STALE = 0
@@ -62,6 +62,7 @@ def initial_state() -> dict[str, Any]:
         "result": None,
         "coll_heard_ns": -1,
         "hang_reported": None,
+        **reliability.initial_state(),
     }
 
 
@@ -87,16 +88,6 @@ def report_mismatch(state: dict[str, Any], ctx: Context, message: list[Any], sen
     )
 
 
-def send_fresh(ctx: Context, dst: str, kind: str, payload: list[Any], nbytes: int) -> None:
-    """``ctx.send`` for a payload that is frozen by construction, without freezing it again.
-
-    The caller guarantees what ``freeze`` would: ``payload`` is a new list of ints and one numpy
-    array that is read-only and owns its memory (or is only ever read), so no two nodes can reach
-    the same mutable data. On the ring's hot path this saves a recursive copy per message.
-    """
-    ctx.transport(ctx, dst, kind, payload, nbytes)
-
-
 def buffer(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
     """Keep a message for later; a full inbox is a failure, never a silent drop."""
     inbox = state["inbox"]
@@ -115,7 +106,8 @@ def enter(state: dict[str, Any], ctx: Context, step: int, contribution: Any) -> 
     state["coll_active"] = True
     state["coll_entered_ns"] = ctx.now
     state["contribution"] = contribution
-    watchdog.arm(state, ctx)
+    state["coll_heard_ns"] = ctx.now
+    reliability.prune(state, state["coll_seq"])
 
 
 def complete(state: dict[str, Any], ctx: Context, result: Any) -> None:

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import collective
+from timetravel.scenarios.dp_training import collective, reliability
 from timetravel.scenarios.dp_training.collective import CURRENT, DATA, FUTURE, MISMATCH, PART
 from timetravel.scenarios.dp_training.numerics import sequential_sum
 from timetravel.sim import Context, Event
@@ -39,7 +39,7 @@ def start(state: dict[str, Any], ctx: Context) -> None:
     ranks = state["ranks"]
     if state["index"] != SERVER_INDEX:
         payload = [state["generation"], state["coll_seq"], state["coll_step"], state["index"], contribution]
-        ctx.send(SERVER, UP, payload, contribution.nbytes)
+        reliability.send_frozen(state, ctx, SERVER, UP, payload, contribution.nbytes)
     else:
         arrival = ctx.world.config["reduce_order"] == "arrival"
         state["ps_heard"] = [True] + [False] * (ranks - 1)
@@ -73,6 +73,7 @@ def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any])
 
 
 def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
+    state["coll_heard_ns"] = ctx.now
     if kind == DOWN:
         collective.complete(state, ctx, message[DATA].copy())
         return
@@ -97,7 +98,7 @@ def _broadcast(state: dict[str, Any], ctx: Context) -> None:
     total.flags.writeable = False
     payload = [state["generation"], state["coll_seq"], state["coll_step"], SERVER_INDEX, total]
     for rank in range(1, state["ranks"]):
-        ctx.send(f"r{rank}", DOWN, payload, total.nbytes)
+        reliability.send_logged(state, ctx, f"r{rank}", DOWN, list(payload), total.nbytes)
     collective.complete(state, ctx, total.copy())
 
 
@@ -119,6 +120,15 @@ def waits_on(state: dict[str, Any]) -> list[str]:
     if state["index"] != SERVER_INDEX:
         return [SERVER]
     return [f"r{rank}" for rank, heard in enumerate(state["ps_heard"]) if not heard]
+
+
+def missing(state: dict[str, Any]) -> list[list[Any]]:
+    """``[peer, kind, part]`` this rank waits on: unheard ranks (server), else the server's total."""
+    if not state["coll_active"]:
+        return []
+    if state["index"] != SERVER_INDEX:
+        return [[SERVER, DOWN, SERVER_INDEX]]
+    return [[f"r{rank}", UP, rank] for rank, heard in enumerate(state["ps_heard"]) if not heard]
 
 
 HANDLERS = {UP: on_up, DOWN: on_down}

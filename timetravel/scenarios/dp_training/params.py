@@ -56,7 +56,13 @@ PARAMS: tuple[Param, ...] = (
         1_000_000_000,
         "fail as a hang when no rank completes a step for this long (a watchdog sees it)",
     ),
-    Param("watchdog_interval", "time", 5_000_000, "a rank waiting in a collective checks on it this often"),
+    Param(
+        "retransmit_timeout",
+        "time",
+        2_000_000,
+        "a rank whose collective heard nothing this long asks its peers to resend (and checks this often)",
+        minimum=1,
+    ),
     Param("check_every", "int", 10, "compare replicas' weight checksums every this many steps", minimum=1),
     Param(
         "grad_skip_norm",

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import allreduce, detectors, device, update
+from timetravel.scenarios.dp_training import allreduce, detectors, device, update, watchdog
 from timetravel.scenarios.dp_training.collective import DONE_EVENT
 from timetravel.scenarios.dp_training.model import layout_for, local_bucket
 from timetravel.scenarios.dp_training.numerics import DTYPES
@@ -64,6 +64,7 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
         _local_guard(state, config, bucket)
     state["phase"] = PHASE_ALLREDUCE
     allreduce.enter(state, ctx, step, state["bucket"])
+    watchdog.arm(state, ctx)
 
 
 def _local_guard(state: dict[str, Any], config: dict[str, Any], bucket: np.ndarray) -> None:

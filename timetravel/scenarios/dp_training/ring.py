@@ -14,7 +14,9 @@ that same sum from all contributions at once, for the oracle's fault-free refere
 Messages arrive in step order from one sender unless the fabric reorders them; a message for a later
 step, or for the next collective, waits in the inbox and is taken in order.
 
-Rank state keys owned here: ``ring_next``, and ``next``/``prev`` (neighbour names fixed at build).
+Rank state keys owned here: ``ring_next``, ``ring_slots`` (only with the planted bug
+``stale_chunk``: the last chunk received at each ring step, a reused receive buffer), and
+``next``/``prev`` (neighbour names fixed at build).
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import collective
+from timetravel.scenarios.dp_training import collective, reliability
 from timetravel.scenarios.dp_training.collective import CURRENT, DATA, FUTURE, MISMATCH, PART, STALE
 from timetravel.scenarios.dp_training.numerics import sequential_sum
 from timetravel.sim import Context, Event
 
 KIND = "ring"
+RETRANSMITTED = "ring_retx"
 
 
 @functools.lru_cache(maxsize=64)
@@ -71,13 +74,27 @@ def start(state: dict[str, Any], ctx: Context) -> None:
     index = state["index"]
     chunk = contribution[bounds[index] : bounds[index + 1]]
     payload = [state["generation"], state["coll_seq"], state["coll_step"], 0, chunk]
-    ctx.send(state["next"], KIND, payload, chunk.nbytes)
+    reliability.send_frozen(state, ctx, state["next"], KIND, payload, chunk.nbytes)
     if state["inbox"]:
         _drain(state, ctx)
 
 
 def on_ring(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    _receive(state, ctx, event[4])
+
+
+def on_ring_retransmitted(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """A ring step sent again after a loss. Under the planted bug ``stale_chunk`` the receiver reads
+    it from its reused receive buffer for that step, which still holds the previous collective's
+    chunk: the retransmitted data is ignored."""
     message = event[4]
+    slots = state["ring_slots"]
+    if slots is not None and slots[message[PART]] is not None:
+        message = [*message[:DATA], slots[message[PART]]]
+    _receive(state, ctx, message)
+
+
+def _receive(state: dict[str, Any], ctx: Context, message: list[Any]) -> None:
     verdict = collective.classify(state, message)
     if verdict == CURRENT:
         part = message[PART]
@@ -100,6 +117,10 @@ def _process(state: dict[str, Any], ctx: Context, message: list[Any]) -> None:
     ranks = state["ranks"]
     contribution = state["contribution"]
     elements = len(contribution)
+    state["coll_heard_ns"] = ctx.now
+    slots = state["ring_slots"]
+    if slots is not None:
+        slots[part] = message[DATA]
     if part < ranks - 1:
         chunk = (state["index"] - 1 - part) % ranks
         low = elements * chunk // ranks
@@ -116,7 +137,7 @@ def _process(state: dict[str, Any], ctx: Context, message: list[Any]) -> None:
     state["ring_next"] = part
     if part < 2 * ranks - 2:
         payload = [message[0], message[1], message[2], part, outgoing]
-        collective.send_fresh(ctx, state["next"], KIND, payload, outgoing.nbytes)
+        reliability.send_logged(state, ctx, state["next"], KIND, payload, outgoing.nbytes)
     else:
         collective.complete(state, ctx, state["result"])
 
@@ -155,4 +176,14 @@ def waits_on(state: dict[str, Any]) -> list[str]:
     return [state["prev"]] if state["coll_active"] and state["ranks"] > 1 else []
 
 
-HANDLERS = {KIND: on_ring}
+def missing(state: dict[str, Any]) -> list[list[Any]]:
+    """``[peer, kind, part]`` this rank waits on: the next ring step from its predecessor."""
+    return [[state["prev"], KIND, state["ring_next"]]] if state["coll_active"] and state["ranks"] > 1 else []
+
+
+def initial_state(ranks: int, bug: str) -> dict[str, Any]:
+    """``ring_slots``: the reused receive buffers that only the ``stale_chunk`` code keeps."""
+    return {"ring_next": 0, "ring_slots": [None] * max(0, 2 * ranks - 2) if bug == "stale_chunk" else None}
+
+
+HANDLERS = {KIND: on_ring, RETRANSMITTED: on_ring_retransmitted}

@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from timetravel.scenarios.dp_training import allreduce, monitor, pipeline, watchdog
+from timetravel.scenarios.dp_training import allreduce, monitor, pipeline, reliability, watchdog
 from timetravel.scenarios.dp_training.build import ROLE_MONITOR, ROLE_RANK, SCENARIO_NAME, build
 from timetravel.scenarios.dp_training.detectors import weights_digest
 from timetravel.scenarios.dp_training.model import layout_for
@@ -41,7 +41,7 @@ SCENARIO = Scenario(
     params=_params_with_presets(),
     build=build,
     handlers={
-        ROLE_RANK: {**pipeline.HANDLERS, **allreduce.HANDLERS, **watchdog.HANDLERS},
+        ROLE_RANK: {**pipeline.HANDLERS, **allreduce.HANDLERS, **watchdog.HANDLERS, **reliability.HANDLERS},
         ROLE_MONITOR: monitor.HANDLERS,
     },
     presets=PRESETS,

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import collective
+from timetravel.scenarios.dp_training import collective, reliability
 from timetravel.scenarios.dp_training.collective import CURRENT, DATA, FUTURE, MISMATCH, PART
 from timetravel.sim import Context, Event
 
@@ -117,6 +117,7 @@ def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any])
 
 
 def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
+    state["coll_heard_ns"] = ctx.now
     if kind == DOWN:
         _received_down(state, ctx, message[PART], message[DATA])
         return
@@ -153,7 +154,7 @@ def _chunk_reduced(state: dict[str, Any], ctx: Context, chunk: int, total: np.nd
     if parent is not None:
         side = (state["index"] - 1) % 2
         payload = [state["generation"], state["coll_seq"], state["coll_step"], 2 * chunk + side, total]
-        ctx.send(parent, UP, payload, total.nbytes)
+        reliability.send_logged(state, ctx, parent, UP, payload, total.nbytes)
         return
     _received_down(state, ctx, chunk, total)
 
@@ -166,7 +167,7 @@ def _received_down(state: dict[str, Any], ctx: Context, chunk: int, total: np.nd
     state["result"][bounds[chunk] : bounds[chunk + 1]] = total
     payload = [state["generation"], state["coll_seq"], state["coll_step"], chunk, total]
     for child in state["tree_children"]:
-        ctx.send(child, DOWN, payload, total.nbytes)
+        reliability.send_logged(state, ctx, child, DOWN, list(payload), total.nbytes)
     state["tree_down_done"] += 1
     if state["tree_down_done"] == len(bounds) - 1:
         collective.complete(state, ctx, state["result"])
@@ -195,6 +196,23 @@ def waits_on(state: dict[str, Any]) -> list[str]:
     if missing:
         return missing
     return [state["tree_parent"]] if state["tree_parent"] is not None else []
+
+
+def missing(state: dict[str, Any]) -> list[list[Any]]:
+    """``[peer, kind, part]`` this rank waits on: children's sums per chunk, then the parent's total."""
+    if not state["coll_active"]:
+        return []
+    wanted: list[list[Any]] = []
+    children = state["tree_children"]
+    for chunk, got in enumerate(state["tree_got"]):
+        if got < len(children):
+            for side, child in enumerate(children):
+                slots = state["tree_left"] if side == LEFT else state["tree_right"]
+                if slots[chunk] is None:
+                    wanted.append([child, UP, 2 * chunk + side])
+        elif state["tree_parent"] is not None and not state["tree_down_got"][chunk]:
+            wanted.append([state["tree_parent"], DOWN, chunk])
+    return wanted
 
 
 HANDLERS = {UP: on_up, DOWN: on_down}
