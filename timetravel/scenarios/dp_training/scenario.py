@@ -47,4 +47,5 @@ SCENARIO = Scenario(
     presets=PRESETS,
     on_end=monitor.on_end,
     summarize=summarize,
+    determinism="forbid",
 )
