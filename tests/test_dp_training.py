@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import dataclasses
-import itertools
 import json
 import math
 from typing import Any
@@ -11,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from timetravel import fabric
 from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training import reference, tree
 from timetravel.scenarios.dp_training.model import layout_for
@@ -19,11 +19,14 @@ from timetravel.sim.runner import run_report
 
 SCENARIO = get_scenario("dp_training")
 SMALL = {"ranks": 8, "steps": 6, "params": 256}
-QUIET = {**SMALL, "jitter": 0, "compute_jitter": 0}
+QUIET = {**SMALL, "network_jitter": 0, "compute_jitter": 0}
 """No network or compute jitter: every time below is exact arithmetic on the defaults."""
 COMPUTE_NS = 9_000_000  # model_flops 9e11 / (100 TFLOP/s = 1e5 FLOP/ns)
-LATENCY_NS = 10_000
-OPTIMIZER_NS = 50_000
+HOP_NS = 3_401
+"""8 ranks share one host: a ring chunk of <= 450 bytes crosses NVLink in 3.4 us plus 1 ns on the wire."""
+RING_8_NS = 14 * HOP_NS  # 2(N-1) ring steps
+UPDATE_TAIL_NS = 20_000 + 50_000  # unpack, then the optimizer kernel
+STEP_1_DONE_NS = COMPUTE_NS + RING_8_NS + UPDATE_TAIL_NS
 
 
 def run(seed: int = 0, base: dict[str, Any] | None = None, **settings: Any) -> tuple[dict[str, Any], World]:
@@ -97,47 +100,55 @@ def test_same_seed_same_bits_and_events() -> None:
 
 # -- fidelity: the collectives against their alpha-beta models ------------------------------------
 
-ALPHA_NS = 10_000
-NS_PER_BYTE = 2  # 0.5 GB/s: slow enough that the bandwidth term matters for an 8 KiB bucket
+
+def one_allreduce(ranks: int, **settings: Any) -> tuple[int, int, dict[str, Any]]:
+    """Duration of step 1's all-reduce, the bucket bytes and the config, on a uniform fabric.
+
+    One GPU per host and every host under one leaf: every ring edge and tree edge is the same
+    path (NIC out, leaf, NIC in), with alpha = network_latency and B = the NIC bandwidth, and no
+    two messages of one step share a link (no contention). The NICs run at 8 Gb/s (1 byte/ns), so
+    that the bandwidth term of a 256 KiB bucket matters next to the latency term.
+    """
+    config = SCENARIO.resolve_config(
+        {
+            **QUIET,
+            "ranks": ranks,
+            "steps": 1,
+            "params": 65_536,
+            "gpus_per_host": 1,
+            "leaf_radix": max(4, 2 * ranks),
+            "nic_gbit_per_s": 8,
+            **settings,
+        }
+    )
+    world = SCENARIO.build(config, 0)
+    assert finish(world).outcome == "pass"
+    states = [world.nodes[f"r{index}"] for index in range(ranks)]
+    assert {state["coll_entered_ns"] for state in states} == {COMPUTE_NS}
+    finished_ns = max(state["coll_done_ns"] for state in states)
+    return finished_ns - COMPUTE_NS, (layout_for(config["params"]).params + 1) * 4, config
 
 
-def alpha_beta_transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> None:
-    """A network without contention: every message takes alpha + bytes / B."""
-    ctx.deliver(ctx.now + ALPHA_NS + nbytes * NS_PER_BYTE, dst, kind, payload)
-
-
-ALPHA_BETA = dataclasses.replace(SCENARIO, transport=alpha_beta_transport)
-
-
-def one_allreduce_ns(ranks: int, **settings: Any) -> tuple[int, int]:
-    """Duration of step 1's all-reduce (every rank enters at COMPUTE_NS) and the bucket bytes."""
-    world = ALPHA_BETA.build(ALPHA_BETA.resolve_config({**QUIET, "ranks": ranks, "steps": 1, **settings}), 0)
-    result = finish(world, ALPHA_BETA)
-    assert result.outcome == "pass"
-    ranks_states = [world.nodes[f"r{index}"] for index in range(ranks)]
-    assert {state["coll_entered_ns"] for state in ranks_states} == {COMPUTE_NS}
-    finished_ns = max(state["coll_done_ns"] for state in ranks_states)
-    return finished_ns - COMPUTE_NS, (layout_for(world.config["params"]).params + 1) * 4
+BYTES_PER_NS = 1  # 8 Gb/s
 
 
 @pytest.mark.parametrize("ranks", [8, 64])
 def test_ring_allreduce_takes_the_alpha_beta_time(ranks: int) -> None:
-    measured_ns, size_bytes = one_allreduce_ns(ranks, params=65_536)
-    alpha_term_ns = 2 * (ranks - 1) * ALPHA_NS
-    model_ns = alpha_term_ns + 2 * (ranks - 1) / ranks * size_bytes * NS_PER_BYTE
+    measured_ns, size_bytes, config = one_allreduce(ranks)
+    alpha_term_ns = 2 * (ranks - 1) * config["network_latency"]
+    model_ns = alpha_term_ns + 2 * (ranks - 1) / ranks * size_bytes / BYTES_PER_NS
     assert abs(measured_ns - model_ns) <= 0.05 * model_ns
     # and the bandwidth term is really in play: alpha alone would be far more than 5% off
     assert model_ns - alpha_term_ns > 0.25 * model_ns
 
 
-@pytest.mark.parametrize("ranks", [8, 100])
+@pytest.mark.parametrize("ranks", [7, 63])
 def test_tree_allreduce_takes_its_own_model_time(ranks: int) -> None:
-    measured_ns, size_bytes = one_allreduce_ns(ranks, params=2048, allreduce="tree", tree_chunk_bytes=2048)
-    bounds = tree.chunk_bounds(size_bytes // 4, 4, 2048)
-    chunk_bytes = max(high - low for low, high in itertools.pairwise(bounds)) * 4
-    # without contention every chunk climbs depth levels and comes down again, all in parallel
-    model_ns = 2 * tree.depth(ranks) * (ALPHA_NS + chunk_bytes * NS_PER_BYTE)
-    assert len(bounds) - 1 == 4  # 2042 elements of 4 bytes in chunks of at most 512
+    # a perfect binary tree, the bucket in one chunk: each level of the reduce costs alpha plus two
+    # chunks on the parent's NIC (both children send at once), and the broadcast mirrors it
+    measured_ns, size_bytes, config = one_allreduce(ranks, allreduce="tree", tree_chunk_bytes=1 << 20)
+    depth = tree.depth(ranks)
+    model_ns = 2 * depth * (config["network_latency"] + 2 * size_bytes / BYTES_PER_NS)
     assert abs(measured_ns - model_ns) <= 0.05 * model_ns
 
 
@@ -150,7 +161,7 @@ def test_collective_mismatch_names_both_collectives() -> None:
     result = finish(world)
     assert result.failure["kind"] == "collective_mismatch"
     # the first message of the ring reaches r3 one latency after the all-reduce began
-    assert (result.failure["node"], result.failure["t_ns"]) == ("r3", COMPUTE_NS + LATENCY_NS)
+    assert (result.failure["node"], result.failure["t_ns"]) == ("r3", COMPUTE_NS + HOP_NS)
     assert "step 2" in result.failure["message"] and "r2 sent collective #0" in result.failure["message"]
 
 
@@ -180,8 +191,7 @@ def test_nan_in_one_replica_is_caught_after_the_guard() -> None:
     result = finish(world)
     # r2's NaN gradient makes every rank skip step 1 alike; r2's own weights stay NaN
     assert (result.failure["kind"], result.failure["node"]) == ("nan", "r2")
-    ring_ns = 2 * (8 - 1) * LATENCY_NS
-    assert result.failure["t_ns"] == COMPUTE_NS + ring_ns + OPTIMIZER_NS
+    assert result.failure["t_ns"] == STEP_1_DONE_NS
     assert world.nodes["r0"]["skipped_steps"] == 1
 
 
@@ -200,7 +210,7 @@ def test_blowup_bound_is_checked_on_the_global_loss() -> None:
     assert failure["kind"] == "blowup"
     rank = world.nodes[failure["node"]]
     assert rank["step"] == 1 and rank["loss"] > 0.5 and failure["t_ns"] == rank["progress_ns"]
-    assert failure["t_ns"] == COMPUTE_NS + 2 * 7 * LATENCY_NS + OPTIMIZER_NS
+    assert failure["t_ns"] == STEP_1_DONE_NS
 
 
 def test_oracle_catches_a_rank_whose_maths_left_the_reference() -> None:
@@ -208,7 +218,7 @@ def test_oracle_catches_a_rank_whose_maths_left_the_reference() -> None:
     world.nodes["r6"]["inputs"][0, 0, 0] += np.float32(0.25)  # one input of one sample of r6's shard
     result = finish(world)
     assert result.failure["kind"] == "oracle"
-    assert result.failure["t_ns"] == COMPUTE_NS + 2 * 7 * LATENCY_NS + OPTIMIZER_NS
+    assert result.failure["t_ns"] == STEP_1_DONE_NS
     assert "after step 1 differ from the fault-free run" in result.failure["message"]
 
 
@@ -288,12 +298,12 @@ def test_cli_rejects_bad_values_in_one_line(run_cli: Any) -> None:
 
 
 def dropping_transport(sender: str, step: int, part: int) -> Any:
-    """The kernel's network without jitter, losing the original of one ring message (not its resend)."""
+    """The fabric, losing the original of one ring message (not its resend)."""
 
     def transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> None:
         if kind == "ring" and ctx.node == sender and payload[2] == step and payload[3] == part:
             return
-        ctx.deliver(ctx.now + LATENCY_NS, dst, kind, payload)
+        fabric.transport(ctx, dst, kind, payload, nbytes)
 
     return transport
 

@@ -1,4 +1,5 @@
-"""Build the initial world: N ranks with their model replicas and data shards, and the monitor.
+"""Build the initial world: N ranks with their model replicas and data shards, the monitor, the
+elastic controller and checkpoint storage, all on the fabric (``fabric.install``).
 
 Everything a rank needs at run time is in its node state, decided here once: its neighbours in the
 ring and the tree (so the hot message handlers do no arithmetic on names), its compute time from
@@ -9,18 +10,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.scenarios.dp_training import collective, monitor, reference, ring, tree
+from timetravel import fabric
+from timetravel.scenarios.dp_training import collective, device, elastic, monitor, reference, ring, tree
 from timetravel.scenarios.dp_training.data import build_dataset
 from timetravel.scenarios.dp_training.model import layout_for
 from timetravel.scenarios.dp_training.numerics import DTYPES, pin_blas_threads
 from timetravel.scenarios.dp_training.optimizer import initial_slots
 from timetravel.scenarios.dp_training.params import check_config, compute_time_ns
 from timetravel.scenarios.dp_training.pipeline import STEP_START
-from timetravel.sim import ConfigError, World
+from timetravel.sim import World
 
 SCENARIO_NAME = "dp_training"
 ROLE_RANK = "rank"
 ROLE_MONITOR = "monitor"
+ROLE_CONTROLLER = "controller"
+ROLE_STORAGE = "storage"
 
 
 def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, targets: Any) -> dict[str, Any]:
@@ -30,7 +34,6 @@ def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, ta
     return {
         "index": index,
         "ranks": ranks,
-        "host": index // config["gpus_per_host"],
         "generation": 0,
         "step": 0,
         "phase": "idle",
@@ -42,6 +45,8 @@ def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, ta
         "weights": weights.astype(DTYPES[config["dtype"]]),
         "slots": initial_slots(config["optimizer"], weights.shape[0]),
         "bucket": None,
+        "staging": None,
+        "grad_pending": None,
         "inputs": inputs,
         "targets": targets,
         "loss": None,
@@ -53,6 +58,10 @@ def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, ta
         "step_started_ns": -1,
         "step_ns": 0,
         "progress_ns": 0,
+        "incarnation": 0,
+        "crashes": 0,
+        "restores": 0,
+        "elastic_token": 0,
         **collective.initial_state(),
         **ring.initial_state(ranks, config["bug"]),
     }
@@ -60,22 +69,24 @@ def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, ta
 
 def build(config: dict[str, Any], seed: int) -> World:
     check_config(config)
-    if config["faults"] != "none":
-        raise ConfigError("config key 'faults': only 'none' until the fabric's fault injectors are wired in")
     pin_blas_threads()
     layout = layout_for(config["params"])
     dataset = build_dataset(
         config["data_seed"], config["ranks"], config["batch"], config["batches_per_rank"], layout
     )
     world = World(SCENARIO_NAME, config, seed)
-    world.fabric.update(latency_ns=config["latency"], jitter_ns=config["jitter"])
-    for index in range(config["ranks"]):
+    ranks = [monitor.rank_name(index) for index in range(config["ranks"])]
+    for index, name in enumerate(ranks):
         state = rank_state(
             config, index, dataset.initial_weights, dataset.inputs[index], dataset.targets[index]
         )
-        world.add_node(monitor.rank_name(index), ROLE_RANK, state)
+        world.add_node(name, ROLE_RANK, state)
     expected = list(reference.reference(config).digests) if config["oracle"] else None
     world.add_node(monitor.NAME, ROLE_MONITOR, monitor.initial_state(config, expected))
+    world.add_node(elastic.CONTROLLER, ROLE_CONTROLLER, elastic.controller_state(config["ranks"]))
+    first = world.nodes[ranks[0]]
+    world.add_node(elastic.STORAGE, ROLE_STORAGE, elastic.storage_state(first["weights"], first["slots"]))
+    fabric.install(world, ranks, hooks=elastic.HOOKS, buffers=device.BUFFERS)
     for index in range(config["ranks"]):
         world.schedule(0, monitor.rank_name(index), STEP_START, 0)
     return world

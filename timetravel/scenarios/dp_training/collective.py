@@ -10,7 +10,8 @@ Receiving a message sorts it into one of four cases:
 
 * stale: an older generation, or a collective this rank has already completed (a duplicate);
 * current: the collective this rank is in;
-* future: a collective this rank has not entered yet (it is buffered in the bounded inbox);
+* future: a collective this rank has not entered yet, or a newer generation than the rank has
+  joined (a peer resumed first): it is buffered in the bounded inbox;
 * mismatch: same sequence number, different collective (the sender issued it for another step):
   a ``collective_mismatch`` failure, one of the leading causes of real NCCL hangs, which PyTorch's
   ``TORCH_DISTRIBUTED_DEBUG=DETAIL`` catches the same way, by comparing collective fingerprints.
@@ -23,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.scenarios.dp_training import reliability
+from timetravel.scenarios.dp_training import device, reliability
 from timetravel.sim import Context
 
 STALE = 0
@@ -40,7 +41,6 @@ DATA = 4
 INBOX_SLACK = 64
 MISMATCH_SITE = "dp_training.collective_mismatch"
 INBOX_SITE = "dp_training.inbox_limit"
-DONE_EVENT = "allreduce_done"
 
 
 def inbox_limit(ranks: int) -> int:
@@ -68,8 +68,9 @@ def initial_state() -> dict[str, Any]:
 
 def classify(state: dict[str, Any], message: list[Any]) -> int:
     """Stale, current, future or mismatch (see the module docstring)."""
-    if message[GENERATION] != state["generation"]:
-        return STALE
+    generation = message[GENERATION]
+    if generation != state["generation"]:
+        return FUTURE if generation > state["generation"] else STALE
     seq = message[SEQ]
     current = state["coll_seq"]
     if seq < current or (seq == current and not state["coll_active"]):
@@ -111,14 +112,14 @@ def enter(state: dict[str, Any], ctx: Context, step: int, contribution: Any) -> 
 
 
 def complete(state: dict[str, Any], ctx: Context, result: Any) -> None:
-    """The collective is done on this rank: its result is ready (the comm kernel finishes)."""
+    """The collective is done on this rank: its result is ready, so the open comm kernel ends."""
     state["coll_active"] = False
     state["coll_done_seq"] = state["coll_seq"]
     state["coll_done_step"] = state["coll_step"]
     state["coll_done_ns"] = ctx.now
     state["result"] = result
     state["contribution"] = None
-    ctx.timer(0, DONE_EVENT, [state["generation"], state["coll_seq"]])
+    device.finish_allreduce(ctx)
 
 
 def take_current(state: dict[str, Any], kind: str) -> list[list[Any]]:

@@ -69,6 +69,7 @@ def _tally(state: dict[str, Any], ctx: Context, index: int, generation: int, ste
     key = f"{generation}:{step}"
     tally = tallies.get(key)
     if tally is None:
+        _forget_older_generations(tallies, generation)
         if len(tallies) >= TALLIES_MAX:
             ctx.fail("assertion", f"more than {TALLIES_MAX} divergence checks open at once", site=END_SITE)
             return
@@ -80,6 +81,12 @@ def _tally(state: dict[str, Any], ctx: Context, index: int, generation: int, ste
     if tally["count"] == len(tally["digests"]):
         del tallies[key]
         _compare(state, ctx, step, tally["digests"])
+
+
+def _forget_older_generations(tallies: dict[str, Any], generation: int) -> None:
+    """An elastic restart abandoned the checks of older generations: ranks will never finish them."""
+    for key in [key for key in tallies if int(key.partition(":")[0]) < generation]:
+        del tallies[key]
 
 
 def _compare(state: dict[str, Any], ctx: Context, step: int, digests: list[int]) -> None:

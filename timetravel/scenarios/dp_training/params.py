@@ -4,12 +4,15 @@ The keys named in the issue (``ranks``, ``gpus_per_host``, ``steps``, ``params``
 ``allreduce``, ``reduce_order``, ``faults``, ``faults_max``, ``bug``, ``preset``, ``data_seed``,
 ``hang_timeout``, ``check_every``, ``grad_skip_norm``, ``oracle``, ``race_detector``) keep exactly
 those names so that scripts can rely on them; the rest tune the model, the optimizer and the clock.
+The hardware and fault keys (``gpus_per_host``, ``faults``, ``faults_max``, ``race_detector`` and
+the link figures) are the fabric's own (``fabric_params``), so they mean the same in every scenario.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from timetravel.fabric import fabric_params
 from timetravel.scenarios.dp_training.numerics import DTYPES
 from timetravel.scenarios.dp_training.optimizer import OPTIMIZERS
 from timetravel.sim import ConfigError, Param
@@ -28,7 +31,6 @@ FLOPS_PER_TFLOP_NS = 1_000.0
 PARAMS: tuple[Param, ...] = (
     Param("preset", "str", "none", "a named bundle of settings, applied before --set values", choices=()),
     Param("ranks", "int", 16, "data-parallel ranks (GPUs); rank r is node rN", minimum=1, shrinkable=True),
-    Param("gpus_per_host", "int", 8, "GPUs per host: ranks on one host talk over NVLink", minimum=1),
     Param("steps", "int", 100, "training steps to run", minimum=1, shrinkable=True),
     Param("params", "int", 2048, "parameters of the toy MLP (the widest hidden layer that fits)", minimum=25),
     Param("dtype", "str", "float32", "dtype of weights, gradients and buckets", choices=MODEL_DTYPES),
@@ -42,8 +44,6 @@ PARAMS: tuple[Param, ...] = (
         choices=REDUCE_ORDERS,
         branchable=True,
     ),
-    Param("faults", "json", "none", "none, swarm, or an explicit fault schedule (JSON or @file.json)"),
-    Param("faults_max", "int", 8, "most fault records a swarm schedule draws", minimum=0),
     Param(
         "bug", "str", "none", "a planted bug to find (none: the correct code)", choices=BUGS, branchable=True
     ),
@@ -72,7 +72,6 @@ PARAMS: tuple[Param, ...] = (
         minimum=0.0,
     ),
     Param("oracle", "bool", False, "check every step's weights against the fault-free run, bit for bit"),
-    Param("race_detector", "bool", True, "fail on a GPU stream race (off: see its downstream symptom)"),
     Param("blowup_loss", "float", 1e4, "fail as blowup when the global loss exceeds this", minimum=0.0),
     Param("optimizer", "str", "sgd", "sgd (with momentum) or adam", choices=OPTIMIZERS),
     Param("lr", "float", 0.05, "learning rate", minimum=0.0),
@@ -101,9 +100,21 @@ PARAMS: tuple[Param, ...] = (
     ),
     Param("compute_jitter", "time", 100_000, "extra compute time per step, drawn in [0, jitter]"),
     Param("optimizer_time", "time", 50_000, "duration of the optimizer kernel"),
+    Param(
+        "unpack_time",
+        "time",
+        20_000,
+        "duration of the kernel that copies the all-reduced bucket into the gradient",
+    ),
+    Param(
+        "checkpoint_every",
+        "int",
+        10,
+        "rank 0 saves weights and optimizer state every this many steps (0: never)",
+        minimum=0,
+    ),
     Param("tree_chunk_bytes", "int", 262_144, "tree all-reduce: bytes per pipelined chunk", minimum=1),
-    Param("latency", "time", 10_000, "one-way message latency (kernel transport, until the fabric)"),
-    Param("jitter", "time", 2_000, "extra latency per message, drawn in [0, jitter] (site net.jitter)"),
+    *fabric_params(),
 )
 
 PRESETS: dict[str, dict[str, Any]] = {

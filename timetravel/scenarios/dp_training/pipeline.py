@@ -1,17 +1,22 @@
-"""One training step on one rank: compute, all-reduce, guard, update, repeat.
+"""One training step on one rank: compute, all-reduce, unpack, guard, update, repeat.
 
-    step_start -> compute kernel (forward+backward writes the bucket)
-               -> compute_done: issue the all-reduce of the bucket
-               -> allreduce_done: the bucket now holds the average (in place, as NCCL does)
-               -> optimizer kernel -> update_done: guard, update, detectors, next step
+    step_start -> (device) forward_backward ... compute_done: the local bucket exists
+               -> allreduce_start: the comm stream reached the all-reduce; exchange messages
+               -> allreduce_done: the exchange finished; the average lands in ``staging``
+               -> unpack_done: ``staging`` is copied into the gradient buffer (``bucket``)
+               -> update_done: guard, update, detectors, checkpoint, next step
 
-Every completion event carries the rank's ``generation`` so that work from before an elastic
-restart is ignored. The maths after the all-reduce is :mod:`update`, shared with the oracle.
+Every payload carries the rank's ``generation`` so that work from before an elastic restart is
+ignored. The maths after the all-reduce is :mod:`update`, shared with the oracle.
 
 The planted bug ``local_guard`` lives here: with it, a rank decides to skip from its *own*
 gradient norm before the all-reduce (and contributes zeros so as not to poison its peers), instead
 of every rank deciding alike from the all-reduced norm. A corruption on one rank then makes that
 rank skip alone, and the replicas drift apart silently until the divergence check sees it.
+
+A corrupt fault that names the buffer ``grad`` while the backward kernel runs lands in the
+gradient it is writing: the flipped bit is latched in ``grad_pending`` and XORed into the bucket
+when the kernel completes (:mod:`elastic` finds the buffer for the fabric).
 """
 
 from __future__ import annotations
@@ -20,8 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import allreduce, detectors, device, update, watchdog
-from timetravel.scenarios.dp_training.collective import DONE_EVENT
+from timetravel.scenarios.dp_training import allreduce, detectors, device, elastic, update, watchdog
 from timetravel.scenarios.dp_training.model import layout_for, local_bucket
 from timetravel.scenarios.dp_training.numerics import DTYPES
 from timetravel.sim import Context, Event
@@ -39,7 +43,7 @@ def start_step(state: dict[str, Any], ctx: Context) -> None:
     step = state["step"] + 1
     state["phase"] = PHASE_COMPUTE
     state["step_started_ns"] = ctx.now
-    device.launch_compute(state, ctx, step)
+    device.launch_step(state, ctx, step)
 
 
 def on_step_start(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -47,9 +51,15 @@ def on_step_start(state: dict[str, Any], event: Event, ctx: Context) -> None:
         start_step(state, ctx)
 
 
-def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+def _current(state: dict[str, Any], event: Event) -> int | None:
+    """The step an event is about, or None when it comes from an older generation."""
     generation, step = event[4]
-    if generation != state["generation"]:
+    return step if generation == state["generation"] else None
+
+
+def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    step = _current(state, event)
+    if step is None:
         return
     config = ctx.world.config
     layout = layout_for(config["params"])
@@ -57,14 +67,22 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     bucket = local_bucket(
         state["weights"], state["inputs"][batch], state["targets"][batch], layout, DTYPES[config["dtype"]]
     )
+    pending = state["grad_pending"]
+    if pending is not None:
+        _latch(bucket, pending)
+        state["grad_pending"] = None
     state["bucket"] = bucket
     state["loss_local"] = float(bucket[-1])
     state["skip_local"] = False
     if config["bug"] == "local_guard":
         _local_guard(state, config, bucket)
     state["phase"] = PHASE_ALLREDUCE
-    allreduce.enter(state, ctx, step, state["bucket"])
-    watchdog.arm(state, ctx)
+
+
+def _latch(bucket: np.ndarray, pending: np.ndarray) -> None:
+    """XOR the bits flipped while the kernel wrote the gradient into the gradient it produced."""
+    unsigned = np.dtype(f"uint{8 * bucket.itemsize}")
+    bucket.view(unsigned)[...] ^= pending.view(unsigned)
 
 
 def _local_guard(state: dict[str, Any], config: dict[str, Any], bucket: np.ndarray) -> None:
@@ -74,19 +92,33 @@ def _local_guard(state: dict[str, Any], config: dict[str, Any], bucket: np.ndarr
         state["bucket"] = np.zeros_like(bucket)
 
 
-def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    generation, seq = event[4]
-    if generation != state["generation"] or seq != state["coll_done_seq"]:
+def on_allreduce_start(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    step = _current(state, event)
+    if step is None or state["bucket"] is None:
         return
-    state["bucket"] = update.average(state["result"], state["ranks"], ctx.world.config["dtype"])
+    allreduce.enter(state, ctx, step, state["bucket"])
+    watchdog.arm(state, ctx)
+
+
+def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    step = _current(state, event)
+    if step is None or state["result"] is None:
+        return
+    state["staging"] = update.average(state["result"], state["ranks"], ctx.world.config["dtype"])
     state["result"] = None
     state["phase"] = PHASE_UPDATE
-    device.launch_optimizer(state, ctx, state["coll_done_step"])
+    device.launch_update(state, ctx, step)
+
+
+def on_unpack_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    if _current(state, event) is not None and state["staging"] is not None:
+        state["bucket"] = state["staging"]
+        state["staging"] = None
 
 
 def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    generation, step = event[4]
-    if generation != state["generation"]:
+    step = _current(state, event)
+    if step is None:
         return
     config = ctx.world.config
     verdict = update.inspect(state["bucket"], config["grad_skip_norm"])
@@ -97,6 +129,7 @@ def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     _record(state, ctx, step, verdict, skip)
     if not detectors.check_step(state, ctx, step, verdict):
         return
+    elastic.maybe_checkpoint(state, ctx, step)
     if state["step"] < config["steps"]:
         start_step(state, ctx)
     else:
@@ -123,6 +156,8 @@ def _record(state: dict[str, Any], ctx: Context, step: int, verdict: update.Verd
 HANDLERS = {
     STEP_START: on_step_start,
     device.COMPUTE_DONE: on_compute_done,
-    DONE_EVENT: on_allreduce_done,
+    device.ALLREDUCE_START: on_allreduce_start,
+    device.ALLREDUCE_DONE: on_allreduce_done,
+    device.UNPACK_DONE: on_unpack_done,
     device.UPDATE_DONE: on_update_done,
 }

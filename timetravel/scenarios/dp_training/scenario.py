@@ -5,8 +5,16 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from timetravel.scenarios.dp_training import allreduce, monitor, pipeline, reliability, watchdog
-from timetravel.scenarios.dp_training.build import ROLE_MONITOR, ROLE_RANK, SCENARIO_NAME, build
+from timetravel import fabric
+from timetravel.scenarios.dp_training import allreduce, elastic, monitor, pipeline, reliability, watchdog
+from timetravel.scenarios.dp_training.build import (
+    ROLE_CONTROLLER,
+    ROLE_MONITOR,
+    ROLE_RANK,
+    ROLE_STORAGE,
+    SCENARIO_NAME,
+    build,
+)
 from timetravel.scenarios.dp_training.detectors import weights_digest
 from timetravel.scenarios.dp_training.model import layout_for
 from timetravel.scenarios.dp_training.params import PARAMS, PRESETS
@@ -25,6 +33,11 @@ def summarize(world: World) -> dict[str, Any]:
         "allreduce": world.config["allreduce"],
         "skipped_steps": rank["skipped_steps"],
         "divergence_checks_passed": world.nodes[monitor.NAME]["checks_passed"],
+        "restarts": world.nodes[elastic.CONTROLLER]["restarts"],
+        "resends": sum(
+            world.nodes[monitor.rank_name(index)]["resends"] for index in range(world.config["ranks"])
+        ),
+        **fabric.summary(world),
     }
 
 
@@ -40,10 +53,22 @@ SCENARIO = Scenario(
     summary="data-parallel training over ring/tree/naive all-reduce, with replica, hang and oracle detectors",
     params=_params_with_presets(),
     build=build,
-    handlers={
-        ROLE_RANK: {**pipeline.HANDLERS, **allreduce.HANDLERS, **watchdog.HANDLERS, **reliability.HANDLERS},
-        ROLE_MONITOR: monitor.HANDLERS,
-    },
+    handlers=fabric.with_handlers(
+        {
+            ROLE_RANK: {
+                **pipeline.HANDLERS,
+                **allreduce.HANDLERS,
+                **watchdog.HANDLERS,
+                **reliability.HANDLERS,
+                **elastic.RANK_HANDLERS,
+            },
+            ROLE_MONITOR: monitor.HANDLERS,
+            ROLE_CONTROLLER: elastic.CONTROLLER_HANDLERS,
+            ROLE_STORAGE: elastic.STORAGE_HANDLERS,
+        },
+        elastic.HOOKS,
+    ),
+    transport=fabric.transport,
     presets=PRESETS,
     on_end=monitor.on_end,
     summarize=summarize,
