@@ -222,18 +222,132 @@ def test_oracle_catches_a_rank_whose_maths_left_the_reference() -> None:
     assert "after step 1 differ from the fault-free run" in result.failure["message"]
 
 
-def test_step_guard_skips_on_every_rank_alike_and_local_guard_does_not() -> None:
-    def poisoned(bug: str) -> tuple[Any, World]:
-        world = build(QUIET, steps=8, check_every=4, bug=bug)
-        world.nodes["r3"]["inputs"][1] *= np.float32(1e4)  # step 2's batch on r3: a huge gradient
-        return finish(world), world
+def flip(target: str, at: str, element: int, bit: int) -> list[dict[str, Any]]:
+    """A schedule of one bit flip in ``target``'s gradient buffer."""
+    params = {"buffer": "grad", "element": element, "bit": bit}
+    return [{"kind": "corrupt", "target": target, "t_start": at, "params": params}]
 
-    result, world = poisoned("none")
-    assert result.outcome == "pass"
-    assert {world.nodes[f"r{index}"]["skipped_steps"] for index in range(8)} == {2}  # steps 2 and 6
-    result, world = poisoned("local_guard")
-    assert (result.failure["kind"], result.failure["node"]) == ("divergence", "r3")
+
+B2_LAST = layout_for(256).params - 1
+"""The gradient of the last output bias: never zero, so flipping its exponent's top bit gives ~1e37."""
+
+
+def test_step_guard_skips_on_every_rank_alike_and_local_guard_does_not() -> None:
+    # 12 ms is inside step 2's backward kernel (9.12 ms to 18.12 ms): the flip is latched into the
+    # gradient r3 produces, whose norm becomes ~1e37
+    faults = flip("r3", "12ms", B2_LAST, 30)
+    report, world = run(0, QUIET, steps=8, check_every=4, faults=faults)
+    assert report["outcome"] == "pass" and report["summary"]["faults"][0]["hits"] == 1
+    assert {world.nodes[f"r{index}"]["skipped_steps"] for index in range(8)} == {1}
+    report, world = run(0, QUIET, steps=8, check_every=4, faults=faults, bug="local_guard")
+    assert (report["failure"]["kind"], report["failure"]["node"]) == ("divergence", "r3")
+    assert "by step 4: r3 hold" in report["failure"]["message"]
     assert world.nodes["r3"]["skipped_steps"] == 1 and world.nodes["r0"]["skipped_steps"] == 0
+
+
+def test_a_flip_while_the_optimizer_waits_is_caught_by_the_replica_check() -> None:
+    # after the all-reduce the flip lands in r5's averaged gradient only: r5 alone skips (or
+    # applies a wrong update), and the replicas part; a correct system detects, it cannot repair
+    at_ns = COMPUTE_NS + RING_8_NS + 20_000 + 25_000  # while step 1's optimizer kernel runs
+    report, _ = run(0, QUIET, steps=4, check_every=2, faults=flip("r5", f"{at_ns}ns", B2_LAST, 30))
+    assert (report["failure"]["kind"], report["failure"]["node"]) == ("divergence", "r5")
+
+
+# -- faults from the fabric, and what the correct code makes of them --------------------------------
+
+
+def test_crash_with_elastic_restart_from_a_checkpoint_keeps_the_weights_exact() -> None:
+    crash = [{"kind": "crash", "target": "r3", "t_start": "25ms", "t_end": "30ms"}]
+    report, world = run(0, QUIET, checkpoint_every=2, oracle=True, faults=crash)
+    assert report["outcome"] == "pass", report["failure"]  # the oracle compared every step
+    assert report["summary"]["restarts"] == 1 and world.nodes["r3"]["crashes"] == 1
+    assert {world.nodes[f"r{index}"]["restores"] for index in range(8)} == {1}
+    storage = world.nodes["storage"]
+    assert [entry[0] for entry in storage["checkpoints"]] == [4, 6] and storage["loads"] == 8
+    # step 3 was under way at 25 ms; every rank went back to the step-2 checkpoint and redid it
+    step_3_ends = [t for t, _, _ in world.metrics["step_time_ns"]][2]
+    assert step_3_ends > 30_000_000 > 3 * COMPUTE_NS
+
+
+def test_restart_without_momentum_is_caught_by_the_oracle_only() -> None:
+    crash = [{"kind": "crash", "target": "r3", "t_start": "25ms", "t_end": "30ms"}]
+    report, _ = run(0, QUIET, checkpoint_every=2, faults=crash, bug="restart_without_momentum")
+    assert report["outcome"] == "pass"  # the replicas agree with each other...
+    report, _ = run(0, QUIET, checkpoint_every=2, faults=crash, bug="restart_without_momentum", oracle=True)
+    assert report["failure"]["kind"] == "oracle"  # ...but not with the fault-free run
+    assert "after step 3 differ" in report["failure"]["message"]
+
+
+def test_a_healed_partition_is_survived_by_retransmission() -> None:
+    cut = [
+        {"kind": "partition", "target": "r2", "t_start": "9ms", "t_end": "15ms", "params": {"mode": "drop"}}
+    ]
+    report, _ = run(0, QUIET, oracle=True, faults=cut)
+    assert report["outcome"] == "pass", report["failure"]
+    assert report["summary"]["faults"][0]["hits"] > 0 and report["summary"]["resends"] > 0
+    held = [{**cut[0], "params": {"mode": "hold"}}]
+    report, _ = run(0, QUIET, oracle=True, faults=held)
+    assert report["outcome"] == "pass" and report["summary"]["faults"][0]["hits"] > 0
+
+
+def test_a_partition_that_never_heals_is_a_hang() -> None:
+    cut = [{"kind": "partition", "target": "r2", "t_start": "9ms", "params": {"mode": "drop"}}]
+    report, world = run(0, QUIET, hang_timeout=100_000_000, faults=cut)
+    assert report["failure"]["kind"] == "hang"
+    assert report["failure"]["t_ns"] == COMPUTE_NS + 100_000_000
+    assert {row["rank"]: row["waits_on"] for row in world.failures[0]["flight_recorder"]}["r3"] == ["r2"]
+
+
+@pytest.mark.parametrize(
+    "fault",
+    [
+        {"kind": "slow", "params": {"compute_factor": 4.0, "bandwidth_factor": 0.1}},
+        {"kind": "drop", "params": {"probability": 0.5}},
+        {"kind": "duplicate", "params": {"gap_ns": 1_000}},
+        {"kind": "reorder", "params": {"window_ns": 20_000}},
+        {"kind": "delay", "params": {"delay_ns": 300_000}},
+    ],
+    ids=lambda fault: fault["kind"],
+)
+def test_survivable_faults_leave_every_step_bit_identical(fault: dict[str, Any]) -> None:
+    schedule = [{"target": "r4", "t_start": "5ms", "t_end": "40ms", **fault}]
+    report, _ = run(1, SMALL, oracle=True, faults=schedule)
+    assert report["outcome"] == "pass", report["failure"]
+    assert report["summary"]["faults"][0]["hits"] > 0
+
+
+def test_a_flip_in_flight_is_detected_or_guarded() -> None:
+    # r1 sends ring step p of step 1 at 9 ms + p hops; from 9.023 ms on the next one is step 7,
+    # the first of the all-gather: r1 keeps the true chunk, the seven others get the flipped one
+    gather = [
+        {
+            "kind": "corrupt",
+            "target": "r1",
+            "t_start": f"{COMPUTE_NS + 7 * HOP_NS - 500}ns",
+            "t_end": "30ms",
+            "params": {"kinds": ["ring"], "bit": 30, "count": 1},
+        }
+    ]
+    report, _ = run(0, QUIET, check_every=1, faults=gather)
+    assert report["summary"]["faults"][0]["hits"] == 1
+    assert report["failure"]["kind"] == "divergence" and report["failure"]["node"] == "r1"
+    # from 9 ms the next is step 0 of the reduce-scatter: the flipped partial sum reaches every
+    # rank alike, so the guard skips (or the small error is applied) on all of them together
+    scatter = [{**gather[0], "t_start": "9ms"}]
+    report, world = run(0, QUIET, check_every=1, faults=scatter)
+    assert report["outcome"] == "pass" and report["summary"]["faults"][0]["hits"] == 1
+    assert len({world.nodes[f"r{index}"]["skipped_steps"] for index in range(8)}) == 1
+
+
+def test_missing_wait_is_a_race_on_every_seed_and_a_divergence_without_the_detector() -> None:
+    for seed in range(3):
+        report, _ = run(seed, SMALL, steps=2, bug="missing_wait")
+        assert report["failure"]["signature"] == "race:gpu.race.grad"
+        assert report["failure"]["t_ns"] < 10_000_000  # in step 1
+    report, _ = run(0, SMALL, steps=4, check_every=2, bug="missing_wait", race_detector=False)
+    assert report["failure"]["kind"] == "divergence"
+    report, _ = run(0, SMALL, steps=4, check_every=2, race_detector=False)
+    assert report["outcome"] == "pass"
 
 
 # -- config and CLI --------------------------------------------------------------------------------

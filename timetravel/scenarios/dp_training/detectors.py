@@ -1,7 +1,7 @@
 """The rank-side detectors, run after every update, and the rank's reports to the monitor.
 
-* ``nan``: the weights are non-finite after the guard, or a non-finite loss was applied;
-* ``blowup``: the global loss of an applied step is above ``blowup_loss``.
+* ``nan``: the rank's weights are non-finite after the update, or its own forward loss is;
+* ``blowup``: the rank's own forward loss is above ``blowup_loss``.
 
 The replica checks need every rank's view, so a rank *reports* its weight digest to the monitor
 (:mod:`monitor`) on check steps, and on every step when ``oracle=on``. A report is an out-of-band
@@ -18,7 +18,6 @@ import numpy as np
 import xxhash
 
 from timetravel.scenarios.dp_training.numerics import all_finite
-from timetravel.scenarios.dp_training.update import Verdict
 from timetravel.sim import Context
 
 MONITOR = "monitor"
@@ -32,22 +31,26 @@ def weights_digest(weights: np.ndarray) -> int:
     return xxhash.xxh3_64_intdigest(np.ascontiguousarray(weights).view(np.uint8).data)
 
 
-def check_step(state: dict[str, Any], ctx: Context, step: int, verdict: Verdict) -> bool:
-    """Run the rank-side detectors after ``step``; False when one failed (the run stops)."""
+def check_step(state: dict[str, Any], ctx: Context, step: int) -> bool:
+    """Run the rank-side detectors after ``step``; False when one failed (the run stops).
+
+    They look at what this rank computed itself, the weights after the update and the loss of
+    its own forward pass, never at the all-reduced bucket: a bit flipped in transit that the
+    guard skipped is not a failure, weights that went bad are.
+    """
     config = ctx.world.config
-    applied = state["last_applied"]
-    if not all_finite(state["weights"]) or (applied and not math.isfinite(verdict.loss)):
-        what = "weights" if not all_finite(state["weights"]) else "loss"
+    loss = state["loss_local"]
+    weights_finite = all_finite(state["weights"])
+    if not weights_finite or not math.isfinite(loss):
+        what = "weights after" if not weights_finite else "loss of its forward pass in"
         ctx.fail(
-            "nan",
-            f"{ctx.node}: non-finite {what} after step {step} (the guard let it through)",
-            site=NAN_SITE,
+            "nan", f"{ctx.node}: non-finite {what} step {step} (the guard let it through)", site=NAN_SITE
         )
         return False
-    if applied and verdict.loss > config["blowup_loss"]:
+    if loss > config["blowup_loss"]:
         ctx.fail(
             "blowup",
-            f"{ctx.node}: loss {verdict.loss:.6g} after step {step} is above blowup_loss {config['blowup_loss']:g}",
+            f"{ctx.node}: loss {loss:.6g} of step {step} is above blowup_loss {config['blowup_loss']:g}",
             site=BLOWUP_SITE,
         )
         return False

@@ -108,8 +108,14 @@ def loss_and_gradient(
 def local_bucket(
     weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray, layout: Layout, dtype: np.dtype
 ) -> np.ndarray:
-    """The bucket a rank contributes: ``[gradient..., loss]`` in the model dtype."""
-    loss, gradient = loss_and_gradient(weights, inputs, targets, layout)
+    """The bucket a rank contributes: ``[gradient..., loss]`` in the model dtype.
+
+    Weights that went bad (a planted bug let a corrupted update through) overflow here; IEEE gives
+    inf and nan the same way on every CPU, and the detectors report them, so numpy's warnings
+    are silenced rather than printed from inside the simulation.
+    """
+    with np.errstate(over="ignore", invalid="ignore"):
+        loss, gradient = loss_and_gradient(weights, inputs, targets, layout)
     bucket = np.empty(layout.bucket_elements, dtype=dtype)
     bucket[: layout.params] = gradient
     bucket[layout.params] = loss

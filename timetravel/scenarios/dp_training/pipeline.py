@@ -67,12 +67,12 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     bucket = local_bucket(
         state["weights"], state["inputs"][batch], state["targets"][batch], layout, DTYPES[config["dtype"]]
     )
+    state["loss_local"] = float(bucket[-1])
     pending = state["grad_pending"]
     if pending is not None:
         _latch(bucket, pending)
         state["grad_pending"] = None
     state["bucket"] = bucket
-    state["loss_local"] = float(bucket[-1])
     state["skip_local"] = False
     if config["bug"] == "local_guard":
         _local_guard(state, config, bucket)
@@ -127,7 +127,7 @@ def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
         state["weights"], state["slots"], state["bucket"], config, skip
     )
     _record(state, ctx, step, verdict, skip)
-    if not detectors.check_step(state, ctx, step, verdict):
+    if not detectors.check_step(state, ctx, step):
         return
     elastic.maybe_checkpoint(state, ctx, step)
     if state["step"] < config["steps"]:
