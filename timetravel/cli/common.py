@@ -49,12 +49,25 @@ class OneLineArgumentParser(argparse.ArgumentParser):
         sys.exit(2)
 
 
+class _SeedAction(argparse.Action):
+    """Store ``--seed`` and remember that it was given (a preset's own seed applies otherwise)."""
+
+    def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        setattr(namespace, self.dest, values)
+        namespace.seed_given = True
+
+
 def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     """``SCENARIO``, ``--seed`` and ``--set k=v`` as every running command spells them."""
     parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
     parser.add_argument(
-        "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
+        "--seed",
+        type=int,
+        default=0,
+        action=_SeedAction,
+        help="the root seed that decides every choice (default: the preset's own seed if it has one, else 0)",
     )
+    parser.set_defaults(seed_given=False)
     parser.add_argument(
         "--set",
         dest="settings",
@@ -63,6 +76,11 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="KEY=VALUE",
         help="set a config key (repeatable; applied after any preset). `timetravel scenarios NAME` lists the keys",
     )
+
+
+def chosen_seed(args: argparse.Namespace, scenario: Scenario, config: dict[str, Any]) -> int:
+    """``--seed`` when given, else the seed the chosen preset names (``Scenario.preset_seeds``), else 0."""
+    return int(args.seed) if getattr(args, "seed_given", False) else scenario.default_seed(config)
 
 
 def add_determinism_argument(parser: argparse.ArgumentParser) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli import recording_common  # noqa: F401  (registers RecordingError as a user error)
-from timetravel.cli.common import add_scenario_arguments, print_json, resolve_scenario
+from timetravel.cli.common import add_scenario_arguments, chosen_seed, print_json, resolve_scenario
 from timetravel.explore.commands.binding import open_context
 from timetravel.explore.view import fault_schedule
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -71,9 +71,9 @@ def main(args: argparse.Namespace) -> int:
         return _recording(args)
     if args.branch is not None:
         raise ConfigError("--branch applies to a recording (PATH.ttr), not a scenario")
-    seed = 0 if args.seed is None else args.seed
     scenario = resolve_scenario(args.scenario, args.scenario_target)
     config = scenario.resolve_config(args.settings)
+    seed = chosen_seed(args, scenario, config)
     world = build_world(scenario, config, seed)
     faults = list(fault_schedule(world))
     if args.json:

@@ -11,6 +11,7 @@ from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
     add_scenario_arguments,
+    chosen_seed,
     print_json,
     resolve_scenario,
 )
@@ -66,6 +67,7 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     scenario = resolve_scenario(args.scenario, args.scenario_target)
     config = scenario.resolve_config(args.settings)
+    args.seed = chosen_seed(args, scenario, config)
     until_ns = parse_time(args.until, scenario.display_unit) if args.until else None
     started = time.perf_counter()
     if args.record is not None:

@@ -137,6 +137,9 @@ class Scenario:
     handlers: Mapping[str, Mapping[str, Handler]]
     """``handlers[role][event_kind]``."""
     presets: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    preset_seeds: Mapping[str, int] = field(default_factory=dict)
+    """A preset's own default seed (``timetravel run`` uses it when ``--seed`` is not given): the
+    seed a demo preset was made for, so that ``--set preset=demo`` alone reproduces the demo."""
     transport: Transport | None = None
     """How messages travel; None is the kernel's fixed latency (plus ``fabric.jitter_ns``)."""
     on_end: Callable[[World, Context], None] | None = None
@@ -150,6 +153,13 @@ class Scenario:
 
     def __post_init__(self) -> None:
         check_mode(self.determinism)
+        unknown = [name for name in self.preset_seeds if name not in self.presets]
+        if unknown:
+            raise ValueError(f"scenario {self.name}: preset_seeds names unknown preset {unknown[0]!r}")
+
+    def default_seed(self, config: Mapping[str, Any]) -> int:
+        """The seed to run when none is given: the chosen preset's own seed, else 0."""
+        return self.preset_seeds.get(config.get("preset") or "", 0)
 
     def param(self, name: str) -> Param:
         for param in self.params:
