@@ -78,7 +78,16 @@ FABRIC_PARAMS: tuple[Param, ...] = (
         "fault schedule: none, swarm, a JSON list of fault records, or @file.json (docs/fabric.md)",
     ),
     Param("faults_max", "int", 8, "swarm: at most this many fault records, drawn at t=0", minimum=0),
-    Param("faults_window", "time", NS_PER_S, "swarm: faults start in [0, faults_window)", minimum=1),
+    Param(
+        "faults_window", "time", NS_PER_S, "swarm: faults start in [faults_from, faults_window)", minimum=1
+    ),
+    Param(
+        "faults_from",
+        "time",
+        0,
+        "swarm: the earliest time a fault starts (a window late in a run aims the faults there)",
+        minimum=0,
+    ),
     Param(
         "faults_kinds",
         "str",
@@ -112,6 +121,11 @@ def fabric_settings(config: Mapping[str, Any]) -> dict[str, Any]:
     if settings["faults_max"] > FAULTS_MAX_LIMIT:
         raise ConfigError(
             f"config key 'faults_max': {settings['faults_max']} is above the limit {FAULTS_MAX_LIMIT}"
+        )
+    if settings["faults_from"] >= settings["faults_window"]:
+        raise ConfigError(
+            f"config key 'faults_from': {settings['faults_from']} ns is not before faults_window "
+            f"({settings['faults_window']} ns)"
         )
     return settings
 

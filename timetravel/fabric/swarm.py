@@ -75,8 +75,9 @@ def draw_swarm(
         return []
     count = choose_world(world, "fault.swarm.count", settings["faults_max"] + 1)
     window = settings["faults_window"]
+    start = settings.get("faults_from", 0)
     return [
-        _draw_record(world, number, _pick(world, enabled, weights), ranks, window, buffers)
+        _draw_record(world, number, _pick(world, enabled, weights), ranks, (start, window), buffers)
         for number in range(1, count + 1)
     ]
 
@@ -95,10 +96,17 @@ def _level(world: World, site: str, levels: Sequence[Any]) -> Any:
 
 
 def _draw_record(
-    world: World, number: int, kind: str, ranks: Sequence[str], window: int, buffers: Sequence[str]
+    world: World,
+    number: int,
+    kind: str,
+    ranks: Sequence[str],
+    span: tuple[int, int],
+    buffers: Sequence[str],
 ) -> dict[str, Any]:
+    """One record starting in ``[span[0], span[1])`` (``faults_from``, ``faults_window``)."""
+    start, window = span
     target = ranks[choose_world(world, "fault.swarm.target", len(ranks))]
-    t_start = choose_world(world, "fault.swarm.start", window)
+    t_start = start + choose_world(world, "fault.swarm.start", window - start)
     low, high = DURATION_PER_MILLE[kind]
     low_ns = max(1, window * low // PER_MILLE)
     duration = low_ns + choose_world(
