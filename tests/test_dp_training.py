@@ -316,9 +316,9 @@ def test_survivable_faults_leave_every_step_bit_identical(fault: dict[str, Any])
     assert report["summary"]["faults"][0]["hits"] > 0
 
 
-def test_a_flip_in_flight_is_detected_or_guarded() -> None:
+def test_a_flip_in_flight_is_caught_by_the_checksum_and_resent() -> None:
     # r1 sends ring step p of step 1 at 9 ms + p hops; from 9.023 ms on the next one is step 7,
-    # the first of the all-gather: r1 keeps the true chunk, the seven others get the flipped one
+    # the first of the all-gather
     gather = [
         {
             "kind": "corrupt",
@@ -328,13 +328,17 @@ def test_a_flip_in_flight_is_detected_or_guarded() -> None:
             "params": {"kinds": ["ring"], "bit": 30, "count": 1},
         }
     ]
-    report, _ = run(0, QUIET, check_every=1, faults=gather)
-    assert report["summary"]["faults"][0]["hits"] == 1
+    report, world = run(0, QUIET, oracle=True, faults=gather)
+    assert report["outcome"] == "pass" and report["summary"]["faults"][0]["hits"] == 1
+    assert world.nodes["r2"]["checksum_drops"] == 1 and world.nodes["r1"]["resends"] == 1
+    # without checksums the flipped chunk lands: r1 keeps the true chunk, the seven others take
+    # the flipped one, and the replica check sees them part
+    report, _ = run(0, QUIET, check_every=1, checksums=False, faults=gather)
     assert report["failure"]["kind"] == "divergence" and report["failure"]["node"] == "r1"
     # from 9 ms the next is step 0 of the reduce-scatter: the flipped partial sum reaches every
     # rank alike, so the guard skips (or the small error is applied) on all of them together
     scatter = [{**gather[0], "t_start": "9ms"}]
-    report, world = run(0, QUIET, check_every=1, faults=scatter)
+    report, world = run(0, QUIET, check_every=1, checksums=False, faults=scatter)
     assert report["outcome"] == "pass" and report["summary"]["faults"][0]["hits"] == 1
     assert len({world.nodes[f"r{index}"]["skipped_steps"] for index in range(8)}) == 1
 

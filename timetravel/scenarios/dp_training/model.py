@@ -106,9 +106,19 @@ def loss_and_gradient(
 
 
 def local_bucket(
-    weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray, layout: Layout, dtype: np.dtype
+    weights: np.ndarray,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    layout: Layout,
+    dtype: np.dtype,
+    loss_scale: float = 1.0,
 ) -> np.ndarray:
-    """The bucket a rank contributes: ``[gradient..., loss]`` in the model dtype.
+    """The bucket a rank contributes: ``[gradient * loss_scale..., loss]`` in the model dtype.
+
+    ``loss_scale`` is mixed-precision training's loss scaling: the backward pass differentiates
+    the scaled loss, so the gradient buffer holds scaled values, and the average divides the scale
+    out again (:func:`update.average`). A power of two changes no bit of the trained weights; it
+    changes the magnitudes in the gradient buffer, and so what a flipped exponent bit does there.
 
     Weights that went bad (a planted bug let a corrupted update through) overflow here; IEEE gives
     inf and nan the same way on every CPU, and the detectors report them, so numpy's warnings
@@ -117,6 +127,6 @@ def local_bucket(
     with np.errstate(over="ignore", invalid="ignore"):
         loss, gradient = loss_and_gradient(weights, inputs, targets, layout)
     bucket = np.empty(layout.bucket_elements, dtype=dtype)
-    bucket[: layout.params] = gradient
+    bucket[: layout.params] = gradient if loss_scale == 1.0 else gradient * COMPUTE_DTYPE.type(loss_scale)
     bucket[layout.params] = loss
     return bucket

@@ -62,6 +62,8 @@ def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 
 def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
+    if not reliability.intact(state, message):
+        return
     verdict = collective.classify(state, message)
     if verdict == CURRENT:
         _process(state, ctx, kind, message)
@@ -96,7 +98,9 @@ def _broadcast(state: dict[str, Any], ctx: Context) -> None:
     state["ps_parts"] = None
     state["ps_acc"] = None
     total.flags.writeable = False
-    payload = [state["generation"], state["coll_seq"], state["coll_step"], SERVER_INDEX, total]
+    payload = reliability.stamp(
+        [state["generation"], state["coll_seq"], state["coll_step"], SERVER_INDEX, total], ctx
+    )
     for rank in range(1, state["ranks"]):
         reliability.send_logged(state, ctx, f"r{rank}", DOWN, list(payload), total.nbytes)
     collective.complete(state, ctx, total.copy())

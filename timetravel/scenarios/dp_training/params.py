@@ -57,6 +57,12 @@ PARAMS: tuple[Param, ...] = (
         "fail as a hang when no rank completes a step for this long (a watchdog sees it)",
     ),
     Param(
+        "checksums",
+        "bool",
+        True,
+        "collective messages carry a checksum; a receiver drops one a bit flipped in flight (it is resent)",
+    ),
+    Param(
         "retransmit_timeout",
         "time",
         2_000_000,
@@ -73,6 +79,13 @@ PARAMS: tuple[Param, ...] = (
     ),
     Param("oracle", "bool", False, "check every step's weights against the fault-free run, bit for bit"),
     Param("blowup_loss", "float", 1e4, "fail as blowup when the global loss exceeds this", minimum=0.0),
+    Param(
+        "loss_scale",
+        "float",
+        1.0,
+        "mixed-precision loss scaling: the gradient buffer holds gradient x scale (a power of two changes no result)",
+        minimum=1e-30,
+    ),
     Param("optimizer", "str", "sgd", "sgd (with momentum) or adam", choices=OPTIMIZERS),
     Param("lr", "float", 0.05, "learning rate", minimum=0.0),
     Param("momentum", "float", 0.9, "SGD momentum", minimum=0.0),
@@ -118,6 +131,15 @@ PARAMS: tuple[Param, ...] = (
 )
 
 PRESETS: dict[str, dict[str, Any]] = {
+    "demo": {
+        "ranks": 16,
+        "steps": 120,
+        "faults": "swarm",
+        "faults_max": 16,
+        "faults_window": 1_000_000_000,
+        "bug": "local_guard",
+        "check_every": 5,
+    },
     "ring1024": {"ranks": 1024, "allreduce": "ring", "params": 2048, "steps": 3},
     "tree10000": {"ranks": 10_000, "allreduce": "tree", "params": 256, "steps": 3},
 }

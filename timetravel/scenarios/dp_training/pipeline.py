@@ -65,7 +65,12 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     layout = layout_for(config["params"])
     batch = (step - 1) % config["batches_per_rank"]
     bucket = local_bucket(
-        state["weights"], state["inputs"][batch], state["targets"][batch], layout, DTYPES[config["dtype"]]
+        state["weights"],
+        state["inputs"][batch],
+        state["targets"][batch],
+        layout,
+        DTYPES[config["dtype"]],
+        config["loss_scale"],
     )
     state["loss_local"] = float(bucket[-1])
     pending = state["grad_pending"]
@@ -87,7 +92,7 @@ def _latch(bucket: np.ndarray, pending: np.ndarray) -> None:
 
 def _local_guard(state: dict[str, Any], config: dict[str, Any], bucket: np.ndarray) -> None:
     """The planted bug: skip from the local norm and contribute zeros instead of the gradient."""
-    if update.inspect(bucket, config["grad_skip_norm"]).skipped:
+    if update.inspect(bucket, config["grad_skip_norm"], config["loss_scale"]).skipped:
         state["skip_local"] = True
         state["bucket"] = np.zeros_like(bucket)
 
@@ -104,7 +109,8 @@ def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None
     step = _current(state, event)
     if step is None or state["result"] is None:
         return
-    state["staging"] = update.average(state["result"], state["ranks"], ctx.world.config["dtype"])
+    config = ctx.world.config
+    state["staging"] = update.average(state["result"], state["ranks"], config["dtype"], config["loss_scale"])
     state["result"] = None
     state["phase"] = PHASE_UPDATE
     device.launch_update(state, ctx, step)

@@ -36,6 +36,7 @@ REFERENCE_KEYS = (
     "allreduce",
     "data_seed",
     "grad_skip_norm",
+    "loss_scale",
     "optimizer",
     "lr",
     "momentum",
@@ -80,12 +81,18 @@ def compute(config: dict[str, Any]) -> Trajectory:
         stack = np.stack(
             [
                 local_bucket(
-                    weights, dataset.inputs[rank][batch], dataset.targets[rank][batch], layout, dtype
+                    weights,
+                    dataset.inputs[rank][batch],
+                    dataset.targets[rank][batch],
+                    layout,
+                    dtype,
+                    config["loss_scale"],
                 )
                 for rank in range(ranks)
             ]
         ).astype(reduce_dtype)
-        bucket = update.average(allreduce.canonical_sum(config["allreduce"], stack), ranks, config["dtype"])
+        total = allreduce.canonical_sum(config["allreduce"], stack)
+        bucket = update.average(total, ranks, config["dtype"], config["loss_scale"])
         verdict = update.inspect(bucket, config["grad_skip_norm"])
         weights, slots = update.apply(weights, slots, bucket, config, verdict.skipped)
         skipped += verdict.skipped

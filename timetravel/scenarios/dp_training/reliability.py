@@ -12,13 +12,22 @@ does no harm.
 A resent ring message travels as kind ``ring_retx`` so that the planted bug ``stale_chunk`` can
 mishandle exactly those (see ring.py); every other kind is resent as itself.
 
+With ``checksums=on`` (the default) every message carries the xxh3-64 of its data as a sixth
+field, stamped once when it is first sent. A receiver that finds the data no longer matches (a
+bit flipped in flight) drops the message as if it had been lost, and retransmission brings a good
+copy: end-to-end integrity turns in-flight corruption from a silent error into a short stall.
+Corruption of a buffer *before* it is sent is out of its reach (the checksum is of what was sent).
+
 Rank state keys owned here: ``sent_log`` (``[seq, kind, part, dst, payload, nbytes]`` entries),
-``resend_asked_ns``, ``resend_requests`` and ``resends`` (counts, for reports and tests).
+``resend_asked_ns``, ``resend_requests``, ``resends`` and ``checksum_drops`` (counts, for reports
+and tests).
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+import xxhash
 
 from timetravel.sim import Context, Event, freeze
 
@@ -28,10 +37,30 @@ RESENT_KIND = {"ring": "ring_retx"}
 COLLECTIVES_LOGGED = 2
 SENT_LOG_ENTRIES_MAX = 1 << 20
 LOG_SITE = "dp_training.sent_log"
+_hash64 = xxhash.xxh3_64_intdigest
+
+
+CHECKSUM = 5
+"""Index of the checksum in a message (after generation, seq, step, part, data)."""
 
 
 def initial_state() -> dict[str, Any]:
-    return {"sent_log": [], "resend_asked_ns": -1, "resend_requests": 0, "resends": 0}
+    return {"sent_log": [], "resend_asked_ns": -1, "resend_requests": 0, "resends": 0, "checksum_drops": 0}
+
+
+def stamp(payload: list[Any], ctx: Context) -> list[Any]:
+    """Append the checksum of the payload's data (once; only with ``checksums=on``)."""
+    if len(payload) == CHECKSUM and ctx.world.config["checksums"]:
+        payload.append(_hash64(payload[CHECKSUM - 1]))
+    return payload
+
+
+def intact(state: dict[str, Any], message: list[Any]) -> bool:
+    """False (and counted) when a stamped message's data no longer matches its checksum."""
+    if len(message) <= CHECKSUM or _hash64(message[CHECKSUM - 1]) == message[CHECKSUM]:
+        return True
+    state["checksum_drops"] += 1
+    return False
 
 
 def send_logged(
@@ -48,6 +77,7 @@ def send_logged(
     if len(log) >= SENT_LOG_ENTRIES_MAX:
         ctx.fail("assertion", f"{ctx.node}: sent log holds {len(log)} messages, its limit", site=LOG_SITE)
         return
+    stamp(payload, ctx)
     log.append([payload[1], kind, payload[3], dst, payload, nbytes])
     ctx.transport(ctx, dst, kind, payload, nbytes)
 

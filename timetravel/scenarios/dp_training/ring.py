@@ -80,7 +80,9 @@ def start(state: dict[str, Any], ctx: Context) -> None:
 
 
 def on_ring(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    _receive(state, ctx, event[4])
+    message = event[4]
+    if reliability.intact(state, message):
+        _receive(state, ctx, message)
 
 
 def on_ring_retransmitted(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -88,6 +90,8 @@ def on_ring_retransmitted(state: dict[str, Any], event: Event, ctx: Context) -> 
     it from its reused receive buffer for that step, which still holds the previous collective's
     chunk: the retransmitted data is ignored."""
     message = event[4]
+    if not reliability.intact(state, message):
+        return
     slots = state["ring_slots"]
     if slots is not None and slots[message[PART]] is not None:
         message = [*message[:DATA], slots[message[PART]]]

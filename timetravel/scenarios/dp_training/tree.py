@@ -107,6 +107,8 @@ def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 
 def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
+    if not reliability.intact(state, message):
+        return
     verdict = collective.classify(state, message)
     if verdict == CURRENT:
         _process(state, ctx, kind, message)
@@ -165,7 +167,9 @@ def _received_down(state: dict[str, Any], ctx: Context, chunk: int, total: np.nd
     state["tree_down_got"][chunk] = True
     bounds = _bounds(state, ctx)
     state["result"][bounds[chunk] : bounds[chunk + 1]] = total
-    payload = [state["generation"], state["coll_seq"], state["coll_step"], chunk, total]
+    payload = reliability.stamp(
+        [state["generation"], state["coll_seq"], state["coll_step"], chunk, total], ctx
+    )
     for child in state["tree_children"]:
         reliability.send_logged(state, ctx, child, DOWN, list(payload), total.nbytes)
     state["tree_down_done"] += 1

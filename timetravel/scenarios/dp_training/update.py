@@ -30,16 +30,18 @@ class Verdict:
     skipped: bool
 
 
-def average(reduced: np.ndarray, ranks: int, dtype_name: str) -> np.ndarray:
-    """The all-reduced sum divided by N, stored back in the model dtype (the in-place result)."""
+def average(reduced: np.ndarray, ranks: int, dtype_name: str, loss_scale: float = 1.0) -> np.ndarray:
+    """The all-reduced sum divided by N (and the gradient by the loss scale), in the model dtype."""
     mean = reduced.astype(COMPUTE_DTYPE) / COMPUTE_DTYPE.type(ranks)
+    if loss_scale != 1.0:
+        mean[:-1] /= COMPUTE_DTYPE.type(loss_scale)
     return mean.astype(DTYPES[dtype_name])
 
 
-def inspect(bucket: np.ndarray, grad_skip_norm: float) -> Verdict:
-    """Norm and loss of a bucket and whether the guard would skip it."""
+def inspect(bucket: np.ndarray, grad_skip_norm: float, loss_scale: float = 1.0) -> Verdict:
+    """Norm (of the unscaled gradient) and loss of a bucket, and whether the guard would skip it."""
     loss = float(bucket[-1])
-    grad_norm = norm(bucket[:-1])
+    grad_norm = norm(bucket[:-1]) / loss_scale
     skipped = not (math.isfinite(grad_norm) and math.isfinite(loss)) or grad_norm > grad_skip_norm
     return Verdict(loss, grad_norm, skipped)
 
