@@ -34,6 +34,7 @@ COMMAND_MODULES = (
     "timetravel.cli.rerun_command",
     "timetravel.cli.export_command",
     "timetravel.cli.minimize_command",
+    "timetravel.cli.demo_seed_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130

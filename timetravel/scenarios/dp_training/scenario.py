@@ -17,7 +17,7 @@ from timetravel.scenarios.dp_training.build import (
 )
 from timetravel.scenarios.dp_training.detectors import weights_digest
 from timetravel.scenarios.dp_training.model import layout_for
-from timetravel.scenarios.dp_training.params import PARAMS, PRESETS
+from timetravel.scenarios.dp_training.params import DEMO_SEED, PARAMS, PRESETS
 from timetravel.sim import Param, Scenario, World
 
 
@@ -37,8 +37,18 @@ def summarize(world: World) -> dict[str, Any]:
         "resends": sum(
             world.nodes[monitor.rank_name(index)]["resends"] for index in range(world.config["ranks"])
         ),
-        **fabric.summary(world),
+        "faults": _fault_counts(world),
     }
+
+
+def _fault_counts(world: World) -> dict[str, int]:
+    """Fault records by kind, and how many took effect (``timetravel faults`` lists the schedule)."""
+    counts: dict[str, int] = {"records": 0, "hit": 0}
+    for fault in fabric.summary(world)["faults"]:
+        counts["records"] += 1
+        counts["hit"] += fault["hits"] > 0
+        counts[fault["kind"]] = counts.get(fault["kind"], 0) + 1
+    return counts
 
 
 def _params_with_presets() -> tuple[Param, ...]:
@@ -70,6 +80,7 @@ SCENARIO = Scenario(
     ),
     transport=fabric.transport,
     presets=PRESETS,
+    preset_seeds={"demo": DEMO_SEED},
     on_end=monitor.on_end,
     summarize=summarize,
     determinism="forbid",
