@@ -37,6 +37,11 @@ def waits_on(algorithm: str, state: dict[str, Any]) -> list[str]:
     return ALGORITHMS[algorithm].waits_on(state)
 
 
+def progress(algorithm: str, state: dict[str, Any]) -> int:
+    """How far an active rank got in its collective (the algorithm's own count of parts taken)."""
+    return ALGORITHMS[algorithm].progress(state)
+
+
 def missing(algorithm: str, state: dict[str, Any]) -> list[list[Any]]:
     """``[peer, kind, part]`` for every message an active rank still waits on."""
     return ALGORITHMS[algorithm].missing(state)

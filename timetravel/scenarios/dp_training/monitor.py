@@ -95,6 +95,14 @@ def _compare(state: dict[str, Any], ctx: Context, step: int, digests: list[int])
         state["checks_passed"] += 1
         return
     majority = max(counts, key=lambda digest: (counts[digest], -digests.index(digest)))
+    if counts[majority] == 1:
+        ctx.fail(
+            "divergence",
+            f"replicas diverged by step {step}: all {len(digests)} ranks hold different weights",
+            site=DIVERGENCE_SITE,
+            node=rank_name(0),
+        )
+        return
     odd = [rank for rank, digest in enumerate(digests) if digest != majority]
     shown = ", ".join(rank_name(rank) for rank in odd[:DIVERGENT_RANKS_SHOWN])
     more = f" and {len(odd) - DIVERGENT_RANKS_SHOWN} more" if len(odd) > DIVERGENT_RANKS_SHOWN else ""
@@ -141,7 +149,8 @@ def _check_hang(state: dict[str, Any], ctx: Context) -> None:
 
 
 def flight_recorder(world: World) -> list[dict[str, Any]]:
-    """Per rank: phase, step, last collective entered and completed, whom it waits on."""
+    """Per rank: phase, step, last collective entered and completed, whom it waits on, and how far
+    it got in its current collective (ring steps, tree chunks, ranks heard)."""
     algorithm = world.config["allreduce"]
     rows = []
     for index in range(world.config["ranks"]):
@@ -156,6 +165,7 @@ def flight_recorder(world: World) -> list[dict[str, Any]]:
                 "entered": [rank["coll_seq"], rank["coll_step"], rank["coll_entered_ns"]],
                 "completed": [rank["coll_done_seq"], rank["coll_done_step"], rank["coll_done_ns"]],
                 "waits_on": [] if down else allreduce.waits_on(algorithm, rank),
+                "progress": 0 if down else allreduce.progress(algorithm, rank),
             }
         )
     return rows
@@ -168,13 +178,15 @@ def format_flight_recorder(rows: list[dict[str, Any]], unit: str = "ms") -> list
         return format_time(t_ns, unit) if t_ns >= 0 else "-"
 
     ordered = sorted(rows, key=lambda row: (not row["waits_on"], row["completed"][0]))
-    lines = ["rank    phase      step  entered(seq,step,t)        completed(seq,step,t)      waits on"]
+    lines = [
+        "rank    phase      step  entered(seq,step,t)        completed(seq,step,t)      progress  waits on"
+    ]
     for row in ordered[:FLIGHT_RECORDER_ROWS_SHOWN]:
         entered = f"#{row['entered'][0]} s{row['entered'][1]} {when(row['entered'][2])}"
         completed = f"#{row['completed'][0]} s{row['completed'][1]} {when(row['completed'][2])}"
         lines.append(
             f"{row['rank']:<7} {row['phase']:<9} {row['step']:>5}  {entered:<26} {completed:<26} "
-            f"{','.join(row['waits_on']) or '-'}"
+            f"{row['progress']:>8}  {','.join(row['waits_on']) or '-'}"
         )
     if len(rows) > FLIGHT_RECORDER_ROWS_SHOWN:
         lines.append(
@@ -183,27 +195,30 @@ def format_flight_recorder(rows: list[dict[str, Any]], unit: str = "ms") -> list
     return lines
 
 
-def wait_root(rows: list[dict[str, Any]]) -> str | None:
-    """The rank the waits lead to: waited on, yet not itself waiting (down, or outside the collective).
+def wait_root(rows: list[dict[str, Any]]) -> tuple[str | None, str]:
+    """The rank to look at first, and why.
 
-    In a ring every blocked rank waits on its predecessor, so counting waiters names no one; the
-    end of the chain is the rank to look at. Ties go to the lowest rank; with no chain end (a
-    cycle of waits), the most waited-on rank.
+    ``end``: a rank that is waited on yet not itself waiting (down, or outside the collective):
+    the end of the chain of waits, which counting waiters would not find (in a ring every blocked
+    rank waits on its predecessor). ``cycle``: every waited-on rank waits too, as when a message
+    was lost for good or a link is cut; then the rank that got least far in its collective, where
+    the flow stopped first. Ties go to the lowest rank.
     """
     waits = {row["rank"]: row["waits_on"] for row in rows}
     waited = Counter(name for row in rows for name in row["waits_on"])
     if not waited:
-        return None
+        return None, "none"
     ends = [name for name in waited if not waits.get(name)]
     if ends:
-        return min(ends, key=lambda name: int(name[1:]))
-    return max(waited, key=lambda name: (waited[name], -int(name[1:])))
+        return min(ends, key=lambda name: int(name[1:])), "end"
+    progress = {row["rank"]: row["progress"] for row in rows}
+    return min(waited, key=lambda name: (progress[name], int(name[1:]))), "cycle"
 
 
 def _report_hang(ctx: Context, last_progress_ns: int, drained: bool = False) -> None:
     world = ctx.world
     rows = flight_recorder(world)
-    culprit = wait_root(rows)
+    culprit, why = wait_root(rows)
     blocked = sum(1 for row in rows if row["waits_on"])
     stalled = (
         "nothing is left to run"
@@ -212,7 +227,11 @@ def _report_hang(ctx: Context, last_progress_ns: int, drained: bool = False) -> 
     )
     head = (
         f"{stalled} (last progress at {format_time(last_progress_ns)}); {blocked} ranks wait in a collective"
-        + (f"; the waits lead to {culprit}" if culprit else "")
+        + {
+            "end": f"; the waits lead to {culprit}",
+            "cycle": f"; the waits form a cycle (a message lost for good, or a cut link): {culprit} got least far",
+            "none": "",
+        }[why]
     )
     ctx.fail("hang", "\n".join([head, *format_flight_recorder(rows)]), site=HANG_SITE, node=culprit)
     world.failures[-1]["flight_recorder"] = rows

@@ -126,6 +126,13 @@ def waits_on(state: dict[str, Any]) -> list[str]:
     return [f"r{rank}" for rank, heard in enumerate(state["ps_heard"]) if not heard]
 
 
+def progress(state: dict[str, Any]) -> int:
+    """The server: ranks heard; any other rank: nothing to count until the total arrives."""
+    if not state["coll_active"] or state["index"] != SERVER_INDEX:
+        return 0
+    return state["ps_count"]
+
+
 def missing(state: dict[str, Any]) -> list[list[Any]]:
     """``[peer, kind, part]`` this rank waits on: unheard ranks (server), else the server's total."""
     if not state["coll_active"]:

@@ -180,6 +180,11 @@ def waits_on(state: dict[str, Any]) -> list[str]:
     return [state["prev"]] if state["coll_active"] and state["ranks"] > 1 else []
 
 
+def progress(state: dict[str, Any]) -> int:
+    """Ring steps this rank has taken in its current collective (of 2N-2)."""
+    return state["ring_next"] if state["coll_active"] else 0
+
+
 def missing(state: dict[str, Any]) -> list[list[Any]]:
     """``[peer, kind, part]`` this rank waits on: the next ring step from its predecessor."""
     return [[state["prev"], KIND, state["ring_next"]]] if state["coll_active"] and state["ranks"] > 1 else []

@@ -202,6 +202,11 @@ def waits_on(state: dict[str, Any]) -> list[str]:
     return [state["tree_parent"]] if state["tree_parent"] is not None else []
 
 
+def progress(state: dict[str, Any]) -> int:
+    """Chunks this rank has sent up plus chunks it has received coming down."""
+    return state["tree_up_done"] + state["tree_down_done"] if state["coll_active"] else 0
+
+
 def missing(state: dict[str, Any]) -> list[list[Any]]:
     """``[peer, kind, part]`` this rank waits on: children's sums per chunk, then the parent's total."""
     if not state["coll_active"]:
