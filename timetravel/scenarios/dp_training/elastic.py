@@ -71,6 +71,7 @@ def drop_volatile(state: dict[str, Any], generation: int) -> None:
     state["grad_pending"] = None
     state["skip_local"] = False
     state["ring_next"] = 0
+    state["ring_sent"] = []
     if state["ring_slots"] is not None:
         state["ring_slots"] = [None] * len(state["ring_slots"])
 

@@ -5,8 +5,9 @@ receiver-driven retransmission, as RDMA transports do below NCCL: a rank whose c
 nothing for ``retransmit_timeout`` asks each peer it still waits on (:func:`request_missing`, called
 by the watchdog) to send the missing part again, and keeps asking every timeout until it arrives.
 A sender keeps what it sent in the last two collectives (the current one, and the previous one for a
-peer that is still finishing it) in ``sent_log`` and answers from there; a part it has not sent yet
-needs no answer, it will come. Receivers already drop duplicates, so an original that was only late
+peer that is still finishing it) and answers from there (:mod:`resend`): the tree and the parameter
+server in ``sent_log`` here, the ring in a compact form of its own (ring.py); a part it has not
+sent yet needs no answer, it will come. Receivers already drop duplicates, so an original that was only late
 does no harm.
 
 A resent ring message travels as kind ``ring_retx`` so that the planted bug ``stale_chunk`` can
@@ -29,7 +30,7 @@ from typing import Any
 
 import xxhash
 
-from timetravel.sim import Context, Event, freeze
+from timetravel.sim import Context, freeze
 
 RESEND = "resend"
 RESENT_KIND = {"ring": "ring_retx"}
@@ -107,16 +108,12 @@ def request_missing(state: dict[str, Any], ctx: Context, missing: list[list[Any]
     state["resend_asked_ns"] = ctx.now
 
 
-def on_resend(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    """A peer asks again for a part this rank sent it: send it again from the log, if it is there."""
-    generation, seq, kind, part, requester = event[4]
-    if generation != state["generation"]:
-        return
+def resend_logged(
+    state: dict[str, Any], ctx: Context, seq: int, kind: str, part: int, requester: str
+) -> bool:
+    """Send a logged message again to ``requester``; False when it is not in the log (not sent yet)."""
     for logged_seq, logged_kind, logged_part, dst, payload, nbytes in state["sent_log"]:
         if logged_seq == seq and logged_kind == kind and logged_part == part and dst == requester:
-            state["resends"] += 1
             ctx.transport(ctx, dst, RESENT_KIND.get(kind, kind), payload, nbytes)
-            return
-
-
-HANDLERS = {RESEND: on_resend}
+            return True
+    return False

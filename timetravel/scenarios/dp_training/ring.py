@@ -14,7 +14,8 @@ that same sum from all contributions at once, for the oracle's fault-free refere
 Messages arrive in step order from one sender unless the fabric reorders them; a message for a later
 step, or for the next collective, waits in the inbox and is taken in order.
 
-Rank state keys owned here: ``ring_next``, ``ring_slots`` (only with the planted bug
+Rank state keys owned here: ``ring_next``, ``ring_sent`` (what the last two collectives sent,
+for retransmission), ``ring_slots`` (only with the planted bug
 ``stale_chunk``: the last chunk received at each ring step, a reused receive buffer), and
 ``next``/``prev`` (neighbour names fixed at build).
 """
@@ -33,6 +34,7 @@ from timetravel.sim import Context, Event
 
 KIND = "ring"
 RETRANSMITTED = "ring_retx"
+SENT_PARTIALS = 3
 
 
 @functools.lru_cache(maxsize=64)
@@ -70,11 +72,12 @@ def start(state: dict[str, Any], ctx: Context) -> None:
         return
     state["ring_next"] = 0
     state["result"] = np.empty_like(contribution)
+    partials = np.empty_like(contribution)
+    _remember(state, partials)
     bounds = ring_bounds(contribution.shape[0], ranks)
     index = state["index"]
-    chunk = contribution[bounds[index] : bounds[index + 1]]
-    payload = [state["generation"], state["coll_seq"], state["coll_step"], 0, chunk]
-    reliability.send_frozen(state, ctx, state["next"], KIND, payload, chunk.nbytes)
+    partials[bounds[index] : bounds[index + 1]] = contribution[bounds[index] : bounds[index + 1]]
+    _send(state, ctx, [state["generation"], state["coll_seq"], state["coll_step"], 0], partials, index, KIND)
     if state["inbox"]:
         _drain(state, ctx)
 
@@ -132,6 +135,8 @@ def _process(state: dict[str, Any], ctx: Context, message: list[Any]) -> None:
         outgoing = np.add(message[DATA], contribution[low:high])
         if part == ranks - 2:
             state["result"][low:high] = outgoing
+        else:
+            state["ring_sent"][-1][SENT_PARTIALS][low:high] = outgoing
         outgoing.setflags(write=False)
     else:
         chunk = (state["index"] - part - 1) % ranks
@@ -140,10 +145,56 @@ def _process(state: dict[str, Any], ctx: Context, message: list[Any]) -> None:
     part += 1
     state["ring_next"] = part
     if part < 2 * ranks - 2:
-        payload = [message[0], message[1], message[2], part, outgoing]
-        reliability.send_logged(state, ctx, state["next"], KIND, payload, outgoing.nbytes)
+        payload = reliability.stamp([message[0], message[1], message[2], part, outgoing], ctx)
+        ctx.transport(ctx, state["next"], KIND, payload, outgoing.nbytes)
     else:
         collective.complete(state, ctx, state["result"])
+
+
+def _remember(state: dict[str, Any], partials: np.ndarray) -> None:
+    """Keep what this collective sends, compactly, for retransmission (this one and the previous).
+
+    A rank's ring sends are one chunk per step, and every chunk index comes up once in each
+    phase: the reduce-scatter sends the partial sums of chunks r, r-1, ..., r-N+2 and the
+    all-gather sends reduced chunks r+1, r, ..., r-N+3. So two bucket-sized arrays, the partial
+    sums and the result, hold everything the rank sent; a resend cuts the chunk out again. (A
+    log of the 2N-2 payloads would cost ~300 bytes of Python objects per message: 1.3 GB at
+    1024 ranks.)
+    """
+    sent = state["ring_sent"]
+    entry = [state["generation"], state["coll_seq"], state["coll_step"], partials, state["result"]]
+    state["ring_sent"] = [*sent[-(reliability.COLLECTIVES_LOGGED - 1) :], entry]
+
+
+def _send(
+    state: dict[str, Any], ctx: Context, header: list[int], source: np.ndarray, chunk: int, kind: str
+) -> None:
+    ranks = state["ranks"]
+    elements = len(source)
+    data = source[elements * chunk // ranks : elements * (chunk + 1) // ranks].copy()
+    data.setflags(write=False)
+    payload = reliability.stamp([*header, data], ctx)
+    ctx.transport(ctx, state["next"], kind, payload, data.nbytes)
+
+
+def resend(state: dict[str, Any], ctx: Context, seq: int, part: int, requester: str) -> bool:
+    """Send ring step ``part`` of collective ``seq`` again, if this rank sent it (True when sent)."""
+    if requester != state["next"]:
+        return False
+    for generation, sent_seq, step, partials, result in state["ring_sent"]:
+        if sent_seq != seq or generation != state["generation"]:
+            continue
+        current = seq == state["coll_seq"]
+        if current and part > state["ring_next"]:
+            return False  # not sent yet: it will come
+        ranks = state["ranks"]
+        if part < ranks - 1:
+            chunk, source = (state["index"] - part) % ranks, partials
+        else:
+            chunk, source = (state["index"] + 1 - (part - ranks + 1)) % ranks, result
+        _send(state, ctx, [generation, seq, step, part], source, chunk, RETRANSMITTED)
+        return True
+    return False
 
 
 def _drain(state: dict[str, Any], ctx: Context) -> None:
@@ -191,8 +242,13 @@ def missing(state: dict[str, Any]) -> list[list[Any]]:
 
 
 def initial_state(ranks: int, bug: str) -> dict[str, Any]:
-    """``ring_slots``: the reused receive buffers that only the ``stale_chunk`` code keeps."""
-    return {"ring_next": 0, "ring_slots": [None] * max(0, 2 * ranks - 2) if bug == "stale_chunk" else None}
+    """``ring_sent``: what the last collectives sent (see :func:`_remember`); ``ring_slots``: the
+    reused receive buffers that only the ``stale_chunk`` code keeps."""
+    return {
+        "ring_next": 0,
+        "ring_sent": [],
+        "ring_slots": [None] * max(0, 2 * ranks - 2) if bug == "stale_chunk" else None,
+    }
 
 
 HANDLERS = {KIND: on_ring, RETRANSMITTED: on_ring_retransmitted}

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from timetravel import fabric
-from timetravel.scenarios.dp_training import allreduce, elastic, monitor, pipeline, reliability, watchdog
+from timetravel.scenarios.dp_training import allreduce, elastic, monitor, pipeline, resend, watchdog
 from timetravel.scenarios.dp_training.build import (
     ROLE_CONTROLLER,
     ROLE_MONITOR,
@@ -69,7 +69,7 @@ SCENARIO = Scenario(
                 **pipeline.HANDLERS,
                 **allreduce.HANDLERS,
                 **watchdog.HANDLERS,
-                **reliability.HANDLERS,
+                **resend.HANDLERS,
                 **elastic.RANK_HANDLERS,
             },
             ROLE_MONITOR: monitor.HANDLERS,
