@@ -45,7 +45,7 @@ def start(state: dict[str, Any], ctx: Context) -> None:
         state["ps_heard"] = [True] + [False] * (ranks - 1)
         state["ps_count"] = 1
         state["ps_acc"] = contribution.copy() if arrival else None
-        state["ps_parts"] = None if arrival else [contribution] + [None] * (ranks - 1)
+        state["ps_parts"] = None if arrival else [None] * ranks
         if ranks == 1:
             _broadcast(state, ctx)
             return
@@ -94,7 +94,10 @@ def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any])
 
 def _broadcast(state: dict[str, Any], ctx: Context) -> None:
     arrival_sum = state["ps_acc"]
-    total = arrival_sum if arrival_sum is not None else canonical_sum(np.stack(state["ps_parts"]))
+    if arrival_sum is None:
+        state["ps_parts"][SERVER_INDEX] = state["contribution"]
+        arrival_sum = canonical_sum(np.stack(state["ps_parts"]))
+    total = arrival_sum
     state["ps_parts"] = None
     state["ps_acc"] = None
     total.flags.writeable = False

@@ -78,7 +78,9 @@ PARAMS: tuple[Param, ...] = (
         minimum=0.0,
     ),
     Param("oracle", "bool", False, "check every step's weights against the fault-free run, bit for bit"),
-    Param("blowup_loss", "float", 1e4, "fail as blowup when the global loss exceeds this", minimum=0.0),
+    Param(
+        "blowup_loss", "float", 1e4, "fail as blowup when a rank's own forward loss exceeds this", minimum=0.0
+    ),
     Param(
         "loss_scale",
         "float",

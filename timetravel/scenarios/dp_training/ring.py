@@ -35,6 +35,7 @@ from timetravel.sim import Context, Event
 KIND = "ring"
 RETRANSMITTED = "ring_retx"
 SENT_PARTIALS = 3
+SENT_RESULT = 4
 
 
 @functools.lru_cache(maxsize=64)
@@ -71,8 +72,8 @@ def start(state: dict[str, Any], ctx: Context) -> None:
         collective.complete(state, ctx, contribution.copy())
         return
     state["ring_next"] = 0
-    state["result"] = np.empty_like(contribution)
-    partials = np.empty_like(contribution)
+    state["result"] = np.zeros_like(contribution)
+    partials = np.zeros_like(contribution)
     _remember(state, partials)
     bounds = ring_bounds(contribution.shape[0], ranks)
     index = state["index"]
@@ -148,6 +149,7 @@ def _process(state: dict[str, Any], ctx: Context, message: list[Any]) -> None:
         payload = reliability.stamp([message[0], message[1], message[2], part, outgoing], ctx)
         ctx.transport(ctx, state["next"], KIND, payload, outgoing.nbytes)
     else:
+        state["ring_sent"][-1][SENT_RESULT] = state["result"]
         collective.complete(state, ctx, state["result"])
 
 
@@ -159,10 +161,12 @@ def _remember(state: dict[str, Any], partials: np.ndarray) -> None:
     all-gather sends reduced chunks r+1, r, ..., r-N+3. So two bucket-sized arrays, the partial
     sums and the result, hold everything the rank sent; a resend cuts the chunk out again. (A
     log of the 2N-2 payloads would cost ~300 bytes of Python objects per message: 1.3 GB at
-    1024 ranks.)
+    1024 ranks.) While the collective runs its result is ``state["result"]``; the entry takes it
+    over only when the collective completes and nothing writes it any more, because two
+    references to an array that is still written would part when a snapshot is restored.
     """
     sent = state["ring_sent"]
-    entry = [state["generation"], state["coll_seq"], state["coll_step"], partials, state["result"]]
+    entry = [state["generation"], state["coll_seq"], state["coll_step"], partials, None]
     state["ring_sent"] = [*sent[-(reliability.COLLECTIVES_LOGGED - 1) :], entry]
 
 
@@ -191,7 +195,8 @@ def resend(state: dict[str, Any], ctx: Context, seq: int, part: int, requester: 
         if part < ranks - 1:
             chunk, source = (state["index"] - part) % ranks, partials
         else:
-            chunk, source = (state["index"] + 1 - (part - ranks + 1)) % ranks, result
+            chunk = (state["index"] + 1 - (part - ranks + 1)) % ranks
+            source = result if result is not None else state["result"]
         _send(state, ctx, [generation, seq, step, part], source, chunk, RETRANSMITTED)
         return True
     return False

@@ -81,7 +81,7 @@ def start(state: dict[str, Any], ctx: Context) -> None:
     bounds = _bounds(state, ctx)
     chunks = len(bounds) - 1
     arrival = ctx.world.config["reduce_order"] == "arrival"
-    state["result"] = np.empty_like(contribution)
+    state["result"] = np.zeros_like(contribution)
     state["tree_got"] = [0] * chunks
     state["tree_left"] = [None] * chunks
     state["tree_right"] = [None] * chunks
