@@ -317,6 +317,20 @@ def test_a_partition_that_never_heals_is_a_hang() -> None:
     assert {row["rank"]: row["waits_on"] for row in world.failures[0]["flight_recorder"]}["r3"] == ["r2"]
 
 
+def test_a_restart_that_cannot_complete_is_a_hang_naming_the_rank() -> None:
+    # r5 crashes and comes back, but a partition that never heals cuts it off the controller:
+    # it repeats rank_ready until it has waited hang_timeout, then the monitor judges the job
+    faults = [
+        {"kind": "crash", "target": "r5", "t_start": "25ms", "t_end": "30ms"},
+        {"kind": "partition", "target": "r5", "t_start": "27ms", "params": {"mode": "drop"}},
+    ]
+    report, _ = run(0, QUIET, hang_timeout=100_000_000, faults=faults)
+    failure = report["failure"]
+    assert (failure["kind"], failure["node"]) == ("hang", "r5")
+    assert "an elastic restart did not complete: r5 is joining" in failure["message"].splitlines()[0]
+    assert failure["t_ns"] == 30_000_000 + 100_000_000  # r5 rejoined at 30 ms and waited 100 ms
+
+
 @pytest.mark.parametrize(
     "fault",
     [

@@ -62,6 +62,7 @@ def rank_state(config: dict[str, Any], index: int, weights: Any, inputs: Any, ta
         "crashes": 0,
         "restores": 0,
         "elastic_token": 0,
+        "elastic_since_ns": 0,
         **collective.initial_state(),
         **ring.initial_state(ranks, config["bug"]),
     }

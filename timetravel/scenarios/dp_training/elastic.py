@@ -17,7 +17,8 @@ optimizer from fresh slots: the replicas still agree with each other, and only t
 Control messages can be lost too (a partition cuts a rank off the controller as well), so every
 waiting party retries every ``retransmit_timeout``: a restarted rank repeats ``rank_ready``, a
 restoring rank repeats ``load``, and the controller repeats ``resume`` to ranks that have not
-confirmed. A ``rank_ready`` from a new incarnation the controller never heard fail (its
+confirmed. Retrying is bounded: a party that has waited ``hang_timeout`` asks the monitor to judge
+the job, which fails it as a hang when no rank has completed a step for that long. A ``rank_ready`` from a new incarnation the controller never heard fail (its
 ``rank_failed`` was lost) starts a new generation as well.
 
 The fabric's corrupt faults find the gradient buffer through :func:`find_buffer`: while the
@@ -39,6 +40,7 @@ from timetravel.scenarios.dp_training.optimizer import initial_slots
 from timetravel.sim import Context, Event
 
 CONTROLLER = "controller"
+MONITOR = "monitor"
 STORAGE = "storage"
 CHECKPOINTS_KEPT = 2
 RETRY = "elastic_retry"
@@ -91,6 +93,7 @@ def on_restart(state: dict[str, Any], ctx: Context, record: dict[str, Any]) -> N
     """The rank is back: a fresh process that asks to rejoin (and repeats until it is let in)."""
     state["incarnation"] += 1
     state["phase"] = PHASE_JOINING
+    state["elastic_since_ns"] = ctx.now
     _announce(state, ctx)
     _arm_retry(state, ctx)
 
@@ -125,6 +128,11 @@ def _announce(state: dict[str, Any], ctx: Context) -> None:
     ctx.send(CONTROLLER, "rank_ready", [state["index"], state["incarnation"]], CONTROL_MESSAGE_BYTES)
 
 
+def _suspect(ctx: Context, index: int) -> None:
+    """Waited ``hang_timeout`` on the restart: let the monitor judge the whole job (bounds the retries)."""
+    ctx.deliver(ctx.now, MONITOR, "suspect", [index, -1, -1])
+
+
 def _arm_retry(state: dict[str, Any], ctx: Context) -> None:
     state["elastic_token"] += 1
     ctx.timer(ctx.world.config["retransmit_timeout"], RETRY, state["elastic_token"])
@@ -154,6 +162,7 @@ def on_resume(state: dict[str, Any], event: Event, ctx: Context) -> None:
             state["phase"] = PHASE_STOPPED
     if state["phase"] == PHASE_STOPPED:
         state["phase"] = PHASE_RESTORING
+        state["elastic_since_ns"] = ctx.now
         ctx.send(STORAGE, "load", [state["index"], generation], CONTROL_MESSAGE_BYTES)
         _arm_retry(state, ctx)
     elif state["phase"] != PHASE_RESTORING:
@@ -187,6 +196,8 @@ def on_restore(state: dict[str, Any], event: Event, ctx: Context) -> None:
 def on_retry(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if event[4] != state["elastic_token"]:
         return
+    if ctx.now - state["elastic_since_ns"] >= ctx.world.config["hang_timeout"]:
+        _suspect(ctx, state["index"])
     if state["phase"] == PHASE_JOINING:
         _announce(state, ctx)
     elif state["phase"] == PHASE_RESTORING:
@@ -221,6 +232,7 @@ def controller_state(ranks: int) -> dict[str, Any]:
         "unconfirmed": [],
         "incarnations": [0] * ranks,
         "restarts": 0,
+        "resumed_ns": 0,
     }
 
 
@@ -258,6 +270,7 @@ def on_rank_ready(state: dict[str, Any], event: Event, ctx: Context) -> None:
         _new_generation(state, ctx)
     if not state["failed"]:
         state["unconfirmed"] = list(range(ctx.world.config["ranks"]))
+        state["resumed_ns"] = ctx.now
         _broadcast(state, ctx, "resume", state["unconfirmed"])
         ctx.timer(ctx.world.config["retransmit_timeout"], RETRY, state["generation"])
 
@@ -270,6 +283,8 @@ def on_restored(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 def on_controller_retry(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if event[4] == state["generation"] and state["unconfirmed"] and not state["failed"]:
+        if ctx.now - state["resumed_ns"] >= ctx.world.config["hang_timeout"]:
+            _suspect(ctx, -1)
         _broadcast(state, ctx, "resume", state["unconfirmed"])
         ctx.timer(ctx.world.config["retransmit_timeout"], RETRY, state["generation"])
 

@@ -37,6 +37,7 @@ TALLIES_MAX = 64
 FLIGHT_RECORDER_ROWS_SHOWN = 16
 """Rows of the flight recorder printed in the failure message (the full table is in the record)."""
 DIVERGENT_RANKS_SHOWN = 8
+RESTART_PHASES = ("down", "joining", "restoring")
 
 
 def rank_name(index: int) -> str:
@@ -195,6 +196,10 @@ def format_flight_recorder(rows: list[dict[str, Any]], unit: str = "ms") -> list
     return lines
 
 
+def _phase_of(rows: list[dict[str, Any]], rank: str | None) -> str:
+    return next((row["phase"] for row in rows if row["rank"] == rank), "?")
+
+
 def wait_root(rows: list[dict[str, Any]]) -> tuple[str | None, str]:
     """The rank to look at first, and why.
 
@@ -220,6 +225,11 @@ def _report_hang(ctx: Context, last_progress_ns: int, drained: bool = False) -> 
     rows = flight_recorder(world)
     culprit, why = wait_root(rows)
     blocked = sum(1 for row in rows if row["waits_on"])
+    phases = Counter(row["phase"] for row in rows)
+    if culprit is None:
+        restarting = [row["rank"] for row in rows if row["phase"] in RESTART_PHASES]
+        culprit = restarting[0] if restarting else None
+        why = "restart" if restarting else "none"
     stalled = (
         "nothing is left to run"
         if drained
@@ -227,9 +237,11 @@ def _report_hang(ctx: Context, last_progress_ns: int, drained: bool = False) -> 
     )
     head = (
         f"{stalled} (last progress at {format_time(last_progress_ns)}); {blocked} ranks wait in a collective"
+        + f" (phases: {', '.join(f'{count} {phase}' for phase, count in sorted(phases.items()))})"
         + {
             "end": f"; the waits lead to {culprit}",
             "cycle": f"; the waits form a cycle (a message lost for good, or a cut link): {culprit} got least far",
+            "restart": f"; an elastic restart did not complete: {culprit} is {_phase_of(rows, culprit)}",
             "none": "",
         }[why]
     )
