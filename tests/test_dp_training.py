@@ -263,12 +263,14 @@ def test_step_guard_skips_on_every_rank_alike_and_local_guard_does_not() -> None
     assert world.nodes["r3"]["skipped_steps"] == 1 and world.nodes["r0"]["skipped_steps"] == 0
 
 
-def test_a_flip_while_the_optimizer_waits_is_caught_by_the_replica_check() -> None:
-    # after the all-reduce the flip lands in r5's averaged gradient only: r5 alone skips (or
-    # applies a wrong update), and the replicas part; a correct system detects, it cannot repair
-    at_ns = COMPUTE_NS + RING_8_NS + 20_000 + 25_000  # while step 1's optimizer kernel runs
-    report, _ = run(0, QUIET, steps=4, check_every=2, faults=flip("r5", f"{at_ns}ns", B2_LAST, 30))
-    assert (report["failure"]["kind"], report["failure"]["node"]) == ("divergence", "r5")
+def test_a_flip_after_the_all_reduce_finds_no_gradient_awaiting_it() -> None:
+    # a corrupt fault on "grad" hits the gradient on its way to the all-reduce; while step 1's
+    # optimizer runs there is none, so nothing flips
+    at_ns = COMPUTE_NS + RING_8_NS + 20_000 + 25_000
+    report, _ = run(
+        0, QUIET, steps=4, check_every=2, oracle=True, faults=flip("r5", f"{at_ns}ns", B2_LAST, 30)
+    )
+    assert report["outcome"] == "pass" and report["summary"]["faults"]["hit"] == 0
 
 
 # -- faults from the fabric, and what the correct code makes of them --------------------------------

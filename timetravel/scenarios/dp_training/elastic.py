@@ -21,10 +21,9 @@ confirmed. Retrying is bounded: a party that has waited ``hang_timeout`` asks th
 the job, which fails it as a hang when no rank has completed a step for that long. A ``rank_ready`` from a new incarnation the controller never heard fail (its
 ``rank_failed`` was lost) starts a new generation as well.
 
-The fabric's corrupt faults find the gradient buffer through :func:`find_buffer`: while the
-backward kernel runs it is the bit mask latched into the gradient being written
-(``grad_pending``), during the all-reduce the contribution being sent, afterwards the averaged
-bucket awaiting the optimizer.
+The fabric's corrupt faults find the gradient buffer through :func:`find_buffer`: the gradient on
+its way to the all-reduce (while the backward kernel runs, the bit mask latched into the gradient
+being written, ``grad_pending``; during the all-reduce, the contribution being sent).
 """
 
 from __future__ import annotations
@@ -99,23 +98,29 @@ def on_restart(state: dict[str, Any], ctx: Context, record: dict[str, Any]) -> N
 
 
 def find_buffer(state: dict[str, Any], name: str) -> np.ndarray | None:
-    """The array a corrupt fault flips a bit of (see the module docstring); None when it is not there."""
-    if name != "grad" or state["phase"] in (PHASE_DOWN, PHASE_JOINING):
+    """The gradient on its way to the all-reduce, which a corrupt fault on ``grad`` flips a bit of.
+
+    While the backward kernel runs: the mask latched into the gradient it writes. After it, until
+    the collective starts: the bucket. During the collective: the contribution it sends from.
+    After the all-reduce there is no gradient awaiting it (None: nothing flips), and neither is
+    there on a rank that is down, restarting or done.
+    """
+    phase = state["phase"]
+    if name != "grad":
         return None
-    if state["phase"] == "compute":
+    if phase == "compute":
         pending = state["grad_pending"]
         if pending is None:
             weights = state["weights"]
             pending = state["grad_pending"] = np.zeros(weights.shape[0] + 1, dtype=weights.dtype)
         return pending
-    if state["coll_active"] and state["contribution"] is not None:
-        if not state["contribution"].flags.writeable:
-            state["contribution"] = state["contribution"].copy()
-        return state["contribution"]
-    bucket = state["bucket"]
-    if bucket is not None and not bucket.flags.writeable:
-        bucket = state["bucket"] = bucket.copy()
-    return bucket
+    if phase != "allreduce":
+        return None
+    key = "contribution" if state["coll_active"] else "bucket"
+    buffer = state[key]
+    if buffer is not None and not buffer.flags.writeable:
+        buffer = state[key] = buffer.copy()
+    return buffer
 
 
 HOOKS = fabric.Hooks(on_crash=on_crash, on_restart=on_restart, find_buffer=find_buffer)
