@@ -3,8 +3,9 @@
 A collective is identified by ``(generation, seq)``: ``generation`` counts elastic restarts of the
 job (a restart builds a new communicator, so messages of an older generation are stale), ``seq``
 counts the collectives a rank has issued in this generation (NCCL's sequence number). Every message
-is ``[generation, seq, step, part, data]`` where ``step`` is the training step the sender issued the
-collective for and ``part`` is the algorithm's own index (ring step, tree chunk, sender rank).
+is ``[generation, seq, step, part, data, checksum]`` where ``step`` is the training step the sender
+issued the collective for, ``part`` is the algorithm's own index (ring step, tree chunk, sender
+rank) and ``checksum`` (with ``checksums=on``) guards ``data`` (:mod:`reliability`).
 
 Receiving a message sorts it into one of four cases:
 
