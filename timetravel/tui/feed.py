@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import bisect
 import math
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
@@ -250,22 +251,33 @@ class EventTable:
         self._events = events
         node_codes: dict[str, int] = {}
         kind_codes: dict[str, int] = {}
-        self._times = np.fromiter((event[0] for event in events), dtype=np.int64, count=len(events))
-        self._nodes = np.fromiter(
-            (node_codes.setdefault(event[2], len(node_codes)) for event in events),
-            dtype=np.int32,
-            count=len(events),
-        )
-        self._kinds = np.fromiter(
-            (kind_codes.setdefault(event[3], len(kind_codes)) for event in events),
-            dtype=np.int32,
-            count=len(events),
-        )
+        times = array("q")
+        nodes = array("i")
+        kinds = array("i")
+        for event in events:  # one pass: a lazy sequence over a recording decodes each batch once
+            times.append(event[0])
+            nodes.append(node_codes.setdefault(event[2], len(node_codes)))
+            kinds.append(kind_codes.setdefault(event[3], len(kind_codes)))
+        if len(times) != len(events):
+            raise ValueError(f"the event sequence yielded {len(times)} events, its length says {len(events)}")
+        self._times = np.frombuffer(times, dtype=np.int64) if times else np.zeros(0, np.int64)
+        self._nodes = np.frombuffer(nodes, dtype=np.int32) if nodes else np.zeros(0, np.int32)
+        self._kinds = np.frombuffer(kinds, dtype=np.int32) if kinds else np.zeros(0, np.int32)
         self._node_codes = node_codes
         self._kind_codes = kind_codes
         self._first_number = first_number
         self._selection: np.ndarray | None = None
         self._selected_times = self._times
+
+    @property
+    def first_number(self) -> int:
+        """The number of the table's first event (0 for an in-memory run, 1 for #1 of a recording)."""
+        return self._first_number
+
+    @property
+    def last_number(self) -> int:
+        """The number of the table's last event (``first_number - 1`` when it is empty)."""
+        return self._first_number + len(self._times) - 1
 
     def _view(self, selection: np.ndarray) -> EventTable:
         view = object.__new__(EventTable)
