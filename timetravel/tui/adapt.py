@@ -95,3 +95,27 @@ def compare_data(
         loss_a=_curve(loss.get("a", ())),
         loss_b=_curve(loss.get("b", ())),
     )
+
+
+def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: str) -> CompareData:
+    """The compare view's record from a ``diff`` alone (outcomes from the branch tree)."""
+    known = {branch.name: branch for branch in branches}
+    sides = tuple(
+        BranchInfo(
+            name, outcome=known[name].outcome, failure=known[name].failure, changes=known[name].changes
+        )
+        if name in known
+        else BranchInfo(name)
+        for name in (diff.a, diff.b)
+    )
+    entries = tuple(DiffEntry(entry.path, entry.change, entry.summary) for entry in diff.paths)
+    if diff.omitted:
+        entries += (DiffEntry("…", "omitted", f"{diff.omitted} more paths differ"),)
+    return CompareData(
+        a=sides[0],
+        b=sides[1],
+        at_ns=diff.at_ns,
+        unit=unit,
+        first_divergence=divergence(diff.first_divergence),
+        entries=entries,
+    )

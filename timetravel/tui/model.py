@@ -214,4 +214,5 @@ class CursorView:
     branches: tuple[BranchInfo, ...] = ()
     branch: str = "main"
     event_number: int = 0
+    events_total: int = 0
     status: str = ""

@@ -1,0 +1,157 @@
+"""The main screen's data from an open recording: a CursorView from the Session at its cursor.
+
+Two kinds of facts go into a view. Facts of a *branch* never change once it is recorded (the
+file is append-only): its end, its snapshot times, its failure, its loss curve. They are read
+once per branch into :class:`BranchFacts`. Facts of the *cursor* change with every move: the
+rank cells, the world for the inspector, the fault marks (the schedule lives in the world). The
+world handed to the inspector is an independent copy, because the Session's own world changes
+under the next seek while the UI thread is still reading the old one.
+
+Nothing here imports textual; :class:`timetravel.tui.engine.Engine` calls it on a worker thread.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from timetravel.explore.branch_tree import branch_tree
+from timetravel.explore.navigate import branch_failure
+from timetravel.explore.paths import world_tree
+from timetravel.explore.results import BranchesResult
+from timetravel.explore.session import Session
+from timetravel.tui.adapt import branch_infos, failure_label
+from timetravel.tui.feed import LOSS_METRIC, fault_label, fault_start_ns, rank_cells_from_world
+from timetravel.tui.model import (
+    BranchInfo,
+    CursorView,
+    EventSource,
+    KernelSpan,
+    RaceEdge,
+    TimelineData,
+    TimeMark,
+)
+
+SNAPSHOT_MARKS_MAX = 2_000
+"""Snapshot marks drawn on the timeline (evenly thinned past this; a column holds one anyway)."""
+OUTCOME_GLYPHS = {"pass": "✔", "fail": "✖"}
+
+
+@dataclass(frozen=True)
+class BranchFacts:
+    """What a recorded branch is, read once: its extent, snapshots, failure and loss curve."""
+
+    branch: str
+    events: int
+    t_end_ns: int
+    outcome: str
+    failure: dict[str, Any] | None
+    snapshots_ns: tuple[int, ...]
+    loss: tuple[tuple[int, float], ...]
+
+
+def curve(series: Sequence[Sequence[Any]]) -> tuple[tuple[int, float], ...]:
+    """``[[t_ns, node, value], ...]`` as ``(t_ns, value)`` points (non-numbers skipped)."""
+    points = []
+    for entry in series:
+        t_ns, value = entry[0], entry[-1]
+        if isinstance(value, (int, float)) and not isinstance(value, bool):
+            points.append((int(t_ns), float(value)))
+    return tuple(points)
+
+
+def branch_facts(session: Session) -> BranchFacts:
+    snapshots = [info.t_ns for info in session.snapshots()]
+    step = max(1, -(-len(snapshots) // SNAPSHOT_MARKS_MAX))
+    loss = curve(session.metric_series(LOSS_METRIC)) if LOSS_METRIC in session.metric_names() else ()
+    failure = branch_failure(session)
+    outcome = session.info.outcome or ("fail" if failure is not None else "unknown")
+    return BranchFacts(
+        branch=session.branch,
+        events=session.end.events,
+        t_end_ns=session.end.t_ns,
+        outcome=outcome,
+        failure=failure,
+        snapshots_ns=tuple(snapshots[::step]),
+        loss=loss,
+    )
+
+
+def branch_rows(session: Session) -> tuple[BranchInfo, ...]:
+    """The branch tree of the recording, as the BranchTree shows it."""
+    return branch_infos(BranchesResult(branch_tree(session.reader), session.branch), session.display_unit)
+
+
+def status_text(facts: BranchFacts, unit: str) -> str:
+    """``✖ nan on r5 @1040ms``, ``✔ pass`` or the outcome of an unfinished branch."""
+    if facts.failure is not None:
+        return f"✖ {failure_label(facts.failure, unit)}"
+    return f"{OUTCOME_GLYPHS.get(facts.outcome, '?')} {facts.outcome}"
+
+
+def timeline(
+    facts: BranchFacts,
+    faults: Sequence[dict[str, Any]],
+    branches: Sequence[BranchInfo],
+    likelihood: Sequence[tuple[int, float]],
+    unit: str,
+) -> TimelineData:
+    """The branch along time: snapshots, its faults, the branches forked from it, its failure."""
+    marks = [TimeMark(t_ns, "snapshot") for t_ns in facts.snapshots_ns]
+    for fault in faults:
+        start = fault_start_ns(fault)
+        if start is not None and 0 <= start <= facts.t_end_ns:
+            marks.append(TimeMark(start, "fault", fault_label(fault)))
+    for branch in branches:
+        if branch.parent == facts.branch and branch.at_ns is not None:
+            marks.append(TimeMark(branch.at_ns, "branch", branch.name))
+    if facts.failure is not None and isinstance(facts.failure.get("t_ns"), int):
+        marks.append(TimeMark(facts.failure["t_ns"], "failure", failure_label(facts.failure, unit)))
+    marks.sort(key=lambda mark: mark.t_ns)
+    return TimelineData(
+        t_start_ns=0,
+        t_end_ns=max(facts.t_end_ns, 1),
+        unit=unit,
+        marks=tuple(marks),
+        loss=facts.loss,
+        likelihood=tuple(likelihood),
+    )
+
+
+def title(session: Session) -> str:
+    info = session.info
+    return f"{info.scenario} seed {info.seed}"
+
+
+def cursor_view(
+    session: Session,
+    facts: BranchFacts,
+    branches: Sequence[BranchInfo],
+    *,
+    likelihood: Sequence[tuple[int, float]] = (),
+    events: EventSource | None = None,
+    spans: Sequence[KernelSpan] = (),
+    races: Sequence[RaceEdge] = (),
+) -> CursorView:
+    """Everything the main screen shows with the cursor where the session stands."""
+    world = session.world
+    unit = session.display_unit
+    position = session.position
+    copy = session.world_copy()
+    return CursorView(
+        title=title(session),
+        unit=unit,
+        cursor_ns=position.t_ns,
+        timeline=timeline(facts, world.faults, branches, likelihood, unit),
+        ranks=tuple(rank_cells_from_world(copy)),
+        spans=tuple(spans),
+        races=tuple(races),
+        events=events,
+        document=world_tree(copy),
+        branches=tuple(branches),
+        branch=position.branch,
+        event_number=position.events,
+        events_total=facts.events,
+        status=status_text(facts, unit),
+    )
