@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, RichLog, Static
 
 from timetravel.tui.css import css_beside
-from timetravel.tui.model import CursorView
+from timetravel.tui.model import CursorView, EventSource, KernelSpan, RaceEdge
 from timetravel.tui.timefmt import exact_time
 from timetravel.tui.values import ViewValues
 from timetravel.tui.widgets import (
@@ -120,6 +120,8 @@ class MainScreen(Screen[None]):
         if log.source is not view.events:
             log.source = view.events
         log.cursor_ns = view.cursor_ns
+        if view.event_number > 0:
+            log.jump_to_number(view.event_number)
         inspector = self.query_one(StateInspector)
         inspector.border_title = f"state @{exact_time(view.cursor_ns, view.unit)}"
         inspector.document = view.document
@@ -129,6 +131,25 @@ class MainScreen(Screen[None]):
         tree.current = view.branch
         self.query_one("#title", Static).update(self._title(view))
         self.query_one(CommandLine).source = ViewValues(view)
+
+    def show_streams(self, spans: tuple[KernelSpan, ...], races: tuple[RaceEdge, ...]) -> None:
+        """New kernel spans around the cursor (sampled after the view was shown)."""
+        for streams in self.query(StreamsView):
+            streams.spans = spans
+            streams.races = races
+
+    def show_events(self, source: EventSource | None) -> None:
+        """A new event index (built after the view was shown)."""
+        log = self.query_one(EventLog)
+        if log.source is not source:
+            log.source = source
+        if self.view is not None and self.view.event_number > 0:
+            log.jump_to_number(self.view.event_number)
+
+    def sync_cursor(self) -> None:
+        """Put the timeline's cursor back where the view stands (a scrub that was not run)."""
+        if self.view is not None:
+            self.query_one(Timeline).cursor_ns = self.view.cursor_ns
 
     def _title(self, view: CursorView) -> str:
         where = f"{exact_time(view.cursor_ns, view.unit)} #{view.event_number:,}"

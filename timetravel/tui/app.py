@@ -1,0 +1,481 @@
+"""The time-travel debugger: a Textual App over one open recording.
+
+Everything the user does is a line of the command language, run by the explore engine through
+:class:`~timetravel.tui.engine.Engine`: scrubbing the timeline runs ``goto 950ms``, choosing an
+event ``goto #1200``, choosing a branch ``goto 950ms --branch b1``, asking to compare two
+branches ``compare main b1`` then ``diff main b1``, opening a differing path
+``diff main b1 --at T --path P`` (and both worlds at T for the side-by-side screen), choosing a
+path in the state inspector ``print P``. Typed commands (``:``) run the same way. Answers go
+to the status line (their first line) and the output pane (all of it, after ``› command``).
+
+**Workers.** The App never calls the engine on the UI thread. Engine jobs run one at a time on a
+thread worker (:meth:`TimeTravelApp.submit`): a quick one (a seek, ``print``) queues behind the
+one running, a newer scrub replaces a queued one (only the latest position matters), and a long
+one (branch, fanout, likelihood, divergence, minimize, find-first, compare, diff: the commands
+whose spec says ``long_running``) shows its progress in the status line and stops at its next
+check when the user presses escape (the context's ``should_stop``). While a long job runs, other
+commands are refused with a message rather than queued behind it: a scrub that waits a minute
+for a branch to finish is worse than one that says so. Two kinds of background work follow a
+move and do not hold up the next one: sampling the kernel spans around the cursor (an engine
+job, dropped when the cursor moves on) and indexing the event log (on its own reader, so on a
+worker of its own).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import threading
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from textual import on
+from textual.app import App
+from textual.binding import Binding, BindingType
+from textual.widget import Widget
+from textual.worker import Worker, WorkerState
+
+from timetravel.explore.results import (
+    BranchesResult,
+    BranchResult,
+    CompareResult,
+    CursorResult,
+    DiffCommandResult,
+)
+from timetravel.tui.adapt import compare_data, diff_data
+from timetravel.tui.engine import Engine, Outcome, Streams, is_long, progress_text
+from timetravel.tui.event_index import RecordingEventTable, index_events, window_for
+from timetravel.tui.keymap import keymap_rows
+from timetravel.tui.keymap_screen import KeyMapScreen
+from timetravel.tui.model import CursorView
+from timetravel.tui.palette import CommandsProvider
+from timetravel.tui.screens import CompareScreen, DiffScreen, MainScreen
+from timetravel.tui.widgets import (
+    BranchTree,
+    CommandLine,
+    CompareView,
+    EventLog,
+    RankGrid,
+    StateInspector,
+    StreamsView,
+    Timeline,
+)
+from timetravel.tui.widgets.status_line import StatusLine
+
+QUEUED_JOBS_MAX = 32
+"""Commands waiting behind the running one (typing faster than the engine answers)."""
+PROGRESS_INTERVAL_S = 0.1
+"""At most this often a long job's progress reaches the screen (the UI thread redraws it)."""
+REFUSAL_SHOWN_S = 2.0
+"""How long "busy: ... is running" stays in the status line before progress replaces it."""
+GPU_KEY = "gpu"
+CURSOR_KINDS = ("seek",)
+
+
+@dataclass
+class Job:
+    """One piece of engine work. ``kind``: command, seek, compare, diff, view or streams."""
+
+    kind: str
+    args: tuple[Any, ...] = ()
+    label: str = ""
+    long: bool = False
+    stop: threading.Event = field(default_factory=threading.Event)
+
+
+class TimeTravelApp(App[None]):
+    """The debugger over one recording. See the module docstring."""
+
+    TITLE = "timetravel"
+    COMMANDS: ClassVar = App.COMMANDS | {CommandsProvider}
+    BINDINGS: ClassVar[list[BindingType]] = [
+        Binding("colon", "command_line", "command", tooltip="open the command line (the command language)"),
+        Binding("question_mark", "keymap", "keys", tooltip="show every key"),
+        Binding("escape", "cancel_work", "cancel", show=False, tooltip="cancel the running long command"),
+        Binding("q", "quit", "quit", tooltip="quit"),
+    ]
+
+    def __init__(self, engine: Engine, *, path: str, first_commands: Sequence[str] = ()) -> None:
+        super().__init__()
+        self.engine = engine
+        self.path = path
+        self.first_commands = tuple(first_commands)
+        self.view: CursorView | None = None
+        self.main = MainScreen()
+        self.running: Job | None = None
+        self.queue: list[Job] = []
+        self.history: list[str] = []
+        """Every command line the engine ran, in order (what a user would type to get here)."""
+        self.events_table: RecordingEventTable | None = None
+        self.events_key: tuple[str, tuple[int, int]] | None = None
+        self._indexing = False
+        self._focus_before: Widget | None = None
+        self._progress_hidden_until = 0.0
+        self._engine_worker: Worker[Any] | None = None
+        self._jobs: dict[Worker[Any], Job] = {}
+
+    # -- start and stop ---------------------------------------------------------------------------
+
+    def get_default_screen(self) -> MainScreen:
+        return self.main
+
+    def on_ready(self) -> None:
+        """The first frame is on screen: open the view (on a worker) and run ``--at``."""
+        self.main.query_one(StatusLine).say(f"opening {self.path} …")
+        self.submit(Job("view", label="open"))
+        for line in self.first_commands:
+            self.run_command(line)
+
+    def on_unmount(self) -> None:
+        if self.running is not None:
+            self.running.stop.set()
+        if self.events_table is not None:
+            self.events_table.close()
+
+    @property
+    def status(self) -> StatusLine:
+        return self.main.query_one(StatusLine)
+
+    @property
+    def is_idle(self) -> bool:
+        """True when no engine job runs or waits and the event log is not being indexed."""
+        return self.running is None and not self.queue and not self._indexing
+
+    @property
+    def is_busy(self) -> bool:
+        """True while a long command runs (escape cancels it)."""
+        return self.running is not None and self.running.long
+
+    # -- gestures: every one is a command line ----------------------------------------------------
+
+    def run_command(self, line: str, kind: str = "command") -> None:
+        """Run one command line of the command language (typed, chosen in the palette, or a gesture)."""
+        line = line.strip()
+        if not line:
+            return
+        self.submit(Job(kind, (line,), label=line.split()[0], long=is_long(line)))
+
+    @on(Timeline.Scrubbed)
+    def scrubbed(self, message: Timeline.Scrubbed) -> None:
+        self.run_command(f"goto {self.engine.time_text(message.t_ns)}", kind="seek")
+
+    @on(EventLog.EventChosen)
+    def event_chosen(self, message: EventLog.EventChosen) -> None:
+        self.run_command(f"goto #{message.number}", kind="seek")
+
+    @on(BranchTree.BranchChosen)
+    def branch_chosen(self, message: BranchTree.BranchChosen) -> None:
+        if self.view is None or message.name == self.view.branch:
+            return
+        self.run_command(f"goto {self.engine.time_text(self.view.cursor_ns)} --branch {message.name}")
+
+    @on(BranchTree.CompareRequested)
+    def compare_requested(self, message: BranchTree.CompareRequested) -> None:
+        self.submit(Job("compare", (message.a, message.b), label="compare", long=True))
+
+    @on(CompareView.PathChosen)
+    def diff_path_chosen(self, message: CompareView.PathChosen) -> None:
+        if message.path == "…":
+            return
+        args = (message.a, message.b, message.path, message.at_ns)
+        self.submit(Job("diff", args, label="diff", long=True))
+
+    @on(StateInspector.PathChosen)
+    def path_chosen(self, message: StateInspector.PathChosen) -> None:
+        if message.inspector.screen is self.main:
+            self.run_command(f"print {message.path or '/'}")
+
+    @on(CommandLine.CommandSubmitted)
+    def command_submitted(self, message: CommandLine.CommandSubmitted) -> None:
+        self._leave_command_line()
+        self.run_command(message.text)
+
+    @on(CommandLine.Dismissed)
+    def command_dismissed(self) -> None:
+        self._leave_command_line()
+
+    def _leave_command_line(self) -> None:
+        """Give the focus back to the widget that had it before ``:`` (the timeline at first)."""
+        before = self._focus_before
+        self._focus_before = None
+        if before is not None and before.is_attached and before.screen is self.main:
+            before.focus()
+        else:
+            self.main.action_focus_timeline()
+
+    # the palette's host (timetravel.tui.palette.CommandHost)
+    def prefill_command(self, text: str) -> None:
+        line = self._command_line()
+        line.value = text
+        line.cursor_position = len(text)
+
+    def submit_command(self, text: str) -> None:
+        self.run_command(text)
+
+    # -- App-level keys ---------------------------------------------------------------------------
+
+    def _command_line(self) -> CommandLine:
+        while self.screen is not self.main:
+            self.pop_screen()
+        line = self.main.query_one(CommandLine)
+        if self.focused is not line:
+            self._focus_before = self.focused
+        line.focus()
+        return line
+
+    def action_command_line(self) -> None:
+        self._command_line()
+
+    def action_keymap(self) -> None:
+        if not isinstance(self.screen, KeyMapScreen):
+            self.push_screen(KeyMapScreen(keymap_rows(KEYMAP_SCOPES)))
+
+    def action_cancel_work(self) -> None:
+        job = self.running
+        if job is None or not job.long:
+            return
+        job.stop.set()
+        self.status.busy(f"cancelling {job.label}", None)
+
+    # -- the job queue ----------------------------------------------------------------------------
+
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` (see the module docstring for what is refused, replaced or dropped)."""
+        if self.is_busy and job.kind not in ("streams",):
+            assert self.running is not None
+            self.status.error(f"busy: {self.running.label} is running · esc cancels it")
+            self._progress_hidden_until = time.monotonic() + REFUSAL_SHOWN_S
+            if job.kind in CURSOR_KINDS:
+                self.main.sync_cursor()
+            return
+        if job.kind != "view":  # the kernel spans of a position the cursor is leaving
+            self.queue = [queued for queued in self.queue if queued.kind != "streams"]
+        while job.kind == "seek" and self.queue and self.queue[-1].kind == "seek":
+            self.queue.pop()  # only the latest position matters (commands queued before it keep theirs)
+        if len(self.queue) >= QUEUED_JOBS_MAX:
+            self.status.error(f"{len(self.queue)} commands are waiting; try again in a moment")
+            return
+        self.queue.append(job)
+        self._next()
+
+    def _next(self) -> None:
+        if self.running is not None or not self.queue:
+            return
+        job = self.queue.pop(0)
+        self.running = job
+        if job.long:
+            self.status.busy(job.label, None)
+        worker = self.run_worker(
+            lambda: self._work(job), name=job.kind, group="engine", thread=True, exit_on_error=False
+        )
+        self._jobs[worker] = job
+        self._engine_worker = worker
+
+    def _work(self, job: Job) -> Any:
+        """Runs on the worker thread."""
+        engine = self.engine
+        progress = self._progress_reporter(job) if job.long else None
+        stop = job.stop.is_set
+        if job.kind in ("command", "seek"):
+            return engine.execute(job.args[0], progress, stop)
+        if job.kind == "compare":
+            a, b = job.args
+            return engine.compare(a, b, progress, stop)
+        if job.kind == "diff":
+            a, b, path, at_ns = job.args
+            return engine.open_diff(a, b, path, at_ns, progress, stop)
+        if job.kind == "streams":
+            return engine.streams()
+        return engine.view()
+
+    def _progress_reporter(self, job: Job) -> Callable[[Any], None]:
+        last = [0.0]
+
+        def report(progress: Any) -> None:  # on the worker thread
+            now = time.monotonic()
+            if now - last[0] < PROGRESS_INTERVAL_S:
+                return
+            last[0] = now
+            text, fraction = progress_text(progress, job.label)
+            self.call_from_thread(self._show_progress, job, text, fraction)
+
+        return report
+
+    def _show_progress(self, job: Job, text: str, fraction: float | None) -> None:
+        if job is self.running and not job.stop.is_set() and time.monotonic() >= self._progress_hidden_until:
+            self.status.busy(text, fraction)
+
+    def on_worker_state_changed(self, event: Worker.StateChanged) -> None:
+        worker = event.worker
+        if worker.group == "index":
+            self._index_done(worker)
+            return
+        job = self._jobs.get(worker)
+        if job is None or event.state not in (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED):
+            return
+        del self._jobs[worker]
+        self.running = None
+        if job.long:
+            self.status.idle()
+        try:
+            if event.state == WorkerState.SUCCESS:
+                self._finish(job, worker.result)
+            elif event.state == WorkerState.ERROR and worker.error is not None:
+                self._failed(job, worker.error)
+        finally:
+            self._next()
+
+    # -- applying results (UI thread) -------------------------------------------------------------
+
+    def _finish(self, job: Job, result: Any) -> None:
+        if isinstance(result, CursorView):
+            self._show_view(result)
+            self.status.say(f"{result.title} · {result.status} · : commands, ? keys")
+        elif isinstance(result, Streams):
+            self._show_streams(result)
+        elif isinstance(result, Outcome):
+            self._apply(job, result)
+
+    def _failed(self, job: Job, error: BaseException) -> None:
+        self.status.error(f"internal error in {job.label}: {type(error).__name__}: {error}")
+        for line in traceback.format_exception(error):
+            self.main.write_output(line.rstrip("\n"))
+        if job.kind in CURSOR_KINDS:
+            self.main.sync_cursor()
+
+    def _apply(self, job: Job, outcome: Outcome) -> None:
+        self.history += outcome.lines[: len(outcome.results) + (1 if outcome.error else 0)]
+        if job.kind != "seek":
+            for line in outcome.lines:
+                self.main.write_output(f"› {line}")
+        if outcome.error is not None:
+            self.status.error(outcome.error)
+            self.main.write_output(f"  {outcome.error}")
+        else:
+            for line in outcome.text:
+                self.main.write_output(line)
+            self.status.say(outcome.text[0] if outcome.text else f"{job.label}: done")
+        if outcome.view is not None:
+            self._show_view(outcome.view)
+        elif job.kind in CURSOR_KINDS:
+            self.main.sync_cursor()
+        if outcome.error is None:
+            self._present(job, outcome)
+
+    def _present(self, job: Job, outcome: Outcome) -> None:
+        """Open what the result is best seen in: a screen, a pane."""
+        result = outcome.result
+        unit = self.engine.unit
+        if outcome.diff is not None:
+            worlds = outcome.diff
+            self.push_screen(
+                DiffScreen(
+                    worlds.names, worlds.documents, worlds.path, worlds.differing, worlds.at_ns, worlds.unit
+                )
+            )
+        elif outcome.compare is not None:
+            self.push_screen(CompareScreen(outcome.compare))
+        elif job.kind != "command":
+            return
+        elif isinstance(result, CompareResult):
+            self.push_screen(CompareScreen(compare_data(result, None, unit)))
+        elif isinstance(result, DiffCommandResult):
+            branches = self.view.branches if self.view is not None else ()
+            self.push_screen(CompareScreen(diff_data(result, branches, unit)))
+        elif isinstance(result, (BranchResult, BranchesResult)):
+            self.main.action_pane("branches")
+        elif not isinstance(result, CursorResult):
+            self.main.action_pane("output")
+
+    def _show_view(self, view: CursorView) -> None:
+        previous = self.view
+        events = self.events_table if self.events_key and self.events_key[0] == view.branch else None
+        keep_streams = previous is not None and previous.branch == view.branch
+        view = dataclasses.replace(
+            view,
+            events=events,
+            spans=previous.spans if keep_streams and previous is not None else (),
+            races=previous.races if keep_streams and previous is not None else (),
+        )
+        self.view = view
+        self.main.show(view)
+        self._index_around(view)
+        if _has_gpu(view):
+            self.submit(Job("streams", label="streams"))
+
+    def _show_streams(self, streams: Streams) -> None:
+        view = self.view
+        if view is None or (view.branch, view.event_number) != (streams.branch, streams.event):
+            return
+        self.view = dataclasses.replace(view, spans=streams.spans, races=streams.races)
+        self.main.show_streams(streams.spans, streams.races)
+
+    # -- the event index --------------------------------------------------------------------------
+
+    def _index_around(self, view: CursorView) -> None:
+        """Index the events around the cursor unless the index holds them (one index at a time)."""
+        if view.events_total <= 0 or self._indexing:
+            return
+        key = self.events_key
+        if key is not None and key[0] == view.branch:
+            first, last = key[1]
+            if first <= max(view.event_number, 1) <= last:
+                return
+        window = window_for(view.event_number, view.events_total)
+        wanted = (view.branch, window)
+        self._indexing = True
+        self.run_worker(
+            lambda: (wanted, index_events(self.path, view.branch, window)),
+            name="index",
+            group="index",
+            thread=True,
+            exit_on_error=False,
+        )
+
+    def _index_done(self, worker: Worker[Any]) -> None:
+        if worker.state not in (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED):
+            return
+        self._indexing = False
+        if worker.state == WorkerState.ERROR:
+            self.status.error(f"the event log could not be indexed: {worker.error}")
+            return
+        if worker.state != WorkerState.SUCCESS or worker.result is None:
+            return
+        key, table = worker.result
+        view = self.view
+        if view is None or key[0] != view.branch:
+            table.close()
+        else:
+            if self.events_table is not None:
+                self.events_table.close()
+            self.events_table, self.events_key = table, key
+            self.view = dataclasses.replace(view, events=table)
+            self.main.show_events(table)
+        if self.view is not None:
+            self._index_around(self.view)  # the cursor may have moved on meanwhile
+
+
+def _has_gpu(view: CursorView) -> bool:
+    document = view.document if isinstance(view.document, dict) else {}
+    nodes = document.get("nodes", {})
+    return any(isinstance(state, dict) and GPU_KEY in state for state in nodes.values())
+
+
+KEYMAP_SCOPES: tuple[tuple[str, type[Any]], ...] = (
+    ("anywhere", TimeTravelApp),
+    ("main screen", MainScreen),
+    ("timeline", Timeline),
+    ("ranks", RankGrid),
+    ("events", EventLog),
+    ("state", StateInspector),
+    ("streams", StreamsView),
+    ("branches", BranchTree),
+    ("compare", CompareScreen),
+    ("compare", CompareView),
+    ("diff", DiffScreen),
+    ("command line", CommandLine),
+    ("key map", KeyMapScreen),
+)
+"""Where keys work, in the order the ``?`` screen and docs/tui.md list them."""
