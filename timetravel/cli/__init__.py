@@ -35,6 +35,7 @@ COMMAND_MODULES = (
     "timetravel.cli.export_command",
     "timetravel.cli.minimize_command",
     "timetravel.cli.demo_seed_command",
+    "timetravel.cli.tui_command",
 )
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
