@@ -222,7 +222,7 @@ class TimeTravelApp(App[None]):
         line = self.main.query_one(CommandLine)
         if self.focused is not line:
             self._focus_before = self.focused
-        line.focus()
+        self.set_focus(line)  # now, not after the keys already queued (a pasted ":goto 80" types into it)
         return line
 
     def action_command_line(self) -> None:

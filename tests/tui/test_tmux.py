@@ -1,0 +1,110 @@
+"""The real program in a real terminal: ``timetravel tui`` inside tmux, driven with send-keys and read
+with capture-pane — what Pilot cannot see (the terminal, the entry point, startup, quitting).
+
+tmux runs on a socket of its own (``-L``), so the test never touches a user's tmux server, and the
+server is killed at the end. ``make tools`` installs tmux where it is missing (CI does that).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import REPOSITORY_ROOT
+
+COLUMNS, LINES = 100, 30
+WAIT_S = 30.0
+"""How long one expected screen may take to appear (startup imports Textual; a seek replays)."""
+POLL_S = 0.1
+FOOTER_MARK = "] next mark"
+"""In the key footer while the timeline has the focus; gone while the command line has it."""
+
+
+class Tmux:
+    """One tmux server on a private socket, one window running a command."""
+
+    def __init__(self, socket: str) -> None:
+        self.socket = socket
+
+    def run(self, *args: str) -> str:
+        result = subprocess.run(
+            ["tmux", "-L", self.socket, *args], capture_output=True, text=True, check=True, timeout=10
+        )
+        return result.stdout
+
+    def start(self, command: str) -> None:
+        self.run("new-session", "-d", "-s", "tt", "-x", str(COLUMNS), "-y", str(LINES), command)
+
+    def screen(self) -> str:
+        return self.run("capture-pane", "-p", "-t", "tt")
+
+    def keys(self, *keys: str) -> None:
+        self.run("send-keys", "-t", "tt", *keys)
+
+    def type(self, text: str) -> None:
+        self.run("send-keys", "-t", "tt", "-l", text)
+
+    def wait_for(self, text: str, *, present: bool = True) -> str:
+        deadline = time.monotonic() + WAIT_S
+        screen = ""
+        while time.monotonic() < deadline:
+            screen = self.screen()
+            if (text in screen) == present:
+                return screen
+            time.sleep(POLL_S)
+        verb = "appear" if present else "go away"
+        raise AssertionError(f"{text!r} did not {verb} within {WAIT_S} s; the screen:\n{screen}")
+
+    def command(self, line: str) -> None:
+        """``:`` and a command line, typed as a person does: the prompt opens (the key footer
+        gives way to the command line's), then the line and enter."""
+        self.keys(":")
+        self.wait_for(FOOTER_MARK, present=False)
+        self.type(line)
+        self.keys("Enter")
+
+
+@pytest.fixture
+def tmux() -> Iterator[Tmux]:
+    assert shutil.which("tmux"), "tmux is not installed: `make tools` installs it"
+    server = Tmux(f"timetravel-test-{os.getpid()}")
+    try:
+        yield server
+    finally:
+        subprocess.run(["tmux", "-L", server.socket, "kill-server"], capture_output=True, timeout=10)
+
+
+def tui_command(path: Path, *arguments: str) -> str:
+    environment = f"PYTHONPATH={REPOSITORY_ROOT} TERM=xterm-256color"
+    program = f"{sys.executable} -m timetravel tui {path} {' '.join(arguments)}"
+    return f"cd {REPOSITORY_ROOT} && env {environment} {program}; echo EXITED $?; sleep 60"
+
+
+def test_open_rewind_and_quit_in_a_real_terminal(
+    tmux: Tmux, needle_recording: tuple[Path, dict[str, Any]]
+) -> None:
+    path, report = needle_recording
+    tmux.start(tui_command(path))
+    tmux.wait_for("needle seed 1 · main · 0ms #0 · ✖ assertion on w0 @85.021491ms")
+    tmux.wait_for(f"events {report['events']}")  # the event log indexed the recording
+    tmux.command("goto 80")
+    screen = tmux.wait_for("needle seed 1 · main · 80ms #")
+    assert "main at 80ms, event #" in screen
+    tmux.command("goto 75")
+    screen = tmux.wait_for("needle seed 1 · main · 75ms #")
+    assert "main at 75ms, event #" in screen
+    tmux.keys("?")
+    tmux.wait_for("keys · esc closes")
+    tmux.keys("Escape")
+    tmux.keys("End")
+    tmux.wait_for("needle seed 1 · main · 85.021491ms #")
+    tmux.keys("q")
+    tmux.wait_for("EXITED 0")
