@@ -67,6 +67,12 @@ FRAME_CACHE_BYTES_MAX = 128 * 1024 * 1024
 """Decoded BLOBS and EVENTS frames kept for later seeks."""
 PAGE_CACHE_BYTES_MAX = 256 * 1024 * 1024
 """Decoded array pages kept for later seeks."""
+DECODED_EVENT_BATCHES_MAX = 4
+"""Decoded EVENTS frames kept. A decoded batch is thousands of small tuples and lists, which every
+full garbage collection walks: 128 MB of them held a million objects, and a collection of those
+stops every thread for a second. The stored bytes stay in the frame cache (bytes are not walked)
+and decode again in a few milliseconds; seeks and searches read batches in order, so a few
+suffice."""
 MANIFEST_CACHE_ENTRIES_MAX = 256
 ARRAY_HEADER_BYTES_MAX = 16 * 1024 * 1024
 ARRAY_HEADER_CACHE_BYTES_MAX = 64 * 1024 * 1024
@@ -110,6 +116,8 @@ class RecordingReader:
         self.frames_end = len(MAGIC)
         self.used_index = False
         self._frames = _ByteLRU(FRAME_CACHE_BYTES_MAX)
+        self._decoded_events = _ByteLRU(DECODED_EVENT_BATCHES_MAX)
+        """Bounded by count: each batch weighs 1."""
         self._pages = _ByteLRU(PAGE_CACHE_BYTES_MAX)
         self._array_headers = _ByteLRU(ARRAY_HEADER_CACHE_BYTES_MAX)
         self._manifests: OrderedDict[int, dict[str, Any]] = OrderedDict()
@@ -344,7 +352,7 @@ class RecordingReader:
     def events(self, info: EventBatchInfo) -> list[Event]:
         """The events of one batch, checked (event numbers ``info.first + 1 ..``)."""
         key = ("events", info.offset)
-        cached = self._frames.get(key)
+        cached = self._decoded_events.get(key)
         if cached is not None:
             return cached
         data = self.events_bytes(info)
@@ -358,7 +366,7 @@ class RecordingReader:
             events = [_event(item) for item in decoded]
         except DecodeError as error:
             raise RecordingError(f"{where}: {error}") from None
-        self._frames.put(key, events, len(data) * 4)
+        self._decoded_events.put(key, events, 1)
         return events
 
     def choices(self, branch: str = MAIN_BRANCH) -> list[list[Any]]:
