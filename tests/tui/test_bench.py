@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from timetravel.tui.bench import FRAME_BUDGET_MS, run_bench
+from timetravel.tui.bench import FRAME_BUDGET_MS, FRAME_FIGURES, run_bench
 
 
 @pytest.mark.slow
@@ -17,11 +17,14 @@ def test_bench_tui_quick_reports_every_widget() -> None:
         "timeline_render_ms",
         "event_log_seek_and_draw_ms",
         "inspector_reroot_ms",
+        "app_loop_lag_max_ms",
+        "app_show_view_max_ms",
+        "app_seek_p50_ms",
+        "app_seek_max_ms",
     ):
         assert figures[key] > 0
-    assert figures["frame_max_ms"] == max(
-        figures[key]
-        for key in figures
-        if key.endswith("_ms") and key not in ("frame_max_ms", "frame_budget_ms")
-    )
+    assert figures["app_seek_p50_ms"] <= figures["app_seek_max_ms"]
+    assert figures["app_loop_lag_max_ms"] <= figures["app_loop_lag_worst_run_ms"]
+    assert figures["app_recording_events"] > 0
+    assert figures["frame_max_ms"] == max(figures[key] for key in FRAME_FIGURES)
     assert figures["frame_budget_ms"] == FRAME_BUDGET_MS

@@ -70,7 +70,9 @@ def test_a_scenario_from_a_module_needs_the_users_opt_in(
 ) -> None:
     path, _report = fabric_recording
     code, _out, err = run(capsys, "tui", str(path))
-    assert code == 2 and err.startswith("timetravel: error: scenario 'fabric_example'") and err.count("\n") == 1
+    assert (
+        code == 2 and err.startswith("timetravel: error: scenario 'fabric_example'") and err.count("\n") == 1
+    )
     code, out, _err = run(capsys, "tui", str(path), "--scenario", FABRIC_TARGET, "--branch", "b1", "--json")
     assert code == 0 and json.loads(out)["branch"] == "b1"
 
@@ -96,7 +98,9 @@ def test_bad_input_is_one_line_and_exit_code_2(
     assert err.startswith("timetravel: error: ") and err.count("\n") == 1 and message in err
 
 
-def test_a_file_that_is_not_a_recording_is_refused(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_file_that_is_not_a_recording_is_refused(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     bogus = tmp_path / "notes.ttr"
     bogus.write_text("not a recording\n")
     code, _out, err = run(capsys, "open", str(bogus))

@@ -31,7 +31,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from textual import on
+from textual import events, on
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.widget import Widget
@@ -45,6 +45,7 @@ from timetravel.explore.results import (
     DiffCommandResult,
 )
 from timetravel.tui.adapt import compare_data, diff_data
+from timetravel.tui.collector import IdleCollector
 from timetravel.tui.engine import Engine, Outcome, Streams, is_long, progress_text
 from timetravel.tui.event_index import RecordingEventTable, index_events, window_for
 from timetravel.tui.keymap import keymap_rows
@@ -68,6 +69,8 @@ QUEUED_JOBS_MAX = 32
 """Commands waiting behind the running one (typing faster than the engine answers)."""
 PROGRESS_INTERVAL_S = 0.1
 """At most this often a long job's progress reaches the screen (the UI thread redraws it)."""
+COLLECTOR_TICK_S = 1.0
+"""How often the App asks whether a full garbage collection may run (timetravel.tui.collector)."""
 REFUSAL_SHOWN_S = 2.0
 """How long "busy: ... is running" stays in the status line before progress replaces it."""
 GPU_KEY = "gpu"
@@ -113,6 +116,7 @@ class TimeTravelApp(App[None]):
         self._indexing = False
         self._focus_before: Widget | None = None
         self._progress_hidden_until = 0.0
+        self.collector = IdleCollector()
         self._engine_worker: Worker[Any] | None = None
         self._jobs: dict[Worker[Any], Job] = {}
 
@@ -123,12 +127,23 @@ class TimeTravelApp(App[None]):
 
     def on_ready(self) -> None:
         """The first frame is on screen: open the view (on a worker) and run ``--at``."""
+        self.collector.start()
+        self.set_interval(COLLECTOR_TICK_S, self._collect_when_idle)
         self.main.query_one(StatusLine).say(f"opening {self.path} …")
         self.submit(Job("view", label="open"))
         for line in self.first_commands:
             self.run_command(line)
 
+    def _collect_when_idle(self) -> None:
+        self.collector.tick(busy=not self.is_idle)
+
+    async def on_event(self, event: events.Event) -> None:
+        if isinstance(event, (events.Key, events.MouseDown, events.MouseScrollDown, events.MouseScrollUp)):
+            self.collector.activity()
+        await super().on_event(event)
+
     def on_unmount(self) -> None:
+        self.collector.stop()
         if self.running is not None:
             self.running.stop.set()
         if self.events_table is not None:
@@ -263,6 +278,7 @@ class TimeTravelApp(App[None]):
     def _next(self) -> None:
         if self.running is not None or not self.queue:
             return
+        self.collector.activity()
         job = self.queue.pop(0)
         self.running = job
         if job.long:
@@ -392,6 +408,8 @@ class TimeTravelApp(App[None]):
     def _show_view(self, view: CursorView) -> None:
         previous = self.view
         events = self.events_table if self.events_key and self.events_key[0] == view.branch else None
+        if events is not None:
+            events.remember(view.event_rows)
         keep_streams = previous is not None and previous.branch == view.branch
         view = dataclasses.replace(
             view,
@@ -401,6 +419,14 @@ class TimeTravelApp(App[None]):
         )
         self.view = view
         self.main.show(view)
+        # Background work starts once the new view is drawn: a worker competes for the
+        # interpreter (the GIL) with the UI thread, and this frame is the one the user waits on.
+        self.call_after_refresh(self._follow_view, view)
+
+    def _follow_view(self, view: CursorView) -> None:
+        """Index the events and sample the kernel spans around a view that is now on screen."""
+        if view is not self.view:
+            return
         self._index_around(view)
         if _has_gpu(view):
             self.submit(Job("streams", label="streams"))
@@ -451,6 +477,7 @@ class TimeTravelApp(App[None]):
             if self.events_table is not None:
                 self.events_table.close()
             self.events_table, self.events_key = table, key
+            table.remember(view.event_rows)
             self.view = dataclasses.replace(view, events=table)
             self.main.show_events(table)
         if self.view is not None:

@@ -17,16 +17,23 @@ log's rows on the UI thread only.
 from __future__ import annotations
 
 import bisect
+from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import overload
 
 from timetravel.explore.session import lineage
 from timetravel.recording.catalog import EventBatchInfo
+from timetravel.recording.format import FRAME_RAW_BYTES_MAX, RecordingError
 from timetravel.recording.reader import RecordingReader
+from timetravel.sim.encoding import DecodeError, unpack
 from timetravel.sim.event import Event
 from timetravel.tui.feed import EventTable
 
+EVENT_FIELDS = 5
+"""A recorded event is ``[t_ns, seq, dst, kind, payload]``."""
+DECODED_BATCHES_KEPT = 2
+"""Decoded batches a RecordedEvents keeps for the rows on screen."""
 EVENTS_INDEXED_MAX = 1_000_000
 """Events one index covers (16 MB of columns); a longer recording is indexed around the cursor."""
 
@@ -50,6 +57,7 @@ class RecordedEvents(Sequence[Event]):
             batch for batch in batches if batch.first < last and batch.first + batch.count >= first
         ]
         self._batch_firsts = [batch.first for batch in self._batches]
+        self._cache: OrderedDict[int, list[Event]] = OrderedDict()
         covered = sum(min(b.first + b.count, last) - max(b.first, first - 1) for b in self._batches)
         if covered != len(self):
             raise ValueError(f"the recording holds {covered} of events #{first}..#{last}")
@@ -71,7 +79,45 @@ class RecordedEvents(Sequence[Event]):
         number = self.first + index
         position = bisect.bisect_left(self._batch_firsts, number) - 1
         batch = self._batches[position]
-        return self.reader.events(batch)[number - batch.first - 1]
+        return self._decoded(batch)[number - batch.first - 1]
+
+    def _decoded(self, batch: EventBatchInfo) -> list[Event]:
+        """A batch's events from this sequence's own small cache (the rows on screen need one or
+        two batches; a bigger cache of decoded events slows every garbage collection)."""
+        events = self._cache.get(batch.offset)
+        if events is None:
+            events = self.reader.events(batch)
+            self._cache[batch.offset] = events
+            while len(self._cache) > DECODED_BATCHES_KEPT:
+                self._cache.popitem(last=False)
+        else:
+            self._cache.move_to_end(batch.offset)
+        return events
+
+    def fields(self) -> Iterator[tuple[int, str, str]]:
+        """Each event's ``(t_ns, dst, kind)``, decoding each batch once and keeping none of it.
+
+        The reader's own ``events`` keeps decoded batches in its cache; an index pass over a
+        whole recording would fill it with millions of small objects that every full garbage
+        collection then walks (hundreds of milliseconds, holding every thread). The stored bytes
+        are kept instead (bytes are not tracked by the collector) and decoded again on demand.
+        """
+        for batch in self._batches:
+            data = self.reader.events_bytes(batch)
+            try:
+                items = unpack(data, bytes_max=FRAME_RAW_BYTES_MAX)
+            except DecodeError as error:
+                raise RecordingError(
+                    f"{self.reader.path}: event batch at offset {batch.offset}: {error}"
+                ) from None
+            if not isinstance(items, list) or len(items) != batch.count:
+                raise RecordingError(f"{self.reader.path}: event batch at offset {batch.offset} is malformed")
+            start = max(self.first - batch.first - 1, 0)
+            stop = min(self.last - batch.first, batch.count)
+            for item in items[start:stop]:
+                if not (isinstance(item, list) and len(item) == EVENT_FIELDS):
+                    raise RecordingError(f"{self.reader.path}: a recorded event is not a list of 5 fields")
+                yield item[0], item[2], item[3]
 
     def __iter__(self) -> Iterator[Event]:
         for batch in self._batches:
@@ -93,7 +139,7 @@ class RecordingEventTable(EventTable):
     """An EventTable over a recording's events; ``close()`` closes the reader its rows come from."""
 
     def __init__(self, events: RecordedEvents) -> None:
-        super().__init__(events, first_number=events.first)
+        super().__init__(events, first_number=events.first, fields=events.fields())
         self.reader = events.reader
 
     def close(self) -> None:

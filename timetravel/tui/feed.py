@@ -245,7 +245,14 @@ class EventTable:
     the codes, kept as the array of matching row indices. Rows are built only when asked for.
     """
 
-    def __init__(self, events: Sequence[Event], first_number: int = 0) -> None:
+    def __init__(
+        self,
+        events: Sequence[Event],
+        first_number: int = 0,
+        fields: Iterable[tuple[int, str, str]] | None = None,
+    ) -> None:
+        """``fields``: each event's ``(t_ns, dst, kind)`` in order, when the caller can give them
+        more cheaply than ``events`` can (a recording decodes a batch without keeping it)."""
         if len(events) > EVENTS_KEPT_MAX:
             raise ValueError(f"an in-memory event table holds at most {EVENTS_KEPT_MAX} events")
         self._events = events
@@ -254,10 +261,12 @@ class EventTable:
         times = array("q")
         nodes = array("i")
         kinds = array("i")
-        for event in events:  # one pass: a lazy sequence over a recording decodes each batch once
-            times.append(event[0])
-            nodes.append(node_codes.setdefault(event[2], len(node_codes)))
-            kinds.append(kind_codes.setdefault(event[3], len(kind_codes)))
+        if fields is None:
+            fields = ((event[0], event[2], event[3]) for event in events)
+        for t_ns, dst, kind in fields:
+            times.append(t_ns)
+            nodes.append(node_codes.setdefault(dst, len(node_codes)))
+            kinds.append(kind_codes.setdefault(kind, len(kind_codes)))
         if len(times) != len(events):
             raise ValueError(f"the event sequence yielded {len(times)} events, its length says {len(events)}")
         self._times = np.frombuffer(times, dtype=np.int64) if times else np.zeros(0, np.int64)
@@ -268,6 +277,13 @@ class EventTable:
         self._first_number = first_number
         self._selection: np.ndarray | None = None
         self._selected_times = self._times
+        self._known: dict[int, EventRow] = {}
+        """Rows given ready-made (``remember``), by number; shared with the filtered views."""
+
+    def remember(self, rows: Iterable[EventRow]) -> None:
+        """Serve these rows without reading their events (they were read elsewhere already)."""
+        self._known.clear()
+        self._known.update((row.number, row) for row in rows)
 
     @property
     def first_number(self) -> int:
@@ -296,6 +312,9 @@ class EventTable:
         if not 0 <= index < len(self):
             raise IndexError(f"event row {index} out of range (0..{len(self) - 1})")
         base = self._base_index(index)
+        known = self._known.get(self._first_number + base)
+        if known is not None:
+            return known
         t_ns, _seq, dst, kind, payload = self._events[base]
         return EventRow(self._first_number + base, t_ns, dst, kind, payload_text(payload))
 

@@ -215,4 +215,7 @@ class CursorView:
     branch: str = "main"
     event_number: int = 0
     events_total: int = 0
+    event_rows: tuple[EventRow, ...] = ()
+    """The rows around the cursor, read on the worker that built the view, so that drawing the
+    log after a seek decodes nothing on the UI thread (see ``EventTable.remember``)."""
     status: str = ""

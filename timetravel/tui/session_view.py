@@ -22,10 +22,11 @@ from timetravel.explore.paths import world_tree
 from timetravel.explore.results import BranchesResult
 from timetravel.explore.session import Session
 from timetravel.tui.adapt import branch_infos, failure_label
-from timetravel.tui.feed import LOSS_METRIC, fault_label, fault_start_ns, rank_cells_from_world
+from timetravel.tui.feed import LOSS_METRIC, fault_label, fault_start_ns, payload_text, rank_cells_from_world
 from timetravel.tui.model import (
     BranchInfo,
     CursorView,
+    EventRow,
     EventSource,
     KernelSpan,
     RaceEdge,
@@ -36,6 +37,8 @@ from timetravel.tui.model import (
 SNAPSHOT_MARKS_MAX = 2_000
 """Snapshot marks drawn on the timeline (evenly thinned past this; a column holds one anyway)."""
 OUTCOME_GLYPHS = {"pass": "✔", "fail": "✖"}
+EVENT_ROWS_AROUND = 100
+"""Event-log rows either side of the cursor read with each view (a tall terminal shows ~100)."""
 
 
 @dataclass(frozen=True)
@@ -119,6 +122,19 @@ def timeline(
     )
 
 
+def rows_around(session: Session, count: int = EVENT_ROWS_AROUND) -> tuple[EventRow, ...]:
+    """The recorded events ``count`` either side of the cursor, as the event log shows them."""
+    cursor = session.position.events
+    rows = []
+    for number in range(max(cursor - count, 1), min(cursor + count, session.end.events) + 1):
+        event = session.event(number)
+        if event is not None:
+            rows.append(
+                EventRow(event.number, event.t_ns, event.node, event.kind, payload_text(event.payload))
+            )
+    return tuple(rows)
+
+
 def title(session: Session) -> str:
     info = session.info
     return f"{info.scenario} seed {info.seed}"
@@ -153,5 +169,6 @@ def cursor_view(
         branch=position.branch,
         event_number=position.events,
         events_total=facts.events,
+        event_rows=rows_around(session),
         status=status_text(facts, unit),
     )

@@ -122,6 +122,15 @@ class MainScreen(Screen[None]):
         log.cursor_ns = view.cursor_ns
         if view.event_number > 0:
             log.jump_to_number(view.event_number)
+        self.query_one("#title", Static).update(self._title(view), layout=False)  # one line, fixed size
+        self.query_one(CommandLine).source = ViewValues(view)
+        # The state tree is the most expensive pane to draw: it follows in the next frame, so
+        # that no single frame redraws every pane (the timeline and the ranks come first).
+        self.call_after_refresh(self._show_state, view)
+
+    def _show_state(self, view: CursorView) -> None:
+        if view is not self.view:
+            return  # a newer view came meanwhile; its own call follows
         inspector = self.query_one(StateInspector)
         inspector.border_title = f"state @{exact_time(view.cursor_ns, view.unit)}"
         inspector.document = view.document
@@ -129,8 +138,6 @@ class MainScreen(Screen[None]):
         tree.unit = view.unit
         tree.branches = view.branches
         tree.current = view.branch
-        self.query_one("#title", Static).update(self._title(view))
-        self.query_one(CommandLine).source = ViewValues(view)
 
     def show_streams(self, spans: tuple[KernelSpan, ...], races: tuple[RaceEdge, ...]) -> None:
         """New kernel spans around the cursor (sampled after the view was shown)."""

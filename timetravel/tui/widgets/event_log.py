@@ -19,7 +19,7 @@ from rich.segment import Segment
 from rich.style import Style
 from textual import events
 from textual.binding import Binding, BindingType
-from textual.geometry import Size
+from textual.geometry import Region, Size
 from textual.message import Message
 from textual.reactive import reactive
 from textual.scroll_view import ScrollView
@@ -93,6 +93,7 @@ class EventLog(ScrollView, can_focus=True):
         super().__init__(name=name, id=id, classes=classes)
         self._view: EventSource | None = None
         self.rows_fetched = 0
+        self._base_style: Style | None = None
         """How many rows were fetched from the source so far (the virtualization is tested on it)."""
         self.set_reactive(EventLog.unit, unit)
         if source is not None:
@@ -248,10 +249,19 @@ class EventLog(ScrollView, can_focus=True):
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"event-log--{name}", partial=True)
 
+    def render_lines(self, crop: Region) -> list[Strip]:
+        # The widget's own style is the same for every line of one drawing; reading it walks the
+        # DOM, so it is read once here rather than once per line.
+        self._base_style = self.rich_style
+        try:
+            return super().render_lines(crop)
+        finally:
+            self._base_style = None
+
     def render_line(self, y: int) -> Strip:
         index = round(self.scroll_offset.y) + y
         width = self.scrollable_content_region.width
-        base = self.rich_style
+        base = self._base_style or self.rich_style
         view = self._view
         if view is None or not 0 <= index < len(view):
             return Strip.blank(width, base)

@@ -30,7 +30,8 @@ class StatusLine(Widget):
 
     def _show(self, text: str) -> None:
         self.text = text
-        self.query_one("#status-text", Static).update(text.replace("\n", " ⏎ "))
+        # one line of fixed size: no layout pass (a layout pass repaints the whole screen)
+        self.query_one("#status-text", Static).update(text.replace("\n", " ⏎ "), layout=False)
 
     def say(self, text: str) -> None:
         """Show an answer."""
