@@ -104,6 +104,8 @@ class TimeTravelApp(App[None]):
         super().__init__()
         self.engine = engine
         self.path = path
+        """The recording as the user named it (shown); the file is ``recording_path``."""
+        self.recording_path = engine.path
         self.first_commands = tuple(first_commands)
         self.view: CursorView | None = None
         self.main = MainScreen()
@@ -453,7 +455,7 @@ class TimeTravelApp(App[None]):
         wanted = (view.branch, window)
         self._indexing = True
         self.run_worker(
-            lambda: (wanted, index_events(self.path, view.branch, window)),
+            lambda: (wanted, index_events(self.recording_path, view.branch, window)),
             name="index",
             group="index",
             thread=True,

@@ -50,13 +50,13 @@ class MainScreen(Screen[None]):
 
     DEFAULT_CSS = css_beside(__file__)
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("1", "pane('events')", "events"),
-        Binding("2", "pane('state')", "state"),
-        Binding("3", "pane('streams')", "streams"),
-        Binding("4", "pane('branches')", "branches"),
-        Binding("5", "pane('output')", "output", show=False),
-        Binding("t", "focus_timeline", "timeline", show=False),
-        Binding("g", "focus_ranks", "ranks", show=False),
+        Binding("1", "pane('events')", "events", tooltip="show and focus the event log"),
+        Binding("2", "pane('state')", "state", tooltip="show and focus the state inspector"),
+        Binding("3", "pane('streams')", "streams", tooltip="show and focus the GPU streams"),
+        Binding("4", "pane('branches')", "branches", tooltip="show and focus the branch tree"),
+        Binding("5", "pane('output')", "output", show=False, tooltip="show the commands' full output"),
+        Binding("t", "focus_timeline", "timeline", show=False, tooltip="focus the timeline"),
+        Binding("g", "focus_ranks", "ranks", show=False, tooltip="focus the rank grid"),
     ]
 
     def __init__(self, *, name: str | None = None) -> None:

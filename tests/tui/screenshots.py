@@ -1,0 +1,97 @@
+"""The SVG screenshots in docs/tui/: the real App on real recordings, exported with Textual.
+
+    PYTHONPATH=. python -m tests.tui.screenshots docs/tui
+
+Each screenshot records a recording (in a temporary directory), opens it in the App headless at a
+fixed size, runs the command lines a user would type, waits until the engine and the event index
+are done, and writes ``app.export_screenshot()``. docs/tui.md shows them; re-run this after a
+change to the screens and look at them before committing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from tests.fabric_example import SCENARIO as FABRIC_EXAMPLE
+from tests.tui.conftest import record
+from timetravel.explore.commands import open_context
+from timetravel.scenarios import get_scenario
+from timetravel.sim.scenario import Scenario
+from timetravel.tui.app import TimeTravelApp
+from timetravel.tui.engine import Engine
+
+SETTLE_ROUNDS_MAX = 2_000
+
+
+async def _settle(app: TimeTravelApp, pilot: Any) -> None:
+    for _ in range(SETTLE_ROUNDS_MAX):
+        await app.workers.wait_for_complete()
+        await pilot.pause()
+        if app.is_idle:
+            return
+    raise RuntimeError("the App did not settle")
+
+
+def shoot(
+    path: Path,
+    out: Path,
+    *,
+    size: tuple[int, int],
+    lines: Sequence[str] = (),
+    keys: Sequence[str] = (),
+    scenario: Scenario | None = None,
+) -> None:
+    """Open ``path``, run ``lines`` then press ``keys``, and write the screen to ``out``."""
+
+    async def main() -> None:
+        with open_context(path, scenario=scenario) as context:
+            app = TimeTravelApp(Engine(context), path=path.name)
+            async with app.run_test(size=size) as pilot:
+                await _settle(app, pilot)
+                for line in lines:
+                    app.run_command(line)
+                    await _settle(app, pilot)
+                if keys:
+                    await pilot.press(*keys)
+                    await _settle(app, pilot)
+                out.write_text(app.export_screenshot(title=f"timetravel tui {path.name}"), encoding="utf-8")
+
+    asyncio.run(main())
+
+
+def write_all(directory: Path) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tempfile.TemporaryDirectory() as scratch:
+        needle = Path(scratch) / "needle-0.ttr"
+        record(needle, get_scenario("needle"), {"decoys": 6}, 0)
+        race = Path(scratch) / "fabric_example-3.ttr"
+        record(race, FABRIC_EXAMPLE, {"bug": "missing_wait"}, 3)
+        shots: list[tuple[str, Path, dict[str, Any]]] = [
+            ("main-80x24.svg", needle, {"size": (80, 24), "lines": ["goto 77", "goto 70"]}),
+            (
+                "main-160x48.svg",
+                needle,
+                {"size": (160, 48), "lines": ["goto 77", "goto 70", "print nodes/w3"]},
+            ),
+            (
+                "streams-race-120x36.svg",
+                race,
+                {"size": (120, 36), "keys": ["end", "3"], "scenario": FABRIC_EXAMPLE},
+            ),
+            ("keymap-100x30.svg", needle, {"size": (100, 30), "keys": ["question_mark"]}),
+        ]
+        for name, path, options in shots:
+            shoot(path, directory / name, **options)
+            written.append(directory / name)
+    return written
+
+
+if __name__ == "__main__":
+    for path in write_all(Path(sys.argv[1] if len(sys.argv) > 1 else "docs/tui")):
+        print(f"wrote {path}")
