@@ -34,7 +34,7 @@ def test_likelihood_is_a_rate_per_snapshot_time() -> None:
 
 
 def test_compare_and_diff_fill_one_compare_view() -> None:
-    first = r.Divergence(972 * MS, "rank5", "fault", 48_212, None)
+    first = r.Divergence(972 * MS, "rank5", "fault", 311_002, None, event_a=48_212, event_b=None)
     compare = r.CompareResult(
         r.RunSide("main", "fail", NAN_FAILURE),
         r.RunSide("b1", "pass", None),
@@ -52,7 +52,10 @@ def test_compare_and_diff_fill_one_compare_view() -> None:
     data = compare_data(compare, diff, "ms", {"b1": "drop f3"})
     assert (data.a.name, data.a.outcome, data.b.changes) == ("main", "fail", "drop f3")
     assert (
-        data.at_ns == 972 * MS and data.first_divergence is not None and data.first_divergence.seq_b is None
+        data.at_ns == 972 * MS
+        and data.first_divergence is not None
+        and data.first_divergence.event_a == 48_212
+        and data.first_divergence.event_b is None
     )
     assert [entry.path for entry in data.entries] == ["nodes/rank5/grad", "…"]
     assert data.entries[-1].summary == "3 more paths differ"

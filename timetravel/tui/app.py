@@ -196,7 +196,9 @@ class TimeTravelApp(App[None]):
     def diff_path_chosen(self, message: CompareView.PathChosen) -> None:
         if message.path == "…":
             return
-        args = (message.a, message.b, message.path, message.at_ns)
+        screen = message.view.screen
+        at_ns = screen.diff_at_ns if isinstance(screen, CompareScreen) else message.at_ns
+        args = (message.a, message.b, message.path, at_ns)
         self.submit(Job("diff", args, label="diff", long=True))
 
     @on(StateInspector.PathChosen)
@@ -394,14 +396,17 @@ class TimeTravelApp(App[None]):
                 )
             )
         elif outcome.compare is not None:
-            self.push_screen(CompareScreen(outcome.compare))
+            self.push_screen(CompareScreen(outcome.compare))  # listed at the first divergence
         elif job.kind != "command":
             return
         elif isinstance(result, CompareResult):
             self.push_screen(CompareScreen(compare_data(result, None, unit)))
         elif isinstance(result, DiffCommandResult):
             branches = self.view.branches if self.view is not None else ()
-            self.push_screen(CompareScreen(diff_data(result, branches, unit)))
+            at_divergence = "--at" not in job.args[0].split()
+            screen = CompareScreen(diff_data(result, branches, unit))
+            screen.diff_at_ns = None if at_divergence else result.at_ns
+            self.push_screen(screen)
         elif isinstance(result, (BranchResult, BranchesResult)):
             self.main.action_pane("branches")
         elif not isinstance(result, CursorResult):

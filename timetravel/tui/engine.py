@@ -205,19 +205,23 @@ class Engine:
         a: str,
         b: str,
         path: str,
-        at_ns: int,
+        at_ns: int | None,
         progress: Progress | None = None,
         should_stop: StopCheck | None = None,
     ) -> Outcome:
-        """``diff a b --at T --path P`` and both worlds at T, for the DiffScreen."""
-        line = f"diff {a} {b} --at {self.time_text(at_ns)} --path {path}"
+        """One path of both worlds for the DiffScreen: ``diff a b --path P`` at the first divergence
+        (``at_ns`` None: each side right after its diverging event, the states the compare screen
+        listed) or ``diff a b --at T --path P``; then both worlds at those same moments."""
+        where = "" if at_ns is None else f" --at {self.time_text(at_ns)}"
+        line = f"diff {a} {b}{where} --path {path}"
         with self.lock:
             result, error = self._run(line, progress, should_stop)
             if error is not None:
                 return Outcome((line,), (), (), error)
             if not isinstance(result, DiffCommandResult):
                 raise TypeError(f"diff returned {type(result).__name__}")
-            documents = (self._document_at(a, result.at_ns), self._document_at(b, result.at_ns))
+            moments = diff_moments(result, at_ns)
+            documents = (self._document_at(a, moments[0]), self._document_at(b, moments[1]))
             worlds = DiffWorlds(
                 (a, b), documents, path, tuple(entry.path for entry in result.paths), result.at_ns, self.unit
             )
@@ -282,9 +286,26 @@ class Engine:
             return None
         return self._build_view()
 
-    def _document_at(self, branch: str, at_ns: int) -> Any:
-        """The world of ``branch`` at ``at_ns`` as the inspector's document (the cursor stays)."""
+    def _document_at(self, branch: str, moment: int | str) -> Any:
+        """The world of ``branch`` at ``moment`` (a ``Session.goto`` target) as the inspector's
+        document; the cursor stays where it is."""
         session = self.session
         with Session.open(session.reader.path, scenario=session.scenario, branch=branch) as other:
-            other.goto_time(at_ns)
+            other.goto(moment)
             return world_tree(other.world)
+
+
+def diff_moments(result: DiffCommandResult, at_ns: int | None) -> tuple[int | str, int | str]:
+    """Where each side of a diff stands, as a ``Session.goto`` target: right after its diverging
+    event (``#N``; just before the divergence's time on a side without that event), at ``at_ns``,
+    or at the end when the two runs never diverge — the moments ``diff`` itself compares."""
+    if at_ns is not None:
+        return (at_ns, at_ns)
+    divergence = result.first_divergence
+    if divergence is None:
+        return ("end", "end")
+    before = max(divergence.t_ns - 1, 0)
+    a, b = (
+        f"#{event}" if event is not None else before for event in (divergence.event_a, divergence.event_b)
+    )
+    return (a, b)

@@ -176,8 +176,9 @@ class Divergence:
     t_ns: int
     node: str | None
     kind: str
-    seq_a: int | None = None
-    seq_b: int | None = None
+    event_a: int | None = None
+    event_b: int | None = None
+    """The diverging event's number on each side (None: that side has no such event)."""
 
 
 @dataclass(frozen=True)

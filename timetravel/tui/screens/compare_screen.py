@@ -32,6 +32,10 @@ class CompareScreen(Screen[None]):
     def __init__(self, data: CompareData) -> None:
         super().__init__()
         self.data = data
+        self.diff_at_ns: int | None = None
+        """Where a chosen path's diff compares the worlds: None at the first divergence (each
+        side right after its diverging event, as ``compare`` and ``diff`` list the paths), else
+        at this time (a ``diff --at T`` typed)."""
 
     def compose(self) -> ComposeResult:
         yield CompareView(self.data)

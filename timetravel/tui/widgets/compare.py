@@ -40,8 +40,8 @@ def has_alarm(summary: str) -> bool:
     return False
 
 
-def _event_number(seq: int | None) -> str:
-    return "no such event" if seq is None else f"#{seq}"
+def _event_number(number: int | None) -> str:
+    return "no such event" if number is None else f"#{number}"
 
 
 class CompareView(Widget):
@@ -129,7 +129,7 @@ class CompareView(Widget):
             text.append("no divergence: the two runs' effects are identical", self._style("muted"))
         else:
             where = f" on {divergence.node}" if divergence.node else ""
-            seqs = f" (a {_event_number(divergence.seq_a)}, b {_event_number(divergence.seq_b)})"
+            seqs = f" (a {_event_number(divergence.event_a)}, b {_event_number(divergence.event_b)})"
             text.append(f"first divergence {exact_time(divergence.t_ns, data.unit)}: ")
             text.append(f"{divergence.kind}{where}{seqs}", self._style("changed"))
         count = len(data.entries)
