@@ -24,8 +24,6 @@ COLUMNS, LINES = 100, 30
 WAIT_S = 30.0
 """How long one expected screen may take to appear (startup imports Textual; a seek replays)."""
 POLL_S = 0.1
-FOOTER_MARK = "] next mark"
-"""In the key footer while the timeline has the focus; gone while the command line has it."""
 
 
 class Tmux:
@@ -64,11 +62,9 @@ class Tmux:
         raise AssertionError(f"{text!r} did not {verb} within {WAIT_S} s; the screen:\n{screen}")
 
     def command(self, line: str) -> None:
-        """``:`` and a command line, typed as a person does: the prompt opens (the key footer
-        gives way to the command line's), then the line and enter."""
-        self.keys(":")
-        self.wait_for(FOOTER_MARK, present=False)
-        self.type(line)
+        """``:``, a command line and enter, sent in one burst as a paste would be (the App moves
+        the focus to the prompt before it hands on the keys that follow)."""
+        self.type(f":{line}")
         self.keys("Enter")
 
 

@@ -35,6 +35,7 @@ from textual import events, on
 from textual.app import App
 from textual.binding import Binding, BindingType
 from textual.widget import Widget
+from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
 from timetravel.explore.results import (
@@ -94,7 +95,13 @@ class TimeTravelApp(App[None]):
     TITLE = "timetravel"
     COMMANDS: ClassVar = App.COMMANDS | {CommandsProvider}
     BINDINGS: ClassVar[list[BindingType]] = [
-        Binding("colon", "command_line", "command", tooltip="open the command line (the command language)"),
+        Binding(
+            "colon",
+            "command_line",
+            "command",
+            priority=True,
+            tooltip="open the command line (the command language)",
+        ),
         Binding("question_mark", "keymap", "keys", tooltip="show every key"),
         Binding("escape", "cancel_work", "cancel", show=False, tooltip="cancel the running long command"),
         Binding("q", "quit", "quit", tooltip="quit"),
@@ -243,6 +250,13 @@ class TimeTravelApp(App[None]):
             self._focus_before = self.focused
         self.set_focus(line)  # now, not after the keys already queued (a pasted ":goto 80" types into it)
         return line
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        """``:`` is a priority key (the App moves the focus before the keys typed after it are
+        handed to a widget: Textual forwards each key to the focused widget as it arrives, so a
+        burst such as a pasted ``:goto 80`` would otherwise type into the timeline); while a text
+        field has the focus it is just a character (``f3:t_end=990ms``)."""
+        return not (action == "command_line" and isinstance(self.focused, Input))
 
     def action_command_line(self) -> None:
         self._command_line()
