@@ -101,3 +101,24 @@ def test_columns_average_but_never_hide_a_nan() -> None:
     assert nice_step(13.7e6) == 20_000_000 and nice_step(1) == 1 and nice_step(4.2) == 5
     grid = plot_rows([[1.0, 2.0], [1.0, math.nan]], 3)
     assert grid == [[0, 3], [0, 0], [3, 0]]  # both at the bottom first; a at the top, b NaN (top) next
+
+
+def test_dp_training_conventions_collective_seq_and_the_hang_flight_recorder() -> None:
+    """dp_training keeps ``coll_seq`` and ``progress_ns``, and a hang failure carries a flight
+    recorder naming whom each rank waits on (the rank grid shows it at the hang)."""
+    world = World("fake", {}, 0)
+    for index in range(3):
+        world.add_node(f"r{index}", "rank", {"step": 7, "coll_seq": 6 + (index == 2), "progress_ns": 5 * MS})
+    failure = make_failure("hang", "r0", 9 * MS, "no rank completed a step", "dp_training.hang")
+    failure["flight_recorder"] = [
+        {"rank": "r0", "waits_on": []},
+        {"rank": "r1", "waits_on": ["r0"]},
+        {"rank": "r2", "waits_on": ["r0", "r1"]},
+    ]
+    world.failures.append(failure)
+    cells = rank_cells_from_world(world)
+    assert [(c.name, c.collective_seq, c.last_progress_ns, c.waiting_on) for c in cells] == [
+        ("r0", 6, 5 * MS, ""),
+        ("r1", 6, 5 * MS, "r0"),
+        ("r2", 7, 5 * MS, "r0,r1"),
+    ]

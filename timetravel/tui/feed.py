@@ -2,10 +2,13 @@
 
 This is the only module of the TUI that knows the shape of a World. It reads conventions rather
 than one scenario: a rank is a node of role ``rank`` (or of the most common role); its progress
-is the first of ``STEP_KEYS`` its state holds; it is crashed when the world has it ``down``,
+is the first of ``STEP_KEYS`` its state holds (its collective sequence number the first of
+``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``; its last progress the first of
+``PROGRESS_KEYS``, dp_training's ``progress_ns``); it is crashed when the world has it ``down``,
 ``nan`` when a float in its state is not finite, ``diverged`` when its weights differ from the
 majority's, and ``partitioned`` or ``slow`` while a fault of that kind targets it. Anything a
-scenario records beyond that (a ``status`` key, ``waiting_on``) is shown as it is.
+scenario records beyond that (a ``status`` key, ``waiting_on``) is shown as it is; whom a rank
+waits on also comes from a hang failure's flight recorder (dp_training's), at the hang.
 
 Nothing here imports textual, so the adapters are tested (and reused by other front ends) alone.
 """
@@ -37,11 +40,13 @@ from timetravel.tui.model import (
 
 RANK_ROLE = "rank"
 STEP_KEYS = ("step", "round", "received")
-COLLECTIVE_SEQ_KEYS = ("collective_seq", "seq")
+COLLECTIVE_SEQ_KEYS = ("collective_seq", "coll_seq", "seq")
 PROGRESS_KEYS = ("last_progress_ns", "progress_ns")
 WEIGHT_KEYS = ("weights", "params")
 STATUS_KEY = "status"
 WAITING_KEY = "waiting_on"
+FLIGHT_RECORDER_KEY = "flight_recorder"
+"""A hang failure's table of ranks (dp_training's): rows of ``rank`` and ``waits_on``."""
 LOSS_METRIC = "loss"
 SLOW_FAULT_KINDS = ("slow", "slow_node", "straggler")
 PARTITION_FAULT_KINDS = ("partition",)
@@ -183,6 +188,24 @@ def _active_fault_kinds(world: World, now_ns: int) -> dict[str, set[str]]:
     return active
 
 
+def flight_recorder_waits(failures: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """``rank -> "r2,r3"``: whom each rank waited on when a hang was reported, from the
+    failure's flight recorder (dp_training attaches one); empty when there is none."""
+    waits: dict[str, str] = {}
+    for failure in failures:
+        rows = failure.get(FLIGHT_RECORDER_KEY)
+        if not isinstance(rows, list):
+            continue
+        for row in rows:
+            if (
+                isinstance(row, dict)
+                and isinstance(row.get("rank"), str)
+                and isinstance(row.get("waits_on"), list)
+            ):
+                waits[row["rank"]] = ",".join(str(peer) for peer in row["waits_on"])
+    return waits
+
+
 def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> list[RankCell]:
     """Each rank's condition and counters in ``world`` (see the module docstring for the rules)."""
     names = rank_names(world) if names is None else list(names)
@@ -191,6 +214,7 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
     majority = Counter(known).most_common(1)[0][0] if known else None
     active = _active_fault_kinds(world, world.t_ns)
     failed = {(failure.get("node"), failure["kind"]) for failure in world.failures}
+    waits = flight_recorder_waits(world.failures)
     cells = []
     for name in names:
         state = world.nodes[name]
@@ -210,6 +234,8 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
         if (name, "nan") in failed or has_nonfinite(state):
             candidates.append("nan")
         waiting = state.get(WAITING_KEY)
+        if not isinstance(waiting, str) or not waiting:
+            waiting = waits.get(name, "")
         cells.append(
             RankCell(
                 name=name,
