@@ -69,3 +69,17 @@ def fabric_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
 def race_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     path = tmp_path_factory.mktemp("tui") / "race.ttr"
     return path, record(path, FABRIC_EXAMPLE, {"bug": "missing_wait"}, FABRIC_SEED)
+
+
+STORY_FAILURE_NS = 77_022_955
+
+
+@pytest.fixture
+def story(tmp_path: Path) -> Path:
+    """needle seed 0 with six decoys, recorded afresh for each test (branching appends to the
+    file): f4 drops w3's ack at 76 ms, w3 restarts and applies the resent round twice, and the
+    leader fails it at 77.022955 ms."""
+    path = tmp_path / "needle-0.ttr"
+    report = record(path, get_scenario("needle"), {"decoys": 6}, 0)
+    assert report["failure"]["t_ns"] == STORY_FAILURE_NS and report["failure"]["node"] == "w3"
+    return path

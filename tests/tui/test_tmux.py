@@ -104,3 +104,28 @@ def test_open_rewind_and_quit_in_a_real_terminal(
     tmux.wait_for("needle seed 1 · main · 85.021491ms #")
     tmux.keys("q")
     tmux.wait_for("EXITED 0")
+
+
+def test_the_used_by_flow_in_a_real_terminal(tmux: Tmux, story: Path) -> None:
+    """Open the failing seed, go past the failure, rewind, branch without the root-cause fault,
+    compare the two futures, open a differing path's diff, go back and quit."""
+    tmux.start(tui_command(story))
+    tmux.wait_for("needle seed 0 · main · 0ms #0 · ✖ assertion on w3 @77.022955ms")
+    tmux.command("goto 77")
+    tmux.wait_for("needle seed 0 · main · 77ms #")
+    tmux.command("goto 70")
+    tmux.wait_for("needle seed 0 · main · 70ms #")
+    tmux.command("branch --drop-fault f4")
+    tmux.wait_for("b1: from main at 70ms [drop-fault f4] -> pass")
+    tmux.keys("4", "Down", "c")
+    screen = tmux.wait_for("first divergence 76ms: fault on w3")
+    assert "a main     ✖ fail" in screen and "b b1       ✔ pass" in screen
+    tmux.keys("Enter")
+    screen = tmux.wait_for("@76ms: main | b1")
+    assert "╭─ main @76ms" in screen and "╭─ b1 @76ms" in screen
+    tmux.keys("Escape")
+    tmux.wait_for("first divergence 76ms")
+    tmux.keys("Escape")
+    tmux.wait_for("needle seed 0 · main · 70ms #")
+    tmux.keys("q")
+    tmux.wait_for("EXITED 0")
