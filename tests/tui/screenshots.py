@@ -11,6 +11,7 @@ change to the screens and look at them before committing.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
@@ -72,12 +73,16 @@ def write_all(directory: Path) -> list[Path]:
         record(needle, get_scenario("needle"), {"decoys": 6}, 0)
         race = Path(scratch) / "fabric_example-3.ttr"
         record(race, FABRIC_EXAMPLE, {"bug": "missing_wait"}, 3)
+        story = ["goto 77", "goto 70", "branch --drop-fault f4"]
+        compare_keys = ["4", "down", "c"]
         shots: list[tuple[str, Path, dict[str, Any]]] = [
             ("main-80x24.svg", needle, {"size": (80, 24), "lines": ["goto 77", "goto 70"]}),
+            ("main-160x48.svg", needle, {"size": (160, 48), "lines": [*story, "print nodes/w3"]}),
+            ("compare-120x36.svg", needle, {"size": (120, 36), "lines": story, "keys": compare_keys}),
             (
-                "main-160x48.svg",
+                "diff-120x36.svg",
                 needle,
-                {"size": (160, 48), "lines": ["goto 77", "goto 70", "print nodes/w3"]},
+                {"size": (120, 36), "lines": story, "keys": [*compare_keys, "enter"]},
             ),
             (
                 "streams-race-120x36.svg",
@@ -87,7 +92,10 @@ def write_all(directory: Path) -> list[Path]:
             ("keymap-100x30.svg", needle, {"size": (100, 30), "keys": ["question_mark"]}),
         ]
         for name, path, options in shots:
-            shoot(path, directory / name, **options)
+            fresh = Path(scratch) / name / path.name  # a fresh copy for each: a branch appends to the file
+            fresh.parent.mkdir()
+            shutil.copyfile(path, fresh)
+            shoot(fresh, directory / name, **options)
             written.append(directory / name)
     return written
 
