@@ -244,3 +244,20 @@ def test_a_race_is_drawn_between_the_two_kernels(race_recording: tuple[Path, dic
         assert "╳ race on r0: grad — compute:update and comm:allreduce, no" in screen_text(app)
 
     run_app(path, scenario, size=(160, 48), scenario=FABRIC_EXAMPLE)
+
+
+def test_likelihood_draws_the_failure_rate_and_the_point_of_no_return_on_the_timeline(story: Path) -> None:
+    async def scenario(pilot: Pilot[Any], app: TimeTravelApp) -> None:
+        await type_command(pilot, "likelihood --samples 3 --points 4")
+        await settle(pilot)
+        with open_context(story) as context:
+            points = [snapshot.t_ns for snapshot in context.session.snapshots()]
+        timeline = app.main.query_one(Timeline)
+        rates = timeline.data.likelihood
+        assert len(rates) == 4 and {t_ns for t_ns, _rate in rates} <= set(points)
+        assert all(rate == 1.0 for _t, rate in rates), "needle's bug needs no luck: every future fails"
+        assert timeline.point_of_no_return_ns == rates[0][0]
+        assert f"no return {format_time(rates[0][0], 'ms')}" in str(timeline.border_subtitle)
+        assert app.main.active_pane == "output"
+
+    run_app(story, scenario)
