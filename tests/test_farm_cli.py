@@ -127,16 +127,16 @@ def test_a_finding_opens_its_checked_recording_and_its_run_command_reproduces_it
     bucket = json.loads(out)["buckets"][0]
     earliest = bucket["earliest"]
     assert earliest["recording"] == f"recs/pingpong-{earliest['seed']}.ttr"
-    assert opener() == "shell"  # the best front end in this build (the TUI's command is not registered)
-    assert bucket["open_command"] == f"timetravel shell recs/pingpong-{earliest['seed']}.ttr"
+    assert opener() == "tui"  # the best front end in this build
+    assert bucket["open_command"] == f"timetravel tui recs/pingpong-{earliest['seed']}.ttr"
     code, out, _ = farm_cli(
-        capsys, *bucket["open_command"].split()[1:], "--json", "-c", f"goto #{earliest['events']}"
+        capsys, *bucket["open_command"].split()[1:], "--json", "--at", f"#{earliest['events']}"
     )
-    [opened] = [json.loads(line) for line in out.splitlines()]
-    cursor = opened["result"]
+    opened = json.loads(out)  # off a terminal, the TUI prints what it would show there
+    cursor = opened["cursor"]
     assert code == 0 and (cursor["t_ns"], cursor["event"]) == (earliest["t_ns"], earliest["events"])
-    assert cursor["events_total"] == earliest["events"]  # the recording ends at the failure
-    assert cursor["failure"]["signature"] == bucket["signature"]
+    assert opened["events"] == earliest["events"]  # the recording ends at the failure
+    assert opened["failure"]["signature"] == bucket["signature"]
     words = bucket["reproduce_command"].split()
     assert words[:2] == ["timetravel", "run"]
     code, out, _ = farm_cli(capsys, *words[1:], "--json")

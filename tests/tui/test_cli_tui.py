@@ -60,6 +60,9 @@ def test_json_and_the_open_alias_at_a_chosen_time(
     assert data["cursor"] == {"t_ns": 40_000_000, "event": events}
     assert (data["title"], data["branch"], data["events"]) == ("needle seed 1", "main", report["events"])
     assert data["status"] == "✖ assertion on w0 @85.021491ms"
+    assert data["failure"] == {
+        key: report["failure"][key] for key in ("kind", "node", "t_ns", "message", "signature")
+    }
     assert data["branches"] == [{"name": "main", "parent": None, "at_ns": None, "outcome": "fail"}]
     code, out, _err = run(capsys, "tui", str(path), "--headless", "--at", "#12")
     assert code == 0 and "(event #12)" in out and "no terminal here" not in out

@@ -16,6 +16,7 @@ from timetravel.cli.common import UsageError, print_json
 from timetravel.cli.recording_common import add_scenario_target
 from timetravel.explore.commands import open_context, parse_moment
 from timetravel.explore.navigate import branch_failure
+from timetravel.explore.results import public_failure
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.sim.timefmt import format_time
 
@@ -92,7 +93,7 @@ def _headless(engine: Any, args: argparse.Namespace) -> int:
     outcome = engine.execute(f"goto {at}")
     if outcome.error is not None:
         raise UsageError(f"tui: {outcome.error}")
-    data = summary_data(engine.view(), args.path)
+    data = summary_data(engine.view(), args.path, public_failure(branch_failure(session)))
     if args.json:
         print_json(data)
         return 0

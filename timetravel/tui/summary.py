@@ -19,8 +19,9 @@ OUTLIERS_SHOWN_MAX = 8
 MARKS_SHOWN_MAX = 8
 
 
-def summary_data(view: CursorView, path: str) -> dict[str, Any]:
-    """The summary as JSON-ready data (``timetravel tui PATH --json``)."""
+def summary_data(view: CursorView, path: str, failure: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The summary as JSON-ready data (``timetravel tui PATH --json``); ``failure`` is the branch's
+    (kind, node, t_ns, message, signature), None when it passed."""
     ranks = view.ranks
     counts = Counter(cell.state for cell in ranks)
     outliers = sorted(
@@ -33,6 +34,7 @@ def summary_data(view: CursorView, path: str) -> dict[str, Any]:
         "title": view.title,
         "branch": view.branch,
         "status": view.status,
+        "failure": failure,
         "cursor": {"t_ns": view.cursor_ns, "event": view.event_number},
         "events": view.events_total,
         "t_end_ns": view.timeline.t_end_ns,
