@@ -3,6 +3,7 @@ branch written the way the explore engine writes one), and a fabric run that fai
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +14,7 @@ from timetravel.explore.session import Session
 from timetravel.recording import Recorder, RecordingWriter, record_run
 from timetravel.recording.format import FrameType
 from timetravel.scenarios import get_scenario
+from timetravel.scenarios.dp_training.params import DEMO_SEED
 from timetravel.sim.scenario import Scenario
 
 NEEDLE_SEED = 1
@@ -82,4 +84,27 @@ def story(tmp_path: Path) -> Path:
     path = tmp_path / "needle-0.ttr"
     report = record(path, get_scenario("needle"), {"decoys": 6}, 0)
     assert report["failure"]["t_ns"] == STORY_FAILURE_NS and report["failure"]["node"] == "w3"
+    return path
+
+
+DEMO_FAULT_AFTER_NS = 950_000_000
+DEMO_FAULT_BEFORE_NS = 1_000_000_000
+"""The demo's root-cause fault starts in this window (dp_training's demo definition)."""
+
+
+@pytest.fixture(scope="session")
+def demo_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """dp_training's demo preset at its own seed, recorded as ``run --record`` does."""
+    scenario = get_scenario("dp_training")
+    path = tmp_path_factory.mktemp("tui") / "dp_training-demo.ttr"
+    report, _world = record_run(scenario, scenario.resolve_config({"preset": "demo"}), DEMO_SEED, path)
+    assert report["outcome"] == "fail"
+    return path
+
+
+@pytest.fixture
+def demo(demo_recording: Path, tmp_path: Path) -> Path:
+    """A copy of the demo recording for one test (branching appends to the file)."""
+    path = tmp_path / demo_recording.name
+    shutil.copyfile(demo_recording, path)
     return path

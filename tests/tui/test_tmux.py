@@ -19,8 +19,11 @@ from typing import Any
 import pytest
 
 from tests.conftest import REPOSITORY_ROOT
+from tests.tui.test_flow import root_cause
+from timetravel.scenarios.dp_training.params import DEMO_SEED
+from timetravel.sim.timefmt import format_time
 
-COLUMNS, LINES = 100, 30
+COLUMNS, LINES = 120, 36
 WAIT_S = 30.0
 """How long one expected screen may take to appear (startup imports Textual; a seek replays)."""
 POLL_S = 0.1
@@ -106,26 +109,34 @@ def test_open_rewind_and_quit_in_a_real_terminal(
     tmux.wait_for("EXITED 0")
 
 
-def test_the_used_by_flow_in_a_real_terminal(tmux: Tmux, story: Path) -> None:
-    """Open the failing seed, go past the failure, rewind, branch without the root-cause fault,
-    compare the two futures, open a differing path's diff, go back and quit."""
-    tmux.start(tui_command(story))
-    tmux.wait_for("needle seed 0 · main · 0ms #0 · ✖ assertion on w3 @77.022955ms")
-    tmux.command("goto 77")
-    tmux.wait_for("needle seed 0 · main · 77ms #")
-    tmux.command("goto 70")
-    tmux.wait_for("needle seed 0 · main · 70ms #")
-    tmux.command("branch --drop-fault f4")
-    tmux.wait_for("b1: from main at 70ms [drop-fault f4] -> pass")
+def test_the_used_by_flow_in_a_real_terminal(tmux: Tmux, demo: Path) -> None:
+    """Open the demo failing seed, goto 1000, rewind to 950, branch without the root-cause fault,
+    compare the two futures, open the corrupted gradient's diff, go back and quit."""
+    failure, cause = root_cause(demo)
+    rank, t_start = failure["node"], format_time(cause["t_start"], "ms")
+    tmux.start(tui_command(demo))
+    tmux.wait_for(f"dp_training seed {DEMO_SEED} · main · 0ms #0 · ✖ divergence on {rank}")
+    tmux.command("goto 1000")
+    tmux.wait_for("· main · 1000ms #")
+    tmux.command("goto 950")
+    tmux.wait_for("· main · 950ms #")
+    tmux.command(f"branch --drop-fault {cause['id']}")
+    tmux.wait_for(f"b1: from main at 950ms [drop-fault {cause['id']}] -> pass")
     tmux.keys("4", "Down", "c")
-    screen = tmux.wait_for("first divergence 76ms: fault on w3")
-    assert "a main     ✖ fail" in screen and "b b1       ✔ pass" in screen
-    tmux.keys("Enter")
-    screen = tmux.wait_for("@76ms: main | b1")
-    assert "╭─ main @76ms" in screen and "╭─ b1 @76ms" in screen
+    screen = tmux.wait_for(f"first divergence {t_start}: fault on {rank}")
+    assert "✖ fail" in screen and "✔ pass" in screen
+    corrupted = f"nodes/{rank}/grad_pending"
+    assert corrupted in screen
+    lines = screen.splitlines()
+    header = next(number for number, line in enumerate(lines) if line.startswith("│ path "))
+    rows = lines[header + 1 : next(n for n in range(header, len(lines)) if lines[n].startswith("╰"))]
+    index = next(number for number, line in enumerate(rows) if line.startswith(f"│ {corrupted}"))
+    tmux.keys(*["Down"] * index, "Enter")
+    screen = tmux.wait_for(f"diff {corrupted} @{t_start}: main | b1")
+    assert f"╭─ main @{t_start}" in screen and f"╭─ b1 @{t_start}" in screen
     tmux.keys("Escape")
-    tmux.wait_for("first divergence 76ms")
+    tmux.wait_for("first divergence")
     tmux.keys("Escape")
-    tmux.wait_for("needle seed 0 · main · 70ms #")
+    tmux.wait_for("· main · 950ms #")
     tmux.keys("q")
     tmux.wait_for("EXITED 0")
