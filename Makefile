@@ -21,9 +21,12 @@ tools:
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq tmux >/dev/null; fi; }
 
 # The demo: a 16-rank training job whose replicas drift apart after a bit flip at 975 ms (exit 1 is
-# the expected failure; anything else means the demo seed needs re-finding: docs/scenarios/dp_training.md).
+# the expected failure; anything else means the demo seed needs re-finding: docs/scenarios/dp_training.md),
+# recorded, then opened in the time-travel debugger (a summary instead when stdout is not a terminal).
+DEMO_RECORDING := recordings/dp_training-demo.ttr
 demo: install
-	$(BIN)/timetravel run dp_training --set preset=demo; test $$? -eq 1
+	$(BIN)/timetravel run dp_training --set preset=demo --record $(DEMO_RECORDING); test $$? -eq 1
+	$(BIN)/timetravel tui $(DEMO_RECORDING)
 
 lint: install
 	$(BIN)/ruff check timetravel tests
