@@ -20,8 +20,11 @@ from typing import Any
 
 from tests.fabric_example import SCENARIO as FABRIC_EXAMPLE
 from tests.tui.conftest import record
+from tests.tui.test_flow import root_cause
 from timetravel.explore.commands import open_context
+from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
+from timetravel.scenarios.dp_training.params import DEMO_SEED
 from timetravel.sim.scenario import Scenario
 from timetravel.tui.app import TimeTravelApp
 from timetravel.tui.engine import Engine
@@ -69,27 +72,25 @@ def write_all(directory: Path) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     written = []
     with tempfile.TemporaryDirectory() as scratch:
-        needle = Path(scratch) / "needle-0.ttr"
-        record(needle, get_scenario("needle"), {"decoys": 6}, 0)
+        demo = Path(scratch) / "dp_training-demo.ttr"
+        scenario = get_scenario("dp_training")
+        record_run(scenario, scenario.resolve_config({"preset": "demo"}), DEMO_SEED, demo)
         race = Path(scratch) / "fabric_example-3.ttr"
         record(race, FABRIC_EXAMPLE, {"bug": "missing_wait"}, 3)
-        story = ["goto 77", "goto 70", "branch --drop-fault f4"]
+        _failure, cause = root_cause(demo)
+        story = ["goto 1000", "goto 950", f"branch --drop-fault {cause['id']}"]
         compare_keys = ["4", "down", "c"]
         shots: list[tuple[str, Path, dict[str, Any]]] = [
-            ("main-80x24.svg", needle, {"size": (80, 24), "lines": ["goto 77", "goto 70"]}),
-            ("main-160x48.svg", needle, {"size": (160, 48), "lines": [*story, "print nodes/w3"]}),
-            ("compare-120x36.svg", needle, {"size": (120, 36), "lines": story, "keys": compare_keys}),
-            (
-                "diff-120x36.svg",
-                needle,
-                {"size": (120, 36), "lines": story, "keys": [*compare_keys, "enter"]},
-            ),
+            ("main-80x24.svg", demo, {"size": (80, 24), "lines": ["goto 1000", "goto 950"]}),
+            ("main-160x48.svg", demo, {"size": (160, 48), "lines": story}),
+            ("compare-120x36.svg", demo, {"size": (120, 36), "lines": story, "keys": compare_keys}),
+            ("diff-120x36.svg", demo, {"size": (120, 36), "lines": story, "keys": [*compare_keys, "enter"]}),
             (
                 "streams-race-120x36.svg",
                 race,
                 {"size": (120, 36), "keys": ["end", "3"], "scenario": FABRIC_EXAMPLE},
             ),
-            ("keymap-100x30.svg", needle, {"size": (100, 30), "keys": ["question_mark"]}),
+            ("keymap-100x30.svg", demo, {"size": (100, 30), "keys": ["question_mark"]}),
         ]
         for name, path, options in shots:
             fresh = Path(scratch) / name / path.name  # a fresh copy for each: a branch appends to the file
