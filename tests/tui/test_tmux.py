@@ -34,6 +34,7 @@ class Tmux:
 
     def __init__(self, socket: str) -> None:
         self.socket = socket
+        self.socket_path = ""
 
     def run(self, *args: str) -> str:
         result = subprocess.run(
@@ -43,6 +44,7 @@ class Tmux:
 
     def start(self, command: str) -> None:
         self.run("new-session", "-d", "-s", "tt", "-x", str(COLUMNS), "-y", str(LINES), command)
+        self.socket_path = self.run("display-message", "-p", "#{socket_path}").strip()
 
     def screen(self) -> str:
         return self.run("capture-pane", "-p", "-t", "tt")
@@ -79,6 +81,8 @@ def tmux() -> Iterator[Tmux]:
         yield server
     finally:
         subprocess.run(["tmux", "-L", server.socket, "kill-server"], capture_output=True, timeout=10)
+        if server.socket_path:
+            Path(server.socket_path).unlink(missing_ok=True)  # kill-server leaves the socket file
 
 
 def tui_command(path: Path, *arguments: str) -> str:
