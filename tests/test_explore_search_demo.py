@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from conftest import slow_size
+from tests.conftest import slow_size
 
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, run_line
