@@ -12,8 +12,8 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from tests.conftest import slow_size
 
+from tests.conftest import slow_size
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, run_line
 from timetravel.explore.paths import parse_predicate, world_tree
