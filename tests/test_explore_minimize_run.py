@@ -268,3 +268,19 @@ def test_the_cli_prints_the_issue_s_json_object_and_refuses_bad_input(
     assert cli_main(["minimize", str(path), "--branch", "b2"]) == 2
     assert "no branch 'b2' (branches: main)" in capsys.readouterr().err
     assert cli_main(["minimize", str(tmp_path / "missing.ttr")]) == 2
+
+
+def test_a_missing_wait_race_on_16_ranks_shrinks_to_one_rank(tmp_path: Path) -> None:
+    """The issue's race_repro: the missing wait is a race between two streams of one GPU, so a
+    minimal reproduction needs one rank (at most 4 is the target) and one step."""
+    scenario = get_scenario("dp_training")
+    path = tmp_path / "race.ttr"
+    report, _ = record_run(scenario, scenario.resolve_config({"bug": "missing_wait"}), 0, path)
+    assert report["failure"]["signature"] == "race:gpu.race.grad" and report["config"]["ranks"] == 16
+    with Session.open(path) as session:
+        result = minimize_run(session, out=tmp_path / "race-min.ttr", pytest=tmp_path / "test_race.py")
+    assert result.signature == "race:gpu.race.grad"
+    assert (result.config["ranks"], result.config["steps"]) == (1, 1)
+    assert result.params_changed == {"ranks": (16, 1), "steps": (100, 1)}
+    completed = run_pytest(tmp_path / "test_race.py")
+    assert completed.returncode == 0, completed.stdout + completed.stderr

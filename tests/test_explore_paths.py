@@ -149,3 +149,18 @@ def test_completions_extend_by_one_segment() -> None:
     assert completions(tree(), "nodes/r") == ["nodes/r0", "nodes/r1", "nodes/r2"]
     assert completions(tree(), "nodes/*/s") == ["nodes/*/step", "nodes/*/state"]
     assert completions(tree(), "bad seg/") == []
+
+
+def test_arrays_compare_bitwise_on_the_fast_path_as_the_diff_does() -> None:
+    from timetravel.explore.diff import diff
+    from timetravel.explore.paths import values_equal
+
+    pairs = [
+        (np.array([0.0]), np.array([-0.0])),  # different bits
+        (np.array([np.nan]), np.array([np.nan])),  # same bits
+        (np.arange(6.0).reshape(2, 3)[:, 1], np.array([1.0, 4.0])),  # a strided view
+        (np.arange(3, dtype=np.float32), np.arange(3, dtype=np.float64)),  # another dtype
+        (np.zeros((2, 2)), np.zeros(4)),  # another shape
+    ]
+    assert [values_equal(a, b) for a, b in pairs] == [diff(a, b, changes_max=0).equal for a, b in pairs]
+    assert [values_equal(a, b) for a, b in pairs] == [False, True, True, False, False]

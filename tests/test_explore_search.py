@@ -23,11 +23,11 @@ from timetravel.explore.paths import parse_path, parse_predicate, select, world_
 from timetravel.explore.search import (
     STOP_CANCELLED,
     STOP_EVENTS_MAX,
-    SearchProgress,
     find_first,
     last_change,
     next_change,
 )
+from timetravel.explore.work import WorkProgress
 from timetravel.recording import Recorder, RecordingWriter, record_run
 from timetravel.recording.format import FrameType
 from timetravel.scenarios import get_scenario
@@ -217,14 +217,14 @@ def test_a_search_is_bounded_reports_progress_and_can_be_cancelled(
     bounded = find_first(session, "nodes/n5/received > 10000", strategy="scan", events_max=500)
     assert (bounded.found, bounded.stopped_by) == (False, STOP_EVENTS_MAX)
     assert 500 < bounded.replayed_events <= 501
-    seen: list[SearchProgress] = []
+    seen: list[WorkProgress] = []
     find_first(session, "nodes/*/received > 10000", strategy="scan", progress=seen.append)
-    assert seen and all(p.phase == "events" for p in seen)
+    assert seen and all((p.task, p.detail) == ("search", "events") for p in seen)
     from timetravel.shell.monitor import progress_text  # the shell's progress line reads it as is
 
     assert (
         progress_text(seen[0])
-        == f"search: {seen[0].done * 100 // seen[0].total}% ({seen[0].done:,}/{seen[0].total:,}), events re-executed"
+        == f"search: {seen[0].done * 100 // seen[0].total}% ({seen[0].done:,}/{seen[0].total:,}), events"
     )
     assert [p.done for p in seen] == sorted(p.done for p in seen)
     calls = iter(range(100))

@@ -10,7 +10,7 @@ from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.perfetto import export_perfetto
-from timetravel.explore.search import SearchProgress
+from timetravel.explore.work import WorkProgress
 
 
 def register(subparsers: Any) -> None:
@@ -42,7 +42,7 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError("export: --perfetto needs a file name")
     with open_session(args.path, args.scenario_target, args.branch) as session, ProgressLine() as line:
 
-        def progress(step: SearchProgress) -> None:
+        def progress(step: WorkProgress) -> None:
             line.update(step.done, step.total, "events exported")
 
         result = export_perfetto(session, args.perfetto, progress=progress)

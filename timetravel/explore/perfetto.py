@@ -48,8 +48,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from timetravel.explore.results import ExportResult
-from timetravel.explore.search import SearchProgress
 from timetravel.explore.stepper import Stepper
+from timetravel.explore.work import ProgressCallback, WorkProgress
 from timetravel.sim.event import Event
 
 if TYPE_CHECKING:
@@ -114,7 +114,7 @@ def export_perfetto(
     path: str | Path,
     *,
     trace_events_max: int = TRACE_EVENTS_MAX,
-    progress: Callable[[SearchProgress], None] | None = None,
+    progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> ExportResult:
     """Write the session's branch as a Chrome trace JSON file (see the module docstring)."""
@@ -139,7 +139,7 @@ def export_perfetto(
             break
         trace.world = stepper.world
         if progress is not None:
-            progress(SearchProgress("export", stepper.events, total))
+            progress(WorkProgress("export", stepper.events, total, "events exported"))
     if not truncated:
         stepper.finish()
         trace.world = stepper.world

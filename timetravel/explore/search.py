@@ -36,7 +36,8 @@ The state after event #N is what a search looks at; at the recorded end it is th
 (after end-of-run checks), so a failure recorded by an end-of-run oracle is found "at the end".
 
 Every search is bounded (``events_max`` re-executed events), reports progress (a
-:class:`SearchProgress` about PROGRESS_REPORTS times, at most every PROGRESS_EVERY_EVENTS events) and stops when ``should_stop`` says so;
+:class:`~timetravel.explore.work.WorkProgress` (task ``search``, detail the phase) about
+PROGRESS_REPORTS times, at most every PROGRESS_EVERY_EVENTS events) and stops when ``should_stop`` says so;
 a stopped search says why in ``stopped_by`` and is not an answer.
 """
 
@@ -60,6 +61,7 @@ from timetravel.explore.paths import (
 )
 from timetravel.explore.results import FindResult
 from timetravel.explore.stepper import Stepper, position_at_or_before, recorded_events, walk
+from timetravel.explore.work import ProgressCallback, WorkProgress
 from timetravel.sim.encoding import digest
 from timetravel.sim.event import Event
 
@@ -80,28 +82,9 @@ STRATEGY_LAST_CHANGE = "last-change"
 STRATEGY_NEXT_CHANGE = "next-change"
 STOP_EVENTS_MAX = "events_max"
 STOP_CANCELLED = "cancelled"
+SEARCH_TASK = "search"
 END_KIND = "end"
 """The ``kind`` a result names when the end-of-run checks (not an event) made the difference."""
-
-
-@dataclass(frozen=True)
-class SearchProgress:
-    """Where a long search stands: ``done`` of about ``total`` events re-executed in ``phase``.
-
-    It reads like the explore engine's other progress reports (``task``, ``done``, ``total``,
-    ``detail``), so a front end's progress line shows it without knowing it."""
-
-    phase: str
-    done: int
-    total: int
-
-    @property
-    def task(self) -> str:
-        return "export" if self.phase == "export" else "search"
-
-    @property
-    def detail(self) -> str:
-        return "events re-executed" if self.phase != "export" else "events exported"
 
 
 class _Stopped(Exception):
@@ -128,7 +111,7 @@ class _Search:
         self,
         session: Session,
         events_max: int,
-        progress: Callable[[SearchProgress], None] | None,
+        progress: ProgressCallback | None,
         should_stop: Callable[[], bool] | None,
         total: int,
     ) -> None:
@@ -147,7 +130,7 @@ class _Search:
         self.spent += count
         if self.progress is not None and self.spent - self._reported >= self.report_every:
             self._reported = self.spent
-            self.progress(SearchProgress(self.phase, self.spent, max(self.total, self.spent)))
+            self.progress(WorkProgress(SEARCH_TASK, self.spent, max(self.total, self.spent), self.phase))
         self.check()
 
     def check(self) -> None:
@@ -266,7 +249,7 @@ def find_first(
     start_events: int = 0,
     strategy: str = STRATEGY_AUTO,
     events_max: int = SEARCH_EVENTS_MAX,
-    progress: Callable[[SearchProgress], None] | None = None,
+    progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> FindResult:
     """The first state at or after event #``start_events`` where ``predicate`` holds (module docstring)."""
@@ -499,7 +482,7 @@ def next_change(
     *,
     start_events: int | None = None,
     events_max: int = SEARCH_EVENTS_MAX,
-    progress: Callable[[SearchProgress], None] | None = None,
+    progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> FindResult:
     """The first event after #``start_events`` (default: the cursor) that changes the value at ``path``."""
@@ -550,7 +533,7 @@ def last_change(
     *,
     start_events: int | None = None,
     events_max: int = SEARCH_EVENTS_MAX,
-    progress: Callable[[SearchProgress], None] | None = None,
+    progress: ProgressCallback | None = None,
     should_stop: Callable[[], bool] | None = None,
 ) -> FindResult:
     """The latest event at or before #``start_events`` (default: the cursor) that changed the value

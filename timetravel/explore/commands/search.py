@@ -4,7 +4,7 @@
 :func:`timetravel.explore.search.find_first` on the cursor's branch (or branch ``B``, opened
 alongside without moving the cursor) and returns its :class:`FindResult`. ``--go`` moves the
 cursor there, switching the cursor to ``B`` first when one is named. Long searches report
-:class:`SearchProgress` through the context and stop when it asks them to.
+:class:`~timetravel.explore.work.WorkProgress` reports through the context and stop when it asks them to.
 
 (``watch --previous/--next``, in :mod:`timetravel.explore.commands.navigation`, finds changes with
 the same engine: :func:`timetravel.explore.search.last_change` and ``next_change``.)
