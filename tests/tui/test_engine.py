@@ -12,7 +12,6 @@ from tests.fabric_example import SCENARIO as FABRIC_EXAMPLE
 from tests.tui.conftest import BRANCH_FORK_EVENT
 from timetravel.explore.commands import open_context
 from timetravel.explore.results import CursorResult
-from timetravel.explore.search import SearchProgress
 from timetravel.explore.session import Session
 from timetravel.explore.work import WorkProgress
 from timetravel.sim.timefmt import parse_time
@@ -97,10 +96,6 @@ def test_long_commands_are_the_ones_whose_spec_says_so() -> None:
 def test_progress_reads_the_engine_and_the_minimizer_reports() -> None:
     assert progress_text(WorkProgress("branch b1", 250, 1000), "branch") == ("branch b1 250/1,000", 0.25)
     assert progress_text(WorkProgress("divergence", 3, 4, "bisect"), "x") == ("divergence 3/4 bisect", 0.75)
-    assert progress_text(SearchProgress("bisect", 30, 120), "find-first") == (
-        "search 30/120 events re-executed",
-        0.25,
-    )
 
     class MinimizerProgress:
         runs, seconds, pass_name, faults, choices_nonzero, accepted = 12, 1.5, "ddmin", 3, 0, 2
