@@ -12,6 +12,7 @@ from explore_scenarios import SCENARIO as COIN
 
 from timetravel.explore import Session
 from timetravel.explore import rerun as rerun_module
+from timetravel.explore.commands import render_text
 from timetravel.explore.effects import effects_key
 from timetravel.explore.fanout import point_of_no_return
 from timetravel.explore.replay import CAUSE_CODE_CHANGED
@@ -209,6 +210,12 @@ def test_fanout_counts_what_each_branch_key_draws(coin: Any, coin_seed: int) -> 
             )
             if count
         }
+        passing = tuple(key for key in range(1, samples + 1) if face(coin_seed, key) == 0)
+        assert result.keys.get("pass", ()) == passing
+        assert set(result.keys.get("assertion:coin.end", ())) == set(range(1, samples + 1)) - set(passing)
+        if passing:
+            keys_text = ", ".join(str(key) for key in passing[:10]) + (", ..." if len(passing) > 10 else "")
+            assert f"  {len(passing):>5}  pass  (branch keys {keys_text})" in render_text(result)
         after = session.fanout("11ms", 4)
         assert after.by_signature == {"assertion:coin.end": 4}
         kept = session.fanout("9ms", 3, store=True)

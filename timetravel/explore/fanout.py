@@ -103,13 +103,13 @@ def _run_futures(
     total: int,
     progress: ProgressCallback | None,
     should_stop: StopCheck | None,
-) -> dict[str, int]:
+) -> dict[str, list[int]]:
     track = fork.track
     reader = session.reader
     events_max = events_bound(track.end.events)
     until_ns = track.end.t_ns if (reader.end(track.branch) or {}).get("stop") == "until" else None
     overrides = overrides_of(reader, track.branch, track.world.events_processed) or None
-    counts: dict[str, int] = {}
+    counts: dict[str, list[int]] = {}
     for number, key in enumerate(branch_keys(samples, fork.branch_key), start=1):
         world = restore(fork.snapshot, verify=False)
         world.branch_key = key
@@ -123,7 +123,7 @@ def _run_futures(
             break
         outcome = outcome_of(result, events_max)
         label = result.failure["signature"] if result.failure else outcome
-        counts[label] = counts.get(label, 0) + 1
+        counts.setdefault(label, []).append(key)
         if progress is not None:
             progress(WorkProgress(task, done_before + number, total, f"key {key}: {label}"))
         if should_stop is not None and should_stop():
@@ -140,12 +140,12 @@ def _stored_fanout(
     progress: ProgressCallback | None,
     should_stop: StopCheck | None,
 ) -> FanoutResult:
-    counts: dict[str, int] = {}
+    counts: dict[str, list[int]] = {}
     at = f"#{fork.track.world.events_processed}"
     for number, key in enumerate(branch_keys(samples, fork.branch_key), start=1):
         result = branch(session, at, BranchChanges(branch_key=key), parent=fork.track.branch)
         label = result.failure["signature"] if result.failure else result.outcome
-        counts[label] = counts.get(label, 0) + 1
+        counts.setdefault(label, []).append(key)
         if progress is not None:
             progress(WorkProgress("fanout", number, samples, f"{result.name} (key {key}): {label}"))
         if should_stop is not None and should_stop():
@@ -153,11 +153,17 @@ def _stored_fanout(
     return _result(fork.track.world.t_ns, counts)
 
 
-def _result(at_ns: int, counts: dict[str, int]) -> FanoutResult:
-    samples = sum(counts.values())
-    failures = sum(count for label, count in counts.items() if label not in (PASS, OUTCOME_UNFINISHED))
-    ordered = dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
-    return FanoutResult(at_ns=at_ns, samples=samples, failure_rate=failures / samples, by_signature=ordered)
+def _result(at_ns: int, keys: dict[str, list[int]]) -> FanoutResult:
+    samples = sum(len(found) for found in keys.values())
+    failures = sum(len(found) for label, found in keys.items() if label not in (PASS, OUTCOME_UNFINISHED))
+    ordered = sorted(keys, key=lambda label: (-len(keys[label]), label))
+    return FanoutResult(
+        at_ns=at_ns,
+        samples=samples,
+        failure_rate=failures / samples,
+        by_signature={label: len(keys[label]) for label in ordered},
+        keys={label: tuple(keys[label]) for label in ordered},
+    )
 
 
 def likelihood_points(

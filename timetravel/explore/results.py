@@ -228,6 +228,8 @@ class FanoutResult:
     failure_rate: float
     by_signature: dict[str, int]
     """``{signature: count}``; passing futures are counted under ``"pass"``."""
+    keys: dict[str, tuple[int, ...]] = field(default_factory=dict)
+    """``{signature: branch keys}``: which futures ended so (``branch --branch-seed K`` is one)."""
 
     def to_data(self) -> dict[str, Any]:
         return {

@@ -14,6 +14,8 @@ from timetravel.explore import results as r
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
 
+FANOUT_KEYS_SHOWN = 10
+
 
 def failure_text(failure: dict[str, Any] | None, unit: str) -> str:
     if failure is None:
@@ -120,10 +122,12 @@ def _fanout(result: r.FanoutResult, unit: str) -> list[str]:
     lines = [
         f"{result.samples} futures from {format_time(result.at_ns, unit)}: failure rate {result.failure_rate:.0%}"
     ]
-    lines += [
-        f"  {count:>5}  {signature}"
-        for signature, count in sorted(result.by_signature.items(), key=lambda i: -i[1])
-    ]
+    for signature, count in sorted(result.by_signature.items(), key=lambda i: -i[1]):
+        keys = result.keys.get(signature, ())
+        shown = ", ".join(str(key) for key in keys[:FANOUT_KEYS_SHOWN]) + (
+            ", ..." if len(keys) > FANOUT_KEYS_SHOWN else ""
+        )
+        lines.append(f"  {count:>5}  {signature}" + (f"  (branch keys {shown})" if keys else ""))
     return lines
 
 
