@@ -38,7 +38,7 @@ from timetravel.sim.choices import Overrides
 from timetravel.sim.encoding import digest
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.runner import build_world
-from timetravel.sim.scenario import Scenario
+from timetravel.sim.scenario import ConfigError, Scenario
 from timetravel.sim.world import World
 
 MAX_RUNS_DEFAULT = 1_000
@@ -332,7 +332,12 @@ class Minimizer:
         known = self.cache.get(key)
         if known is not None:
             return known
-        trial = self._run(candidate)
+        try:
+            trial = self._run(candidate)
+        except ConfigError:  # e.g. fewer ranks than the schedule's targets: not a reproduction
+            if len(self.cache) < CACHE_ENTRIES_MAX:
+                self.cache[key] = False
+            return False
         answer = trial.signature == self.signature
         if len(self.cache) < CACHE_ENTRIES_MAX:
             self.cache[key] = answer
