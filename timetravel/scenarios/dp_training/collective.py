@@ -23,6 +23,7 @@ Rank state keys owned here: ``coll_seq``, ``coll_step``, ``coll_active``, ``coll
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from timetravel.scenarios.dp_training import device, reliability
@@ -88,6 +89,27 @@ def report_mismatch(state: dict[str, Any], ctx: Context, message: list[Any], sen
         f"but {sender} sent collective #{message[SEQ]} as the all-reduce of step {message[STEP]}",
         site=MISMATCH_SITE,
     )
+
+
+def dispatch(
+    state: dict[str, Any],
+    ctx: Context,
+    kind: str,
+    message: list[Any],
+    process: Callable[[dict[str, Any], Context, str, list[Any]], None],
+    sender: str,
+) -> None:
+    """Route one checked message of a parameter-server or tree collective: process it when it is
+    for the current collective, keep it when it is for a later one, report a mismatch otherwise."""
+    if not reliability.intact(state, message):
+        return
+    verdict = classify(state, message)
+    if verdict == CURRENT:
+        process(state, ctx, kind, message)
+    elif verdict == FUTURE:
+        buffer(state, ctx, kind, message)
+    elif verdict == MISMATCH:
+        report_mismatch(state, ctx, message, sender)
 
 
 def buffer(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:

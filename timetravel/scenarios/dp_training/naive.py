@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.scenarios.dp_training import collective, reliability
-from timetravel.scenarios.dp_training.collective import CURRENT, DATA, FUTURE, MISMATCH, PART
+from timetravel.scenarios.dp_training.collective import CURRENT, DATA, MISMATCH, PART
 from timetravel.scenarios.dp_training.numerics import sequential_sum
 from timetravel.sim import Context, Event
 
@@ -62,16 +62,8 @@ def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 
 def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
-    if not reliability.intact(state, message):
-        return
-    verdict = collective.classify(state, message)
-    if verdict == CURRENT:
-        _process(state, ctx, kind, message)
-    elif verdict == FUTURE:
-        collective.buffer(state, ctx, kind, message)
-    elif verdict == MISMATCH:
-        sender = f"r{message[PART]}" if kind == UP else SERVER
-        collective.report_mismatch(state, ctx, message, sender)
+    sender = f"r{message[PART]}" if kind == UP else SERVER
+    collective.dispatch(state, ctx, kind, message, _process, sender)
 
 
 def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:

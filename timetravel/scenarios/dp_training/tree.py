@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.scenarios.dp_training import collective, reliability
-from timetravel.scenarios.dp_training.collective import CURRENT, DATA, FUTURE, MISMATCH, PART
+from timetravel.scenarios.dp_training.collective import CURRENT, DATA, MISMATCH, PART
 from timetravel.sim import Context, Event
 
 UP = "tree_up"
@@ -107,15 +107,7 @@ def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 
 def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
-    if not reliability.intact(state, message):
-        return
-    verdict = collective.classify(state, message)
-    if verdict == CURRENT:
-        _process(state, ctx, kind, message)
-    elif verdict == FUTURE:
-        collective.buffer(state, ctx, kind, message)
-    elif verdict == MISMATCH:
-        collective.report_mismatch(state, ctx, message, "a tree neighbour")
+    collective.dispatch(state, ctx, kind, message, _process, "a tree neighbour")
 
 
 def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
