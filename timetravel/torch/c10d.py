@@ -1,0 +1,353 @@
+"""The node ``c10d``: the simulated backend as plain data — matching, checking, reducing, timing.
+
+State (all plain data and numpy arrays, so snapshots and diffs see it):
+
+* ``ops[key]`` — a collective in flight, ``key = "<group>#<seq>"`` (``p2p:<group>:<src>><dst>:<tag>#<n>``
+  for a send/recv pair): the entries of the members that entered so far;
+* ``results["<rank>:<work id>"]`` — what a rank will receive and when (``t_ns``), until it waits;
+* ``waiting[rank]`` — the works a blocked rank waits for and since when;
+* ``flight[rank]`` — the flight recorder: the rank's last collectives, entered and completed;
+* ``steps[step][rank]`` — parameter digests after an optimizer step, until every rank reported.
+
+Detectors here: ``collective_mismatch``, ``nan``, ``divergence``, ``exception``/``crash`` (how a rank
+ended) and ``hang`` (:func:`report_hang`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timetravel.sim.context import Context
+from timetravel.sim.event import Event
+from timetravel.sim.world import World
+from timetravel.torch import arrays, collectives
+from timetravel.torch.cost import collective_ns, point_to_point_ns
+from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
+
+
+def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
+    return {
+        "ranks": ranks,
+        "script_sha256": script_sha256,
+        "ops": {},
+        "results": {},
+        "waiting": {},
+        "exited": {},
+        "flight": {str(rank): [] for rank in range(ranks)},
+        "steps": {},
+        "completed": 0,
+        "steps_checked": 0,
+    }
+
+
+# -- calls --------------------------------------------------------------------------------------
+
+
+def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    message = event.payload
+    rank = message["rank"]
+    try:
+        inputs = [arrays.decode(wire) for wire in message["inputs"]]
+    except arrays.TensorFormatError as error:
+        ctx.fail("exception", f"r{rank}: {error}", "torch.c10d.tensor", node=f"r{rank}")
+        return
+    op = message["op"]
+    members = [int(member) for member in message["members"]]
+    if rank not in members:
+        ctx.fail("exception", f"r{rank} called {op} on a group it is not a member of", "torch.c10d.membership", node=f"r{rank}")
+        return
+    entry = {
+        "rank": rank,
+        "index": members.index(rank),
+        "op": op,
+        "inputs": inputs,
+        "opts": dict(message["opts"]),
+        "id": message["id"],
+        "t_ns": ctx.now,
+        "expect": message.get("expect", []),
+        "timeout_ns": message.get("timeout_ns"),
+    }
+    if ctx.world.config["detect_nan"] and _fails_on_nonfinite(entry, message, ctx):
+        return
+    _check_hang_deadlines(state, ctx)
+    if op in ("send", "recv"):
+        _enter_point_to_point(state, entry, message, ctx)
+        return
+    if op not in collectives.COLLECTIVE_OPS:
+        ctx.fail("unsupported", f"unsupported {op}", f"torch.c10d.unsupported.{op}", node=f"r{rank}")
+        return
+    key = f"{message['group']}#{message['seq']}"
+    record = state["ops"].setdefault(key, {"members": members, "entries": {}, "group": message["group"]})
+    record["entries"][str(rank)] = entry
+    _flight_enter(state, rank, key, entry)
+    if len(record["entries"]) == len(members):
+        _complete(state, key, ctx)
+
+
+def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> bool:
+    for position, array in enumerate(entry["inputs"]):
+        count = arrays.nonfinite_count(array)
+        if count:
+            ctx.fail(
+                "nan",
+                f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
+                f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
+                "torch.c10d.nonfinite",
+                node=f"r{entry['rank']}",
+            )
+            ctx.world.failures[-1].update(op=entry["op"], seq=message["seq"], group=message["group"], tensor=position)
+            return True
+    return False
+
+
+def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
+    record = state["ops"].pop(key)
+    members = record["members"]
+    entries = [record["entries"][str(rank)] for rank in members]
+    disagreement = collectives.check_agreement(entries) or _list_error(entries, len(members))
+    if disagreement is not None:
+        _fail_mismatch(key, disagreement, ctx)
+        return
+    order = entries
+    if ctx.world.config["reduce_order"] == "arrival":
+        order = sorted(entries, key=lambda entry: (entry["t_ns"], entry["rank"]))
+    try:
+        received = collectives.outputs(order, len(members))
+    except ValueError as error:
+        ctx.fail("unsupported", f"{collectives.describe(entries[0])}: {error}", "torch.c10d.unsupported", node=f"r{entries[0]['rank']}")
+        return
+    start_ns = max(entry["t_ns"] for entry in entries)
+    settings = _fabric(ctx)
+    duration_ns = collective_ns(entries[0]["op"], members, max(collectives.payload_bytes(e) for e in entries), settings)
+    for entry in entries:
+        _finish(state, entry, received[entry["index"]], start_ns + duration_ns, ctx)
+    state["completed"] += 1
+
+
+def _list_error(entries: list[dict[str, Any]], size: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    message = collectives.list_shape_errors(entries, size)
+    if message is None:
+        return None
+    return {**entries[0], "problem": message}, entries[0]
+
+
+def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]], ctx: Context) -> None:
+    odd, usual = disagreement
+    detail = odd.get("problem") or (
+        f"r{odd['rank']} called {collectives.describe(odd)} where r{usual['rank']} called {collectives.describe(usual)}"
+    )
+    ctx.fail("collective_mismatch", f"collective {key}: {detail}", "torch.c10d.mismatch", node=f"r{odd['rank']}")
+    ctx.world.failures[-1].update(collective=key, odd=collectives.describe(odd), usual=collectives.describe(usual))
+
+
+def _finish(state: dict[str, Any], entry: dict[str, Any], outputs: list[Any], t_done: int, ctx: Context) -> None:
+    """Store what a rank receives; release it now if it already waits for it."""
+    rank = entry["rank"]
+    state["results"][f"{rank}:{entry['id']}"] = {
+        "t_ns": t_done,
+        "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],
+    }
+    for flight in state["flight"][str(rank)]:
+        if flight["id"] == entry["id"]:
+            flight["state"] = "completed"
+            flight["t_done_ns"] = t_done
+    waiting = state["waiting"].get(str(rank))
+    if waiting is not None:
+        _try_release(state, rank, ctx)
+
+
+def _enter_point_to_point(state: dict[str, Any], entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> None:
+    key = f"p2p:{message['pair']}#{message['seq']}"
+    record = state["ops"].setdefault(key, {"members": [], "entries": {}, "group": message["group"]})
+    record["entries"][entry["op"]] = entry
+    _flight_enter(state, entry["rank"], key, entry)
+    if len(record["entries"]) < 2:
+        return
+    state["ops"].pop(key)
+    sender, receiver = record["entries"]["send"], record["entries"]["recv"]
+    if _shapes_differ(sender, receiver):
+        sent = [[arrays.dtype_name(array), list(array.shape)] for array in sender["inputs"]]
+        ctx.fail(
+            "collective_mismatch",
+            f"r{sender['rank']} sent {sent} to r{receiver['rank']}, which expected {receiver['expect']}",
+            "torch.c10d.p2p_mismatch",
+            node=f"r{sender['rank']}",
+        )
+        return
+    nbytes = collectives.payload_bytes(sender)
+    t_done = max(sender["t_ns"], receiver["t_ns"]) + point_to_point_ns(sender["rank"], receiver["rank"], nbytes, _fabric(ctx))
+    _finish(state, sender, [], t_done, ctx)
+    _finish(state, receiver, list(sender["inputs"]), t_done, ctx)
+    state["completed"] += 1
+
+
+def _shapes_differ(sender: dict[str, Any], receiver: dict[str, Any]) -> bool:
+    sent = [(arrays.dtype_name(array), list(array.shape)) for array in sender["inputs"]]
+    expected = [(name, list(shape)) for name, shape in receiver["expect"]]
+    return sent != expected
+
+
+# -- waits and releases ---------------------------------------------------------------------------
+
+
+def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    message = event.payload
+    rank = message["rank"]
+    state["waiting"][str(rank)] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    _try_release(state, rank, ctx)
+
+
+def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
+    waiting = state["waiting"][str(rank)]
+    keys = [f"{rank}:{work}" for work in waiting["works"]]
+    if not all(key in state["results"] for key in keys):
+        return
+    del state["waiting"][str(rank)]
+    results = {key.split(":")[1]: state["results"].pop(key) for key in keys}
+    t_release = max([ctx.now, *(result["t_ns"] for result in results.values())])
+    from timetravel.torch.scenario import _driver
+
+    _driver(ctx).send(
+        rank,
+        {"kind": "result", "t_ns": t_release, "results": {work: result["outputs"] for work, result in results.items()}},
+    )
+    ctx.deliver(t_release, f"r{rank}", "poll")
+
+
+# -- steps, exits, hangs ----------------------------------------------------------------------------
+
+
+def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    message = event.payload
+    step = str(message["step"])
+    reports = state["steps"].setdefault(step, {})
+    reports[str(message["rank"])] = message["params"]
+    if len(reports) < state["ranks"] - len(state["exited"]):
+        return
+    del state["steps"][step]
+    state["steps_checked"] += 1
+    _check_replicas(step, reports, ctx)
+
+
+def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> None:
+    ranks = sorted(reports, key=int)
+    layouts = {repr([(name, shape, dtype) for name, shape, dtype, _ in reports[rank]]) for rank in ranks}
+    if len(layouts) != 1:
+        return  # not replicas (sharded or different models): nothing to compare
+    reference = reports[ranks[0]]
+    for position, (name, shape, dtype, _) in enumerate(reference):
+        groups: dict[str, list[str]] = {}
+        for rank in ranks:
+            groups.setdefault(reports[rank][position][3], []).append(rank)
+        if len(groups) == 1:
+            continue
+        majority = max(groups.values(), key=len)
+        minority = sorted((rank for members in groups.values() if members is not majority for rank in members), key=int)
+        ctx.fail(
+            "divergence",
+            f"after optimizer step {step}, parameter {name} ({dtype}{shape}) differs on "
+            f"{', '.join('r' + rank for rank in minority)} from the other {len(majority)} replicas",
+            "torch.c10d.divergence",
+            node=f"r{minority[0]}",
+        )
+        ctx.world.failures[-1].update(step=int(step), tensor=name, minority=[f"r{rank}" for rank in minority])
+        return
+
+
+def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    message = event.payload
+    rank = message["rank"]
+    state["exited"][str(rank)] = int(message["code"])
+    node = f"r{rank}"
+    if message.get("error"):
+        where = f" at {message['where']}" if message.get("where") else ""
+        kind = "unsupported" if message.get("error_kind") == "unsupported" else "exception"
+        error_type = str(message["error"]).split(":")[0]
+        ctx.fail(kind, f"{node} raised {message['error']}{where}", f"torch.script:{error_type}", node=node)
+        ctx.world.failures[-1]["traceback"] = message.get("traceback", "")
+        return
+    if message["code"] != 0:
+        ctx.fail("crash", f"{node} exited with code {message['code']}", "torch.rank.exit_code", node=node)
+
+
+def _check_hang_deadlines(state: dict[str, Any], ctx: Context) -> None:
+    timeout_ns = ctx.world.config["hang_timeout"]
+    for rank, waiting in state["waiting"].items():
+        if ctx.now - waiting["since_ns"] > timeout_ns:
+            _fail_hang(state, ctx, int(rank), waiting["since_ns"] + timeout_ns)
+            return
+
+
+def report_hang(world: World, ctx: Context) -> None:
+    """At the end of the run: a rank still waiting means some member never entered its collective."""
+    state = world.nodes["c10d"]
+    if not state["waiting"]:
+        return
+    rank, waiting = min(state["waiting"].items(), key=lambda item: (item[1]["since_ns"], int(item[0])))
+    _fail_hang(state, ctx, int(rank), waiting["since_ns"] + world.config["hang_timeout"])
+
+
+def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> None:
+    pending = _pending_for(state, rank)
+    missing = [member for member in pending["members"] if str(member) not in pending["entered"]] if pending else []
+    culprit = missing[0] if missing else rank
+    exited = [member for member in missing if str(member) in state["exited"]]
+    why = ""
+    if pending is not None:
+        how = f"; r{exited[0]} had already exited" if exited else ""
+        why = f" in {pending['what']} (collective {pending['key']}), waiting for {', '.join(f'r{m}' for m in missing)}{how}"
+    ctx.now = max(ctx.now, t_ns)
+    ctx.fail("hang", f"r{rank} waited {ctx.world.config['hang_timeout'] // 1_000_000_000} s{why}", "torch.c10d.hang", node=f"r{culprit}")
+    ctx.world.failures[-1].update(
+        waiting_for=[f"r{member}" for member in missing],
+        waiting=f"r{rank}",
+        flight_recorder=flight_table(state),
+    )
+
+
+def _pending_for(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
+    for key, record in state["ops"].items():
+        if str(rank) in record["entries"] or any(entry.get("rank") == rank for entry in record["entries"].values()):
+            entry = record["entries"].get(str(rank)) or next(iter(record["entries"].values()))
+            members = record["members"] or [entry["rank"], *[e["rank"] for e in record["entries"].values()]]
+            entered = {str(e["rank"]) for e in record["entries"].values()}
+            return {"key": key, "members": members, "entered": entered, "what": collectives.describe(entry)}
+    return None
+
+
+# -- the flight recorder -------------------------------------------------------------------------
+
+
+def _flight_enter(state: dict[str, Any], rank: int, key: str, entry: dict[str, Any]) -> None:
+    log = state["flight"][str(rank)]
+    log.append({"key": key, "id": entry["id"], "what": collectives.describe(entry), "state": "entered", "t_enter_ns": entry["t_ns"]})
+    if len(log) > FLIGHT_RECORDER_ENTRIES:
+        del log[0]
+
+
+def flight_table(state: dict[str, Any]) -> list[dict[str, Any]]:
+    """Per rank: its last collectives (entered and completed) and how it ended, as in NCCL's recorder."""
+    table = []
+    for rank in range(state["ranks"]):
+        log = state["flight"][str(rank)]
+        exited = state["exited"].get(str(rank))
+        table.append(
+            {
+                "rank": f"r{rank}",
+                "last_entered": log[-1]["key"] if log else None,
+                "last_completed": next((item["key"] for item in reversed(log) if item["state"] == "completed"), None),
+                "status": "exited" if exited is not None else ("waiting" if str(rank) in state["waiting"] else "running"),
+                "entries": [dict(item) for item in log[-4:]],
+            }
+        )
+    return table
+
+
+def _fabric(ctx: Context) -> dict[str, Any]:
+    config = ctx.world.config
+    settings = {name: config[name] for name in ("nvlink_latency", "network_latency", "uplink_latency", "nvlink_gbyte_per_s", "nic_gbit_per_s")}
+    settings["gpus_per_host"] = config["nproc"]
+    return settings
+
+
+HANDLERS = {"call": on_call, "wait": on_wait, "step": on_step, "exit": on_exit}

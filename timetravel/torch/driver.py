@@ -1,0 +1,193 @@
+"""The second kind of world source: rank processes that run the user's code (coordinator side).
+
+The World is data; the ranks' Python stacks are not. :class:`RankDriver` is the one small interface
+that owns them — ``start``, ``receive`` (a rank's next call to the World), ``send`` (a collective's
+result), ``stop`` — and the torch scenario's handlers are its only users. Ranks are forked by the
+:mod:`zygote` (one per coordinator process, reused across runs) and connect back over a Unix socket
+in a private temporary folder. Everything here is bounded: start-up and every receive have a wall
+timeout (a rank that never calls the World again is ``stuck``), and ``stop`` kills every rank.
+
+Only one driver is live per process (the kernel runs one simulation at a time); building a new torch
+world stops the previous one, and an ``atexit`` hook stops the last.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from typing import Any, TextIO
+
+from timetravel.torch.limits import RANK_START_TIMEOUT_S
+from timetravel.torch.wire import ChannelClosed, receive_message, send_message
+from timetravel.torch.zygote import read_frame, write_frame
+
+
+class RankStartError(RuntimeError):
+    """The zygote or a rank could not be started (torch missing, a rank that never said hello)."""
+
+
+class RankStuck(TimeoutError):
+    """A rank ran longer than the wall-clock watchdog allows without calling the World."""
+
+
+class Zygote:
+    """``python -m timetravel.torch.zygote``: imports torch once, forks ranks on request."""
+
+    def __init__(self) -> None:
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "timetravel.torch.zygote"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            close_fds=True,
+        )
+        ready = self._reply(RANK_START_TIMEOUT_S)
+        if not ready or not ready.get("ready"):
+            self.close()
+            raise RankStartError("the rank zygote did not start (is torch installed? pip install 'timetravel[torch]')")
+        self.torch_version = str(ready.get("torch"))
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+    def fork(self, spec: dict[str, Any]) -> int:
+        assert self.process.stdin is not None
+        write_frame(self.process.stdin, spec)  # type: ignore[arg-type]
+        reply = self._reply(RANK_START_TIMEOUT_S)
+        if not reply or "pid" not in reply:
+            raise RankStartError("the rank zygote stopped answering")
+        return int(reply["pid"])
+
+    def _reply(self, timeout_s: float) -> dict[str, Any] | None:
+        assert self.process.stdout is not None
+        readable, _, _ = select.select([self.process.stdout], [], [], timeout_s)
+        if not readable:
+            return None
+        try:
+            return read_frame(self.process.stdout)  # type: ignore[arg-type, no-any-return]
+        except ValueError:
+            return None
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            self.process.kill()
+        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+            self.process.wait(timeout=5)
+
+
+_zygote: Zygote | None = None
+_active: RankDriver | None = None
+
+
+def zygote() -> Zygote:
+    global _zygote
+    if _zygote is None or not _zygote.alive():
+        _zygote = Zygote()
+    return _zygote
+
+
+def active() -> RankDriver | None:
+    return _active
+
+
+class RankDriver:
+    """The live rank processes of one run; see the module docstring."""
+
+    def __init__(self, specs: list[dict[str, Any]], *, output: TextIO | None, stuck_timeout_s: float) -> None:
+        self.specs = specs
+        self.output = output
+        self.stuck_timeout_s = stuck_timeout_s
+        self.run_token = 0
+        """Which world this driver serves (the kernel runs one at a time; a new world gets new ranks)."""
+        self.pids: dict[int, int] = {}
+        self.sockets: dict[int, socket.socket] = {}
+        self.folder = tempfile.mkdtemp(prefix="timetravel-ranks-")
+        self.address = os.path.join(self.folder, "coordinator.sock")
+        self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.listener.bind(self.address)
+        self.listener.listen(len(specs))
+
+    def start(self) -> None:
+        global _active
+        if _active is not None and _active is not self:
+            _active.stop()
+        _active = self
+        source = zygote()
+        for spec in self.specs:
+            spec["socket"] = self.address
+            self.pids[spec["rank"]] = source.fork(spec)
+        self.listener.settimeout(RANK_START_TIMEOUT_S)
+        for _ in self.specs:
+            try:
+                connection, _address = self.listener.accept()
+            except TimeoutError:
+                raise RankStartError("a rank did not connect to the coordinator in time") from None
+            connection.settimeout(None)
+            hello = receive_message(connection)
+            self.sockets[int(hello["rank"])] = connection
+
+    def receive(self, rank: int) -> dict[str, Any]:
+        """The rank's next message. Raises ChannelClosed if it died, RankStuck past the watchdog."""
+        connection = self.sockets[rank]
+        connection.settimeout(self.stuck_timeout_s)
+        try:
+            return receive_message(connection)
+        except TimeoutError:
+            raise RankStuck(f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World") from None
+        except OSError as error:
+            raise ChannelClosed(str(error)) from None
+
+    def send(self, rank: int, message: dict[str, Any]) -> None:
+        with contextlib.suppress(OSError):
+            send_message(self.sockets[rank], message)
+
+    def kill(self, rank: int) -> None:
+        """End one rank now (a crash fault, or a rank whose run is over)."""
+        pid = self.pids.get(rank)
+        if pid is not None:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        connection = self.sockets.pop(rank, None)
+        if connection is not None:
+            connection.close()
+
+    def emit(self, rank: int, stream: str, lines: list[str]) -> None:
+        if self.output is None:
+            return
+        target = self.output
+        for line in lines:
+            target.write(f"[r{rank}] {line}\n")
+        target.flush()
+
+    def stop(self) -> None:
+        """Kill every rank and remove the socket folder. Safe to call twice."""
+        global _active
+        for rank in list(self.pids):
+            self.kill(rank)
+        self.pids.clear()
+        with contextlib.suppress(OSError):
+            self.listener.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+        if _active is self:
+            _active = None
+
+
+def stop_active() -> None:
+    if _active is not None:
+        _active.stop()
+
+
+def _stop_everything() -> None:
+    stop_active()
+    if _zygote is not None:
+        _zygote.close()
+
+
+atexit.register(_stop_everything)

@@ -1,0 +1,33 @@
+"""Named limits of the torch runtime (TIGER_STYLE: every queue, message and wait is bounded).
+
+Each limit says why it has the value it has. Units come last in every name.
+"""
+
+from __future__ import annotations
+
+MESSAGE_BYTES_MAX = 1 << 31
+"""One message between a rank and the coordinator: 2 GiB, the largest tensor set one collective may
+carry (a 500M-parameter fp32 bucket). Checked from the length prefix, before anything is read."""
+
+MESSAGE_HEADER_BYTES = 4
+"""A message is a 4-byte little-endian length, then that many bytes of msgpack."""
+
+NPROC_MAX = 1024
+"""Ranks one run may start: each is a forked process of a few tens of MiB private memory."""
+
+RANK_START_TIMEOUT_S = 120.0
+"""Wall seconds for the zygote to start (it imports torch) and for a forked rank to say hello."""
+
+STUCK_TIMEOUT_S_DEFAULT = 120.0
+"""Wall seconds a rank may run without calling the World before it is reported ``stuck``. Rank code
+between two collectives is the user's compute: generous, but a rank in an endless loop or a blocking
+read must not hang the run for ever."""
+
+FLIGHT_RECORDER_ENTRIES = 16
+"""Collectives kept per rank in the flight recorder (as NCCL's TORCH_NCCL_TRACE_BUFFER_SIZE)."""
+
+OUTPUT_LINE_CHARS_MAX = 10_000
+"""A rank's output line longer than this is cut (the rest is counted, not lost silently)."""
+
+TRACEBACK_CHARS_MAX = 20_000
+"""A rank's traceback kept in its failure record."""

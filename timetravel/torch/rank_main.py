@@ -1,0 +1,146 @@
+"""The life of one rank process, from the zygote's fork to ``os._exit`` (rank side).
+
+The zygote forks, then calls :func:`run_rank` in the child with the rank's spec (plain data from the
+coordinator). The child becomes what torchrun would have started: its own environment variables, its
+own ``sys.argv``, its own modules and RNGs (a fork copies the zygote, which imported torch but ran no
+user code), then the user's script as ``__main__``. Every call to the World goes through one channel;
+its output is sent to the coordinator, which prefixes it ``[rN]``; how it ended (returned, exit code,
+exception with its traceback) is the last message. It never returns into the zygote.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import runpy
+import signal
+import socket
+import sys
+import traceback
+from typing import Any
+
+from timetravel.torch.channel import Channel, LogicalClock, StopRank
+from timetravel.torch.limits import OUTPUT_LINE_CHARS_MAX, TRACEBACK_CHARS_MAX
+from timetravel.torch.wire import send_message
+
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """Ask the kernel to SIGKILL this process when its parent dies: nothing is ever orphaned."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the coordinator still kills ranks at the end
+        pass
+
+
+class RankOutput(io.TextIOBase):
+    """``sys.stdout`` / ``sys.stderr`` of a rank: whole lines go to the coordinator."""
+
+    def __init__(self, rank_channel: Channel, stream: str) -> None:
+        self._channel = rank_channel
+        self._stream = stream
+        self._pending = ""
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, text: str) -> int:
+        self._pending += text
+        if "\n" in self._pending:
+            complete, _, self._pending = self._pending.rpartition("\n")
+            self._send(complete)
+        return len(text)
+
+    def flush(self) -> None:
+        if self._pending:
+            self._send(self._pending)
+            self._pending = ""
+
+    def _send(self, text: str) -> None:
+        lines = [line[:OUTPUT_LINE_CHARS_MAX] for line in text.split("\n")]
+        self._channel.post({"kind": "output", "stream": self._stream, "lines": lines})
+
+
+def run_rank(spec: dict[str, Any]) -> None:
+    """Run the script as rank ``spec['rank']`` and exit the process; see the module docstring."""
+    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    die_with_parent()
+    os.environ.clear()
+    os.environ.update(spec["env"])
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.connect(spec["socket"])
+    clock = LogicalClock(0)
+    rank_channel = Channel(sock, spec["rank"], clock)
+    send_message(sock, {"kind": "hello", "rank": spec["rank"], "pid": os.getpid(), "t_ns": 0})
+    code = _run_script(spec, rank_channel)
+    os._exit(code)
+
+
+def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
+    sys.stdout = RankOutput(rank_channel, "stdout")
+    sys.stderr = RankOutput(rank_channel, "stderr")
+    exit_message: dict[str, Any] = {"kind": "exit", "code": 0, "error": None, "error_kind": None}
+    try:
+        from timetravel.torch import rank_setup
+
+        rank_setup.install(spec, rank_channel)
+        sys.argv = [spec["script"], *spec["args"]]
+        sys.path.insert(0, os.path.dirname(os.path.abspath(spec["script"])))
+        runpy.run_path(spec["script"], run_name="__main__")
+    except StopRank:
+        return 0
+    except SystemExit as exit_request:
+        exit_message["code"] = _exit_code(exit_request.code)
+    except BaseException as error:  # the script's own failure: reported once, in the failure record
+        exit_message.update(_describe_error(error))
+    try:
+        _flush_outputs()
+        rank_channel.post(exit_message)
+    except (OSError, StopRank):
+        pass
+    return int(exit_message["code"]) & 0xFF
+
+
+def _exit_code(code: Any) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)
+    return 1
+
+
+def _describe_error(error: BaseException) -> dict[str, Any]:
+    from timetravel.torch.backend import UnsupportedCollective
+
+    text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
+    kind = "unsupported" if isinstance(error, UnsupportedCollective) else "exception"
+    return {
+        "code": 1,
+        "error": f"{type(error).__name__}: {error}",
+        "error_kind": kind,
+        "traceback": text[-TRACEBACK_CHARS_MAX:],
+        "where": _user_frame(error),
+    }
+
+
+def _user_frame(error: BaseException) -> str:
+    """The innermost frame outside timetravel and torch: where the user's code raised."""
+    frames = traceback.extract_tb(error.__traceback__)
+    for frame in reversed(frames):
+        if "/timetravel/" not in frame.filename and "/torch/" not in frame.filename and "<frozen" not in frame.filename:
+            return f"{frame.filename}:{frame.lineno} in {frame.name}"
+    return ""
+
+
+def _flush_outputs() -> None:
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError, StopRank):
+            pass

@@ -1,0 +1,109 @@
+"""What a rank installs before the user's script runs (rank side, imports torch).
+
+* the ``timetravel`` backend, and ``init_process_group`` bent onto it whatever backend and
+  ``init_method`` the script names (gloo, nccl, env://): a rank never opens a TCPStore or a socket to
+  another rank; the script's ``timeout=`` becomes its collectives' hang timeout;
+* one intra-op thread and deterministic algorithms (DESIGN: same inputs, same bits);
+* a global optimizer step hook that reports, after every ``optimizer.step()``, a digest of each
+  parameter by name, so the World checks that data-parallel replicas agree (``divergence``).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+import torch.distributed as dist
+from torch.optim.optimizer import register_optimizer_step_post_hook
+import xxhash
+
+from timetravel.torch import backend
+from timetravel.torch.channel import Channel
+
+_parameter_names: dict[int, str] = {}
+_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+
+
+def install(spec: dict[str, Any], rank_channel: Channel) -> None:
+    torch.set_num_threads(1)
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    backend.bind(rank_channel)
+    backend.register()
+    _bend_init_process_group()
+    _remember_parameter_names()
+    if spec["settings"].get("detect_divergence", True):
+        register_optimizer_step_post_hook(_report_step(rank_channel))
+
+
+def _bend_init_process_group() -> None:
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(backend_name: Any = None, init_method: Any = None, timeout: Any = None, **options: Any) -> None:
+        if dist.is_initialized():
+            raise RuntimeError("trying to initialize the default process group twice!")
+        options.pop("store", None)
+        options.pop("device_id", None)
+        options.setdefault("world_size", int(_environment("WORLD_SIZE")))
+        options.setdefault("rank", int(_environment("RANK")))
+        keywords: dict[str, Any] = {"backend": backend.BACKEND_NAME, "store": dist.HashStore(), **options}
+        if timeout is not None:
+            keywords["timeout"] = timeout
+        original(**keywords)
+
+    dist.init_process_group = init_process_group
+    dist.distributed_c10d.init_process_group = init_process_group
+
+
+def _environment(name: str) -> str:
+    import os
+
+    return os.environ[name]
+
+
+def _remember_parameter_names() -> None:
+    """Record each parameter's name the first time a module lists it (DDP's prefix stripped)."""
+    original = torch.nn.Module.named_parameters
+
+    @functools.wraps(original)
+    def named_parameters(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        for name, parameter in original(self, *args, **kwargs):
+            key = id(parameter)
+            if key not in _parameter_names:
+                for prefix in _PREFIXES:
+                    name = name.replace(prefix, "")
+                _parameter_names[key] = name
+            yield name, parameter
+
+    torch.nn.Module.named_parameters = named_parameters  # type: ignore[method-assign]
+
+
+def parameter_name(parameter: torch.Tensor, group: int, position: int) -> str:
+    return _parameter_names.get(id(parameter), f"param_groups.{group}.{position}")
+
+
+def _report_step(rank_channel: Channel) -> Any:
+    steps = [0]
+
+    def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        steps[0] += 1
+        digests = []
+        for group_index, group in enumerate(optimizer.param_groups):
+            for position, parameter in enumerate(group["params"]):
+                data = parameter.detach()
+                if hasattr(data, "to_local"):
+                    data = data.to_local()
+                data = data.cpu().contiguous()
+                raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+                digests.append(
+                    [
+                        parameter_name(parameter, group_index, position),
+                        list(data.shape),
+                        str(data.dtype).removeprefix("torch."),
+                        xxhash.xxh3_64_hexdigest(raw.numpy().tobytes()),
+                    ]
+                )
+        rank_channel.post({"kind": "step", "step": steps[0], "params": digests})
+
+    return hook

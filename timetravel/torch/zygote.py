@@ -1,0 +1,77 @@
+"""The zygote: one process that imported torch once, from which every rank is forked.
+
+Started by the coordinator as ``python -m timetravel.torch.zygote`` (a fresh interpreter: no threads,
+no user code, nothing of the coordinator's state), it pays torch's import once per coordinator process
+and forks a rank in a few milliseconds per request. Requests and replies are length-prefixed msgpack
+on its stdin and stdout. It dies with its parent (PR_SET_PDEATHSIG), and its ranks die with it.
+Exit statuses are reaped automatically: how a rank ended is the rank's own last message, and a rank
+that vanished without one crashed.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import struct
+import sys
+from typing import Any, BinaryIO
+
+import msgpack
+
+_LENGTH = struct.Struct("<I")
+REQUEST_BYTES_MAX = 16 * 1024 * 1024
+
+
+def read_frame(stream: BinaryIO) -> Any:
+    header = stream.read(4)
+    if len(header) < 4:
+        return None
+    length = _LENGTH.unpack(header)[0]
+    if length > REQUEST_BYTES_MAX:
+        raise ValueError(f"zygote request of {length} bytes exceeds {REQUEST_BYTES_MAX}")
+    return msgpack.unpackb(stream.read(length), raw=False)
+
+
+def write_frame(stream: BinaryIO, value: Any) -> None:
+    body = msgpack.packb(value, use_bin_type=True)
+    stream.write(_LENGTH.pack(len(body)) + body)
+    stream.flush()
+
+
+def main() -> None:
+    from timetravel.torch.rank_main import die_with_parent
+
+    die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reap ranks automatically
+    requests, replies = sys.stdin.buffer, sys.stdout.buffer
+    import torch
+
+    torch.set_num_threads(1)
+    import timetravel.torch.backend
+    import timetravel.torch.rank_setup  # noqa: F401  (imported here so every fork has it)
+
+    write_frame(replies, {"ready": True, "torch": torch.__version__})
+    while True:
+        request = read_frame(requests)
+        if request is None:
+            return
+        pid = os.fork()
+        if pid == 0:
+            _become_rank(request)
+        write_frame(replies, {"pid": pid})
+
+
+def _become_rank(spec: dict[str, Any]) -> None:
+    try:
+        os.dup2(2, 1)  # the rank's C-level stdout goes where the coordinator's stderr goes
+        sys.stdin.close()
+        from timetravel.torch.rank_main import run_rank
+
+        run_rank(spec)
+    finally:
+        os._exit(70)
+
+
+if __name__ == "__main__":
+    main()
