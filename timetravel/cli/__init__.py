@@ -19,6 +19,7 @@ from timetravel.cli.common import USER_ERRORS, OneLineArgumentParser, UsageError
 COMMAND_MODULES = (
     "timetravel.cli.scenarios_command",
     "timetravel.cli.run_command",
+    "timetravel.cli.torchrun_command",
     "timetravel.cli.bench_command",
     "timetravel.cli.check_determinism_command",
     "timetravel.cli.faults_command",

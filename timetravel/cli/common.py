@@ -107,6 +107,21 @@ def resolve_scenario(name: str, target: str | None = None) -> Scenario:
     return get_scenario(name)
 
 
+def authorize_named_scripts(scenario_name: str, settings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Scripts named with ``--set script=PATH`` on this command line: the user's opt-in to run them.
+
+    A torch run executes its script only when the user named it here; a recording or a findings
+    database that names a script never runs it on its own (docs/torch.md, "Trust")."""
+    if scenario_name != "torch":
+        return ()
+    from timetravel.torch.scenario import authorize_script
+
+    named = tuple(setting.partition("=")[2] for setting in settings if setting.startswith("script="))
+    for path in named:
+        authorize_script(path)
+    return named
+
+
 def print_json(value: Any) -> None:
     json.dump(value, sys.stdout, separators=(", ", ": "))
     sys.stdout.write("\n")

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, authorize_named_scripts, print_json, register_user_error
 from timetravel.farm import (
     DEFAULT_DATABASE,
     FarmWorkerError,
@@ -124,6 +124,7 @@ def main(args: argparse.Namespace) -> int:
         scenario_target=args.scenario_target,
         swarm=not args.no_swarm,
         seed_timeout_s=args.seed_timeout,
+        scripts_named=authorize_named_scripts(args.scenario, args.settings),
     )
     executor = _executor(args)
     previous = signal.signal(signal.SIGTERM, _interrupt)

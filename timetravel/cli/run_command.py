@@ -13,6 +13,7 @@ from timetravel.cli.common import (
     add_scenario_arguments,
     chosen_seed,
     print_json,
+    authorize_named_scripts,
     resolve_scenario,
 )
 from timetravel.sim.runner import reproduce_command, run_report
@@ -66,6 +67,7 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     scenario = resolve_scenario(args.scenario, args.scenario_target)
+    authorize_named_scripts(scenario.name, args.settings)
     config = scenario.resolve_config(args.settings)
     args.seed = chosen_seed(args, scenario, config)
     until_ns = parse_time(args.until, scenario.display_unit) if args.until else None

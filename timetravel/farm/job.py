@@ -84,6 +84,9 @@ class SeedJob:
     seed_timeout_s: float | None = None
     record_path: str | None = None
     """When set, the job records the seed into this path instead (farm/record.py)."""
+    scripts_named: tuple[str, ...] = ()
+    """Scripts the user named on the command line that planned the sweep (a torch run executes only
+    those; a database that names a script never makes a worker run it)."""
 
 
 def config_hash(config: dict[str, Any]) -> str:
@@ -100,6 +103,11 @@ def resolve(scenario_name: str, target: str | None, settings: tuple[str, ...]) -
 
 def run_seed(job: SeedJob) -> dict[str, Any]:
     """Run one seed without recording and return its row (every field of ``ROW_FIELDS``)."""
+    if job.scripts_named:
+        from timetravel.torch.scenario import authorize_script
+
+        for path in job.scripts_named:
+            authorize_script(path)
     scenario, resolved_hash = resolve(job.scenario, job.scenario_target, job.settings)
     if resolved_hash != job.config_hash:
         raise WorkerMismatchError(

@@ -45,6 +45,8 @@ class SweepPlan:
     shard: Shard
     code_fingerprint: str
     seed_timeout_s: float | None = None
+    scripts_named: tuple[str, ...] = ()
+    """Scripts named on the planning command line; only these may run (torch sweeps)."""
 
     def job(self, seed: int) -> SeedJob:
         return SeedJob(
@@ -55,6 +57,7 @@ class SweepPlan:
             code_fingerprint=self.code_fingerprint,
             scenario_target=self.sweep.scenario_target,
             seed_timeout_s=self.seed_timeout_s,
+            scripts_named=self.scripts_named,
         )
 
 
@@ -140,6 +143,7 @@ def plan_sweep(
     scenario_target: str | None = None,
     swarm: bool = True,
     seed_timeout_s: float | None = None,
+    scripts_named: tuple[str, ...] = (),
 ) -> SweepPlan:
     """Resolve the scenario and config (raising ConfigError on bad input) and fix the seeds."""
     scenario = load_scenario(scenario_name, scenario_target)
@@ -153,7 +157,7 @@ def plan_sweep(
     if seed_timeout_s is not None and seed_timeout_s <= 0:
         raise ValueError("--seed-timeout must be a positive number of seconds")
     return SweepPlan(
-        sweep, seeds, shard or Shard(), code_fingerprint(scenario.build.__module__), seed_timeout_s
+        sweep, seeds, shard or Shard(), code_fingerprint(scenario.build.__module__), seed_timeout_s, scripts_named
     )
 
 

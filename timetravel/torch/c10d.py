@@ -49,12 +49,12 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     try:
         inputs = [arrays.decode(wire) for wire in message["inputs"]]
     except arrays.TensorFormatError as error:
-        ctx.fail("exception", f"r{rank}: {error}", "torch.c10d.tensor", node=f"r{rank}")
+        ctx.fail("exception", f"r{rank}: {error}", "torch.collective.tensor", node=f"r{rank}")
         return
     op = message["op"]
     members = [int(member) for member in message["members"]]
     if rank not in members:
-        ctx.fail("exception", f"r{rank} called {op} on a group it is not a member of", "torch.c10d.membership", node=f"r{rank}")
+        ctx.fail("exception", f"r{rank} called {op} on a group it is not a member of", "torch.collective.membership", node=f"r{rank}")
         return
     entry = {
         "rank": rank,
@@ -74,7 +74,7 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         _enter_point_to_point(state, entry, message, ctx)
         return
     if op not in collectives.COLLECTIVE_OPS:
-        ctx.fail("unsupported", f"unsupported {op}", f"torch.c10d.unsupported.{op}", node=f"r{rank}")
+        ctx.fail("unsupported", f"unsupported {op}", f"torch.collective.unsupported.{op}", node=f"r{rank}")
         return
     key = f"{message['group']}#{message['seq']}"
     record = state["ops"].setdefault(key, {"members": members, "entries": {}, "group": message["group"]})
@@ -92,7 +92,7 @@ def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Con
                 "nan",
                 f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
                 f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
-                "torch.c10d.nonfinite",
+                "torch.collective.nonfinite",
                 node=f"r{entry['rank']}",
             )
             ctx.world.failures[-1].update(op=entry["op"], seq=message["seq"], group=message["group"], tensor=position)
@@ -114,7 +114,7 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     try:
         received = collectives.outputs(order, len(members))
     except ValueError as error:
-        ctx.fail("unsupported", f"{collectives.describe(entries[0])}: {error}", "torch.c10d.unsupported", node=f"r{entries[0]['rank']}")
+        ctx.fail("unsupported", f"{collectives.describe(entries[0])}: {error}", "torch.collective.unsupported", node=f"r{entries[0]['rank']}")
         return
     start_ns = max(entry["t_ns"] for entry in entries)
     settings = _fabric(ctx)
@@ -136,7 +136,7 @@ def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]]
     detail = odd.get("problem") or (
         f"r{odd['rank']} called {collectives.describe(odd)} where r{usual['rank']} called {collectives.describe(usual)}"
     )
-    ctx.fail("collective_mismatch", f"collective {key}: {detail}", "torch.c10d.mismatch", node=f"r{odd['rank']}")
+    ctx.fail("collective_mismatch", f"collective {key}: {detail}", "torch.collective.mismatch", node=f"r{odd['rank']}")
     ctx.world.failures[-1].update(collective=key, odd=collectives.describe(odd), usual=collectives.describe(usual))
 
 
@@ -170,7 +170,7 @@ def _enter_point_to_point(state: dict[str, Any], entry: dict[str, Any], message:
         ctx.fail(
             "collective_mismatch",
             f"r{sender['rank']} sent {sent} to r{receiver['rank']}, which expected {receiver['expect']}",
-            "torch.c10d.p2p_mismatch",
+            "torch.collective.p2p_mismatch",
             node=f"r{sender['rank']}",
         )
         return
@@ -247,7 +247,7 @@ def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> N
             "divergence",
             f"after optimizer step {step}, parameter {name} ({dtype}{shape}) differs on "
             f"{', '.join('r' + rank for rank in minority)} from the other {len(majority)} replicas",
-            "torch.c10d.divergence",
+            "torch.collective.divergence",
             node=f"r{minority[0]}",
         )
         ctx.world.failures[-1].update(step=int(step), tensor=name, minority=[f"r{rank}" for rank in minority])
@@ -297,7 +297,7 @@ def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> Non
         how = f"; r{exited[0]} had already exited" if exited else ""
         why = f" in {pending['what']} (collective {pending['key']}), waiting for {', '.join(f'r{m}' for m in missing)}{how}"
     ctx.now = max(ctx.now, t_ns)
-    ctx.fail("hang", f"r{rank} waited {ctx.world.config['hang_timeout'] // 1_000_000_000} s{why}", "torch.c10d.hang", node=f"r{culprit}")
+    ctx.fail("hang", f"r{rank} waited {ctx.world.config['hang_timeout'] // 1_000_000_000} s{why}", "torch.collective.hang", node=f"r{culprit}")
     ctx.world.failures[-1].update(
         waiting_for=[f"r{member}" for member in missing],
         waiting=f"r{rank}",

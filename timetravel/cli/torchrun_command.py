@@ -1,0 +1,110 @@
+"""``timetravel torchrun SCRIPT``: your torch.distributed script as N ranks under the simulator.
+
+Shaped like torchrun; the same run is ``timetravel run torch --set script=SCRIPT --set nproc=N``, so
+every command that takes a scenario works on it (docs/torch.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from timetravel.cli.common import UsageError, print_json
+from timetravel.torch.limits import NPROC_MAX
+
+EXIT_PASS = 0
+EXIT_SIMULATED_FAILURE = 1
+
+
+def register(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "torchrun",
+        help="run your torch.distributed training script as N simulated ranks",
+        description=(
+            "Run an unmodified torchrun-style script as N ranks (processes forked from one zygote that imported "
+            "torch). The simulator owns time, the network, the order of every arrival and the faults: every "
+            "collective is an event of the World, reduced in canonical or arrival order, timed by the fabric. "
+            "Exit code 0 when the job passes, 1 when it fails (hang, collective mismatch, NaN, divergence, crash, "
+            "exception: the failure and the command that reproduces it are printed), 2 on bad input."
+        ),
+    )
+    parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=int, default=1, metavar="N",
+                        help="ranks per host (default 1)")
+    parser.add_argument("--nnodes", type=int, default=1, metavar="N", help="hosts; ranks = nproc-per-node x nnodes")
+    parser.add_argument("--standalone", action="store_true", help="accepted for torchrun compatibility (always true)")
+    parser.add_argument("--env", choices=("torchrun", "slurm"), default="torchrun",
+                        help="environment the ranks see: torchrun's variables, or slurm (adds SLURM_PROCID, …)")
+    parser.add_argument("--seed", type=int, default=0, help="the root seed that decides every choice (default 0)")
+    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
+                        help="a torch scenario setting (repeatable): `timetravel scenarios torch` lists them")
+    parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
+    parser.add_argument("--json", action="store_true",
+                        help="print one JSON object (the keys of run --json); rank output goes to stderr")
+    parser.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
+    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments")
+    parser.set_defaults(func=main)
+
+
+def torch_settings(args: argparse.Namespace) -> list[str]:
+    """The torch scenario's settings this command line stands for (used in the reproduce command)."""
+    if not 1 <= args.nproc <= NPROC_MAX:
+        raise UsageError(f"--nproc-per-node must be between 1 and {NPROC_MAX}, got {args.nproc}")
+    if not 1 <= args.nnodes or args.nproc * args.nnodes > NPROC_MAX:
+        raise UsageError(f"--nnodes x --nproc-per-node must be between 1 and {NPROC_MAX}")
+    script = Path(args.script)
+    if not script.is_file():
+        raise UsageError(f"script {args.script!r} is not a file")
+    if script.suffix != ".py":
+        raise UsageError(f"script {args.script!r} is not a Python file (.py)")
+    settings = [f"script={args.script}", f"nproc={args.nproc}", f"nnodes={args.nnodes}"]
+    if args.script_args:
+        settings.append(f"args={shlex.join(args.script_args)}")
+    if args.env != "torchrun":
+        settings.append(f"env_style={args.env}")
+    return [*settings, *args.settings]
+
+
+def main(args: argparse.Namespace) -> int:
+    from timetravel.scenarios import get_scenario
+    from timetravel.sim.runner import reproduce_command, run_report
+    from timetravel.torch import scenario as torch_scenario
+
+    settings = torch_settings(args)
+    torch_scenario.authorize_script(args.script)
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config(settings)
+    if args.json:
+        torch_scenario.set_rank_output(sys.stderr)
+    started = time.perf_counter()
+    try:
+        if args.record:
+            from timetravel.recording import record_run
+
+            report, _world = record_run(scenario, config, args.seed, args.record)
+        else:
+            report, _world = run_report(scenario, config, args.seed)
+    finally:
+        from timetravel.torch import driver
+
+        driver.stop_active()
+        torch_scenario.set_rank_output(None)
+    report["wall_s"] = round(time.perf_counter() - started, 6)
+    command = "timetravel torchrun " + " ".join(
+        [f"--nproc-per-node {args.nproc}", *([f"--nnodes {args.nnodes}"] if args.nnodes != 1 else []),
+         f"--seed {args.seed}", *(f"--set {shlex.quote(s)}" for s in args.settings),
+         shlex.quote(args.script), *map(shlex.quote, args.script_args)]
+    )
+    if args.json:
+        print_json(report)
+    else:
+        from timetravel.cli.run_command import _print_human
+
+        _print_human(report)
+    if report["outcome"] == "fail":
+        print(f"reproduce: {command}", file=sys.stderr if args.json else sys.stdout)
+        return EXIT_SIMULATED_FAILURE
+    return EXIT_PASS
