@@ -16,6 +16,7 @@ LAYER = {
     "sim": 0,
     "fabric": 1,
     "scenarios": 2,
+    "torch": 2,
     "snapshot": 3,
     "recording": 4,
     "determinism": 5,
@@ -27,7 +28,13 @@ LAYER = {
     "cli": 7,
 }
 PEERS_THAT_MUST_NOT_MEET = {"farm", "tui", "shell"}
-LIBRARY_HOME = {"textual": "tui", "prompt_toolkit": "shell", "dask": "farm", "distributed": "farm"}
+LIBRARY_HOME = {
+    "textual": "tui",
+    "prompt_toolkit": "shell",
+    "dask": "farm",
+    "distributed": "farm",
+    "torch": "torch",
+}
 TOP_LEVEL_MODULES = {"__init__", "__main__"}
 
 

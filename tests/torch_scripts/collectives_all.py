@@ -30,13 +30,21 @@ dist.broadcast(value, src=world - 1)
 check("broadcast", value, torch.tensor([world - 1.0]))
 gathered = [torch.zeros(2) for _ in range(world)]
 dist.all_gather(gathered, torch.tensor([rank, -rank], dtype=torch.float32))
-check("all_gather", torch.stack(gathered), torch.stack([torch.tensor([r, -r], dtype=torch.float32) for r in range(world)]))
+check(
+    "all_gather",
+    torch.stack(gathered),
+    torch.stack([torch.tensor([r, -r], dtype=torch.float32) for r in range(world)]),
+)
 into = torch.zeros(world * 2)
 dist.all_gather_into_tensor(into, torch.tensor([rank, rank], dtype=torch.float32))
 check("all_gather_into_tensor", into, ranks.repeat_interleave(2))
 scattered = torch.zeros(1)
 dist.reduce_scatter_tensor(scattered, torch.arange(world, dtype=torch.float32) * (rank + 1))
-check("reduce_scatter_tensor", scattered, torch.tensor([rank * sum(r + 1 for r in range(world))], dtype=torch.float32))
+check(
+    "reduce_scatter_tensor",
+    scattered,
+    torch.tensor([rank * sum(r + 1 for r in range(world))], dtype=torch.float32),
+)
 output = torch.zeros(world)
 dist.all_to_all_single(output, torch.full((world,), float(rank)))
 check("all_to_all_single", output, ranks)

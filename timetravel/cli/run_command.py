@@ -11,9 +11,9 @@ from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
     add_scenario_arguments,
+    authorize_named_scripts,
     chosen_seed,
     print_json,
-    authorize_named_scripts,
     resolve_scenario,
 )
 from timetravel.sim.runner import reproduce_command, run_report

@@ -32,20 +32,48 @@ def register(subparsers: Any) -> None:
             "exception: the failure and the command that reproduces it are printed), 2 on bad input."
         ),
     )
-    parser.add_argument("--nproc-per-node", "--nproc_per_node", dest="nproc", type=int, default=1, metavar="N",
-                        help="ranks per host (default 1)")
-    parser.add_argument("--nnodes", type=int, default=1, metavar="N", help="hosts; ranks = nproc-per-node x nnodes")
-    parser.add_argument("--standalone", action="store_true", help="accepted for torchrun compatibility (always true)")
-    parser.add_argument("--env", choices=("torchrun", "slurm"), default="torchrun",
-                        help="environment the ranks see: torchrun's variables, or slurm (adds SLURM_PROCID, …)")
-    parser.add_argument("--seed", type=int, default=0, help="the root seed that decides every choice (default 0)")
-    parser.add_argument("--set", dest="settings", action="append", default=[], metavar="KEY=VALUE",
-                        help="a torch scenario setting (repeatable): `timetravel scenarios torch` lists them")
+    parser.add_argument(
+        "--nproc-per-node",
+        "--nproc_per_node",
+        dest="nproc",
+        type=int,
+        default=1,
+        metavar="N",
+        help="ranks per host (default 1)",
+    )
+    parser.add_argument(
+        "--nnodes", type=int, default=1, metavar="N", help="hosts; ranks = nproc-per-node x nnodes"
+    )
+    parser.add_argument(
+        "--standalone", action="store_true", help="accepted for torchrun compatibility (always true)"
+    )
+    parser.add_argument(
+        "--env",
+        choices=("torchrun", "slurm"),
+        default="torchrun",
+        help="environment the ranks see: torchrun's variables, or slurm (adds SLURM_PROCID, …)",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
+    )
+    parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="a torch scenario setting (repeatable): `timetravel scenarios torch` lists them",
+    )
     parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
-    parser.add_argument("--json", action="store_true",
-                        help="print one JSON object (the keys of run --json); rank output goes to stderr")
+    parser.add_argument(
+        "--json",
+        action="store_true",
+        help="print one JSON object (the keys of run --json); rank output goes to stderr",
+    )
     parser.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
-    parser.add_argument("script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments")
+    parser.add_argument(
+        "script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments"
+    )
     parser.set_defaults(func=main)
 
 
@@ -53,7 +81,7 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
     """The torch scenario's settings this command line stands for (used in the reproduce command)."""
     if not 1 <= args.nproc <= NPROC_MAX:
         raise UsageError(f"--nproc-per-node must be between 1 and {NPROC_MAX}, got {args.nproc}")
-    if not 1 <= args.nnodes or args.nproc * args.nnodes > NPROC_MAX:
+    if not args.nnodes >= 1 or args.nproc * args.nnodes > NPROC_MAX:
         raise UsageError(f"--nnodes x --nproc-per-node must be between 1 and {NPROC_MAX}")
     script = Path(args.script)
     if not script.is_file():
@@ -70,7 +98,7 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
 
 def main(args: argparse.Namespace) -> int:
     from timetravel.scenarios import get_scenario
-    from timetravel.sim.runner import reproduce_command, run_report
+    from timetravel.sim.runner import run_report
     from timetravel.torch import scenario as torch_scenario
 
     settings = torch_settings(args)
@@ -94,9 +122,14 @@ def main(args: argparse.Namespace) -> int:
         torch_scenario.set_rank_output(None)
     report["wall_s"] = round(time.perf_counter() - started, 6)
     command = "timetravel torchrun " + " ".join(
-        [f"--nproc-per-node {args.nproc}", *([f"--nnodes {args.nnodes}"] if args.nnodes != 1 else []),
-         f"--seed {args.seed}", *(f"--set {shlex.quote(s)}" for s in args.settings),
-         shlex.quote(args.script), *map(shlex.quote, args.script_args)]
+        [
+            f"--nproc-per-node {args.nproc}",
+            *([f"--nnodes {args.nnodes}"] if args.nnodes != 1 else []),
+            f"--seed {args.seed}",
+            *(f"--set {shlex.quote(s)}" for s in args.settings),
+            shlex.quote(args.script),
+            *map(shlex.quote, args.script_args),
+        ]
     )
     if args.json:
         print_json(report)

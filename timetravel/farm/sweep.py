@@ -157,7 +157,12 @@ def plan_sweep(
     if seed_timeout_s is not None and seed_timeout_s <= 0:
         raise ValueError("--seed-timeout must be a positive number of seconds")
     return SweepPlan(
-        sweep, seeds, shard or Shard(), code_fingerprint(scenario.build.__module__), seed_timeout_s, scripts_named
+        sweep,
+        seeds,
+        shard or Shard(),
+        code_fingerprint(scenario.build.__module__),
+        seed_timeout_s,
+        scripts_named,
     )
 
 

@@ -50,7 +50,9 @@ def decode(wire: Any) -> np.ndarray:
         raise TensorFormatError("tensor data must be bytes")
     expected = math.prod(shape) * dtype.itemsize
     if expected != len(data):
-        raise TensorFormatError(f"tensor of shape {shape} and dtype {wire['dtype']} needs {expected} bytes, got {len(data)}")
+        raise TensorFormatError(
+            f"tensor of shape {shape} and dtype {wire['dtype']} needs {expected} bytes, got {len(data)}"
+        )
     return np.frombuffer(data, dtype=dtype).reshape(shape)
 
 
@@ -70,4 +72,9 @@ def nonfinite_count(array: np.ndarray) -> int:
     """How many elements are NaN or infinite (0 for integer and bool arrays)."""
     if array.dtype.kind not in "fc" and array.dtype != DTYPES["bfloat16"]:
         return 0
-    return int(array.size - np.count_nonzero(np.isfinite(array.astype(np.float64) if array.dtype == DTYPES["bfloat16"] else array)))
+    return int(
+        array.size
+        - np.count_nonzero(
+            np.isfinite(array.astype(np.float64) if array.dtype == DTYPES["bfloat16"] else array)
+        )
+    )

@@ -1,3 +1,5 @@
+# mypy: disable-error-code="override, assignment"
+# (torch's stubs give ProcessGroup's pybind methods overloads a Python backend cannot mirror one by one)
 """The ``timetravel`` torch.distributed backend (rank side): every collective is a call to the World.
 
 :class:`SimulatedProcessGroup` is a Python subclass of ``dist.ProcessGroup``; torch uses such a group
@@ -215,7 +217,9 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
     ) -> SimulatedWork:
         # all_gather of k tensors returns, per source rank, its k tensors in order
-        targets = [output_lists[position][source] for source in range(self._size) for position in range(len(inputs))]
+        targets = [
+            output_lists[position][source] for source in range(self._size) for position in range(len(inputs))
+        ]
         return self._post("all_gather", inputs, _copy_into(targets))
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimulatedWork:
@@ -244,9 +248,13 @@ class SimulatedProcessGroup(dist.ProcessGroup):
     ) -> SimulatedWork:
         if len(outputs) != 1:
             raise UnsupportedCollective("unsupported op reduce_scatter with more than one output tensor")
-        return self._post("reduce_scatter", list(input_lists[0]), _copy_into(outputs), reduce_op=_reduce_op(opts))
+        return self._post(
+            "reduce_scatter", list(input_lists[0]), _copy_into(outputs), reduce_op=_reduce_op(opts)
+        )
 
-    def reduce_scatter_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimulatedWork:
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> SimulatedWork:
         if input.numel() != output.numel() * self._size:
             raise ValueError(
                 f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
@@ -260,7 +268,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
     def reduce_scatter_single_coalesced(
         self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
     ) -> SimulatedWork:
-        works = [self.reduce_scatter_single(output, input, opts) for output, input in zip(outputs, inputs, strict=True)]
+        works = [
+            self.reduce_scatter_single(output, input, opts)
+            for output, input in zip(outputs, inputs, strict=True)
+        ]
         for work in works[:-1]:
             work.wait()
         return works[-1]
@@ -344,7 +355,9 @@ class SimulatedProcessGroup(dist.ProcessGroup):
                 "pair": pair,
                 "peer": other,
                 "inputs": [tensor_to_wire(tensor) for tensor in inputs],
-                "expect": [[_TORCH_DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape)] for t in shapes or []],
+                "expect": [
+                    [_TORCH_DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape)] for t in shapes or []
+                ],
                 "opts": {"tag": tag},
                 "timeout_ns": self._timeout_ns,
             }

@@ -54,7 +54,12 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     op = message["op"]
     members = [int(member) for member in message["members"]]
     if rank not in members:
-        ctx.fail("exception", f"r{rank} called {op} on a group it is not a member of", "torch.collective.membership", node=f"r{rank}")
+        ctx.fail(
+            "exception",
+            f"r{rank} called {op} on a group it is not a member of",
+            "torch.collective.membership",
+            node=f"r{rank}",
+        )
         return
     entry = {
         "rank": rank,
@@ -95,7 +100,9 @@ def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Con
                 "torch.collective.nonfinite",
                 node=f"r{entry['rank']}",
             )
-            ctx.world.failures[-1].update(op=entry["op"], seq=message["seq"], group=message["group"], tensor=position)
+            ctx.world.failures[-1].update(
+                op=entry["op"], seq=message["seq"], group=message["group"], tensor=position
+            )
             return True
     return False
 
@@ -114,11 +121,18 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     try:
         received = collectives.outputs(order, len(members))
     except ValueError as error:
-        ctx.fail("unsupported", f"{collectives.describe(entries[0])}: {error}", "torch.collective.unsupported", node=f"r{entries[0]['rank']}")
+        ctx.fail(
+            "unsupported",
+            f"{collectives.describe(entries[0])}: {error}",
+            "torch.collective.unsupported",
+            node=f"r{entries[0]['rank']}",
+        )
         return
     start_ns = max(entry["t_ns"] for entry in entries)
     settings = _fabric(ctx)
-    duration_ns = collective_ns(entries[0]["op"], members, max(collectives.payload_bytes(e) for e in entries), settings)
+    duration_ns = collective_ns(
+        entries[0]["op"], members, max(collectives.payload_bytes(e) for e in entries), settings
+    )
     for entry in entries:
         _finish(state, entry, received[entry["index"]], start_ns + duration_ns, ctx)
     state["completed"] += 1
@@ -136,11 +150,20 @@ def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]]
     detail = odd.get("problem") or (
         f"r{odd['rank']} called {collectives.describe(odd)} where r{usual['rank']} called {collectives.describe(usual)}"
     )
-    ctx.fail("collective_mismatch", f"collective {key}: {detail}", "torch.collective.mismatch", node=f"r{odd['rank']}")
-    ctx.world.failures[-1].update(collective=key, odd=collectives.describe(odd), usual=collectives.describe(usual))
+    ctx.fail(
+        "collective_mismatch",
+        f"collective {key}: {detail}",
+        "torch.collective.mismatch",
+        node=f"r{odd['rank']}",
+    )
+    ctx.world.failures[-1].update(
+        collective=key, odd=collectives.describe(odd), usual=collectives.describe(usual)
+    )
 
 
-def _finish(state: dict[str, Any], entry: dict[str, Any], outputs: list[Any], t_done: int, ctx: Context) -> None:
+def _finish(
+    state: dict[str, Any], entry: dict[str, Any], outputs: list[Any], t_done: int, ctx: Context
+) -> None:
     """Store what a rank receives; release it now if it already waits for it."""
     rank = entry["rank"]
     state["results"][f"{rank}:{entry['id']}"] = {
@@ -156,7 +179,9 @@ def _finish(state: dict[str, Any], entry: dict[str, Any], outputs: list[Any], t_
         _try_release(state, rank, ctx)
 
 
-def _enter_point_to_point(state: dict[str, Any], entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> None:
+def _enter_point_to_point(
+    state: dict[str, Any], entry: dict[str, Any], message: dict[str, Any], ctx: Context
+) -> None:
     key = f"p2p:{message['pair']}#{message['seq']}"
     record = state["ops"].setdefault(key, {"members": [], "entries": {}, "group": message["group"]})
     record["entries"][entry["op"]] = entry
@@ -175,7 +200,9 @@ def _enter_point_to_point(state: dict[str, Any], entry: dict[str, Any], message:
         )
         return
     nbytes = collectives.payload_bytes(sender)
-    t_done = max(sender["t_ns"], receiver["t_ns"]) + point_to_point_ns(sender["rank"], receiver["rank"], nbytes, _fabric(ctx))
+    t_done = max(sender["t_ns"], receiver["t_ns"]) + point_to_point_ns(
+        sender["rank"], receiver["rank"], nbytes, _fabric(ctx)
+    )
     _finish(state, sender, [], t_done, ctx)
     _finish(state, receiver, list(sender["inputs"]), t_done, ctx)
     state["completed"] += 1
@@ -209,7 +236,11 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
 
     _driver(ctx).send(
         rank,
-        {"kind": "result", "t_ns": t_release, "results": {work: result["outputs"] for work, result in results.items()}},
+        {
+            "kind": "result",
+            "t_ns": t_release,
+            "results": {work: result["outputs"] for work, result in results.items()},
+        },
     )
     ctx.deliver(t_release, f"r{rank}", "poll")
 
@@ -242,7 +273,9 @@ def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> N
         if len(groups) == 1:
             continue
         majority = max(groups.values(), key=len)
-        minority = sorted((rank for members in groups.values() if members is not majority for rank in members), key=int)
+        minority = sorted(
+            (rank for members in groups.values() if members is not majority for rank in members), key=int
+        )
         ctx.fail(
             "divergence",
             f"after optimizer step {step}, parameter {name} ({dtype}{shape}) differs on "
@@ -289,7 +322,9 @@ def report_hang(world: World, ctx: Context) -> None:
 
 def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> None:
     pending = _pending_for(state, rank)
-    missing = [member for member in pending["members"] if str(member) not in pending["entered"]] if pending else []
+    missing = (
+        [member for member in pending["members"] if str(member) not in pending["entered"]] if pending else []
+    )
     culprit = missing[0] if missing else rank
     exited = [member for member in missing if str(member) in state["exited"]]
     why = ""
@@ -297,7 +332,12 @@ def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> Non
         how = f"; r{exited[0]} had already exited" if exited else ""
         why = f" in {pending['what']} (collective {pending['key']}), waiting for {', '.join(f'r{m}' for m in missing)}{how}"
     ctx.now = max(ctx.now, t_ns)
-    ctx.fail("hang", f"r{rank} waited {ctx.world.config['hang_timeout'] // 1_000_000_000} s{why}", "torch.collective.hang", node=f"r{culprit}")
+    ctx.fail(
+        "hang",
+        f"r{rank} waited {ctx.world.config['hang_timeout'] // 1_000_000_000} s{why}",
+        "torch.collective.hang",
+        node=f"r{culprit}",
+    )
     ctx.world.failures[-1].update(
         waiting_for=[f"r{member}" for member in missing],
         waiting=f"r{rank}",
@@ -307,7 +347,9 @@ def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> Non
 
 def _pending_for(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
     for key, record in state["ops"].items():
-        if str(rank) in record["entries"] or any(entry.get("rank") == rank for entry in record["entries"].values()):
+        if str(rank) in record["entries"] or any(
+            entry.get("rank") == rank for entry in record["entries"].values()
+        ):
             entry = record["entries"].get(str(rank)) or next(iter(record["entries"].values()))
             members = record["members"] or [entry["rank"], *[e["rank"] for e in record["entries"].values()]]
             entered = {str(e["rank"]) for e in record["entries"].values()}
@@ -320,7 +362,15 @@ def _pending_for(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
 
 def _flight_enter(state: dict[str, Any], rank: int, key: str, entry: dict[str, Any]) -> None:
     log = state["flight"][str(rank)]
-    log.append({"key": key, "id": entry["id"], "what": collectives.describe(entry), "state": "entered", "t_enter_ns": entry["t_ns"]})
+    log.append(
+        {
+            "key": key,
+            "id": entry["id"],
+            "what": collectives.describe(entry),
+            "state": "entered",
+            "t_enter_ns": entry["t_ns"],
+        }
+    )
     if len(log) > FLIGHT_RECORDER_ENTRIES:
         del log[0]
 
@@ -335,8 +385,12 @@ def flight_table(state: dict[str, Any]) -> list[dict[str, Any]]:
             {
                 "rank": f"r{rank}",
                 "last_entered": log[-1]["key"] if log else None,
-                "last_completed": next((item["key"] for item in reversed(log) if item["state"] == "completed"), None),
-                "status": "exited" if exited is not None else ("waiting" if str(rank) in state["waiting"] else "running"),
+                "last_completed": next(
+                    (item["key"] for item in reversed(log) if item["state"] == "completed"), None
+                ),
+                "status": "exited"
+                if exited is not None
+                else ("waiting" if str(rank) in state["waiting"] else "running"),
                 "entries": [dict(item) for item in log[-4:]],
             }
         )
@@ -345,7 +399,16 @@ def flight_table(state: dict[str, Any]) -> list[dict[str, Any]]:
 
 def _fabric(ctx: Context) -> dict[str, Any]:
     config = ctx.world.config
-    settings = {name: config[name] for name in ("nvlink_latency", "network_latency", "uplink_latency", "nvlink_gbyte_per_s", "nic_gbit_per_s")}
+    settings = {
+        name: config[name]
+        for name in (
+            "nvlink_latency",
+            "network_latency",
+            "uplink_latency",
+            "nvlink_gbyte_per_s",
+            "nic_gbit_per_s",
+        )
+    }
     settings["gpus_per_host"] = config["nproc"]
     return settings
 

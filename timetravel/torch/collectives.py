@@ -117,8 +117,12 @@ def list_shape_errors(entries: list[dict[str, Any]], size: int) -> str | None:
     for entry in entries:
         op = entry["op"]
         expected = None
-        if op in ("reduce_scatter", "all_to_all") or (op == "scatter" and entry["index"] == entry["opts"]["root"]):
+        if op in ("reduce_scatter", "all_to_all") or (
+            op == "scatter" and entry["index"] == entry["opts"]["root"]
+        ):
             expected = size
         if expected is not None and len(entry["inputs"]) != expected:
-            return f"r{entry['rank']} passed {len(entry['inputs'])} tensors to {op}, the group has {size} ranks"
+            return (
+                f"r{entry['rank']} passed {len(entry['inputs'])} tensors to {op}, the group has {size} ranks"
+            )
     return None

@@ -50,7 +50,9 @@ def collective_ns(op: str, members: list[int], rank_bytes: int, settings: Mappin
     if op in ("all_reduce", "reduce"):
         return 2 * (count - 1) * _step_ns(members, -(-rank_bytes // count), settings)
     if op in ("all_gather", "reduce_scatter", "all_to_all"):
-        return (count - 1) * _step_ns(members, -(-rank_bytes // count) if op != "all_gather" else rank_bytes, settings)
+        return (count - 1) * _step_ns(
+            members, -(-rank_bytes // count) if op != "all_gather" else rank_bytes, settings
+        )
     if op in ("broadcast", "scatter", "gather"):
         latency_max = max(_edge(members[i], members[(i + 1) % count], settings)[0] for i in range(count))
         return (count - 1) * latency_max + _step_ns(members, rank_bytes, settings)

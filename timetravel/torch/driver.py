@@ -51,7 +51,9 @@ class Zygote:
         ready = self._reply(RANK_START_TIMEOUT_S)
         if not ready or not ready.get("ready"):
             self.close()
-            raise RankStartError("the rank zygote did not start (is torch installed? pip install 'timetravel[torch]')")
+            raise RankStartError(
+                "the rank zygote did not start (is torch installed? pip install 'timetravel[torch]')"
+            )
         self.torch_version = str(ready.get("torch"))
 
     def alive(self) -> bool:
@@ -71,7 +73,7 @@ class Zygote:
         if not readable:
             return None
         try:
-            return read_frame(self.process.stdout)  # type: ignore[arg-type, no-any-return]
+            return read_frame(self.process.stdout)  # type: ignore[arg-type]
         except ValueError:
             return None
 
@@ -140,7 +142,9 @@ class RankDriver:
         try:
             return receive_message(connection)
         except TimeoutError:
-            raise RankStuck(f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World") from None
+            raise RankStuck(
+                f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World"
+            ) from None
         except OSError as error:
             raise ChannelClosed(str(error)) from None
 

@@ -10,6 +10,7 @@ exception with its traceback) is the last message. It never returns into the zyg
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import runpy
@@ -133,14 +134,16 @@ def _user_frame(error: BaseException) -> str:
     """The innermost frame outside timetravel and torch: where the user's code raised."""
     frames = traceback.extract_tb(error.__traceback__)
     for frame in reversed(frames):
-        if "/timetravel/" not in frame.filename and "/torch/" not in frame.filename and "<frozen" not in frame.filename:
+        if (
+            "/timetravel/" not in frame.filename
+            and "/torch/" not in frame.filename
+            and "<frozen" not in frame.filename
+        ):
             return f"{frame.filename}:{frame.lineno} in {frame.name}"
     return ""
 
 
 def _flush_outputs() -> None:
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError, StopRank):
             stream.flush()
-        except (OSError, ValueError, StopRank):
-            pass

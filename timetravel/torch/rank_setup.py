@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
-from torch.optim.optimizer import register_optimizer_step_post_hook
 import xxhash
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from timetravel.torch import backend
 from timetravel.torch.channel import Channel
@@ -40,7 +40,9 @@ def _bend_init_process_group() -> None:
     original = dist.init_process_group
 
     @functools.wraps(original)
-    def init_process_group(backend_name: Any = None, init_method: Any = None, timeout: Any = None, **options: Any) -> None:
+    def init_process_group(
+        backend_name: Any = None, init_method: Any = None, timeout: Any = None, **options: Any
+    ) -> None:
         if dist.is_initialized():
             raise RuntimeError("trying to initialize the default process group twice!")
         options.pop("store", None)
@@ -52,8 +54,8 @@ def _bend_init_process_group() -> None:
             keywords["timeout"] = timeout
         original(**keywords)
 
-    dist.init_process_group = init_process_group
-    dist.distributed_c10d.init_process_group = init_process_group
+    dist.init_process_group = init_process_group  # type: ignore[assignment]
+    dist.distributed_c10d.init_process_group = init_process_group  # type: ignore[assignment]
 
 
 def _environment(name: str) -> str:

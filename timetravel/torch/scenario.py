@@ -43,10 +43,28 @@ PARAMS: tuple[Param, ...] = (
     Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
     Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
     Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
-    Param("env_style", "str", "torchrun", "environment given to ranks: torchrun, or slurm (adds SLURM_*)", choices=("torchrun", "slurm")),
-    Param("hang_timeout", "time", 600_000_000_000, "a rank waiting this long in a collective is a hang (logical time)"),
-    Param("compute_interval", "time", 100_000, "compute charged between two calls to the World (logical time)"),
-    Param("compute_jitter", "time", 10_000, "bound of the seeded jitter added to each interval (choice torch.compute)"),
+    Param(
+        "env_style",
+        "str",
+        "torchrun",
+        "environment given to ranks: torchrun, or slurm (adds SLURM_*)",
+        choices=("torchrun", "slurm"),
+    ),
+    Param(
+        "hang_timeout",
+        "time",
+        600_000_000_000,
+        "a rank waiting this long in a collective is a hang (logical time)",
+    ),
+    Param(
+        "compute_interval", "time", 100_000, "compute charged between two calls to the World (logical time)"
+    ),
+    Param(
+        "compute_jitter",
+        "time",
+        10_000,
+        "bound of the seeded jitter added to each interval (choice torch.compute)",
+    ),
     Param(
         "reduce_order",
         "str",
@@ -56,9 +74,23 @@ PARAMS: tuple[Param, ...] = (
         branchable=True,
     ),
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
-    Param("detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"),
-    Param("stuck_timeout", "float", STUCK_TIMEOUT_S_DEFAULT, "wall seconds a rank may run without calling the World", minimum=0.1),
-    Param("rank_output", "str", "show", "ranks' stdout/stderr: show (prefixed [rN]) or quiet", choices=("show", "quiet")),
+    Param(
+        "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
+    ),
+    Param(
+        "stuck_timeout",
+        "float",
+        STUCK_TIMEOUT_S_DEFAULT,
+        "wall seconds a rank may run without calling the World",
+        minimum=0.1,
+    ),
+    Param(
+        "rank_output",
+        "str",
+        "show",
+        "ranks' stdout/stderr: show (prefixed [rN]) or quiet",
+        choices=("show", "quiet"),
+    ),
     *(param for param in FABRIC_PARAMS if param.name in _FABRIC_KEYS),
 )
 
@@ -75,7 +107,9 @@ def script_digest(path: str) -> str:
 def _check_script(config: dict[str, Any]) -> Path:
     text = config["script"]
     if not text:
-        raise ConfigError("the torch scenario needs a script: --set script=PATH (or timetravel torchrun SCRIPT)")
+        raise ConfigError(
+            "the torch scenario needs a script: --set script=PATH (or timetravel torchrun SCRIPT)"
+        )
     path = Path(text)
     if not path.is_file():
         raise ConfigError(f"script {text!r} is not a file")
@@ -118,7 +152,9 @@ def rank_specs(config: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     ranks = config["nproc"] * config["nnodes"]
     script = str(Path(config["script"]).resolve())
     specs = []
-    base = {key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "TORCHELASTIC_"))}
+    base = {
+        key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "TORCHELASTIC_"))
+    }
     for rank in range(ranks):
         local = rank % config["nproc"]
         env = dict(base)
@@ -193,7 +229,9 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
             message = live.receive(rank)
         except ChannelClosed:
             state["status"] = "crashed"
-            ctx.fail("crash", f"{ctx.node} died without a word (killed, a signal, or os._exit)", "torch.rank.died")
+            ctx.fail(
+                "crash", f"{ctx.node} died without a word (killed, a signal, or os._exit)", "torch.rank.died"
+            )
             return
         except ProtocolError as error:
             ctx.fail("exception", f"{ctx.node} sent a malformed message: {error}", "torch.rank.protocol")

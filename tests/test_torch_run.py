@@ -1,0 +1,205 @@
+"""The user's own torch.distributed script under the simulator: real torch, real rank processes.
+
+These tests run in CI (torch is pinned in the dev extra); a missing torch is an import error here,
+never a skip.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+
+from timetravel.scenarios import get_scenario
+from timetravel.sim.runner import run_report
+from timetravel.torch.scenario import authorize_script
+
+ROOT = Path(__file__).resolve().parent.parent
+SCRIPTS = ROOT / "tests" / "torch_scripts"
+DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
+TIMETRAVEL = [sys.executable, "-m", "timetravel"]
+
+
+def simulate(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> dict:
+    authorize_script(str(script))
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", "rank_output=quiet", *settings])
+    report, _world = run_report(scenario, config, seed)
+    return report
+
+
+def test_ddp_training_is_bit_for_bit_repeatable() -> None:
+    first = simulate(DDP_MLP, 4, 0, "args=--steps 6")
+    second = simulate(DDP_MLP, 4, 0, "args=--steps 6")
+    assert first["outcome"] == "pass", first["failure"]
+    assert first["summary"]["optimizer_steps"] == 6
+    assert first["hash_chain"] == second["hash_chain"]
+    assert first["state_hash"] == second["state_hash"]
+
+
+def test_another_seed_orders_arrivals_differently() -> None:
+    zero = simulate(DDP_MLP, 4, 0, "args=--steps 2")
+    one = simulate(DDP_MLP, 4, 1, "args=--steps 2")
+    assert zero["outcome"] == one["outcome"] == "pass"
+    assert zero["hash_chain"] != one["hash_chain"]  # the compute jitter is a seeded choice
+
+
+def test_every_collective_has_torch_semantics() -> None:
+    report = simulate(SCRIPTS / "collectives_all.py", 4)
+    assert report["outcome"] == "pass", report["failure"]
+
+
+def test_module_globals_are_per_rank_as_under_torchrun() -> None:
+    # ranks are processes: a module that reads RANK at import sees its own rank (thread ranks gave 4.0)
+    result = subprocess.run(
+        [*TIMETRAVEL, "torchrun", "--nproc-per-node", "4", str(SCRIPTS / "rank_at_import.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr
+    assert sorted(line for line in result.stdout.splitlines() if "sum" in line) == [
+        f"[r{rank}] sum 6.0" for rank in range(4)
+    ]
+
+
+def test_a_rank_that_exits_early_is_a_hang_naming_it() -> None:
+    report = simulate(SCRIPTS / "early_exit.py", 4)
+    failure = report["failure"]
+    assert failure["kind"] == "hang"
+    assert failure["node"] == "r1"
+    assert "r1 had already exited" in failure["message"]
+
+
+def test_planted_nan_is_found_where_it_enters() -> None:
+    report = simulate(DDP_MLP, 4, 0, "args=--steps 9 --bug nan_data")
+    failure = report["failure"]
+    assert failure["kind"] == "nan"
+    assert failure["node"] == "r2"
+    assert failure["signature"] == "nan:torch.collective.nonfinite"
+
+
+def test_a_skipped_collective_is_a_mismatch_naming_the_rank() -> None:
+    report = simulate(DDP_MLP, 4, 0, "args=--steps 7 --bug skip_collective")
+    failure = report["failure"]
+    assert failure["kind"] == "collective_mismatch"
+    assert failure["node"] == "r1"
+
+
+def test_a_script_exception_is_one_failure_with_its_place() -> None:
+    result = subprocess.run(
+        [*TIMETRAVEL, "torchrun", "--nproc-per-node", "2", "--json", str(SCRIPTS / "raises.py")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert result.returncode == 1
+    report = json.loads(result.stdout)
+    assert report["failure"]["kind"] == "exception"
+    assert report["failure"]["node"] == "r1"
+    assert "raises.py:5" in report["failure"]["message"]
+    assert (
+        "Traceback" not in result.stderr
+    )  # no traceback of timetravel's or of any rank reaches the terminal
+
+
+def test_init_process_group_twice_is_an_exception() -> None:
+    report = simulate(SCRIPTS / "init_twice.py", 2)
+    assert report["failure"]["kind"] == "exception"
+    assert "twice" in report["failure"]["message"]
+
+
+def test_same_bits_in_another_process_with_another_hash_seed() -> None:
+    here = simulate(DDP_MLP, 2, 3, "args=--steps 3")
+    environment = {**os.environ, "PYTHONHASHSEED": "12345"}
+    result = subprocess.run(
+        [
+            *TIMETRAVEL,
+            "torchrun",
+            "--nproc-per-node",
+            "2",
+            "--seed",
+            "3",
+            "--set",
+            "rank_output=quiet",
+            "--json",
+            str(DDP_MLP),
+            "--steps",
+            "3",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env=environment,
+    )
+    assert result.returncode == 0, result.stderr
+    there = json.loads(result.stdout)
+    assert there["hash_chain"] == here["hash_chain"]
+    assert there["state_hash"] == here["state_hash"]
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--nproc-per-node", "0", "x.py"], "--nproc-per-node must be between"),
+        (["missing.py"], "is not a file"),
+        (["README.md"], "is not a Python file"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(arguments: list[str], message: str) -> None:
+    result = subprocess.run(
+        [*TIMETRAVEL, "torchrun", *arguments], capture_output=True, text=True, cwd=ROOT, timeout=60
+    )
+    assert result.returncode == 2
+    assert message in result.stderr
+    assert len(result.stderr.strip().splitlines()) == 1
+
+
+def test_a_script_not_named_on_the_command_line_never_runs() -> None:
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={SCRIPTS / 'never_named.py'}"])
+    (SCRIPTS / "never_named.py").exists() or pytest.fail("fixture script missing")
+    with pytest.raises(Exception, match="was not named on the command line"):
+        run_report(scenario, config, 0)
+
+
+def test_the_losses_match_real_torchrun_with_gloo() -> None:
+    steps = ["--steps", "6"]
+    real = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "torch.distributed.run",
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            str(DDP_MLP),
+            *steps,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert real.returncode == 0, real.stderr[-2000:]
+    simulated = subprocess.run(
+        [*TIMETRAVEL, "torchrun", "--nproc-per-node", "2", str(DDP_MLP), *steps],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert simulated.returncode == 0, simulated.stderr
+    real_loss = float(real.stdout.strip().splitlines()[-1].split()[-1])
+    simulated_loss = float(
+        next(line for line in simulated.stdout.splitlines() if "final loss" in line).split()[-1]
+    )
+    assert simulated_loss == pytest.approx(real_loss, rel=1e-5)

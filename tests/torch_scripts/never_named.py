@@ -1,0 +1,1 @@
+raise SystemExit("this script must never run: no command line named it")
