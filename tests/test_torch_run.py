@@ -16,6 +16,7 @@ import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
 
 from timetravel.scenarios import get_scenario
+from timetravel.sim.scenario import ConfigError
 from timetravel.sim.runner import run_report
 from timetravel.torch.scenario import authorize_script
 
@@ -167,7 +168,7 @@ def test_a_script_not_named_on_the_command_line_never_runs() -> None:
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={SCRIPTS / 'never_named.py'}"])
     (SCRIPTS / "never_named.py").exists() or pytest.fail("fixture script missing")
-    with pytest.raises(Exception, match="was not named on the command line"):
+    with pytest.raises(ConfigError, match="was not named on the command line"):
         run_report(scenario, config, 0)
 
 
@@ -203,3 +204,52 @@ def test_the_losses_match_real_torchrun_with_gloo() -> None:
         next(line for line in simulated.stdout.splitlines() if "final loss" in line).split()[-1]
     )
     assert simulated_loss == pytest.approx(real_loss, rel=1e-5)
+
+
+def _with_fault(record: dict, steps: int = 8) -> dict:
+    return simulate(DDP_MLP, 4, 0, f"args=--steps {steps}", "faults=" + json.dumps([record]))
+
+
+def test_a_bit_flip_in_one_rank_s_result_makes_that_replica_diverge() -> None:
+    report = _with_fault(
+        {
+            "kind": "corrupt",
+            "target": "r3",
+            "t_start": 1_000_000,
+            "params": {"side": "result", "numel_min": 2},
+        }
+    )
+    failure = report["failure"]
+    assert failure["kind"] == "divergence"
+    assert failure["node"] == "r3"
+    assert "from the other 3 replicas" in failure["message"]
+
+
+def test_a_dropped_contribution_hangs_the_collective() -> None:
+    failure = _with_fault({"kind": "drop", "target": "r2", "t_start": 1_000_000})["failure"]
+    assert (failure["kind"], failure["node"]) == ("hang", "r2")
+    assert failure["waiting_for"] == ["r2"]
+    assert [row["rank"] for row in failure["flight_recorder"]] == ["r0", "r1", "r2", "r3"]
+
+
+def test_a_crash_fault_kills_the_rank_at_its_next_collective() -> None:
+    failure = _with_fault({"kind": "crash", "target": "r1", "t_start": 1_000_000})["failure"]
+    assert (failure["kind"], failure["node"], failure["signature"]) == (
+        "crash",
+        "r1",
+        "crash:torch.fault.crash",
+    )
+
+
+def test_a_straggler_slows_the_job_but_not_its_numbers() -> None:
+    healthy = simulate(DDP_MLP, 4, 0, "args=--steps 4")
+    slow = simulate(
+        DDP_MLP, 4, 0, "args=--steps 4", "faults=" + json.dumps([{"kind": "slow", "target": "r1"}])
+    )
+    assert slow["outcome"] == healthy["outcome"] == "pass"
+    assert slow["t_end_ns"] > 5 * healthy["t_end_ns"]
+
+
+def test_a_bad_fault_record_is_a_config_error_naming_it() -> None:
+    with pytest.raises(ConfigError, match=r"fault f1: target must be a rank r0\.\.r3"):
+        simulate(DDP_MLP, 4, 0, "faults=" + json.dumps([{"kind": "crash", "target": "r9"}]))

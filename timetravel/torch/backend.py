@@ -131,7 +131,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
     """One process group of one rank; see the module docstring."""
 
     def __init__(self, rank: int, size: int, timeout: Any = None) -> None:
-        super().__init__(rank, size)
+        super().__init__(rank, size)  # type: ignore[call-arg]
         self._group_rank = rank
         self._size = size
         self._timeout_ns = int(timeout.total_seconds() * 1e9) if timeout is not None else None

@@ -20,7 +20,7 @@ from typing import Any
 from timetravel.sim.context import Context
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives
+from timetravel.torch import arrays, collectives, faults
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
 
@@ -72,6 +72,8 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         "expect": message.get("expect", []),
         "timeout_ns": message.get("timeout_ns"),
     }
+    if _apply_entry_faults(entry, ctx):
+        return
     if ctx.world.config["detect_nan"] and _fails_on_nonfinite(entry, message, ctx):
         return
     _check_hang_deadlines(state, ctx)
@@ -87,6 +89,35 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     _flight_enter(state, rank, key, entry)
     if len(record["entries"]) == len(members):
         _complete(state, key, ctx)
+
+
+def _apply_entry_faults(entry: dict[str, Any], ctx: Context) -> bool:
+    """Delay, crash, drop or corrupt this rank's entry as its faults say; True when it never arrives."""
+    rank = entry["rank"]
+    for record in faults.active(ctx, "crash", rank):
+        faults.hit(ctx, record, f"killed at {entry['op']}")
+        from timetravel.torch.scenario import _driver
+
+        _driver(ctx).kill(rank)
+        ctx.fail(
+            "crash",
+            f"r{rank} crashed (fault {record['id']}) entering {entry['op']}",
+            "torch.fault.crash",
+            node=f"r{rank}",
+        )
+        return True
+    for record in faults.active(ctx, "drop", rank):
+        faults.hit(ctx, record, f"{entry['op']} contribution dropped")
+        return True
+    for record in faults.active(ctx, "delay", rank):
+        faults.hit(ctx, record, f"{entry['op']} delayed {record['params']['delay']} ns")
+        entry["t_ns"] += int(record["params"]["delay"])
+    for record in faults.active(ctx, "corrupt", rank):
+        if not faults.corrupts(record, "contribution", entry["op"], entry["inputs"]):
+            continue
+        entry["inputs"][0], what = faults.flip_one_bit(ctx, record, entry["inputs"][0])
+        faults.hit(ctx, record, f"{entry['op']} contribution: {what}")
+    return False
 
 
 def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> bool:
@@ -108,6 +139,10 @@ def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Con
 
 
 def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
+    heal = faults.partition_heals_at(ctx, state["ops"][key]["members"])
+    if heal is None:
+        state["ops"][key]["held_by_partition"] = True
+        return  # split for ever: nobody completes (the hang detector names who waits)
     record = state["ops"].pop(key)
     members = record["members"]
     entries = [record["entries"][str(rank)] for rank in members]
@@ -129,6 +164,8 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
         )
         return
     start_ns = max(entry["t_ns"] for entry in entries)
+    if heal is not False:
+        start_ns = max(start_ns, int(heal))
     settings = _fabric(ctx)
     duration_ns = collective_ns(
         entries[0]["op"], members, max(collectives.payload_bytes(e) for e in entries), settings
@@ -166,6 +203,11 @@ def _finish(
 ) -> None:
     """Store what a rank receives; release it now if it already waits for it."""
     rank = entry["rank"]
+    for record in faults.active(ctx, "corrupt", rank):
+        if faults.corrupts(record, "result", entry["op"], outputs):
+            outputs = list(outputs)
+            outputs[0], what = faults.flip_one_bit(ctx, record, outputs[0])
+            faults.hit(ctx, record, f"{entry['op']} result: {what}")
     state["results"][f"{rank}:{entry['id']}"] = {
         "t_ns": t_done,
         "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],

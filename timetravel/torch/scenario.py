@@ -30,6 +30,7 @@ from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, Param, Scenario
 from timetravel.sim.world import World
 from timetravel.torch import c10d
+from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import NPROC_MAX, STUCK_TIMEOUT_S_DEFAULT
 from timetravel.torch.wire import ChannelClosed, ProtocolError
 
@@ -83,6 +84,12 @@ PARAMS: tuple[Param, ...] = (
         STUCK_TIMEOUT_S_DEFAULT,
         "wall seconds a rank may run without calling the World",
         minimum=0.1,
+    ),
+    Param(
+        "faults",
+        "json",
+        [],
+        "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json",
     ),
     Param(
         "rank_output",
@@ -139,6 +146,8 @@ def build(config: dict[str, Any], seed: int) -> World:
     script = _check_script(config)
     world = World("torch", config, seed)
     ranks = config["nproc"] * config["nnodes"]
+    world.faults = parse_faults(config["faults"], ranks)
+    world.fabric = {"fault_hits": {}}
     for rank in range(ranks):
         world.add_node(f"r{rank}", "rank", {"status": "new", "t_ns": 0, "calls": 0})
     world.add_node(C10D_NODE, "collectives", c10d.initial_state(ranks, script_digest(str(script))))
@@ -246,7 +255,11 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
             continue
         t_ns = max(state["t_ns"], int(message["t_ns"]))
         if kind in ("call", "exit"):
-            t_ns += ctx.world.config["compute_interval"]
+            interval = ctx.world.config["compute_interval"]
+            for record in active(ctx, "slow", rank):
+                hit(ctx, record, f"compute x{record['params']['compute_factor']:g}")
+                interval = int(interval * record["params"]["compute_factor"])
+            t_ns += interval
             jitter = ctx.world.config["compute_jitter"]
             if jitter:
                 t_ns += ctx.choose("torch.compute", jitter + 1)
