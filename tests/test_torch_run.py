@@ -16,8 +16,8 @@ import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
 
 from timetravel.scenarios import get_scenario
-from timetravel.sim.scenario import ConfigError
 from timetravel.sim.runner import run_report
+from timetravel.sim.scenario import ConfigError
 from timetravel.torch.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
