@@ -19,6 +19,7 @@ SUITES: dict[str, str] = {
     "farm": "timetravel.bench.farm:run_bench",
     "explore": "timetravel.bench.explore:run_bench",
     "training": "timetravel.bench.training:run_bench",
+    "torch": "timetravel.bench.torch:run_bench",
 }
 
 

@@ -333,6 +333,8 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     message = event.payload
     rank = message["rank"]
     state["exited"][str(rank)] = int(message["code"])
+    if "result" in message:
+        state.setdefault("returns", {})[str(rank)] = message["result"]
     node = f"r{rank}"
     if message.get("error"):
         where = f" at {message['where']}" if message.get("where") else ""

@@ -90,9 +90,12 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
         from timetravel.torch import rank_setup
 
         rank_setup.install(spec, rank_channel)
-        sys.argv = [spec["script"], *spec["args"]]
-        sys.path.insert(0, os.path.dirname(os.path.abspath(spec["script"])))
-        runpy.run_path(spec["script"], run_name="__main__")
+        if spec.get("function"):
+            exit_message["result"] = _plain(_call_function(spec))
+        else:
+            sys.argv = [spec["script"], *spec["args"]]
+            sys.path.insert(0, os.path.dirname(os.path.abspath(spec["script"])))
+            runpy.run_path(spec["script"], run_name="__main__")
     except StopRank:
         return 0
     except SystemExit as exit_request:
@@ -105,6 +108,33 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
     except (OSError, StopRank):
         pass
     return int(exit_message["code"]) & 0xFF
+
+
+def _call_function(spec: dict[str, Any]) -> Any:
+    import importlib
+
+    for entry in reversed(spec["sys_path"]):
+        if entry not in sys.path:
+            sys.path.insert(0, entry)
+    module_name, _, qualname = spec["function"].partition(":")
+    target: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        target = getattr(target, part)
+    sys.argv = [spec["function"]]
+    return target()
+
+
+def _plain(value: Any) -> Any:
+    """A rank's return value as plain data (numbers, strings, lists, dicts; a tensor as a list)."""
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    if value is None or isinstance(value, (bool, int, float, str, bytes)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(item) for item in value]
+    if isinstance(value, dict):
+        return {str(key): _plain(item) for key, item in value.items()}
+    return repr(value)
 
 
 def _exit_code(code: Any) -> int:

@@ -41,6 +41,7 @@ _authorized_scripts: set[str] = set()
 
 PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
+    Param("function", "str", "", "instead of a script: module:function to run as every rank (Python API)"),
     Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
     Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
     Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
@@ -107,11 +108,25 @@ def authorize_script(path: str) -> None:
     _authorized_scripts.add(str(Path(path).resolve()))
 
 
+def authorize_function(target: str) -> None:
+    """``timetravel.torch.simulate(fn)`` named this function in Python: runs of it may call it."""
+    _authorized_scripts.add(f"function:{target}")
+
+
 def script_digest(path: str) -> str:
     return hashlib.sha256(Path(path).read_bytes()).hexdigest()
 
 
-def _check_script(config: dict[str, Any]) -> Path:
+def _check_script(config: dict[str, Any]) -> Path | None:
+    ranks = config["nproc"] * config["nnodes"]
+    if ranks > NPROC_MAX:
+        raise ConfigError(f"{ranks} ranks is above the limit {NPROC_MAX}")
+    if config["function"]:
+        if f"function:{config['function']}" not in _authorized_scripts:
+            raise ConfigError(
+                f"function {config['function']!r} was not named by timetravel.torch.simulate in this process"
+            )
+        return None
     text = config["script"]
     if not text:
         raise ConfigError(
@@ -129,9 +144,6 @@ def _check_script(config: dict[str, Any]) -> Path:
             f"script {text!r} was not named on the command line: a recording or database never runs code; "
             "pass --script PATH to run it"
         )
-    ranks = config["nproc"] * config["nnodes"]
-    if ranks > NPROC_MAX:
-        raise ConfigError(f"{ranks} ranks is above the limit {NPROC_MAX}")
     try:
         shlex.split(config["args"])
     except ValueError as error:
@@ -150,7 +162,8 @@ def build(config: dict[str, Any], seed: int) -> World:
     world.fabric = {"fault_hits": {}}
     for rank in range(ranks):
         world.add_node(f"r{rank}", "rank", {"status": "new", "t_ns": 0, "calls": 0})
-    world.add_node(C10D_NODE, "collectives", c10d.initial_state(ranks, script_digest(str(script))))
+    digest = script_digest(str(script)) if script is not None else config["function"]
+    world.add_node(C10D_NODE, "collectives", c10d.initial_state(ranks, digest))
     for rank in range(ranks):
         world.schedule(0, f"r{rank}", "poll")
     return world
@@ -159,7 +172,7 @@ def build(config: dict[str, Any], seed: int) -> World:
 def rank_specs(config: dict[str, Any], seed: int) -> list[dict[str, Any]]:
     """What each forked rank is told: its environment, argv and settings (plain data)."""
     ranks = config["nproc"] * config["nnodes"]
-    script = str(Path(config["script"]).resolve())
+    script = str(Path(config["script"]).resolve()) if config["script"] else ""
     specs = []
     base = {
         key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "TORCHELASTIC_"))
@@ -195,6 +208,8 @@ def rank_specs(config: dict[str, Any], seed: int) -> list[dict[str, Any]]:
                 "rank": rank,
                 "env": env,
                 "script": script,
+                "function": config["function"],
+                "sys_path": list(sys.path) if config["function"] else [],
                 "args": shlex.split(config["args"]),
                 "seed": seed,
                 "settings": {"detect_divergence": config["detect_divergence"]},

@@ -1,0 +1,112 @@
+"""``timetravel bench torch``: the user's script under the simulator against real torchrun with gloo.
+
+Both sides run the same files on this machine in one bench run (the gloo side on loopback):
+
+* ``run_ratio_vs_gloo`` — wall time of ``timetravel torchrun`` over ``torchrun --standalone`` (gloo) for
+  the DDP MLP example (4 ranks, ``DDP_STEPS`` steps), each a whole command (process start and torch
+  import included: what a user waits for). Target ≤ 1.0.
+* ``collective_overhead_us`` — the simulator's wall cost of one small all_reduce on 4 ranks: a script
+  doing ``LOOP_CALLS`` of them, minus the same script doing none, over ``LOOP_CALLS`` (in-process, the
+  zygote warm); ``gloo_collective_us`` is the same figure for real gloo.
+* ``sim_per_wall`` — simulated seconds per wall second on the DDP run (warm zygote).
+
+Best of ``REPEATS`` for each figure. The CPU build of torch, 1 intra-op thread on both sides.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from timetravel.bench.timing import best_of
+
+ROOT = Path(__file__).resolve().parents[2]
+DDP_SCRIPT = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
+LOOP_SCRIPT = Path(__file__).resolve().parent / "scripts" / "allreduce_loop.py"
+RANKS = 4
+DDP_STEPS = 20
+LOOP_CALLS = 200
+REPEATS = 3
+
+
+def _command_s(command: list[str]) -> float:
+    environment = {**os.environ, "OMP_NUM_THREADS": "1"}
+    started = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment, cwd=ROOT)
+    wall_s = time.perf_counter() - started
+    if result.returncode != 0:
+        raise RuntimeError(f"{' '.join(command[:4])} failed: {result.stderr.strip()[-500:]}")
+    return wall_s
+
+
+def _gloo(script: Path, *arguments: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc-per-node={RANKS}",
+        str(script),
+        *arguments,
+    ]
+
+
+def _simulated(script: Path, *arguments: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "timetravel",
+        "torchrun",
+        f"--nproc-per-node={RANKS}",
+        "--set",
+        "rank_output=quiet",
+        str(script),
+        *arguments,
+    ]
+
+
+def _in_process(script: Path, *arguments: str) -> dict[str, Any]:
+    from timetravel.scenarios import get_scenario
+    from timetravel.sim.runner import run_report
+    from timetravel.torch.scenario import authorize_script
+
+    authorize_script(str(script))
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config(
+        [f"script={script}", f"nproc={RANKS}", f"args={' '.join(arguments)}", "rank_output=quiet"]
+    )
+    report, _world = run_report(scenario, config, 0)
+    if report["outcome"] != "pass":
+        raise RuntimeError(f"bench run failed: {report['failure']}")
+    return report
+
+
+def run_bench(quick: bool = False) -> dict[str, Any]:
+    repeats = 1 if quick else REPEATS
+    steps = str(5 if quick else DDP_STEPS)
+    calls = 40 if quick else LOOP_CALLS
+    gloo_s = min(_command_s(_gloo(DDP_SCRIPT, "--steps", steps)) for _ in range(repeats))
+    simulated_s = min(_command_s(_simulated(DDP_SCRIPT, "--steps", steps)) for _ in range(repeats))
+    _in_process(LOOP_SCRIPT, "0")  # starts the zygote: what follows is warm
+    loop_s, _ = best_of(lambda: _in_process(LOOP_SCRIPT, str(calls)), repeats)
+    empty_s, _ = best_of(lambda: _in_process(LOOP_SCRIPT, "0"), repeats)
+    gloo_loop_s = min(_command_s(_gloo(LOOP_SCRIPT, str(calls))) for _ in range(repeats))
+    gloo_empty_s = min(_command_s(_gloo(LOOP_SCRIPT, "0")) for _ in range(repeats))
+    ddp_s, report = best_of(lambda: _in_process(DDP_SCRIPT, "--steps", steps), repeats)
+    return {
+        "bench": "torch",
+        "figures": {
+            "workload": f"docs/examples/torch/ddp_mlp.py, {RANKS} ranks, {steps} steps",
+            "gloo_run_s": round(gloo_s, 3),
+            "timetravel_run_s": round(simulated_s, 3),
+            "run_ratio_vs_gloo": round(simulated_s / gloo_s, 3),
+            "collective_overhead_us": round(max(loop_s - empty_s, 0.0) / calls * 1e6, 1),
+            "gloo_collective_us": round(max(gloo_loop_s - gloo_empty_s, 0.0) / calls * 1e6, 1),
+            "sim_per_wall": round(report["t_end_ns"] / 1e9 / ddp_s, 6),
+            "warm_run_s": round(ddp_s, 3),
+        },
+    }
