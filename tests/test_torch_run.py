@@ -253,3 +253,74 @@ def test_a_straggler_slows_the_job_but_not_its_numbers() -> None:
 def test_a_bad_fault_record_is_a_config_error_naming_it() -> None:
     with pytest.raises(ConfigError, match=r"fault f1: target must be a rank r0\.\.r3"):
         simulate(DDP_MLP, 4, 0, "faults=" + json.dumps([{"kind": "crash", "target": "r9"}]))
+
+
+def test_a_torch_recording_opens_for_inspection_but_never_runs_its_script(tmp_path: Path) -> None:
+    recording = tmp_path / "run.ttr"
+    recorded = subprocess.run(
+        [
+            *TIMETRAVEL,
+            "torchrun",
+            "--nproc-per-node",
+            "2",
+            "--record",
+            str(recording),
+            str(DDP_MLP),
+            "--steps",
+            "2",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+    )
+    assert recorded.returncode == 0, recorded.stderr
+    inspected = subprocess.run(
+        [*TIMETRAVEL, "inspect", str(recording), "--path", "nodes/c10d/completed"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=ROOT,
+    )
+    assert inspected.returncode == 0, inspected.stderr
+    replayed = subprocess.run(
+        [*TIMETRAVEL, "replay", str(recording)], capture_output=True, text=True, timeout=120, cwd=ROOT
+    )
+    assert replayed.returncode == 2
+    assert "was not named on the command line" in replayed.stderr
+    assert len(replayed.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_fuzz_sweeps_a_torch_script_on_the_local_pool(tmp_path: Path) -> None:
+    result = subprocess.run(
+        [
+            *TIMETRAVEL,
+            "fuzz",
+            "torch",
+            "--set",
+            f"script={DDP_MLP}",
+            "--set",
+            "nproc=3",
+            "--set",
+            "args=--steps 9 --bug nan_data",
+            "--set",
+            "rank_output=quiet",
+            "--seeds",
+            "0:2",
+            "--workers",
+            "1",
+            "--no-swarm",
+            "--db",
+            str(tmp_path / "f.db"),
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    assert result.returncode in (0, 1), result.stderr
+    summary = json.loads(result.stdout)
+    assert summary["outcomes"] == {"fail": 2}
+    assert list(summary["signatures"]) == ["nan:torch.collective.nonfinite"]

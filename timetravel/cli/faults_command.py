@@ -19,7 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli import recording_common  # noqa: F401  (registers RecordingError as a user error)
-from timetravel.cli.common import add_scenario_arguments, chosen_seed, print_json, resolve_scenario
+from timetravel.cli.common import (
+    add_scenario_arguments,
+    authorize_named_scripts,
+    chosen_seed,
+    print_json,
+    resolve_scenario,
+)
 from timetravel.explore.commands.binding import open_context
 from timetravel.explore.view import fault_schedule
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -72,6 +78,7 @@ def main(args: argparse.Namespace) -> int:
     if args.branch is not None:
         raise ConfigError("--branch applies to a recording (PATH.ttr), not a scenario")
     scenario = resolve_scenario(args.scenario, args.scenario_target)
+    authorize_named_scripts(scenario.name, args.settings)
     config = scenario.resolve_config(args.settings)
     seed = chosen_seed(args, scenario, config)
     world = build_world(scenario, config, seed)

@@ -141,8 +141,8 @@ def _check_script(config: dict[str, Any]) -> Path | None:
         raise ConfigError(f"script {text!r} is larger than {SCRIPT_BYTES_MAX} bytes")
     if str(path.resolve()) not in _authorized_scripts:
         raise ConfigError(
-            f"script {text!r} was not named on the command line: a recording or database never runs code; "
-            "pass --script PATH to run it"
+            f"script {text!r} was not named on the command line: a recording or database never runs code "
+            "(name it: timetravel torchrun SCRIPT, or --set script=SCRIPT on run, fuzz, check-determinism, faults)"
         )
     try:
         shlex.split(config["args"])
