@@ -324,3 +324,10 @@ def test_fuzz_sweeps_a_torch_script_on_the_local_pool(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["outcomes"] == {"fail": 2}
     assert list(summary["signatures"]) == ["nan:torch.collective.nonfinite"]
+
+
+def test_fsdp2_and_functional_collectives_run_through_the_simulator() -> None:
+    report = simulate(SCRIPTS / "fsdp2_adam.py", 2)
+    assert report["outcome"] == "pass", report["failure"]
+    assert report["summary"]["collectives"] > 10  # all-gathers and reduce-scatters of every step
+    assert report["summary"]["optimizer_steps"] == 3

@@ -139,6 +139,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         self._key: str | None = None
         self._sequence = 0
         self._p2p_counts: dict[str, int] = {}
+        self._group_name = ""
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -147,6 +148,16 @@ class SimulatedProcessGroup(dist.ProcessGroup):
 
     def getBackendName(self) -> str:
         return BACKEND_NAME
+
+    def _set_group_name(self, name: str) -> None:
+        # ProcessGroup.group_name asks a registered C++ backend; a Python group is its own backend,
+        # so it keeps the name itself (DeviceMesh, FSDP2 and functional collectives look it up)
+        self._group_name = name
+        super()._set_group_name(name)
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
 
     def __repr__(self) -> str:
         return f"SimulatedProcessGroup(rank={self._group_rank}, size={self._size})"

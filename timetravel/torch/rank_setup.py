@@ -93,6 +93,9 @@ def _report_step(rank_channel: Channel) -> Any:
         digests = []
         for group_index, group in enumerate(optimizer.param_groups):
             for position, parameter in enumerate(group["params"]):
+                placements = getattr(parameter, "placements", ())
+                if any(placement.is_shard() for placement in placements):
+                    continue  # a shard of a DTensor: ranks hold different parts by design
                 data = parameter.detach()
                 if hasattr(data, "to_local"):
                     data = data.to_local()
