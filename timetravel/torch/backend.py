@@ -153,7 +153,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         # ProcessGroup.group_name asks a registered C++ backend; a Python group is its own backend,
         # so it keeps the name itself (DeviceMesh, FSDP2 and functional collectives look it up)
         self._group_name = name
-        super()._set_group_name(name)
+        super()._set_group_name(name)  # type: ignore[arg-type]
 
     @property
     def group_name(self) -> str:
