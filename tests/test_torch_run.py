@@ -331,3 +331,16 @@ def test_fsdp2_and_functional_collectives_run_through_the_simulator() -> None:
     assert report["outcome"] == "pass", report["failure"]
     assert report["summary"]["collectives"] > 10  # all-gathers and reduce-scatters of every step
     assert report["summary"]["optimizer_steps"] == 3
+
+
+TINY_GPT = ROOT / "docs" / "examples" / "torch" / "tiny_gpt.py"
+
+
+def test_the_transformer_example_trains_and_its_planted_bugs_are_found() -> None:
+    assert simulate(TINY_GPT, 2, 0, "args=--steps 3")["outcome"] == "pass"
+    mismatch = simulate(TINY_GPT, 2, 0, "args=--steps 3 --bug broadcast_loss")["failure"]
+    assert mismatch["kind"] == "collective_mismatch"  # two ranks: no majority, both sides are named
+    assert "broadcast(root 0)" in mismatch["message"] and "all_reduce(sum)" in mismatch["message"]
+    drift = simulate(TINY_GPT, 2, 0, "args=--steps 3 --bug lr_per_rank")["failure"]
+    assert drift["kind"] == "divergence"
+    assert "parameter token.weight" in drift["message"]
