@@ -344,3 +344,9 @@ def test_the_transformer_example_trains_and_its_planted_bugs_are_found() -> None
     drift = simulate(TINY_GPT, 2, 0, "args=--steps 3 --bug lr_per_rank")["failure"]
     assert drift["kind"] == "divergence"
     assert "parameter token.weight" in drift["message"]
+
+
+def test_a_fork_after_init_is_a_warning_and_the_child_stays_off_the_channel() -> None:
+    report = simulate(SCRIPTS / "fork_after_init.py", 2)
+    assert report["outcome"] == "pass", report["failure"]
+    assert report["summary"]["warnings"] == ["fork_after_init"]

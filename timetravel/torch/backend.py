@@ -39,6 +39,12 @@ def bind(channel: Channel) -> None:
     _channel = channel
 
 
+def unbind() -> None:
+    """Forget the channel (in a process forked from a rank: only the rank itself speaks to the World)."""
+    global _channel
+    _channel = None
+
+
 def channel() -> Channel:
     if _channel is None:
         raise RuntimeError("the timetravel backend is used outside a simulated rank")

@@ -457,4 +457,18 @@ def _fabric(ctx: Context) -> dict[str, Any]:
     return settings
 
 
-HANDLERS = {"call": on_call, "wait": on_wait, "step": on_step, "exit": on_exit}
+def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """A rank did something that works here but bites on a real cluster (``fork_after_init``)."""
+    message = event.payload
+    warnings = state.setdefault("warnings", {})
+    name = str(message["name"])
+    if name not in warnings:
+        warnings[name] = {
+            "first_rank": f"r{message['rank']}",
+            "t_ns": ctx.now,
+            "detail": message.get("detail", ""),
+        }
+        ctx.log(f"warning {name} on r{message['rank']}")
+
+
+HANDLERS = {"call": on_call, "wait": on_wait, "step": on_step, "exit": on_exit, "warning": on_warning}

@@ -32,6 +32,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     backend.register()
     _bend_init_process_group()
     _remember_parameter_names()
+    _watch_forks(rank_channel)
     if spec["settings"].get("detect_divergence", True):
         register_optimizer_step_post_hook(_report_step(rank_channel))
 
@@ -56,6 +57,29 @@ def _bend_init_process_group() -> None:
 
     dist.init_process_group = init_process_group  # type: ignore[assignment]
     dist.distributed_c10d.init_process_group = init_process_group  # type: ignore[assignment]
+
+
+def _watch_forks(rank_channel: Channel) -> None:
+    """Warn ``fork_after_init`` when the rank forks after init_process_group, and cut the child loose.
+
+    A forked child (a DataLoader worker, a multiprocessing fork) must never speak on the rank's
+    channel: it gets its own stdout/stderr on the inherited file descriptors and no channel at all.
+    A real cluster's version of this bug is the second article's: state a fork does not copy."""
+    import os
+    import sys
+    import traceback
+
+    def before_fork() -> None:
+        if dist.is_initialized():
+            where = "".join(traceback.format_stack(limit=6)[:-1])
+            rank_channel.post({"kind": "warning", "name": "fork_after_init", "detail": where[-2000:]})
+
+    def in_child() -> None:
+        backend.unbind()
+        sys.stdout = os.fdopen(os.dup(2), "w", buffering=1)
+        sys.stderr = sys.stdout
+
+    os.register_at_fork(before=before_fork, after_in_child=in_child)
 
 
 def _environment(name: str) -> str:

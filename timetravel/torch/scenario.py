@@ -281,6 +281,9 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         state["t_ns"] = t_ns
         state["calls"] += 1
         message["rank"] = rank
+        if kind == "warning":
+            ctx.deliver(t_ns, C10D_NODE, "warning", message)
+            continue
         if kind == "metric":
             ctx.deliver(t_ns, ctx.node, "metric", [message["name"], message["value"]])
             continue
@@ -318,6 +321,7 @@ def summarize(world: World) -> dict[str, Any]:
         "collectives": state["completed"],
         "optimizer_steps": state["steps_checked"],
         "script_sha256": state["script_sha256"][:16],
+        "warnings": sorted(state.get("warnings", {})),
     }
 
 
