@@ -350,3 +350,31 @@ def test_a_fork_after_init_is_a_warning_and_the_child_stays_off_the_channel() ->
     report = simulate(SCRIPTS / "fork_after_init.py", 2)
     assert report["outcome"] == "pass", report["failure"]
     assert report["summary"]["warnings"] == ["fork_after_init"]
+
+
+@pytest.mark.slow
+def test_check_determinism_catches_a_script_that_leaks_hash_order() -> None:
+    leaky = subprocess.run(
+        [
+            *TIMETRAVEL,
+            "check-determinism",
+            "torch",
+            "--set",
+            f"script={SCRIPTS / 'set_order_leak.py'}",
+            "--set",
+            "nproc=2",
+            "--set",
+            "rank_output=quiet",
+            "--seeds",
+            "0:1",
+            "--runs",
+            "3",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    report = json.loads(leaky.stdout)
+    assert report["mismatches"], "three processes with different PYTHONHASHSEED iterated the set alike"
