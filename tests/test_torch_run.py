@@ -378,3 +378,13 @@ def test_check_determinism_catches_a_script_that_leaks_hash_order() -> None:
     )
     report = json.loads(leaky.stdout)
     assert report["mismatches"], "three processes with different PYTHONHASHSEED iterated the set alike"
+
+
+FSDP2_GPT = ROOT / "docs" / "examples" / "torch" / "fsdp2_gpt.py"
+
+
+def test_fsdp2_example_trains_and_its_to_empty_bug_is_a_nan_at_the_first_collective() -> None:
+    assert simulate(FSDP2_GPT, 2, 0, "args=--steps 2")["outcome"] == "pass"
+    failure = simulate(FSDP2_GPT, 2, 0, "args=--steps 2 --bug forget_layernorm")["failure"]
+    assert failure["kind"] == "nan"
+    assert failure["op"] == "all_gather"  # FSDP2 gathers the uninitialised shard before any maths
