@@ -387,4 +387,4 @@ def test_fsdp2_example_trains_and_its_to_empty_bug_is_a_nan_at_the_first_collect
     assert simulate(FSDP2_GPT, 2, 0, "args=--steps 2")["outcome"] == "pass"
     failure = simulate(FSDP2_GPT, 2, 0, "args=--steps 2 --bug forget_layernorm")["failure"]
     assert failure["kind"] == "nan"
-    assert failure["op"] == "all_gather"  # FSDP2 gathers the uninitialised shard before any maths
+    assert "into all_gather" in failure["message"]  # FSDP2 gathers the uninitialised shard before any maths
