@@ -77,3 +77,15 @@ def test_a_user_error_of_a_lazily_loaded_module_is_one_line(capsys: pytest.Captu
     assert cli.main(["run", "no-such-scenario"]) == 2
     err = capsys.readouterr().err
     assert err.startswith("timetravel: error: ") and len(err.strip().splitlines()) == 1
+
+
+def test_every_user_error_module_and_name_exists() -> None:
+    import importlib
+
+    from timetravel.cli import common
+
+    errors = set(common.all_user_errors())
+    named = {getattr(importlib.import_module(module), name) for module, name in common._BASE_USER_ERRORS}
+    assert len(named) == len(common._BASE_USER_ERRORS)
+    assert named <= errors
+    assert all(issubclass(error, BaseException) for error in errors)

@@ -26,10 +26,23 @@ _BASE_USER_ERRORS = (
     ("timetravel.sim.timefmt", "TimeFormatError"),
     ("timetravel.sim.guard.state", "ModeError"),
     ("timetravel.sim.encoding", "DecodeError"),
+    ("timetravel.recording.format", "RecordingError"),
+    ("timetravel.explore.paths", "PathError"),
+    ("timetravel.explore.work", "ExploreError"),
+    ("timetravel.explore.minimize", "NothingToMinimize"),
+    ("timetravel.determinism.checker", "SeedRangeError"),
+    ("timetravel.determinism.processes", "CheckError"),
+    ("timetravel.farm.verify", "BucketNotFoundError"),
+    ("timetravel.farm.seeds", "SeedSpecError"),
+    ("timetravel.farm.database", "FindingsDatabaseError"),
+    ("timetravel.farm.executor", "FarmWorkerError"),
+    ("timetravel.farm.dask_executor", "DaskSetupError"),
 )
-"""The simulator's "bad input" errors, by module and name so that naming them imports nothing: an
+"""Every layer's "bad input" errors, by module and name so that naming them imports nothing: an
 exception of one of them can only exist once its module is loaded, so ``user_errors()`` looks
-only at the modules already in ``sys.modules``."""
+only at the modules already in ``sys.modules``. Listed here rather than registered by the command
+modules, because only the module of the command being run is imported (timetravel.cli), and its
+code may raise an error that another command's module used to register."""
 _REGISTERED_USER_ERRORS: list[type[BaseException]] = [FileNotFoundError, IsADirectoryError, PermissionError]
 
 
@@ -50,11 +63,9 @@ def user_errors() -> tuple[type[BaseException], ...]:
 
 
 def all_user_errors() -> tuple[type[BaseException], ...]:
-    """``user_errors()`` once every command module (each registers its own) and the simulator's
-    error modules are loaded: for the shell, whose commands reach every layer."""
-    from timetravel.cli import COMMAND_MODULES
-
-    for module in (*COMMAND_MODULES, *(module for module, _name in _BASE_USER_ERRORS)):
+    """``user_errors()`` once every module that defines one is loaded: for the shell, which needs
+    the whole tuple up front and whose commands reach every layer."""
+    for module, _name in _BASE_USER_ERRORS:
         importlib.import_module(module)
     return user_errors()
 

@@ -45,10 +45,13 @@ class CursorResult:
     failure: dict[str, Any] | None
     next_event: dict[str, Any] | None = None
     watches: tuple[WatchValue, ...] = ()
+    in_progress: bool = False
+    """The recording is still being written: the run does not end at ``t_end_ns`` (yet)."""
 
     def to_data(self) -> dict[str, Any]:
         return {
             "branch": self.branch,
+            "in_progress": self.in_progress,
             "t_ns": self.t_ns,
             "event": self.event,
             "events_total": self.events_total,

@@ -24,10 +24,23 @@ def failure_text(failure: dict[str, Any] | None, unit: str) -> str:
     return f"FAIL {failure['signature']}{where} at {format_time(failure['t_ns'], unit)}: {failure['message']}"
 
 
+def outcome_text(outcome: str, failure: dict[str, Any] | None, unit: str) -> str:
+    """``failure_text`` for a run that ended; the outcome itself (``in progress``, ``unknown``) for
+    one with no END frame, which must never read as ``pass``."""
+    if failure is None and outcome not in ("pass", "fail"):
+        return outcome
+    return failure_text(failure, unit)
+
+
 def _cursor(result: r.CursorResult, unit: str) -> list[str]:
+    ends = (
+        f"in progress: written up to {format_time(result.t_end_ns, unit)} so far"
+        if result.in_progress
+        else f"ends at {format_time(result.t_end_ns, unit)}"
+    )
     lines = [
         f"{result.branch} at {format_time(result.t_ns, unit)}, event #{result.event} of {result.events_total} "
-        f"(ends at {format_time(result.t_end_ns, unit)})"
+        f"({ends})"
     ]
     if result.next_event is not None:
         event = result.next_event
@@ -105,7 +118,7 @@ def _find(result: r.FindResult, unit: str) -> list[str]:
 def _branch(result: r.BranchResult, unit: str) -> list[str]:
     changes = f" [{'; '.join(result.changes)}]" if result.changes else ""
     return [
-        f"{result.name}: from {result.parent} at {format_time(result.at_ns, unit)}{changes} -> {failure_text(result.failure, unit)}"
+        f"{result.name}: from {result.parent} at {format_time(result.at_ns, unit)}{changes} -> {outcome_text(result.outcome, result.failure, unit)}"
     ]
 
 
@@ -114,7 +127,7 @@ def _branches(result: r.BranchesResult, unit: str) -> list[str]:
     for branch in result.branches:
         marker = "*" if branch.name == result.current else " "
         origin = "" if branch.name == "main" else f" <- {branch.parent} at {format_time(branch.at_ns, unit)}"
-        lines.append(f"{marker} {branch.name}{origin}: {failure_text(branch.failure, unit)}")
+        lines.append(f"{marker} {branch.name}{origin}: {outcome_text(branch.outcome, branch.failure, unit)}")
     return lines
 
 

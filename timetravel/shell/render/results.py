@@ -65,9 +65,11 @@ def _bar(rate: float) -> Text:
     return Text("█" * filled + "·" * (BAR_WIDTH - filled), style="red" if rate >= 1.0 else "yellow")
 
 
-def _event_text(event: Mapping[str, Any] | None, context: RenderContext) -> str:
+def _event_text(event: Mapping[str, Any] | None, context: RenderContext, in_progress: bool = False) -> str:
     if not event:
-        return "none (the run ends here)"
+        return (
+            "none yet (the recording is still being written)" if in_progress else "none (the run ends here)"
+        )
     number = f"#{event['number']} " if event.get("number") is not None else ""
     return f"{number}at {context.time(event.get('t_ns'))}: {event.get('kind')} to {event.get('dst')}"
 
@@ -78,10 +80,15 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
     line.append(result.branch, style="bold cyan")
     line.append(f"  {context.time(result.t_ns)}", style="bold yellow")
     line.append(f"  event #{result.event} of {result.events_total}")
-    line.append(f"  (run ends at {context.time(result.t_end_ns)})", style="dim")
+    if result.in_progress:
+        line.append(
+            f"  (recording in progress: written up to {context.time(result.t_end_ns)} so far)", style="yellow"
+        )
+    else:
+        line.append(f"  (run ends at {context.time(result.t_end_ns)})", style="dim")
     parts: list[RenderableType] = [
         line,
-        Text(f"next: {_event_text(result.next_event, context)}", style="dim"),
+        Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"),
     ]
     if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
         parts.append(failure_text(result.failure, context))
