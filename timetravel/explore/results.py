@@ -233,6 +233,13 @@ class FanoutResult:
     """``{signature: count}``; passing futures are counted under ``"pass"``."""
     keys: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """``{signature: branch keys}``: which futures ended so (``branch --branch-seed K`` is one)."""
+    samples_requested: int = 0
+    """How many futures were asked for (0: as many as ran); fewer ran when the work was stopped."""
+
+    @property
+    def stopped(self) -> bool:
+        """The fan-out was stopped (escape, Ctrl-C) before all the futures asked for had run."""
+        return self.samples < self.samples_requested
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -240,6 +247,8 @@ class FanoutResult:
             "samples": self.samples,
             "failure_rate": self.failure_rate,
             "by_signature": dict(self.by_signature),
+            "samples_requested": max(self.samples_requested, self.samples),
+            "stopped": self.stopped,
         }
 
 

@@ -131,9 +131,17 @@ def _branches(result: r.BranchesResult, unit: str) -> list[str]:
     return lines
 
 
+def fanout_heading(result: r.FanoutResult, at: str) -> str:
+    """``200 futures from 950ms``, or ``20 of 200 futures from 950ms (stopped)``: a rate over the
+    futures that ran must say that it is not over the ones asked for."""
+    if result.stopped:
+        return f"{result.samples} of {result.samples_requested} futures from {at} (stopped)"
+    return f"{result.samples} futures from {at}"
+
+
 def _fanout(result: r.FanoutResult, unit: str) -> list[str]:
     lines = [
-        f"{result.samples} futures from {format_time(result.at_ns, unit)}: failure rate {result.failure_rate:.0%}"
+        f"{fanout_heading(result, format_time(result.at_ns, unit))}: failure rate {result.failure_rate:.0%}"
     ]
     for signature, count in sorted(result.by_signature.items(), key=lambda i: -i[1]):
         keys = result.keys.get(signature, ())

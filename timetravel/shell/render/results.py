@@ -19,6 +19,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from timetravel.explore import results as r
+from timetravel.explore.commands.render import fanout_heading
 from timetravel.explore.diff import DiffResult
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.shell.render.plot import plot
@@ -244,9 +245,8 @@ def render_branches(result: r.BranchesResult, context: RenderContext) -> Rendera
 
 @renders(r.FanoutResult)
 def render_fanout(result: r.FanoutResult, context: RenderContext) -> RenderableType:
-    table = _table(
-        f"{result.samples} futures from {context.time(result.at_ns)}: failure rate {result.failure_rate:.0%}"
-    )
+    heading = fanout_heading(result, context.time(result.at_ns))
+    table = _table(f"{heading}: failure rate {result.failure_rate:.0%}")
     table.add_column("signature")
     table.add_column("futures", justify="right")
     table.add_column("share")
