@@ -169,7 +169,13 @@ def test_cli_json_objects_are_the_issues(needle: Any, capsys: pytest.CaptureFixt
         "kind": "fault",
         "seq_a": compared["first_divergence"]["seq_a"],
         "seq_b": compared["first_divergence"]["seq_a"],
+        "event_a": compared["first_divergence"]["event_a"],
+        "event_b": compared["first_divergence"]["event_a"],
     }
+    assert isinstance(compared["first_divergence"]["event_a"], int)
+    code, out, _ = cli(capsys, "compare", str(path), "main", "b1")
+    event = compared["first_divergence"]["event_a"]
+    assert f"(a #{event}, b #{event})" in out and "seq" not in out
 
     code, out, _ = cli(capsys, "diff", str(path), "main", "b1", "--json")
     diffed = json.loads(out)

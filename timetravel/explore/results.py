@@ -292,13 +292,13 @@ class Divergence:
             "kind": self.kind,
             "seq_a": self.seq_a,
             "seq_b": self.seq_b,
+            "event_a": self.event_a,
+            "event_b": self.event_b,
         }
 
     def to_detail(self) -> dict[str, Any]:
         data = self.to_data()
-        data.update(
-            event_a=self.event_a, event_b=self.event_b, reason=self.reason, changes=list(self.changes)
-        )
+        data.update(reason=self.reason, changes=list(self.changes))
         return data
 
 

@@ -164,6 +164,17 @@ def _likelihood(result: r.LikelihoodResult, unit: str) -> list[str]:
     return lines
 
 
+def event_number_text(number: int | None) -> str:
+    """An event as every front end names it: ``#N``, the number ``goto #N`` takes (never the
+    kernel's ``seq``, which no command accepts)."""
+    return "no such event" if number is None else f"#{number}"
+
+
+def event_refs(event_a: int | None, event_b: int | None) -> str:
+    """``a #60168, b #60168``: the diverging event on each side (CLI, shell and TUI alike)."""
+    return f"a {event_number_text(event_a)}, b {event_number_text(event_b)}"
+
+
 def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
     if divergence is None:
         return "no divergence: the effects are identical"
@@ -174,7 +185,8 @@ def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
     )
     return (
         f"first divergence at {format_time(divergence.t_ns, unit)}: {what} "
-        f"(seq {divergence.seq_a} vs {divergence.seq_b}){': ' + divergence.reason if divergence.reason else ''}"
+        f"({event_refs(divergence.event_a, divergence.event_b)})"
+        f"{': ' + divergence.reason if divergence.reason else ''}"
     )
 
 

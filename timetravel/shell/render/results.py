@@ -19,7 +19,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from timetravel.explore import results as r
-from timetravel.explore.commands.render import fanout_heading
+from timetravel.explore.commands.render import event_refs, fanout_heading
 from timetravel.explore.diff import DiffResult
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.shell.render.plot import plot
@@ -299,17 +299,7 @@ def _divergence_text(divergence: Any, context: RenderContext) -> Text:
     text = Text("first divergence: ", style="bold")
     text.append(context.time(divergence.t_ns), style="bold yellow")
     text.append(f" on {divergence.node}, {divergence.kind}")
-    sides = []
-    for side, seq, event in (
-        ("a", divergence.seq_a, divergence.event_a),
-        ("b", divergence.seq_b, divergence.event_b),
-    ):
-        if event is not None:
-            sides.append(f"{side}: event #{event}")
-        elif seq is None:
-            sides.append(f"{side}: no such event")
-    if sides:
-        text.append(f"  ({'; '.join(sides)})", style="dim")
+    text.append(f"  ({event_refs(divergence.event_a, divergence.event_b)})", style="dim")
     if divergence.reason:
         text.append(f"  {divergence.reason}", style="dim")
     return text
