@@ -100,7 +100,7 @@ def test_a_recording_being_written_is_in_progress_everywhere(
     code, out, err = _cli(capsys, "branches", str(path))
     assert code == 0
     assert "main: in progress" in out
-    assert "the recording is in progress" in err
+    assert "the recording is in progress: another process is still writing it (events up to #256 so far" in err
     code, out, err = _cli(capsys, "replay", str(path))
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [

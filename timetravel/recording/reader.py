@@ -340,7 +340,10 @@ class RecordingReader:
 
     def _describe_progress(self, branch: str) -> list[str]:
         batches = self.event_batches(branch)
-        last_event = batches[-1].first + batches[-1].count if batches else 0
+        manifests = self.manifests(branch)
+        last_event = max(
+            batches[-1].first + batches[-1].count if batches else 0, manifests[-1].events if manifests else 0
+        )
         return [
             f"the recording is in progress: another process is still writing it "
             f"(events up to #{last_event} so far; the outcome is not known yet)"
