@@ -100,7 +100,9 @@ def test_a_recording_being_written_is_in_progress_everywhere(
     code, out, err = _cli(capsys, "branches", str(path))
     assert code == 0
     assert "main: in progress" in out
-    assert "the recording is in progress: another process is still writing it (events up to #256 so far" in err
+    assert (
+        "the recording is in progress: another process is still writing it (events up to #256 so far" in err
+    )
     code, out, err = _cli(capsys, "replay", str(path))
     assert code == 2 and out == ""
     assert err.strip().splitlines() == [
@@ -142,3 +144,28 @@ def test_a_finished_recording_is_not_in_progress(
     assert code == 0 and "in progress" not in out + err
     code, out, _err = _cli(capsys, "replay", str(path), "--json")
     assert code == 0 and json.loads(out)["verified"] is True
+
+
+def test_a_sweep_never_replaces_a_branched_recording(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from timetravel.farm.job import SeedJob
+    from timetravel.farm.record import record_seed
+
+    path = tmp_path / "gossip-4.ttr"
+    assert _cli(capsys, "run", *GOSSIP, "--record", str(path))[0] == 0
+    assert _cli(capsys, "branch", str(path), "--at", "1ms", "--branch-seed", "7", "--name", "b1")[0] in (0, 1)
+    job = SeedJob("gossip", ("nodes=24", "rumors=6"), "", 4, "", record_path=str(path))
+    result = record_seed(job)
+    assert "holds 1 branch (b1)" in result["error"]
+    with RecordingReader.open(path) as reader:
+        assert list(reader.catalog.branches) == ["b1"]
+    assert not (tmp_path / "gossip-4.ttr.part").exists()
+
+
+def test_a_crashed_recorder_can_be_recorded_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "crashed.ttr"
+    recorder = _start_recording(path)
+    recorder.writer.file.close()
+    code, _out, err = _cli(capsys, "run", *GOSSIP, "--record", str(path))
+    assert code == 0, err

@@ -9,8 +9,8 @@ is no lock file to clean up. A reader asks with a non-blocking shared lock that 
 refused means a live writer holds the file.
 
 ``flock`` locks belong to an open file description, so the probe also sees a writer in the same
-process (a TUI that writes a branch, a test). On a platform without ``fcntl`` no file is ever in
-progress (the old behaviour: "incomplete").
+process (a TUI that writes a branch, a test). On a platform without ``fcntl``, or a file system
+without ``flock``, no file is ever in progress (the old behaviour: "incomplete").
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ def hold_writer_lock(file: IO[bytes], path: Path) -> None:
             return
         except BlockingIOError:
             time.sleep(LOCK_RETRY_S)
+        except OSError:
+            return  # a file system without flock (some network mounts): no file is in progress
     raise RecordingError(f"{path}: another process is writing this recording (it is in progress)")
 
 
@@ -54,5 +56,7 @@ def is_being_written(file: IO[bytes]) -> bool:
         fcntl.flock(file.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
     except BlockingIOError:
         return True
+    except OSError:
+        return False
     fcntl.flock(file.fileno(), fcntl.LOCK_UN)
     return False
