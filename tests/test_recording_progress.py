@@ -169,3 +169,16 @@ def test_a_crashed_recorder_can_be_recorded_over(tmp_path: Path, capsys: pytest.
     recorder.writer.file.close()
     code, _out, err = _cli(capsys, "run", *GOSSIP, "--record", str(path))
     assert code == 0, err
+
+
+def test_the_cursor_text_says_the_recording_is_in_progress() -> None:
+    from timetravel.explore.commands import render_text
+    from timetravel.explore.results import CursorResult
+
+    cursor = CursorResult("main", 40_000_000, 192, 192, 40_000_000, None, in_progress=True)
+    assert render_text(cursor, "ms")[0] == (
+        "main at 40ms, event #192 of 192 (in progress: written up to 40ms so far)"
+    )
+    assert cursor.to_data()["in_progress"] is True
+    finished = CursorResult("main", 40_000_000, 192, 192, 40_000_000, None)
+    assert render_text(finished, "ms")[0] == "main at 40ms, event #192 of 192 (ends at 40ms)"
