@@ -23,9 +23,12 @@ tools:
 # The demo: a 16-rank training job whose replicas drift apart after a bit flip at 975 ms (exit 1 is
 # the expected failure; anything else means the demo seed needs re-finding: docs/scenarios/dp_training.md),
 # recorded, then opened in the time-travel debugger (a summary instead when stdout is not a terminal).
+# Once you have branched the demo recording, `make demo` refuses to record over it (the branches would
+# be lost): `make demo FORCE=1` records it afresh.
 DEMO_RECORDING := recordings/dp_training-demo.ttr
 demo: install
-	$(BIN)/timetravel run dp_training --set preset=demo --record $(DEMO_RECORDING); test $$? -eq 1
+	$(BIN)/timetravel run dp_training --set preset=demo --record $(DEMO_RECORDING) $(if $(FORCE),--force); \
+	  test $$? -eq 1
 	$(BIN)/timetravel tui $(DEMO_RECORDING)
 
 lint: install

@@ -105,5 +105,6 @@ def test_bench_kernel_quick_reports_the_documented_figures(run_cli: RunCli) -> N
         "timeout_events_per_s_chain_off",
         "pingpong_messages_per_s",
         "pingpong_ratio_vs_simpy",
+        "cli_startup_ms",
     ):
         assert result["figures"][figure] > 0

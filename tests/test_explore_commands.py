@@ -191,13 +191,18 @@ def test_text_rendering_of_results() -> None:
         t_ns=961_000_000, node="rank3", kind="fault", seq_a=10, seq_b=None, reason="only in a"
     )
     compare = r.CompareResult(r.RunSide("main", "fail", None), r.RunSide("b1", "pass", None), divergence)
-    assert render_text(compare)[2] == "first divergence at 961ms: fault on rank3 (seq 10 vs None): only in a"
+    assert (
+        render_text(compare)[2]
+        == "first divergence at 961ms: fault on rank3 (a no such event, b no such event): only in a"
+    )
     assert compare.to_data()["first_divergence"] == {
         "t_ns": 961_000_000,
         "node": "rank3",
         "kind": "fault",
         "seq_a": 10,
         "seq_b": None,
+        "event_a": None,
+        "event_b": None,
     }
     needle = get_scenario("needle")
     result = minimize(needle, needle.resolve_config({}), 0)

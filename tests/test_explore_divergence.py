@@ -147,6 +147,8 @@ def test_compare_gives_outcomes_curves_and_the_divergence(
         "kind": "flip",
         "seq_a": divergence.seq_a,
         "seq_b": divergence.seq_b,
+        "event_a": divergence.event_a,
+        "event_b": divergence.event_b,
     }
 
 

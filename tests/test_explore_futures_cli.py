@@ -142,7 +142,14 @@ def test_cli_json_objects_are_the_issues(needle: Any, capsys: pytest.CaptureFixt
 
     code, out, _ = cli(capsys, "fanout", str(path), "--at", "10", "--samples", "2", "--json")
     fanout = json.loads(out)
-    assert code == 0 and list(fanout) == ["at_ns", "samples", "failure_rate", "by_signature"]
+    assert code == 0 and list(fanout) == [
+        "at_ns",
+        "samples",
+        "failure_rate",
+        "by_signature",
+        "samples_requested",
+        "stopped",
+    ]
     assert fanout["at_ns"] == 10 * MS and sum(fanout["by_signature"].values()) == 2
 
     code, out, _ = cli(capsys, "likelihood", str(path), "--samples", "1", "--json")
@@ -162,7 +169,13 @@ def test_cli_json_objects_are_the_issues(needle: Any, capsys: pytest.CaptureFixt
         "kind": "fault",
         "seq_a": compared["first_divergence"]["seq_a"],
         "seq_b": compared["first_divergence"]["seq_a"],
+        "event_a": compared["first_divergence"]["event_a"],
+        "event_b": compared["first_divergence"]["event_a"],
     }
+    assert isinstance(compared["first_divergence"]["event_a"], int)
+    code, out, _ = cli(capsys, "compare", str(path), "main", "b1")
+    event = compared["first_divergence"]["event_a"]
+    assert f"(a #{event}, b #{event})" in out and "seq" not in out
 
     code, out, _ = cli(capsys, "diff", str(path), "main", "b1", "--json")
     diffed = json.loads(out)
@@ -244,3 +257,43 @@ def test_cli_on_coin_through_a_subprocess(run_cli: Any, tmp_path: Path) -> None:
         "--json",
     )
     assert done.returncode == 0 and json.loads(done.stdout)["outcome"] == "pass", done.stderr
+
+
+def test_a_stopped_fanout_says_how_many_of_the_futures_asked_for_ran(needle: Any) -> None:
+    path, _restart = needle
+    reports: list[Any] = []  # the user presses escape once two futures have ended
+    with Session.open(path) as session:
+        context = CommandContext(session=session, should_stop=lambda: len(reports) >= 2)
+        context.progress = reports.append
+        result = run_line("fanout --at 10 --samples 6", context)
+    assert result.samples == 2 and result.samples_requested == 6 and result.stopped
+    data = result.to_data()
+    assert data["samples"] == 2 and data["samples_requested"] == 6 and data["stopped"] is True
+    heading = render_text(result, "ms")[0]
+    assert heading.startswith("2 of 6 futures from 10ms (stopped): failure rate ")
+
+
+def test_a_fanout_that_ran_every_future_is_not_stopped(needle: Any) -> None:
+    path, _restart = needle
+    with Session.open(path) as session:
+        result = run_line("fanout --at 10 --samples 2", CommandContext(session=session))
+    assert result.samples == 2 and not result.stopped
+    assert render_text(result, "ms")[0].startswith("2 futures from 10ms: failure rate ")
+
+
+def test_progress_never_reads_past_its_total() -> None:
+    from timetravel.explore.work import WorkProgress
+
+    report = WorkProgress("branch b1", 8192, 4793)
+    assert (report.done, report.total, report.fraction) == (8192, 8192, 1.0)
+    assert WorkProgress("branch b1", 100, 4793).total == 4793
+
+
+def test_a_branch_that_outruns_its_parent_reports_progress_within_its_total(needle: Any) -> None:
+    from timetravel.explore.branching import branch
+
+    path, restart = needle
+    reports: list[Any] = []
+    with Session.open(path) as session:
+        branch(session, "#1", {"drop_faults": [restart["id"]]}, progress=reports.append)
+    assert reports and all(report.done <= report.total for report in reports)

@@ -126,7 +126,7 @@ def test_compare_shows_both_outcomes_the_metrics_and_the_divergence() -> None:
     text = text_of(result)
     assert "FAIL nan on rank3" in text and "pass" in text
     assert "last loss" in text and "nan" in text and "0.5" in text
-    assert "first divergence: 951ms on rank3, grad  (a: event #4100; b: event #4100)" in text
+    assert "first divergence: 951ms on rank3, grad  (a #4100, b #4100)" in text
 
 
 def test_a_diff_groups_changed_paths_as_a_tree() -> None:

@@ -36,7 +36,22 @@ def test_marks_fall_in_the_column_of_their_time_and_failure_wins_its_column() ->
             column = t_ns * timeline.columns // span
             assert timeline.column_of(t_ns) == column
             assert row[column] == glyph
-        assert row[0] == "┆"  # the snapshot at t=0 (the cursor starts there)
+        assert row[0] == "▼"  # the cursor starts at t=0, over the snapshot there
+
+    run(scenario)
+
+
+def test_the_cursor_stays_visible_over_a_fault_mark() -> None:
+    async def scenario(pilot, app, timeline: Timeline) -> None:
+        timeline.cursor_ns = sample.FAULT_NS
+        await pilot.pause()
+        row = widget_lines(timeline)[MARKS_ROW][GUTTER_COLUMNS:]
+        column = timeline.column_of(sample.FAULT_NS)
+        assert row[column] == "▼" and row.count("▼") == 1
+        assert "↯" in timeline.border_subtitle  # the subtitle names the mark under the cursor
+        timeline.cursor_ns = 0
+        await pilot.pause()
+        assert widget_lines(timeline)[MARKS_ROW][GUTTER_COLUMNS:][column] == "↯"
 
     run(scenario)
 

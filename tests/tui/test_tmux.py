@@ -96,7 +96,10 @@ def test_open_rewind_and_quit_in_a_real_terminal(
 ) -> None:
     path, report = needle_recording
     tmux.start(tui_command(path))
-    tmux.wait_for("needle seed 1 · main · 0ms #0 · ✖ assertion on w0 @85.021491ms")
+    tmux.wait_for(
+        "needle seed 1 · main · 85.021491ms #474 · ✖ assertion on w0 @85.021491ms"
+    )  # at the failure
+    tmux.wait_for("needle seed 1 · at the failure")
     tmux.wait_for(f"events {report['events']}")  # the event log indexed the recording
     tmux.command("goto 80")
     screen = tmux.wait_for("needle seed 1 · main · 80ms #")
@@ -107,8 +110,8 @@ def test_open_rewind_and_quit_in_a_real_terminal(
     tmux.keys("?")
     tmux.wait_for("keys · esc closes")
     tmux.keys("Escape")
-    tmux.keys("End")
-    tmux.wait_for("needle seed 1 · main · 85.021491ms #")
+    tmux.keys("Home")
+    tmux.wait_for("needle seed 1 · main · 0ms #")
     tmux.keys("q")
     tmux.wait_for("EXITED 0")
 
@@ -119,7 +122,8 @@ def test_the_used_by_flow_in_a_real_terminal(tmux: Tmux, demo: Path) -> None:
     failure, cause = root_cause(demo)
     rank, t_start = failure["node"], format_time(cause["t_start"], "ms")
     tmux.start(tui_command(demo))
-    tmux.wait_for(f"dp_training seed {DEMO_SEED} · main · 0ms #0 · ✖ divergence on {rank}")
+    at_failure = format_time(failure["t_ns"], "ms")
+    tmux.wait_for(f"dp_training seed {DEMO_SEED} · main · {at_failure} #")  # it opens at the failure
     tmux.command("goto 1000")
     tmux.wait_for("· main · 1000ms #")
     tmux.command("goto 950")

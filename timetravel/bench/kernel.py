@@ -7,10 +7,16 @@
 * **pingpong**: two parties pass one message back and forth over a fixed latency. timetravel runs
   its built-in ``pingpong`` scenario (jitter off); SimPy's natural model is two processes and two
   ``Store``s, with a timeout for the latency.
+* **cli_startup_ms**: the wall time of the real ``timetravel --help`` in a fresh interpreter
+  (``python -m timetravel``, as the console script runs it), best of a few: what a user waits
+  before any command does anything. The commands' modules load lazily (timetravel.cli).
 """
 
 from __future__ import annotations
 
+import subprocess
+import sys
+import time
 from typing import Any
 
 from timetravel.bench.timing import best_of
@@ -23,6 +29,8 @@ TIMEOUT_EVENTS = 400_000
 TIMEOUT_DELAY_NS_MAX = 1_000
 PINGPONG_ROUNDS = 100_000
 PINGPONG_LATENCY_NS = 1_000
+CLI_STARTUP_REPEATS = 5
+CLI_STARTUP_TIMEOUT_S = 60
 
 
 def _timeout_wake(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -133,6 +141,17 @@ def guard_overhead_ratio(rounds: int) -> float:
     return round(best["virtualize"] / best["off"], 3)
 
 
+def cli_startup_ms(repeats: int = CLI_STARTUP_REPEATS) -> float:
+    """Best wall time, in milliseconds, of ``timetravel --help`` run in a subprocess."""
+    command = [sys.executable, "-m", "timetravel", "--help"]
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        subprocess.run(command, check=True, capture_output=True, timeout=CLI_STARTUP_TIMEOUT_S)
+        best = min(best, time.perf_counter() - start)
+    return round(best * 1000, 1)
+
+
 def run_bench(quick: bool = False) -> dict[str, Any]:
     """Measure and return the kernel figures (``quick`` shrinks the workloads for smoke tests)."""
     scale = 10 if quick else 1
@@ -157,5 +176,6 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
             (messages / wall_pingpong) / (simpy_messages / wall_simpy_pingpong), 3
         ),
         "guard_overhead_ratio": guard_overhead_ratio(rounds),
+        "cli_startup_ms": cli_startup_ms(2 if quick else CLI_STARTUP_REPEATS),
     }
     return {"bench": "kernel", "figures": figures}

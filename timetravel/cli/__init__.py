@@ -4,7 +4,14 @@ A command module defines ``register(subparsers)``, which adds its parser and set
 ``func=main`` where ``main(args) -> int`` returns the exit code: 0 done (a passing run), 1 a
 simulated failure (or a check that found one), 2 bad usage or input. Bad input is a one-line
 ``timetravel: error: ...`` on stderr, never a traceback: every error type that means "the user's
-input is wrong" is listed in ``USER_ERRORS``.
+input is wrong" is one of ``common.user_errors()``.
+
+Start-up is lazy: ``COMMANDS`` names every command with its one-line help, so ``timetravel --help``
+lists them without importing any command module, and ``timetravel CMD ...`` imports only the
+module of CMD. Importing every module cost 1.2-1.9 s before a command printed anything (numpy,
+ml_dtypes, the explore and farm layers); tests/test_cli_startup.py checks that ``--help`` loads
+none of numpy, textual, prompt_toolkit, dask or torch, and that this table says what the modules
+register.
 """
 
 from __future__ import annotations
@@ -13,36 +20,132 @@ import argparse
 import importlib
 import sys
 from collections.abc import Sequence
+from typing import NamedTuple
 
-from timetravel.cli.common import USER_ERRORS, OneLineArgumentParser, UsageError
+from timetravel.cli.common import OneLineArgumentParser, UsageError, user_errors
 
-COMMAND_MODULES = (
-    "timetravel.cli.scenarios_command",
-    "timetravel.cli.run_command",
-    "timetravel.cli.torchrun_command",
-    "timetravel.cli.bench_command",
-    "timetravel.cli.check_determinism_command",
-    "timetravel.cli.faults_command",
-    "timetravel.cli.replay_command",
-    "timetravel.cli.inspect_command",
-    "timetravel.cli.fuzz_command",
-    "timetravel.cli.findings_command",
-    "timetravel.cli.verify_command",
-    "timetravel.cli.shell_command",
-    "timetravel.cli.branch_command",
-    "timetravel.cli.fanout_command",
-    "timetravel.cli.compare_command",
-    "timetravel.cli.rerun_command",
-    "timetravel.cli.export_command",
-    "timetravel.cli.minimize_command",
-    "timetravel.cli.demo_seed_command",
-    "timetravel.cli.tui_command",
+
+class CommandEntry(NamedTuple):
+    name: str
+    module: str
+    help: str
+    aliases: tuple[str, ...] = ()
+
+
+_PACKAGE = "timetravel.cli."
+COMMANDS: tuple[CommandEntry, ...] = (
+    CommandEntry(
+        "scenarios", _PACKAGE + "scenarios_command", "list the scenarios, or one scenario's config keys"
+    ),
+    CommandEntry("run", _PACKAGE + "run_command", "run one seed of a scenario and report its outcome"),
+    CommandEntry(
+        "torchrun", _PACKAGE + "torchrun_command", "run your torch.distributed training script as N simulated ranks"
+    ),
+    CommandEntry(
+        "bench", _PACKAGE + "bench_command", "measure speed and memory against reference implementations"
+    ),
+    CommandEntry(
+        "check-determinism",
+        _PACKAGE + "check_determinism_command",
+        "run each seed in several processes with different hash seeds and compare their hash chains",
+    ),
+    CommandEntry(
+        "faults",
+        _PACKAGE + "faults_command",
+        "show the fault schedule a seed draws, or the one a recording ran with",
+    ),
+    CommandEntry(
+        "replay",
+        _PACKAGE + "replay_command",
+        "re-execute a recording and verify its hash chain, snapshots and outcome",
+    ),
+    CommandEntry(
+        "inspect", _PACKAGE + "inspect_command", "show the world of a recording at a time (or one state path)"
+    ),
+    CommandEntry(
+        "fuzz",
+        _PACKAGE + "fuzz_command",
+        "run a sweep of seeds on local processes or a Dask cluster; failures go to a findings database",
+    ),
+    CommandEntry(
+        "findings",
+        _PACKAGE + "findings_command",
+        "list the failing seeds of a sweep by signature; `findings merge` joins shard databases",
+    ),
+    CommandEntry(
+        "verify",
+        _PACKAGE + "verify_command",
+        "re-run a findings bucket's seeds on today's code: fixed / still failing / new signature",
+    ),
+    CommandEntry(
+        "shell",
+        _PACKAGE + "shell_command",
+        "the time-travel debugger's shell over a recording (interactive, -c or --script)",
+    ),
+    CommandEntry(
+        "branch",
+        _PACKAGE + "branch_command",
+        "run an alternate future of a recording from time T and store it in the recording",
+    ),
+    CommandEntry(
+        "branches", _PACKAGE + "branch_command", "list the branches of a recording with their outcomes"
+    ),
+    CommandEntry(
+        "fanout",
+        _PACKAGE + "fanout_command",
+        "run many futures from one moment and report the failure rate by signature",
+    ),
+    CommandEntry(
+        "likelihood",
+        _PACKAGE + "fanout_command",
+        "the fan-out failure rate at every snapshot: where it jumps to 1 is the point of no return",
+    ),
+    CommandEntry(
+        "compare",
+        _PACKAGE + "compare_command",
+        "two branches side by side: outcomes, metric curves, first divergence",
+    ),
+    CommandEntry(
+        "diff",
+        _PACKAGE + "compare_command",
+        "the state diff of two branches at one time (default: at their first divergence)",
+    ),
+    CommandEntry(
+        "rerun",
+        _PACKAGE + "rerun_command",
+        "run the recorded seed, faults and choices on today's code and compare with the recording",
+    ),
+    CommandEntry(
+        "export",
+        _PACKAGE + "export_command",
+        "export a recorded run as Chrome trace events, to open in Perfetto's UI",
+    ),
+    CommandEntry(
+        "minimize",
+        _PACKAGE + "minimize_command",
+        "shrink a recorded failure to a minimal reproduction with the same signature",
+    ),
+    CommandEntry(
+        "demo-seed",
+        _PACKAGE + "demo_seed_command",
+        "find a demo seed of dp_training's demo preset (or check one)",
+    ),
+    CommandEntry(
+        "tui",
+        _PACKAGE + "tui_command",
+        "open a recording in the time-travel debugger (a terminal UI)",
+        aliases=("open",),
+    ),
 )
+COMMAND_MODULES = tuple(dict.fromkeys(entry.module for entry in COMMANDS))
 EXIT_USAGE = 2
 EXIT_INTERRUPTED = 130
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
+    """The parser for ``argv``: the full parser of the command it names, a one-line stub for every
+    other command (enough for ``--help`` and for argparse's "invalid choice" list). With no argv
+    (``None``), every command module is imported and registered in full."""
     parser = OneLineArgumentParser(
         prog="timetravel",
         description=(
@@ -55,25 +158,41 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"timetravel {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=OneLineArgumentParser)
     subparsers.required = True
-    for module_name in COMMAND_MODULES:
-        importlib.import_module(module_name).register(subparsers)
+    wanted = set(COMMAND_MODULES) if argv is None else _modules_named(argv)
+    registered: set[str] = set()
+    for entry in COMMANDS:
+        if entry.module in wanted and entry.module not in registered:
+            importlib.import_module(entry.module).register(subparsers)
+            registered.add(entry.module)
+        if entry.name not in subparsers.choices:
+            subparsers.add_parser(entry.name, help=entry.help, aliases=list(entry.aliases), add_help=False)
     return parser
 
 
+def _modules_named(argv: Sequence[str]) -> set[str]:
+    """The module of the command ``argv`` names: its first word that is not an option (the top
+    level's options, --help and --version, take no value)."""
+    word = next((arg for arg in argv if not arg.startswith("-")), None)
+    return {entry.module for entry in COMMANDS if word == entry.name or word in entry.aliases}
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = build_parser()
+    arguments = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser(arguments)
     try:
-        args = parser.parse_args(argv)
+        args = parser.parse_args(arguments)
         return int(args.func(args))
     except UsageError as error:
-        return _error(str(error))
-    except USER_ERRORS as error:
         return _error(str(error))
     except KeyboardInterrupt:
         print("timetravel: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+    except Exception as error:
+        if isinstance(error, user_errors()):
+            return _error(str(error))
+        raise
 
 
 def _error(message: str) -> int:

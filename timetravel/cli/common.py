@@ -1,43 +1,73 @@
-"""What every command shares: the one-line error parser, user-error types, output helpers."""
+"""What every command shares: the one-line error parser, user-error types, output helpers.
+
+This module imports nothing of the simulator at its top: ``timetravel --help`` loads it, and any
+``timetravel.sim`` import pulls numpy and the kernel (see the start-up note in ``timetravel.cli``).
+"""
 
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import sys
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
-from timetravel.sim.encoding import DecodeError
-from timetravel.sim.guard import MODES, ModeError
-from timetravel.sim.scenario import ConfigError, Scenario
-from timetravel.sim.timefmt import TimeFormatError
+if TYPE_CHECKING:
+    from timetravel.sim.scenario import Scenario
 
 
 class UsageError(Exception):
     """Bad usage or input: printed as one line, exit code 2."""
 
 
-USER_ERRORS: tuple[type[BaseException], ...] = (
-    ConfigError,
-    UnknownScenarioError,
-    TimeFormatError,
-    ModeError,
-    DecodeError,
-    FileNotFoundError,
-    IsADirectoryError,
-    PermissionError,
+_BASE_USER_ERRORS = (
+    ("timetravel.sim.scenario", "ConfigError"),
+    ("timetravel.scenarios", "UnknownScenarioError"),
+    ("timetravel.sim.timefmt", "TimeFormatError"),
+    ("timetravel.sim.guard.state", "ModeError"),
+    ("timetravel.sim.encoding", "DecodeError"),
+    ("timetravel.recording.format", "RecordingError"),
+    ("timetravel.explore.paths", "PathError"),
+    ("timetravel.explore.work", "ExploreError"),
+    ("timetravel.explore.minimize", "NothingToMinimize"),
+    ("timetravel.determinism.checker", "SeedRangeError"),
+    ("timetravel.determinism.processes", "CheckError"),
+    ("timetravel.farm.verify", "BucketNotFoundError"),
+    ("timetravel.farm.seeds", "SeedSpecError"),
+    ("timetravel.farm.database", "FindingsDatabaseError"),
+    ("timetravel.farm.executor", "FarmWorkerError"),
+    ("timetravel.farm.dask_executor", "DaskSetupError"),
 )
+"""Every layer's "bad input" errors, by module and name so that naming them imports nothing: an
+exception of one of them can only exist once its module is loaded, so ``user_errors()`` looks
+only at the modules already in ``sys.modules``. Listed here rather than registered by the command
+modules, because only the module of the command being run is imported (timetravel.cli), and its
+code may raise an error that another command's module used to register."""
+_REGISTERED_USER_ERRORS: list[type[BaseException]] = [FileNotFoundError, IsADirectoryError, PermissionError]
 
 
 def register_user_error(error_type: type[BaseException]) -> None:
     """Let a layer above declare its own "bad input" exception (e.g. a corrupt recording)."""
-    global USER_ERRORS
-    if error_type not in USER_ERRORS:
-        USER_ERRORS = (*USER_ERRORS, error_type)
-        import timetravel.cli as cli_package
+    if error_type not in _REGISTERED_USER_ERRORS:
+        _REGISTERED_USER_ERRORS.append(error_type)
 
-        cli_package.USER_ERRORS = USER_ERRORS
+
+def user_errors() -> tuple[type[BaseException], ...]:
+    """Every error type that means "the user's input is wrong" among the modules loaded so far."""
+    found = [
+        getattr(sys.modules[module], name)
+        for module, name in _BASE_USER_ERRORS
+        if module in sys.modules and hasattr(sys.modules[module], name)
+    ]
+    return (*found, *_REGISTERED_USER_ERRORS)
+
+
+def all_user_errors() -> tuple[type[BaseException], ...]:
+    """``user_errors()`` once every module that defines one is loaded: for the shell, which needs
+    the whole tuple up front and whose commands reach every layer."""
+    for module, _name in _BASE_USER_ERRORS:
+        importlib.import_module(module)
+    return user_errors()
 
 
 class OneLineArgumentParser(argparse.ArgumentParser):
@@ -85,6 +115,8 @@ def chosen_seed(args: argparse.Namespace, scenario: Scenario, config: dict[str, 
 
 def add_determinism_argument(parser: argparse.ArgumentParser) -> None:
     """``--determinism MODE``: the guard's mode for the scenario's handlers (docs/determinism.md)."""
+    from timetravel.sim.guard import MODES
+
     parser.add_argument(
         "--determinism",
         choices=MODES,
@@ -99,6 +131,8 @@ def add_determinism_argument(parser: argparse.ArgumentParser) -> None:
 
 def resolve_scenario(name: str, target: str | None = None) -> Scenario:
     """A scenario by registered name, or from ``module:attr`` when the user asked for it explicitly."""
+    from timetravel.scenarios import get_scenario, load_target
+
     if target:
         scenario = load_target(target)
         if scenario.name != name:

@@ -32,7 +32,7 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    with open_session(args.path, args.scenario_target) as session:
+    with open_session(args.path, args.scenario_target, refuse_in_progress="replay it") as session:
         report = session.replay()
     if args.json:
         print_json(report.to_json())

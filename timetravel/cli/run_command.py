@@ -57,6 +57,12 @@ def register(subparsers: Any) -> None:
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
     parser.add_argument(
+        "--force",
+        action="store_true",
+        help="with --record: replace an existing recording even if it holds branches (they are lost; "
+        "without --force, recording over such a file is refused)",
+    )
+    parser.add_argument(
         "--record-choices",
         action="store_true",
         help="with --record: also log every choice drawn (for reruns on changed code; slower)",
@@ -95,7 +101,12 @@ def main(args: argparse.Namespace) -> int:
 def _record(
     args: argparse.Namespace, scenario: Any, config: dict[str, Any], until_ns: int | None
 ) -> dict[str, Any]:
-    from timetravel.recording import SNAPSHOT_EVERY_EVENTS_DEFAULT, default_recording_path, record_run
+    from timetravel.recording import (
+        SNAPSHOT_EVERY_EVENTS_DEFAULT,
+        RecordingError,
+        default_recording_path,
+        record_run,
+    )
 
     path = args.record or default_recording_path(scenario.name, args.seed)
     interval = args.snapshot_every or SNAPSHOT_EVERY_EVENTS_DEFAULT
@@ -109,8 +120,9 @@ def _record(
             snapshot_every_events=interval,
             record_choices=args.record_choices,
             determinism=args.determinism,
+            force=args.force,
         )
-    except ValueError as error:
+    except (ValueError, RecordingError) as error:
         raise UsageError(str(error)) from None
     return report
 

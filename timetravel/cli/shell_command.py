@@ -93,7 +93,7 @@ def main(args: argparse.Namespace) -> int:
         should_stop=monitor.should_stop,
     ) as context:
         _warn_about_damage(args.path, context)
-        engine = recording_engine(context, user_errors=common.USER_ERRORS)
+        engine = recording_engine(context, user_errors=common.all_user_errors())
         console = Console(highlight=False, soft_wrap=args.json)
         errors = Console(stderr=True, highlight=False)
         if script is not None:

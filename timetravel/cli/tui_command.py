@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
         "--at",
         metavar="T",
         help="start with the cursor at T: a time (950, 950ms, 1.5s) or an event (#1200); default: the "
-        "start in the debugger, the failure (else the end) in the headless summary",
+        "failure (the start of a run that passes in the debugger, its end in the headless summary)",
     )
     parser.add_argument(
         "--headless", action="store_true", help="print the summary instead of opening the debugger"
@@ -75,7 +75,7 @@ def main(args: argparse.Namespace) -> int:
         from timetravel.tui.app import TimeTravelApp
 
         first = [f"goto {args.at}"] if args.at is not None else []
-        TimeTravelApp(engine, path=args.path, first_commands=first).run()
+        TimeTravelApp(engine, path=args.path, first_commands=first, open_at_failure=True).run()
         return 0
     finally:
         context.close()

@@ -16,6 +16,9 @@ from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.reader import RecordingReader
 
 OUTCOME_UNKNOWN = "unknown"
+OUTCOME_IN_PROGRESS = "in progress"
+"""A branch with no END frame whose recorder is still writing it (recording/lock.py); a branch
+with no END and no live writer is ``unknown`` (the file is incomplete)."""
 CHANGE_TEXT_CHARS_MAX = 120
 
 
@@ -44,6 +47,8 @@ def branch_result(reader: RecordingReader, name: str) -> BranchResult:
     """One row of the tree; ``main`` has the parent ``""`` and forks at 0."""
     end = reader.end(name) or {}
     outcome = str(end.get("outcome") or OUTCOME_UNKNOWN)
+    if reader.branch_in_progress(name):
+        outcome = OUTCOME_IN_PROGRESS
     failure = end.get("failure")
     changes: tuple[str, ...] = ()
     if name == MAIN_BRANCH:

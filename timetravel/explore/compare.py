@@ -28,6 +28,7 @@ CURVE_POINTS_MAX = 10_000
 """Points kept per metric curve (evenly spaced, first and last always kept)."""
 METRICS_MAX = 64
 OUTCOME_UNKNOWN = "unknown"
+OUTCOME_IN_PROGRESS = "in progress"
 
 
 def run_side(session: Session, name: str) -> RunSide:
@@ -36,7 +37,9 @@ def run_side(session: Session, name: str) -> RunSide:
     failure = end.get("failure")
     return RunSide(
         name=name,
-        outcome=str(end.get("outcome") or OUTCOME_UNKNOWN),
+        outcome=OUTCOME_IN_PROGRESS
+        if session.reader.branch_in_progress(name)
+        else str(end.get("outcome") or OUTCOME_UNKNOWN),
         failure=dict(failure) if isinstance(failure, dict) else None,
         t_end_ns=int(end.get("t_end_ns", 0) or 0),
     )

@@ -22,7 +22,6 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
 CHANGES_MAX_DEFAULT = 200
@@ -40,7 +39,6 @@ SHAPE = "shape"
 DTYPE = "dtype"
 CHANGE_KINDS = (ADDED, REMOVED, CHANGED, TYPE, SHAPE, DTYPE)
 
-_BFLOAT16 = np.dtype(ml_dtypes.bfloat16)
 _UNSIGNED_BY_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 _FLOAT_BY_WIDTH = {8: np.float32, 16: np.float64}
 
@@ -243,7 +241,7 @@ def _float_change(a: float, b: float, path: str) -> Change | None:
 
 
 def _is_float(dtype: np.dtype[Any]) -> bool:
-    return dtype.kind == "f" or dtype == _BFLOAT16
+    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def _array_change(a: np.ndarray, b: np.ndarray, path: str) -> Change | None:

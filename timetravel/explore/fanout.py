@@ -91,7 +91,7 @@ def fanout(
     if store:
         return _stored_fanout(session, fork, samples, progress, should_stop)
     counts = _run_futures(session, fork, samples, "fanout", 0, samples, progress, should_stop)
-    return _result(fork.track.world.t_ns, counts)
+    return _result(fork.track.world.t_ns, counts, samples)
 
 
 def _run_futures(
@@ -150,10 +150,10 @@ def _stored_fanout(
             progress(WorkProgress("fanout", number, samples, f"{result.name} (key {key}): {label}"))
         if should_stop is not None and should_stop():
             break
-    return _result(fork.track.world.t_ns, counts)
+    return _result(fork.track.world.t_ns, counts, samples)
 
 
-def _result(at_ns: int, keys: dict[str, list[int]]) -> FanoutResult:
+def _result(at_ns: int, keys: dict[str, list[int]], requested: int = 0) -> FanoutResult:
     samples = sum(len(found) for found in keys.values())
     failures = sum(len(found) for label, found in keys.items() if label not in (PASS, OUTCOME_UNFINISHED))
     ordered = sorted(keys, key=lambda label: (-len(keys[label]), label))
@@ -163,6 +163,7 @@ def _result(at_ns: int, keys: dict[str, list[int]]) -> FanoutResult:
         failure_rate=failures / samples,
         by_signature={label: len(keys[label]) for label in ordered},
         keys={label: tuple(keys[label]) for label in ordered},
+        samples_requested=requested,
     )
 
 

@@ -59,6 +59,7 @@ def cursor_result(session: Session, watches: tuple[WatchValue, ...] = ()) -> Cur
         failure=branch_failure(session),
         next_event=next_event(session),
         watches=watches,
+        in_progress=session.info.in_progress,
     )
 
 

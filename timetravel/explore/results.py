@@ -45,10 +45,13 @@ class CursorResult:
     failure: dict[str, Any] | None
     next_event: dict[str, Any] | None = None
     watches: tuple[WatchValue, ...] = ()
+    in_progress: bool = False
+    """The recording is still being written: the run does not end at ``t_end_ns`` (yet)."""
 
     def to_data(self) -> dict[str, Any]:
         return {
             "branch": self.branch,
+            "in_progress": self.in_progress,
             "t_ns": self.t_ns,
             "event": self.event,
             "events_total": self.events_total,
@@ -230,6 +233,13 @@ class FanoutResult:
     """``{signature: count}``; passing futures are counted under ``"pass"``."""
     keys: dict[str, tuple[int, ...]] = field(default_factory=dict)
     """``{signature: branch keys}``: which futures ended so (``branch --branch-seed K`` is one)."""
+    samples_requested: int = 0
+    """How many futures were asked for (0: as many as ran); fewer ran when the work was stopped."""
+
+    @property
+    def stopped(self) -> bool:
+        """The fan-out was stopped (escape, Ctrl-C) before all the futures asked for had run."""
+        return self.samples < self.samples_requested
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -237,6 +247,8 @@ class FanoutResult:
             "samples": self.samples,
             "failure_rate": self.failure_rate,
             "by_signature": dict(self.by_signature),
+            "samples_requested": max(self.samples_requested, self.samples),
+            "stopped": self.stopped,
         }
 
 
@@ -280,13 +292,13 @@ class Divergence:
             "kind": self.kind,
             "seq_a": self.seq_a,
             "seq_b": self.seq_b,
+            "event_a": self.event_a,
+            "event_b": self.event_b,
         }
 
     def to_detail(self) -> dict[str, Any]:
         data = self.to_data()
-        data.update(
-            event_a=self.event_a, event_b=self.event_b, reason=self.reason, changes=list(self.changes)
-        )
+        data.update(reason=self.reason, changes=list(self.changes))
         return data
 
 

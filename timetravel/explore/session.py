@@ -159,6 +159,9 @@ class RecordingInfo:
     failure: dict[str, Any] | None
     complete: bool
     loss: list[str] = field(default_factory=list)
+    in_progress: bool = False
+    """A live recorder is still writing this branch (recording/lock.py): no outcome yet, and
+    ``events``/``t_end_ns`` are where it has got to, not where the run ends."""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -410,6 +413,7 @@ class Session:
             failure=end["failure"] if end else None,
             complete=end is not None and self.reader.truncation is None,
             loss=self.reader.describe_loss(self.branch),
+            in_progress=self.reader.branch_in_progress(self.branch),
         )
 
     @property

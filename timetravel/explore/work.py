@@ -35,6 +35,13 @@ class WorkProgress:
     total: int
     detail: str = ""
 
+    def __post_init__(self) -> None:
+        # Some totals are estimates (a branch runs as long as its parent did, unless its change
+        # makes it run on): past the estimate the total grows with the work, so that a report
+        # never reads "8,192/4,793".
+        if self.done > self.total:
+            object.__setattr__(self, "total", self.done)
+
     @property
     def fraction(self) -> float:
         return min(1.0, self.done / self.total) if self.total > 0 else 0.0

@@ -28,6 +28,7 @@ from timetravel.farm.database import FindingsDatabase
 from timetravel.farm.executor import Executor
 from timetravel.farm.job import MESSAGE_CHARS_MAX, SeedJob, resolve
 from timetravel.recording import RecordingReader, default_recording_path, record_run
+from timetravel.recording.recorder import check_replaceable
 
 RECORDINGS_FOLDER_DEFAULT = "recordings"
 RECORDINGS_PER_SIGNATURE_DEFAULT = 5
@@ -55,6 +56,7 @@ def record_seed(job: SeedJob) -> dict[str, Any]:
         "state_hash": None,
     }
     try:
+        check_replaceable(final)  # a recording someone branched is never replaced by a sweep
         record_run(scenario, config, job.seed, partial)
         with RecordingReader.open(partial) as reader:
             end = reader.end() or {}

@@ -50,6 +50,7 @@ from timetravel.recording.format import (
     header_checksum,
     payload_checksum,
 )
+from timetravel.recording.lock import is_being_written
 from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World, queue_digest_from
@@ -113,6 +114,9 @@ class RecordingReader:
         self.catalog = Catalog()
         self.header: dict[str, Any] = {}
         self.truncation: dict[str, Any] | None = None
+        self.in_progress = is_being_written(file)
+        """A live writer holds the file (recording/lock.py): a missing END means "not yet", and
+        a torn tail is the frame being written, not damage."""
         self.frames_end = len(MAGIC)
         self.used_index = False
         self._frames = _ByteLRU(FRAME_CACHE_BYTES_MAX)
@@ -309,8 +313,10 @@ class RecordingReader:
 
     def describe_loss(self, branch: str = MAIN_BRANCH) -> list[str]:
         """Plain sentences saying what this file lacks (empty for a complete recording)."""
+        if self.branch_in_progress(branch):
+            return self._describe_progress(branch)
         lines = []
-        if self.truncation is not None:
+        if self.truncation is not None and not self.in_progress:
             lines.append(
                 f"the file is truncated at byte {self.truncation['offset']}: "
                 f"{self.truncation['bytes_lost']} bytes of an incomplete frame were lost"
@@ -325,6 +331,23 @@ class RecordingReader:
                 f"#{last_snapshot} survive"
             )
         return lines
+
+    def branch_in_progress(self, branch: str = MAIN_BRANCH) -> bool:
+        """``branch`` is the one a live writer is appending (the last one started, with no END)."""
+        if not self.in_progress or branch in self.catalog.ends:
+            return False
+        return branch == [MAIN_BRANCH, *self.catalog.branches][-1]
+
+    def _describe_progress(self, branch: str) -> list[str]:
+        batches = self.event_batches(branch)
+        manifests = self.manifests(branch)
+        last_event = max(
+            batches[-1].first + batches[-1].count if batches else 0, manifests[-1].events if manifests else 0
+        )
+        return [
+            f"the recording is in progress: another process is still writing it "
+            f"(events up to #{last_event} so far; the outcome is not known yet)"
+        ]
 
     def manifest(self, info: ManifestInfo) -> dict[str, Any]:
         cached = self._manifests.get(info.offset)

@@ -38,6 +38,7 @@ from timetravel.recording.format import (
     RECORDING_SUFFIX,
     RECORDINGS_FOLDER_DEFAULT,
     FrameType,
+    RecordingError,
 )
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
@@ -54,6 +55,7 @@ from timetravel.snapshot.store import Snapshot, SnapshotStore
 
 SNAPSHOT_EVERY_EVENTS_DEFAULT = 2 * CHAIN_BATCH_EVENTS_DEFAULT
 SNAPSHOT_EVERY_EVENTS_MIN = 64
+BRANCHES_NAMED_MAX = 5
 
 
 def default_recording_path(
@@ -266,6 +268,37 @@ def _write_blob(writer: RecordingWriter, blob: Blob, snapshot: Snapshot) -> None
         writer.blob([blob.digest, BLOB_VALUE, 0, None, 0, blob.data])
 
 
+def check_replaceable(path: str | Path, *, force: bool = False) -> None:
+    """Refuse to record over ``path`` when that would lose work: a recording still being written
+    (always), or one that holds branches (unless ``force``: ``run --record --force``).
+
+    Recording replaces the whole file, and branches live in the recording they branch from, so
+    ``run --record`` over a recording someone explored used to delete its branches without a
+    word. A file that is not a readable recording is left to the writer (it is replaced)."""
+    from timetravel.recording.reader import RecordingReader
+
+    target = Path(path)
+    if not target.is_file():
+        return
+    try:
+        reader = RecordingReader.open(target)
+    except RecordingError:
+        return
+    with reader:
+        in_progress = reader.in_progress
+        branches = list(reader.catalog.branches)
+    if in_progress:
+        raise RecordingError(f"{target}: another process is writing this recording (it is in progress)")
+    if branches and not force:
+        shown = ", ".join(branches[:BRANCHES_NAMED_MAX]) + (
+            ", ..." if len(branches) > BRANCHES_NAMED_MAX else ""
+        )
+        raise RecordingError(
+            f"{target} holds {len(branches)} branch{'es' if len(branches) != 1 else ''} ({shown}) that "
+            "recording over it would delete: record to another path, or pass --force to replace it"
+        )
+
+
 def record_run(
     scenario: Scenario,
     config: dict[str, Any],
@@ -277,11 +310,14 @@ def record_run(
     snapshot_every_events: int = SNAPSHOT_EVERY_EVENTS_DEFAULT,
     record_choices: bool = False,
     determinism: str | None = None,
+    force: bool = False,
 ) -> tuple[dict[str, Any], World]:
     """Run one seed while recording it to ``path``; the report has ``run --json``'s fields.
 
     ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
-    replays run under the same mode."""
+    replays run under the same mode. ``force``: replace a recording that holds branches
+    (``check_replaceable``)."""
+    check_replaceable(path, force=force)
     world = build_world(scenario, config, seed)
     recorder = Recorder(
         scenario,

@@ -4,7 +4,9 @@ The writer streams: an event batch is written when the kernel flushes it, a snap
 and its manifest when it is taken, and nothing is kept in memory but the catalog (the digest and
 frame offset of every blob, for deduplication and the index footer: about 120 bytes a blob) and
 the blobs of the current BLOBS frame (at most BLOB_FRAME_BYTES). Frames are never rewritten; a
-crash leaves a file that the reader opens up to its last complete frame.
+crash leaves a file that the reader opens up to its last complete frame. While a writer is open
+it holds an flock on the file, which is how readers tell "in progress" from "incomplete"
+(recording/lock.py).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from timetravel.recording.format import (
     pack_trailer,
     payload_checksum,
 )
+from timetravel.recording.lock import hold_writer_lock
 from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack
 
 ZSTD_LEVEL_EVENTS = 1
@@ -62,10 +65,17 @@ class RecordingWriter:
 
     @classmethod
     def create(cls, path: str | Path, header: dict[str, Any]) -> RecordingWriter:
-        """Start a new recording at ``path`` (its folder is created; an existing file is replaced)."""
+        """Start a new recording at ``path`` (its folder is created; an existing file is replaced,
+        but only once this writer holds its lock: a recording in progress is never cut)."""
         target = Path(path)
         target.parent.mkdir(parents=True, exist_ok=True)
-        file = open(target, "wb")  # noqa: SIM115 - the writer owns the file until close()
+        file = os.fdopen(os.open(target, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
+        try:
+            hold_writer_lock(file, target)
+        except BaseException:
+            file.close()
+            raise
+        file.truncate(0)
         file.write(MAGIC)
         writer = cls(file, target, Catalog())
         writer.frame(FrameType.HEADER, header)
@@ -77,10 +87,15 @@ class RecordingWriter:
         from timetravel.recording.reader import RecordingReader
 
         target = Path(path)
-        with RecordingReader.open(target) as reader:
-            catalog = reader.catalog
-            end = reader.frames_end
-        file = open(target, "r+b")  # noqa: SIM115
+        file = open(target, "r+b")  # noqa: SIM115 - the writer owns the file until close()
+        try:
+            hold_writer_lock(file, target)  # before reading: no other writer appends meanwhile
+            with RecordingReader.open(target) as reader:
+                catalog = reader.catalog
+                end = reader.frames_end
+        except BaseException:
+            file.close()
+            raise
         file.truncate(end)
         file.seek(end)
         return cls(file, target, catalog)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import ml_dtypes
 import msgpack
 import numpy as np
 import xxhash
@@ -56,7 +55,10 @@ _ALLOWED_DTYPES: dict[str, np.dtype[Any]] = {
         "complex128",
     )
 }
-_ALLOWED_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+_LAZY_DTYPES = ("bfloat16",)
+"""Allowed dtypes that come from ml_dtypes, which costs ~0.55 s to import: it is loaded when such an
+array is first encoded or decoded, not by every command that imports the kernel. An array can only
+have this dtype once something imported ml_dtypes, so encoding never needs it sooner."""
 
 
 class DecodeError(ValueError):
@@ -67,15 +69,24 @@ _NAMES_BY_DTYPE: dict[np.dtype[Any], str] = {dtype: name for name, dtype in _ALL
 """``dtype.name`` is computed in Python by numpy (~5 us); every array in a chain batch asks for it."""
 
 
+def _load_lazy_dtypes() -> None:
+    import ml_dtypes
+
+    _ALLOWED_DTYPES["bfloat16"] = np.dtype(ml_dtypes.bfloat16)
+    _NAMES_BY_DTYPE[_ALLOWED_DTYPES["bfloat16"]] = "bfloat16"
+
+
 def dtype_name(dtype: np.dtype[Any]) -> str:
     """The allow-listed name of ``dtype``; any other dtype is refused (it is not world data)."""
     known = _NAMES_BY_DTYPE.get(dtype)
     if known is not None:
         return known
     name = dtype.name
+    if name in _LAZY_DTYPES:
+        _load_lazy_dtypes()
     if name not in _ALLOWED_DTYPES or _ALLOWED_DTYPES[name] != dtype:
         raise TypeError(
-            f"numpy dtype {dtype!s} is not allowed in the world (allowed: {sorted(_ALLOWED_DTYPES)})"
+            f"numpy dtype {dtype!s} is not allowed in the world (allowed: {sorted({*_ALLOWED_DTYPES, *_LAZY_DTYPES})})"
         )
     return name
 
@@ -83,6 +94,9 @@ def dtype_name(dtype: np.dtype[Any]) -> str:
 def dtype_from_name(name: str) -> np.dtype[Any]:
     """The dtype for an allow-listed name read from untrusted bytes."""
     dtype = _ALLOWED_DTYPES.get(name)
+    if dtype is None and name in _LAZY_DTYPES:
+        _load_lazy_dtypes()
+        dtype = _ALLOWED_DTYPES.get(name)
     if dtype is None:
         raise DecodeError(f"array dtype {name!r} is not in the allow-list")
     return dtype

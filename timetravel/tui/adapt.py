@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from timetravel.explore import results as r
+from timetravel.explore.branch_tree import OUTCOME_IN_PROGRESS
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
 
@@ -28,6 +29,8 @@ def failure_label(failure: dict[str, Any] | None, unit: str) -> str:
 
 
 def _outcome(text: str) -> str:
+    if text == OUTCOME_IN_PROGRESS:
+        return "running"
     return text if text in OUTCOMES else "unknown"
 
 

@@ -72,6 +72,8 @@ PROGRESS_INTERVAL_S = 0.1
 """At most this often a long job's progress reaches the screen (the UI thread redraws it)."""
 COLLECTOR_TICK_S = 1.0
 """How often the App asks whether a full garbage collection may run (timetravel.tui.collector)."""
+FOLLOW_INTERVAL_S = 1.0
+"""How often a recording still being written is checked for growth (Engine.follow)."""
 REFUSAL_SHOWN_S = 2.0
 """How long "busy: ... is running" stays in the status line before progress replaces it."""
 GPU_KEY = "gpu"
@@ -107,9 +109,13 @@ class TimeTravelApp(App[None]):
         Binding("q", "quit", "quit", tooltip="quit"),
     ]
 
-    def __init__(self, engine: Engine, *, path: str, first_commands: Sequence[str] = ()) -> None:
+    def __init__(
+        self, engine: Engine, *, path: str, first_commands: Sequence[str] = (), open_at_failure: bool = False
+    ) -> None:
         super().__init__()
         self.engine = engine
+        self.open_at_failure = open_at_failure and not first_commands
+        """Open with the cursor at the failure (``timetravel tui`` without ``--at``)."""
         self.path = path
         """The recording as the user named it (shown); the file is ``recording_path``."""
         self.recording_path = engine.path
@@ -138,10 +144,17 @@ class TimeTravelApp(App[None]):
         """The first frame is on screen: open the view (on a worker) and run ``--at``."""
         self.collector.start()
         self.set_interval(COLLECTOR_TICK_S, self._collect_when_idle)
+        self.set_interval(FOLLOW_INTERVAL_S, self._follow_recording)
         self.main.query_one(StatusLine).say(f"opening {self.path} …")
-        self.submit(Job("view", label="open"))
+        self.submit(Job("opening" if self.open_at_failure else "view", label="open"))
         for line in self.first_commands:
             self.run_command(line)
+
+    def _follow_recording(self) -> None:
+        """While the recording is in progress, reload it as it grows (when no other job runs:
+        following never delays what the user asked for)."""
+        if self.view is not None and self.view.in_progress and self.is_idle:
+            self.submit(Job("follow", label="follow"))
 
     def _collect_when_idle(self) -> None:
         self.collector.tick(busy=not self.is_idle)
@@ -283,7 +296,7 @@ class TimeTravelApp(App[None]):
             if job.kind in CURSOR_KINDS:
                 self.main.sync_cursor()
             return
-        if job.kind != "view":  # the kernel spans of a position the cursor is leaving
+        if job.kind not in ("view", "opening", "follow"):  # the spans of a position the cursor leaves
             self.queue = [queued for queued in self.queue if queued.kind != "streams"]
         while job.kind == "seek" and self.queue and self.queue[-1].kind == "seek":
             self.queue.pop()  # only the latest position matters (commands queued before it keep theirs)
@@ -322,6 +335,10 @@ class TimeTravelApp(App[None]):
             return engine.open_diff(a, b, path, at_ns, progress, stop)
         if job.kind == "streams":
             return engine.streams()
+        if job.kind == "opening":
+            return engine.open_at_failure()
+        if job.kind == "follow":
+            return engine.follow()
         return engine.view()
 
     def _progress_reporter(self, job: Job) -> Callable[[Any], None]:
@@ -364,6 +381,10 @@ class TimeTravelApp(App[None]):
     # -- applying results (UI thread) -------------------------------------------------------------
 
     def _finish(self, job: Job, result: Any) -> None:
+        if job.kind == "follow":
+            if isinstance(result, CursorView):
+                self._followed(result)
+            return
         if isinstance(result, CursorView):
             self._show_view(result)
             self.status.say(f"{result.title} · {result.status} · : commands, ? keys")
@@ -371,6 +392,18 @@ class TimeTravelApp(App[None]):
             self._show_streams(result)
         elif isinstance(result, Outcome):
             self._apply(job, result)
+            if job.kind == "opening" and result.error is None and result.view is not None:
+                where = "at the failure" if result.lines else "no failure in this run"
+                self.status.say(f"{result.view.title} · {where} · : commands, ? keys")
+
+    def _followed(self, view: CursorView) -> None:
+        """The recording grew: show the new view and index its events again."""
+        if self.events_table is not None:
+            self.events_table.close()
+        self.events_table, self.events_key = None, None
+        self._show_view(view)
+        if not view.in_progress:
+            self.status.say(f"{view.title} · the recording is finished · {view.status}")
 
     def _failed(self, job: Job, error: BaseException) -> None:
         self.status.error(f"internal error in {job.label}: {type(error).__name__}: {error}")

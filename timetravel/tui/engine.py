@@ -15,6 +15,7 @@ lock makes that a rule rather than a habit. Nothing here imports textual.
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from typing import Any
 
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
 from timetravel.explore.commands.spec import ALIASES, COMMANDS
+from timetravel.explore.navigate import branch_failure
 from timetravel.explore.paths import PathError, world_tree
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.results import CompareResult, DiffCommandResult, LikelihoodResult
@@ -170,6 +172,19 @@ class Engine:
         with self.lock:
             return self._build_view()
 
+    def open_at_failure(self) -> Outcome:
+        """The first view, with the cursor moved to the branch's failure when it has one: what a
+        user opens a failing recording for (``goto T`` is in the outcome's lines, like a typed one)."""
+        with self.lock:
+            failure = branch_failure(self.session)
+            if failure is None:
+                return Outcome(view=self._build_view())
+            line = f"goto {self.time_text(int(failure['t_ns']))}"
+            result, error = self._run(line, None, None)
+            text = result_text(result, self.unit) if error is None else ()
+            results = (result,) if error is None else ()
+            return Outcome((line,), results, text, error, self._build_view())
+
     def execute(
         self, line: str, progress: Progress | None = None, should_stop: StopCheck | None = None
     ) -> Outcome:
@@ -226,6 +241,27 @@ class Engine:
                 (a, b), documents, path, tuple(entry.path for entry in result.paths), result.at_ns, self.unit
             )
             return Outcome((line,), (result,), result_text(result, self.unit), None, diff=worlds)
+
+    def follow(self) -> CursorView | None:
+        """A recording still being written (``in_progress``): when the file has grown, open it
+        again and keep the cursor where it stands, so that new events, snapshots and the failure
+        appear without reopening; None when nothing changed (or the recording is finished)."""
+        with self.lock:
+            session = self.session
+            if not session.info.in_progress:
+                return None
+            try:
+                size = os.path.getsize(session.reader.path)
+            except OSError:
+                return None
+            if size == session.reader.size:
+                return None
+            events = session.position.events
+            session = self.context.reopen()
+            if events:
+                session.goto(f"#{min(events, session.end.events)}")
+            self._facts.clear()
+            return self._build_view()
 
     def streams(self) -> Streams:
         """Kernel spans around the cursor and the races among the branch's failures."""

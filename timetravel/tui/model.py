@@ -220,3 +220,7 @@ class CursorView:
     """The rows around the cursor, read on the worker that built the view, so that drawing the
     log after a seek decodes nothing on the UI thread (see ``EventTable.remember``)."""
     status: str = ""
+    in_progress: bool = False
+    """The recording is still being written: the App reloads it as it grows (Engine.follow)."""
+    failure_node: str = ""
+    """The node the branch's failure names (the streams pane lists it first)."""

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from timetravel.explore.branch_tree import branch_tree
+from timetravel.explore.branch_tree import OUTCOME_IN_PROGRESS, branch_tree
 from timetravel.explore.navigate import branch_failure
 from timetravel.explore.paths import world_tree
 from timetravel.explore.results import BranchesResult
@@ -36,7 +36,7 @@ from timetravel.tui.model import (
 
 SNAPSHOT_MARKS_MAX = 2_000
 """Snapshot marks drawn on the timeline (evenly thinned past this; a column holds one anyway)."""
-OUTCOME_GLYPHS = {"pass": "✔", "fail": "✖"}
+OUTCOME_GLYPHS = {"pass": "✔", "fail": "✖", OUTCOME_IN_PROGRESS: "⋯"}
 EVENT_ROWS_AROUND = 100
 """Event-log rows either side of the cursor read with each view (a tall terminal shows ~100)."""
 
@@ -69,7 +69,10 @@ def branch_facts(session: Session) -> BranchFacts:
     step = max(1, -(-len(snapshots) // SNAPSHOT_MARKS_MAX))
     loss = curve(session.metric_series(LOSS_METRIC)) if LOSS_METRIC in session.metric_names() else ()
     failure = branch_failure(session)
-    outcome = session.info.outcome or ("fail" if failure is not None else "unknown")
+    if session.info.in_progress:
+        outcome = OUTCOME_IN_PROGRESS
+    else:
+        outcome = session.info.outcome or ("fail" if failure is not None else "unknown")
     return BranchFacts(
         branch=session.branch,
         events=session.end.events,
@@ -89,7 +92,10 @@ def branch_rows(session: Session) -> tuple[BranchInfo, ...]:
 def status_text(facts: BranchFacts, unit: str) -> str:
     """``✖ nan on r5 @1040ms``, ``✔ pass`` or the outcome of an unfinished branch."""
     if facts.failure is not None:
-        return f"✖ {failure_label(facts.failure, unit)}"
+        ahead = " (recording in progress)" if facts.outcome == OUTCOME_IN_PROGRESS else ""
+        return f"✖ {failure_label(facts.failure, unit)}{ahead}"
+    if facts.outcome == OUTCOME_IN_PROGRESS:
+        return "⋯ recording in progress"
     return f"{OUTCOME_GLYPHS.get(facts.outcome, '?')} {facts.outcome}"
 
 
@@ -171,4 +177,6 @@ def cursor_view(
         events_total=facts.events,
         event_rows=rows_around(session),
         status=status_text(facts, unit),
+        in_progress=facts.outcome == OUTCOME_IN_PROGRESS,
+        failure_node=str((facts.failure or {}).get("node") or ""),
     )

@@ -24,10 +24,23 @@ def failure_text(failure: dict[str, Any] | None, unit: str) -> str:
     return f"FAIL {failure['signature']}{where} at {format_time(failure['t_ns'], unit)}: {failure['message']}"
 
 
+def outcome_text(outcome: str, failure: dict[str, Any] | None, unit: str) -> str:
+    """``failure_text`` for a run that ended; the outcome itself (``in progress``, ``unknown``) for
+    one with no END frame, which must never read as ``pass``."""
+    if failure is None and outcome not in ("pass", "fail"):
+        return outcome
+    return failure_text(failure, unit)
+
+
 def _cursor(result: r.CursorResult, unit: str) -> list[str]:
+    ends = (
+        f"in progress: written up to {format_time(result.t_end_ns, unit)} so far"
+        if result.in_progress
+        else f"ends at {format_time(result.t_end_ns, unit)}"
+    )
     lines = [
         f"{result.branch} at {format_time(result.t_ns, unit)}, event #{result.event} of {result.events_total} "
-        f"(ends at {format_time(result.t_end_ns, unit)})"
+        f"({ends})"
     ]
     if result.next_event is not None:
         event = result.next_event
@@ -105,7 +118,7 @@ def _find(result: r.FindResult, unit: str) -> list[str]:
 def _branch(result: r.BranchResult, unit: str) -> list[str]:
     changes = f" [{'; '.join(result.changes)}]" if result.changes else ""
     return [
-        f"{result.name}: from {result.parent} at {format_time(result.at_ns, unit)}{changes} -> {failure_text(result.failure, unit)}"
+        f"{result.name}: from {result.parent} at {format_time(result.at_ns, unit)}{changes} -> {outcome_text(result.outcome, result.failure, unit)}"
     ]
 
 
@@ -114,13 +127,21 @@ def _branches(result: r.BranchesResult, unit: str) -> list[str]:
     for branch in result.branches:
         marker = "*" if branch.name == result.current else " "
         origin = "" if branch.name == "main" else f" <- {branch.parent} at {format_time(branch.at_ns, unit)}"
-        lines.append(f"{marker} {branch.name}{origin}: {failure_text(branch.failure, unit)}")
+        lines.append(f"{marker} {branch.name}{origin}: {outcome_text(branch.outcome, branch.failure, unit)}")
     return lines
+
+
+def fanout_heading(result: r.FanoutResult, at: str) -> str:
+    """``200 futures from 950ms``, or ``20 of 200 futures from 950ms (stopped)``: a rate over the
+    futures that ran must say that it is not over the ones asked for."""
+    if result.stopped:
+        return f"{result.samples} of {result.samples_requested} futures from {at} (stopped)"
+    return f"{result.samples} futures from {at}"
 
 
 def _fanout(result: r.FanoutResult, unit: str) -> list[str]:
     lines = [
-        f"{result.samples} futures from {format_time(result.at_ns, unit)}: failure rate {result.failure_rate:.0%}"
+        f"{fanout_heading(result, format_time(result.at_ns, unit))}: failure rate {result.failure_rate:.0%}"
     ]
     for signature, count in sorted(result.by_signature.items(), key=lambda i: -i[1]):
         keys = result.keys.get(signature, ())
@@ -143,6 +164,17 @@ def _likelihood(result: r.LikelihoodResult, unit: str) -> list[str]:
     return lines
 
 
+def event_number_text(number: int | None) -> str:
+    """An event as every front end names it: ``#N``, the number ``goto #N`` takes (never the
+    kernel's ``seq``, which no command accepts)."""
+    return "no such event" if number is None else f"#{number}"
+
+
+def event_refs(event_a: int | None, event_b: int | None) -> str:
+    """``a #60168, b #60168``: the diverging event on each side (CLI, shell and TUI alike)."""
+    return f"a {event_number_text(event_a)}, b {event_number_text(event_b)}"
+
+
 def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
     if divergence is None:
         return "no divergence: the effects are identical"
@@ -153,7 +185,8 @@ def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
     )
     return (
         f"first divergence at {format_time(divergence.t_ns, unit)}: {what} "
-        f"(seq {divergence.seq_a} vs {divergence.seq_b}){': ' + divergence.reason if divergence.reason else ''}"
+        f"({event_refs(divergence.event_a, divergence.event_b)})"
+        f"{': ' + divergence.reason if divergence.reason else ''}"
     )
 
 

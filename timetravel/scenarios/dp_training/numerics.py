@@ -23,14 +23,29 @@ import math
 import os
 from typing import Any
 
-import ml_dtypes
 import numpy as np
 
-DTYPES: dict[str, np.dtype[Any]] = {
-    "float32": np.dtype(np.float32),
-    "bfloat16": np.dtype(ml_dtypes.bfloat16),
-    "float64": np.dtype(np.float64),
-}
+
+class _DtypesByName(dict[str, np.dtype[Any]]):
+    """A dict whose bfloat16 entry is made on first use: ml_dtypes costs ~0.55 s to import, which
+    every command that only lists scenarios or opens a recording would pay (see timetravel.cli).
+    After the first lookup it is an ordinary dict entry, so the hot paths look it up at dict speed."""
+
+    _LAZY = ("bfloat16",)
+
+    def __missing__(self, name: str) -> np.dtype[Any]:
+        if name not in self._LAZY:
+            raise KeyError(name)
+        import ml_dtypes
+
+        self[name] = np.dtype(ml_dtypes.bfloat16)
+        return self[name]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._LAZY or dict.__contains__(self, name)
+
+
+DTYPES: dict[str, np.dtype[Any]] = _DtypesByName(float32=np.dtype(np.float32), float64=np.dtype(np.float64))
 """Names a config may use for the model dtype and the reduction dtype."""
 COMPUTE_DTYPE = np.dtype(np.float32)
 """Forward, backward and optimizer maths run in float32 whatever the storage dtype."""

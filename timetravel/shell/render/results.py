@@ -19,6 +19,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from timetravel.explore import results as r
+from timetravel.explore.commands.render import event_refs, fanout_heading
 from timetravel.explore.diff import DiffResult
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.shell.render.plot import plot
@@ -65,9 +66,11 @@ def _bar(rate: float) -> Text:
     return Text("█" * filled + "·" * (BAR_WIDTH - filled), style="red" if rate >= 1.0 else "yellow")
 
 
-def _event_text(event: Mapping[str, Any] | None, context: RenderContext) -> str:
+def _event_text(event: Mapping[str, Any] | None, context: RenderContext, in_progress: bool = False) -> str:
     if not event:
-        return "none (the run ends here)"
+        return (
+            "none yet (the recording is still being written)" if in_progress else "none (the run ends here)"
+        )
     number = f"#{event['number']} " if event.get("number") is not None else ""
     return f"{number}at {context.time(event.get('t_ns'))}: {event.get('kind')} to {event.get('dst')}"
 
@@ -78,10 +81,15 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
     line.append(result.branch, style="bold cyan")
     line.append(f"  {context.time(result.t_ns)}", style="bold yellow")
     line.append(f"  event #{result.event} of {result.events_total}")
-    line.append(f"  (run ends at {context.time(result.t_end_ns)})", style="dim")
+    if result.in_progress:
+        line.append(
+            f"  (recording in progress: written up to {context.time(result.t_end_ns)} so far)", style="yellow"
+        )
+    else:
+        line.append(f"  (run ends at {context.time(result.t_end_ns)})", style="dim")
     parts: list[RenderableType] = [
         line,
-        Text(f"next: {_event_text(result.next_event, context)}", style="dim"),
+        Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"),
     ]
     if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
         parts.append(failure_text(result.failure, context))
@@ -237,9 +245,8 @@ def render_branches(result: r.BranchesResult, context: RenderContext) -> Rendera
 
 @renders(r.FanoutResult)
 def render_fanout(result: r.FanoutResult, context: RenderContext) -> RenderableType:
-    table = _table(
-        f"{result.samples} futures from {context.time(result.at_ns)}: failure rate {result.failure_rate:.0%}"
-    )
+    heading = fanout_heading(result, context.time(result.at_ns))
+    table = _table(f"{heading}: failure rate {result.failure_rate:.0%}")
     table.add_column("signature")
     table.add_column("futures", justify="right")
     table.add_column("share")
@@ -292,17 +299,7 @@ def _divergence_text(divergence: Any, context: RenderContext) -> Text:
     text = Text("first divergence: ", style="bold")
     text.append(context.time(divergence.t_ns), style="bold yellow")
     text.append(f" on {divergence.node}, {divergence.kind}")
-    sides = []
-    for side, seq, event in (
-        ("a", divergence.seq_a, divergence.event_a),
-        ("b", divergence.seq_b, divergence.event_b),
-    ):
-        if event is not None:
-            sides.append(f"{side}: event #{event}")
-        elif seq is None:
-            sides.append(f"{side}: no such event")
-    if sides:
-        text.append(f"  ({'; '.join(sides)})", style="dim")
+    text.append(f"  ({event_refs(divergence.event_a, divergence.event_b)})", style="dim")
     if divergence.reason:
         text.append(f"  {divergence.reason}", style="dim")
     return text

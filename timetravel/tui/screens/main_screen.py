@@ -25,7 +25,7 @@ from textual.widget import Widget
 from textual.widgets import Footer, RichLog, Static
 
 from timetravel.tui.css import css_beside
-from timetravel.tui.model import CursorView, EventSource, KernelSpan, RaceEdge
+from timetravel.tui.model import RANK_STATES, CursorView, EventSource, KernelSpan, RaceEdge
 from timetravel.tui.timefmt import exact_time
 from timetravel.tui.values import ViewValues
 from timetravel.tui.widgets import (
@@ -43,6 +43,20 @@ PANES = ("events", "state", "streams", "branches", "output")
 WIDE_COLUMNS_MIN = 140
 WIDE_LINES_MIN = 40
 OUTPUT_LINES_MAX = 5_000
+OUTPUT_WIDTH_MIN = 20
+"""The output pane wraps its lines at its own width down to this. (RichLog's default, 78, made a
+46-column pane render every line 78 wide and cut it: ``b1: ... -> `` without the pass/FAIL.)"""
+
+
+def odd_ranks(view: CursorView) -> tuple[str, ...]:
+    """The ranks to look at first: the one the failure names, then the unhealthy ones, most
+    severe first (the streams pane lists them before the others)."""
+    unhealthy = sorted(
+        (cell for cell in view.ranks if cell.state != RANK_STATES[0]),
+        key=lambda cell: -RANK_STATES.index(cell.state),
+    )
+    names = [view.failure_node] if view.failure_node else []
+    return tuple(dict.fromkeys([*names, *(cell.name for cell in unhealthy)]))
 
 
 class MainScreen(Screen[None]):
@@ -77,7 +91,12 @@ class MainScreen(Screen[None]):
                 yield StreamsView(id="streams", classes="pane")
                 yield BranchTree(id="branches", classes="pane")
                 output = RichLog(
-                    id="output", classes="pane", max_lines=OUTPUT_LINES_MAX, wrap=True, markup=False
+                    id="output",
+                    classes="pane",
+                    max_lines=OUTPUT_LINES_MAX,
+                    wrap=True,
+                    markup=False,
+                    min_width=OUTPUT_WIDTH_MIN,
                 )
                 output.border_title = "output"
                 yield output
@@ -110,11 +129,13 @@ class MainScreen(Screen[None]):
         grid = self.query_one(RankGrid)
         grid.cells = view.ranks
         grid.now_ns = view.cursor_ns
+        odd = odd_ranks(view)
         for streams in self.query(StreamsView):
             streams.spans = view.spans
             streams.races = view.races
             streams.cursor_ns = view.cursor_ns
             streams.unit = view.unit
+            streams.preferred_ranks = odd
         log = self.query_one(EventLog)
         log.unit = view.unit
         if log.source is not view.events:

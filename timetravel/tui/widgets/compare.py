@@ -21,6 +21,7 @@ from textual.reactive import reactive
 from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
+from timetravel.explore.commands.render import event_refs
 from timetravel.tui.css import css_beside
 from timetravel.tui.model import BranchInfo, CompareData
 from timetravel.tui.timefmt import exact_time
@@ -38,10 +39,6 @@ def has_alarm(summary: str) -> bool:
         if not counts or any(counts):
             return True
     return False
-
-
-def _event_number(number: int | None) -> str:
-    return "no such event" if number is None else f"#{number}"
 
 
 class CompareView(Widget):
@@ -129,7 +126,7 @@ class CompareView(Widget):
             text.append("no divergence: the two runs' effects are identical", self._style("muted"))
         else:
             where = f" on {divergence.node}" if divergence.node else ""
-            seqs = f" (a {_event_number(divergence.event_a)}, b {_event_number(divergence.event_b)})"
+            seqs = f" ({event_refs(divergence.event_a, divergence.event_b)})"
             text.append(f"first divergence {exact_time(divergence.t_ns, data.unit)}: ")
             text.append(f"{divergence.kind}{where}{seqs}", self._style("changed"))
         count = len(data.entries)

@@ -40,20 +40,42 @@ BAR_GLYPH = "▆"
 
 
 def stream_rows(
-    spans: Sequence[KernelSpan], races: Sequence[RaceEdge], focus: Sequence[str]
+    spans: Sequence[KernelSpan],
+    races: Sequence[RaceEdge],
+    focus: Sequence[str],
+    preferred: Sequence[str] = (),
+    t_ns: int | None = None,
 ) -> list[tuple[str, str]]:
-    """The (rank, stream) rows: focus ranks, else racing ranks first, in order of appearance."""
+    """The (rank, stream) rows: the focus ranks; else the racing ranks, then ``preferred`` (the
+    odd ones out: the failing rank, the unhealthy ones), then the ranks with a kernel running at
+    ``t_ns``, then the rest — each group in rank order (r2 before r10).
+
+    Spans arrive in the world's node order, which is by name (r0, r1, r10, r11, ...): listed that
+    way, the 16-rank demo filled the pane before r3, the rank that fails, ever showed."""
     streams: dict[str, list[str]] = {}
+    busy: set[str] = set()
     for span in spans:
         names = streams.setdefault(span.rank, [])
         if span.stream not in names:
             names.append(span.stream)
+        if t_ns is not None and span.t_start_ns <= t_ns < span.t_end_ns:
+            busy.add(span.rank)
     if focus:
         ranks = [rank for rank in focus if rank in streams]
     else:
-        racing = list(dict.fromkeys(race.rank for race in races))
-        ranks = [*racing, *(rank for rank in streams if rank not in racing)]
+        racing = [rank for rank in dict.fromkeys(race.rank for race in races) if rank in streams]
+        odd = [rank for rank in dict.fromkeys(preferred) if rank in streams and rank not in racing]
+        first = {*racing, *odd}
+        rest = sorted((rank for rank in streams if rank not in first), key=rank_order)
+        ranks = [*racing, *odd, *(rank for rank in rest if rank in busy), *(r for r in rest if r not in busy)]
     return [(rank, stream) for rank in ranks for stream in sorted(streams[rank], key=_stream_order)]
+
+
+def rank_order(name: str) -> tuple[str, int, str]:
+    """``r2`` before ``r10``: a name's text before its trailing number, then the number."""
+    stem = name.rstrip("0123456789")
+    digits = name[len(stem) :]
+    return (stem, int(digits) if digits else -1, name)
 
 
 def _stream_order(stream: str) -> tuple[int, str]:
@@ -117,6 +139,8 @@ class StreamsView(Widget, can_focus=True):
     races: reactive[tuple[RaceEdge, ...]] = reactive(())
     cursor_ns: reactive[int] = reactive(0)
     focus_ranks: reactive[tuple[str, ...]] = reactive(())
+    preferred_ranks: reactive[tuple[str, ...]] = reactive(())
+    """Listed first after racing ranks when no rank is focused: the odd ones out (set by the owner)."""
     window_ns: reactive[int] = reactive(0)
     row_offset: reactive[int] = reactive(0)
     unit: reactive[str] = reactive("ms")
@@ -145,7 +169,7 @@ class StreamsView(Widget, can_focus=True):
 
     @property
     def rows(self) -> list[tuple[str, str]]:
-        return stream_rows(self.spans, self.races, self.focus_ranks)
+        return stream_rows(self.spans, self.races, self.focus_ranks, self.preferred_ranks, self.cursor_ns)
 
     @property
     def chart_columns(self) -> int:

@@ -335,8 +335,12 @@ class Timeline(Widget, can_focus=True):
                 cells[column] = mark.kind
         line = Text()
         for column, kind in enumerate(cells):
-            if kind is None:
-                line.append(MARK_GLYPHS["cursor"] if column == cursor_column else " ")
+            if column == cursor_column:
+                # The cursor always shows as ``▼``: drawn as the mark beneath it, reversed, it hid
+                # among a run of ``↯``. The subtitle names the mark under the cursor.
+                line.append(MARK_GLYPHS["cursor"], self._style(kind) if kind is not None else "")
+            elif kind is None:
+                line.append(" ")
             else:
                 line.append(MARK_GLYPHS[kind], self._style(kind))
         return "marks", line
