@@ -26,7 +26,7 @@ from timetravel.bench.timing import best_of
 
 ROOT = Path(__file__).resolve().parents[2]
 DDP_SCRIPT = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
-LOOP_SCRIPT = Path(__file__).resolve().parent / "scripts" / "allreduce_loop.py"
+LOOP_SCRIPT = Path(__file__).resolve().parents[1] / "torch" / "scripts" / "allreduce_loop.py"
 RANKS = 4
 DDP_STEPS = 20
 LOOP_CALLS = 200
