@@ -20,7 +20,9 @@ does not wait for the reduced gradient) fails with a stream race on 16 ranks. It
 minimized *from the recording* (``minimize_run``: the passes, the repro recording, the snapshot
 pass, the pytest file), and must shrink to at most RACE_RANKS_TARGET ranks (``race_repro_ranks``):
 the race lives between two streams of one GPU, so the minimizer should find that one rank shows it.
-The generated pytest file is run, and must pass (``race_repro_pytest_passes``).
+The generated pytest file is run: it is a regression test, so it must fail while the bug is there,
+naming the signature (``race_repro_pytest_red``), and pass once the bug is switched off in the
+restored world, the stand-in for a fix (``race_repro_pytest_green_when_fixed``).
 
 Runs are counted, not timed: a count is a property of the algorithm, while seconds on a shared
 2-core machine are noise (they are reported too, as measured).
@@ -148,11 +150,29 @@ def race_repro(folder: Path) -> dict[str, Any]:
         "race_repro_start_events": result.start_events,
         "race_repro_runs": result.runs,
         "race_repro_seconds": round(seconds, 3),
-        "race_repro_pytest_passes": _pytest_passes(folder / "test_race_min.py"),
+        "race_repro_pytest_red": _pytest_red(folder / "test_race_min.py", result.signature),
+        "race_repro_pytest_green_when_fixed": _pytest_green_when_fixed(folder / "test_race_min.py"),
     }
 
 
-def _pytest_passes(path: Path) -> bool:
+FIX_LINE = "        world.config['bug'] = 'none'  # the fix\n"
+RESTORE_LINE = "        world = session.snapshot_world(position)\n"
+
+
+def _pytest_red(path: Path, signature: str) -> bool:
+    """The generated test fails while the bug is there, naming the recorded signature."""
+    completed = _run_pytest(path)
+    return completed.returncode == 1 and f"fails with {signature}" in completed.stdout
+
+
+def _pytest_green_when_fixed(path: Path) -> bool:
+    """The same test passes once the planted bug is switched off in the restored world."""
+    fixed = path.with_name("test_race_min_fixed.py")
+    fixed.write_text(path.read_text().replace(RESTORE_LINE, RESTORE_LINE + FIX_LINE))
+    return _run_pytest(fixed).returncode == 0
+
+
+def _run_pytest(path: Path) -> subprocess.CompletedProcess[str]:
     """Run a generated repro test in a fresh interpreter, as its user would."""
     package_root = str(Path(timetravel.__file__).resolve().parent.parent)
     environment = {**os.environ, "PYTHONPATH": package_root + os.pathsep + os.environ.get("PYTHONPATH", "")}
@@ -164,7 +184,7 @@ def _pytest_passes(path: Path) -> bool:
         cwd=path.parent,
         timeout=PYTEST_SECONDS_MAX,
     )
-    return completed.returncode == 0
+    return completed
 
 
 def run_bench(quick: bool = False) -> dict[str, Any]:

@@ -209,9 +209,12 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
     lines += [f"  wrote {result.pytest}"] if result.pytest else []
     if result.out:
         lines.append(
-            f"  the repro fails after {result.events} events; it reproduces from its snapshot at event "
-            f"#{result.start_events} ({format_time(result.start_ns, unit)})"
+            f"  the repro fails after {result.events} events; its test starts at event "
+            f"#{result.start_events} ({format_time(result.start_ns, unit)}), before the kept faults: "
+            f"{result.start_check}"
         )
+    if result.partial:
+        lines.append(f"  partial: stopped by {result.stopped_by} before a fixpoint; this is the best so far")
     return lines
 
 
