@@ -140,7 +140,9 @@ def test_a_spent_budget_still_writes_the_best_repro_so_far_and_says_it_is_partia
     assert result.stopped_by == "max_runs" and result.partial and result.to_data()["partial"] is True
     assert result.faults_after < result.faults_before  # some progress, kept
     assert result.start_check == CHECK_PASSED  # the start is searched and checked all the same
-    assert any(line.startswith("  partial: stopped by max_runs") for line in render_text(result))
+    assert any(
+        line.startswith("  partial (max_runs): stopped before a fixpoint") for line in render_text(result)
+    )
     with Session.open(tmp_path / "small.ttr") as repro:
         assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
         assert repro.replay().verified

@@ -214,7 +214,9 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
             f"{result.start_check}"
         )
     if result.partial:
-        lines.append(f"  partial: stopped by {result.stopped_by} before a fixpoint; this is the best so far")
+        lines.append(
+            f"  partial ({result.stopped_by}): stopped before a fixpoint; this is the best result so far"
+        )
     return lines
 
 
