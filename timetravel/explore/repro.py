@@ -52,7 +52,7 @@ SIGNATURE = {signature!r}
 FAILURE_MESSAGE = {message!r}
 
 
-def test_reproduces_{test_name}():
+def test_regression_{test_name}():
     scenario = {loader}(SCENARIO)
     config = scenario.resolve_config(CONFIG)
     world = build_world(scenario, config, SEED)
@@ -146,7 +146,7 @@ SIGNATURE = {signature!r}
 FAILURE_MESSAGE = {message!r}
 
 
-def test_reproduces_{test_name}():
+def test_regression_{test_name}():
     with Session.open(RECORDING, scenario={loader}(SCENARIO), branch=BRANCH) as session:
         position = [snapshot.events for snapshot in session.snapshots()].index(START_EVENTS)
         world = session.snapshot_world(position)
