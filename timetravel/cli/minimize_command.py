@@ -143,7 +143,7 @@ def main(args: argparse.Namespace) -> int:
         print_json(result.to_data())
     else:
         print("\n".join(render_text(result, unit)))
-    if stop.requested:
+    if stop.requested and result.partial:
         print(
             "timetravel: interrupted: the repro written is partial (the best result so far)", file=sys.stderr
         )
