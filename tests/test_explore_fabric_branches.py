@@ -17,7 +17,12 @@ from timetravel.recording import record_run
 
 US = 1_000
 FAULTS = [
-    {"kind": "corrupt", "target": "r2", "t_start": "100us", "params": {"buffer": "weights", "bit": 30}},
+    {
+        "kind": "corrupt",
+        "target": "r2",
+        "t_start": "100us",
+        "params": {"buffer": "weights", "element": 3, "bit": 30},
+    },
     {"kind": "drop", "target": "r1", "t_start": "50us", "t_end": "150us"},
 ]
 

@@ -123,8 +123,12 @@ def test_minimize_keeps_exactly_the_planted_pair_and_shrinks_the_world() -> None
         "choices_after",
         "runs",
         "seconds",
+        "stopped_by",
+        "partial",
         "out",
         "pytest",
+        "start_events",
+        "start_check",
     }
 
 
@@ -240,17 +244,26 @@ def test_choice_pins_answer_zero_for_zeroed_sites_only() -> None:
 # -- the standalone pytest file ------------------------------------------------------------------
 
 
-def test_written_pytest_file_runs_standalone(tmp_path: Path) -> None:
+def test_written_pytest_file_runs_standalone_red_with_the_bug_green_once_fixed(tmp_path: Path) -> None:
     result = minimize(NEEDLE, needle_config(), 0)
-    path = write_pytest(result, tmp_path / "test_repro.py")
+    path = Path(write_pytest(result, tmp_path / "test_repro.py"))
     root = Path(__file__).resolve().parent.parent
-    completed = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
-        cwd=tmp_path,
-        env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "1 passed" in completed.stdout
+
+    def run_it() -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
+            cwd=tmp_path,
+            env={"PYTHONPATH": str(root), "PATH": "/usr/bin:/bin"},
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+
+    red = run_it()
+    assert red.returncode == 1 and f"fails with {SIGNATURE} (recorded: {SIGNATURE})" in red.stdout, red.stdout
+    source = path.read_text()
+    assert source.count('"bug": "replay_after_restart"') == 1
+    path.write_text(source.replace('"bug": "replay_after_restart"', '"bug": "none"'))  # the fix
+    green = run_it()
+    assert green.returncode == 0, green.stdout + green.stderr
+    assert "1 passed" in green.stdout

@@ -1,5 +1,6 @@
-"""Minimizing a recorded failure: the same signature, a repro recording that replays bit for bit,
-the latest snapshot it reproduces from, and a pytest file that passes while the bug is there."""
+"""Minimizing a recorded failure: the same signature, a repro recording that replays bit for bit, a
+start before the kept faults (checked: from there the run passes without them), and a pytest file
+that is red while the bug is there and green once it is fixed."""
 
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from timetravel.cli import main as cli_main
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
 from timetravel.explore.minimize import Budget, NothingToMinimize
-from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.minimize_branch import pending_fault_ids
+from timetravel.explore.minimize_run import CHECK_NO_FAULT, CHECK_PASSED, minimize_run
 from timetravel.recording import Recorder, RecordingWriter, record_run
 from timetravel.recording.format import FrameType
 from timetravel.scenarios import get_scenario
@@ -27,6 +29,10 @@ from timetravel.sim import Context, Event, Param, Scenario, World
 NEEDLE = get_scenario("needle")
 REPOSITORY = Path(__file__).resolve().parent.parent
 JSON_KEYS = {
+    "stopped_by",
+    "partial",
+    "start_events",
+    "start_check",
     "signature",
     "faults_before",
     "faults_after",
@@ -79,48 +85,64 @@ def test_a_recorded_failure_shrinks_to_the_planted_pair_and_a_repro_that_replays
         assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
         assert repro.end.events == result.events
         assert repro.replay().verified
-        starts = [snapshot.events for snapshot in repro.snapshots() if not snapshot.final]
-    # the snapshot pass: the latest snapshot before the failing event, found in one run
-    assert result.start_events == max(events for events in starts if events < result.events)
+        positions = {snapshot.events: index for index, snapshot in enumerate(repro.snapshots())}
+        start_world = repro.snapshot_world(positions[result.start_events])
+        later = [s.events for s in repro.snapshots() if s.events > result.start_events and not s.final]
+        next_world = repro.snapshot_world(positions[later[0]]) if later else None
+    # the start: the latest snapshot before the first kept fault started (both still pending there)
     assert 0 < result.start_events < result.events
-    assert result.passes["snapshot"] == {"runs": 1, "accepted": 1}
+    assert set(result.faults_kept) <= set(pending_fault_ids(start_world))
+    assert next_world is None or not set(result.faults_kept) <= set(pending_fault_ids(next_world))
+    assert result.start_check == CHECK_PASSED  # from there, without the kept faults, the run passes
+    assert result.passes["snapshot"] == {"runs": 2, "accepted": 1}
     assert result.runs == sum(counts["runs"] for counts in result.passes.values())
-    # the pytest file replays it from there and passes while the bug is there
+    # the pytest file replays it from there: red while the bug is there, naming the signature
     source = test_file.read_text()
     assert "RECORDING = Path(__file__).parent / 'needle-min.ttr'" in source
     assert f"START_EVENTS = {result.start_events}" in source
-    assert f"; {result.runs} runs." in source  # the snapshot pass's run included
+    assert f"; {result.runs} runs." in source  # the start search's runs included
     completed = run_pytest(test_file)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
-    assert "1 passed" in completed.stdout
+    assert completed.returncode == 1 and "1 failed" in completed.stdout, completed.stdout
+    assert "fails with assertion:needle.total (recorded: assertion:needle.total)" in completed.stdout
 
 
-def test_the_generated_test_fails_when_the_failure_no_longer_reproduces(
+FIX = """        world = session.snapshot_world(position)
+        world.config["bug"] = "none"  # the fix (needle's planted bug switched off in the restored world)
+"""
+
+
+def test_the_generated_test_is_red_with_the_bug_and_green_once_it_is_fixed(
     needle_recording: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
-    """Stand-in for a fix: the same test with another expected signature must fail, not pass."""
+    """The fix stands in for a code change: the restart keeps the worker's memory from the start on.
+    From a snapshot taken after the restart had already wiped that memory, the fixed run would still
+    fail (the damage is in the state): the start must come before the kept faults."""
     path, _ = needle_recording
     test_file = tmp_path / "test_repro.py"
     with Session.open(path) as session:
         result = minimize_run(session, pytest=test_file)
     assert result.out == str(tmp_path / "test_repro.ttr")  # next to the test, named after it
-    test_file.write_text(
-        test_file.read_text().replace(
-            "SIGNATURE = 'assertion:needle.total'", "SIGNATURE = 'hang:needle.round'"
-        )
-    )
-    completed = run_pytest(test_file)
-    assert completed.returncode == 1 and "1 failed" in completed.stdout
+    red = run_pytest(test_file)
+    assert red.returncode == 1 and "assertion:needle.total" in red.stdout, red.stdout
+    source = test_file.read_text()
+    assert source.count("        world = session.snapshot_world(position)\n") == 1
+    test_file.write_text(source.replace("        world = session.snapshot_world(position)\n", FIX))
+    green = run_pytest(test_file)
+    assert green.returncode == 0 and "1 passed" in green.stdout, green.stdout + green.stderr
 
 
-def test_a_budget_spent_before_the_snapshot_pass_starts_the_repro_at_the_beginning(
+def test_a_spent_budget_still_writes_the_best_repro_so_far_and_says_it_is_partial(
     needle_recording: tuple[Path, dict[str, Any]], tmp_path: Path
 ) -> None:
     path, _ = needle_recording
     with Session.open(path) as session:
         result = minimize_run(session, out=tmp_path / "small.ttr", budget=Budget(max_runs=15))
-    assert result.stopped_by == "max_runs" and result.runs == 15
-    assert result.start_events == 0 and result.passes["snapshot"]["runs"] == 0
+    assert result.stopped_by == "max_runs" and result.partial and result.to_data()["partial"] is True
+    assert result.faults_after < result.faults_before  # some progress, kept
+    assert result.start_check == CHECK_PASSED  # the start is searched and checked all the same
+    assert any(
+        line.startswith("  partial (max_runs): stopped before a fixpoint") for line in render_text(result)
+    )
     with Session.open(tmp_path / "small.ttr") as repro:
         assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
         assert repro.replay().verified
@@ -160,15 +182,15 @@ OUTSIDE = Scenario(
 )
 
 
-def test_the_snapshot_pass_walks_back_to_the_start_when_no_snapshot_reproduces(tmp_path: Path) -> None:
+def test_a_failure_that_needs_no_fault_starts_its_repro_at_the_beginning(tmp_path: Path) -> None:
     path = tmp_path / "outside.ttr"
     report, _ = record_run(OUTSIDE, OUTSIDE.resolve_config({}), 0, path, snapshot_every_events=64)
     assert report["failure"]["signature"] == "assertion:outside.count"
     with Session.open(path, scenario=OUTSIDE) as session:
         result = minimize_run(session, out=tmp_path / "repro.ttr")
-    assert result.start_events == 0
-    snapshots_before_failure = (EVENTS - 1) // 64  # #64 .. #384, each tried once, latest first
-    assert result.passes["snapshot"] == {"runs": snapshots_before_failure, "accepted": 0}
+    assert result.faults_kept == () and result.start_events == 0
+    assert result.start_check == CHECK_NO_FAULT
+    assert result.passes["snapshot"] == {"runs": 0, "accepted": 0}
 
 
 # -- refusals, the command and the CLI --------------------------------------------------------------
@@ -232,10 +254,11 @@ def test_a_branch_is_minimized_from_its_fork_into_a_new_branch_of_the_repro(
         assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
         assert repro.replay().verified
         assert FORK < result.start_events < repro.end.events
+    assert result.start_check == CHECK_PASSED
     with Session.open(out, branch="b1") as original:  # the recording's own branches are all there
         assert original.info.failure is not None
     completed = run_pytest(test_file)
-    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert completed.returncode == 1 and "assertion:needle.total" in completed.stdout, completed.stdout
     assert "BRANCH = 'b1-min'" in test_file.read_text()
 
 
@@ -249,8 +272,9 @@ def test_the_minimize_command_renders_and_writes(
     lines = render_text(result)
     assert lines[0].startswith(f"minimized assertion:needle.total in {result.runs} runs")
     assert any(line.startswith("  faults  102 -> 2: ") for line in lines)
-    assert lines[-1].startswith(
-        f"  the repro fails after {result.events} events; it reproduces from its snapshot at event #{result.start_events}"
+    assert (
+        f"  the repro fails after {result.events} events; its test starts at event #{result.start_events} "
+        in "\n".join(lines)
     )
 
 
@@ -282,5 +306,15 @@ def test_a_missing_wait_race_on_16_ranks_shrinks_to_one_rank(tmp_path: Path) -> 
     assert result.signature == "race:gpu.race.grad"
     assert (result.config["ranks"], result.config["steps"]) == (1, 1)
     assert result.params_changed == {"ranks": (16, 1), "steps": (100, 1)}
-    completed = run_pytest(tmp_path / "test_race.py")
-    assert completed.returncode == 0, completed.stdout + completed.stderr
+    assert result.start_events == 0 and result.start_check == CHECK_NO_FAULT
+    test_file = tmp_path / "test_race.py"
+    red = run_pytest(test_file)
+    assert red.returncode == 1 and "fails with race:gpu.race.grad" in red.stdout, red.stdout
+    fixed = "        world.config['bug'] = 'none'  # the fix: the optimizer waits for the gradient\n"
+    source = test_file.read_text().replace(
+        "        world = session.snapshot_world(position)\n",
+        "        world = session.snapshot_world(position)\n" + fixed,
+    )
+    test_file.write_text(source)
+    green = run_pytest(test_file)
+    assert green.returncode == 0, green.stdout + green.stderr

@@ -1,9 +1,9 @@
 """The issue's acceptance on the dp_training demo seed: find-first names the first step where the
 replicas differ, and the rank, long before the replica check fails the run.
 
-The story (docs/scenarios/dp_training.md): fault f2 flips a bit of r3's gradient at 975 ms; with the
+The story (docs/scenarios/dp_training.md): fault f2 flips a bit of r3's gradient at 985 ms; with the
 planted bug ``local_guard`` r3 alone skips that step and the other 15 ranks apply it; the replica
-check after step 110 fails the run at 1032 ms. A recording of the demo is 63,738 events, so these
+check after step 110 fails the run at 1029 ms. A recording of the demo is 64,278 events, so these
 tests are marked slow (CI runs them).
 """
 
@@ -20,6 +20,7 @@ from timetravel.explore.paths import parse_predicate, world_tree
 from timetravel.explore.search import find_first
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
+from timetravel.scenarios.dp_training.params import DEMO_SEED
 
 REPLICAS_DIFFER = "min(nodes/*/step) == max(nodes/*/step) and differ(nodes/*/weights)"
 """Every rank has finished the same step and their weights are not all equal (the cheap clause
@@ -31,7 +32,7 @@ REWIND_NS = 950_000_000
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     scenario = get_scenario("dp_training")
     path = tmp_path_factory.mktemp("demo") / "demo.ttr"
-    report, world = record_run(scenario, scenario.resolve_config({"preset": "demo"}), 65, path)
+    report, world = record_run(scenario, scenario.resolve_config({"preset": "demo"}), DEMO_SEED, path)
     assert report["failure"]["signature"] == "divergence:dp_training.divergence"
     assert report["failure"]["node"] == "r3"
     flip = next(record for record in world.faults if record["id"] == "f2")
@@ -50,7 +51,7 @@ def test_find_first_names_the_first_step_where_replicas_differ_and_the_rank(demo
         assert result.witnesses == ("nodes/r0/weights", "nodes/r3/weights")
         assert facts["flip_ns"] < result.t_ns < facts["report"]["failure"]["t_ns"]
         ranks = {name: state for name, state in session.world.nodes.items() if name.startswith("r")}
-        assert {state["step"] for state in ranks.values()} == {105}  # all through step 104...
+        assert {state["step"] for state in ranks.values()} == {106}  # all through step 105...
         assert {name: state["skipped_steps"] for name, state in ranks.items() if state["skipped_steps"]} == {
             "r3": 1
         }  # ...which r3 alone skipped

@@ -114,7 +114,12 @@ def test_the_crash_hooks_ran_and_the_node_came_back() -> None:
             "t_end": "100us",
             "params": {"kinds": ["grad"]},
         },
-        {"kind": "corrupt", "target": "r2", "t_start": "60us", "params": {"buffer": "weights", "bit": 30}},
+        {
+            "kind": "corrupt",
+            "target": "r2",
+            "t_start": "60us",
+            "params": {"buffer": "weights", "element": 3, "bit": 30},
+        },
     ],
 )
 def test_silent_corruption_is_detected_as_divergence(record: dict[str, Any]) -> None:

@@ -234,7 +234,7 @@ def test_reorder_lets_a_later_message_overtake() -> None:
     scenario = probe_scenario()
     world = probe_world(scenario, faults=message_fault("reorder", window_ns=50_000))
     world.schedule(10, "r0", "go", [["r2", "msg", "first", 0], ["r2", "msg", "second", 0]])
-    overrides = {("r0", "fault.reorder.delay", 0): 40_000, ("r0", "fault.reorder.delay", 1): 0}
+    overrides = {("r0", "fault.f1.reorder.delay", 0): 40_000, ("r0", "fault.f1.reorder.delay", 1): 0}
     Simulation(scenario, world, overrides=overrides).run()
     assert arrivals(world, "r2") == [[10 + HOP_NS, "msg", "second"], [10 + HOP_NS + 40_000, "msg", "first"]]
 
@@ -274,7 +274,7 @@ def traffic_trace(faults: Any, remove: str | None = None) -> list[Any]:
     world.schedule(10, "r2", "go", [["r0", "msg", "reply", 4_096]])
     if remove is not None:
         fabric.remove_fault(world, remove)
-    run(scenario, world, overrides={("r0", "fault.reorder.delay", 0): 30_000})
+    run(scenario, world, overrides={("r0", "fault.f1.reorder.delay", 0): 30_000})
     return [
         arrivals(world, "r0"),
         arrivals(world, "r2"),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import datetime
+import gc
 import inspect
 import multiprocessing
 import os
@@ -469,3 +470,64 @@ def test_patched_functions_keep_their_names_and_pickle_by_reference() -> None:
     assert {"time.time", "datetime.datetime.now", "os.urandom", "uuid.uuid4", "numpy.random.rand"} <= set(
         guard.patched_labels()
     )
+
+
+# -- interpreter hooks ----------------------------------------------------------------------------
+
+
+class _GarbageCycle:
+    """An object in a reference cycle whose finalizer reads the clock (only a collection frees it)."""
+
+    def __init__(self, seen: list[float]) -> None:
+        self.seen = seen
+        self.me = self
+
+    def __del__(self) -> None:
+        self.seen.append(time.perf_counter())
+
+
+def _collect_garbage(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    _GarbageCycle(state["seen"].setdefault("finalized", []))
+    gc.collect()  # a library's own collection inside a handler; an automatic one behaves alike
+    state["seen"]["guarded_after"] = guard.active_context() is ctx
+
+
+@pytest.mark.parametrize("mode", ["virtualize", "forbid"])
+def test_garbage_collector_callbacks_see_the_real_functions_and_never_fail_the_run(mode: str) -> None:
+    readings: list[tuple[str, float, float]] = []
+
+    def gc_callback(phase: str, info: dict[str, Any]) -> None:
+        readings.append((phase, time.perf_counter(), random.random()))
+
+    def on_end(world: World, ctx: Context) -> None:
+        gc.collect()
+
+    scenario = probe(_collect_garbage, determinism=mode, on_end=on_end)
+    gc.callbacks.append(gc_callback)
+    try:
+        world, result = run_probe(scenario)
+    finally:
+        gc.callbacks.remove(gc_callback)
+    assert result.failure is None, result.failure
+    assert len(readings) >= 4  # start and stop of the handler's collection and of the end hook's
+    real_now = time.perf_counter()
+    assert all(0 < clock <= real_now and clock > FIRST_EVENT_NS / 1e9 for _, clock, _ in readings)
+    finalized = world.nodes["n0"]["seen"].get("finalized", [])
+    assert finalized and all(value > FIRST_EVENT_NS / 1e9 for value in finalized)  # the real clock
+    assert world.choices == {}  # the callbacks' random draws took no choice
+    assert guard.active_context() is None
+    assert world.nodes["n0"]["seen"]["guarded_after"]  # the handler itself is guarded again
+
+
+def test_the_guard_keeps_its_collection_callbacks_at_both_ends() -> None:
+    def late_callback(phase: str, info: dict[str, Any]) -> None:
+        late.append((phase, guard.active_context()))
+
+    late: list[tuple[str, Any]] = []
+    run_probe(probe(_collect_garbage))  # installs the guard's callbacks
+    gc.callbacks.append(late_callback)  # registered after them: the next activation moves them
+    try:
+        run_probe(probe(_collect_garbage, determinism="forbid"))
+    finally:
+        gc.callbacks.remove(late_callback)
+    assert late and all(context is None for _, context in late)

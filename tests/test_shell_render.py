@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import math
 
@@ -270,6 +271,7 @@ def test_a_minimize_result_shows_before_and_after_and_what_it_wrote() -> None:
         events=203,
         start_events=192,
         start_ns=2 * MS,
+        start_check="passes without the kept faults",
     )
     text = text_of(result)
     assert text.splitlines()[0] == "minimized assertion:needle.total  in 98 runs, 1.2 s (stopped by fixpoint)"
@@ -277,8 +279,10 @@ def test_a_minimize_result_shows_before_and_after_and_what_it_wrote() -> None:
     assert "FAIL assertion on n0 at 3ms: total" in text
     assert "\nwrote repro.ttr\n" in text
     assert " ".join(text.split()).endswith(
-        "the repro fails after 203 events; it reproduces from its snapshot at event #192 (2ms)"
+        "the repro fails after 203 events; its test starts at event #192 (2ms): passes without the kept faults"
     )
+    partial = text_of(dataclasses.replace(result, stopped_by="cancelled"))
+    assert "partial: stopped by cancelled; the best result so far" in " ".join(partial.split())
 
 
 def test_every_result_the_language_renders_as_text_has_a_rich_renderer() -> None:

@@ -141,6 +141,14 @@ def main(args: argparse.Namespace) -> int:
             )
     finally:
         signal.signal(signal.SIGTERM, previous)
+    if summary.stopped == STOP_INTERRUPTED and not summary.ran and not args.json:
+        # nothing ran: a summary of zero seeds ("this run: nothing to do") would only mislead
+        print(
+            f"timetravel: interrupted before any seed finished; {summary.seeds_in_sweep - summary.remaining:,} "
+            f"of {summary.seeds_in_sweep:,} seeds are done. Run the same command again to resume.",
+            file=sys.stderr,
+        )
+        return EXIT_INTERRUPTED
     if args.json:
         print_json(summary.to_json())
     else:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import argparse
+import signal
+import sys
+import threading
 from typing import Any
 
 from timetravel.cli.common import UsageError, print_json, register_user_error
@@ -20,6 +23,38 @@ from timetravel.explore.minimize import (
 from timetravel.explore.minimize_run import minimize_run
 
 register_user_error(NothingToMinimize)
+EXIT_INTERRUPTED = 130
+
+
+class StopRequest:
+    """Ctrl-C (SIGINT) while minimizing: the first asks the search to stop after the run in progress
+    and still write the best repro so far; a second one aborts at once (KeyboardInterrupt)."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._previous: Any = None
+
+    def __call__(self) -> bool:
+        return self.requested
+
+    def _on_interrupt(self, signal_number: int, frame: Any) -> None:
+        if self.requested:
+            raise KeyboardInterrupt
+        self.requested = True
+        print(
+            "\ntimetravel: interrupted: stopping after this run to write the best repro so far "
+            "(Ctrl-C again to abort)",
+            file=sys.stderr,
+        )
+
+    def __enter__(self) -> StopRequest:
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGINT, self._previous)
 
 
 def register(subparsers: Any) -> None:
@@ -32,8 +67,9 @@ def register(subparsers: Any) -> None:
             "smaller fault parameters, choices towards 0. Then record the minimized run (--out), find the "
             "latest of its snapshots from which the failure reproduces, and write a pytest file that replays "
             "the recording from there and asserts the signature (--pytest; without --out the recording goes "
-            "next to it). A budget bounds the search; when it runs out, the best result so far is kept. "
-            "Exit code 0 when it minimized, 2 on bad input (a branch that did not fail, an unknown branch)."
+            "next to it). A budget bounds the search; when it runs out, or at a Ctrl-C, the best result so far is "
+            "written and said to be partial (a second Ctrl-C aborts). Exit code 0 when it minimized, 2 on bad "
+            "input (a branch that did not fail, an unknown branch), 130 when interrupted."
         ),
     )
     parser.add_argument("path", metavar="PATH", help="a .ttr recording of a failing run")
@@ -80,7 +116,11 @@ def main(args: argparse.Namespace) -> int:
     if not args.max_seconds > 0:
         raise UsageError("minimize: --max-seconds must be a positive number")
     budget = Budget(max_runs=args.max_runs, max_seconds=args.max_seconds, max_stall=args.max_stall)
-    with open_session(args.path, args.scenario_target, args.branch) as session, ProgressLine() as line:
+    with (
+        open_session(args.path, args.scenario_target, args.branch) as session,
+        ProgressLine() as line,
+        StopRequest() as stop,
+    ):
 
         def progress(step: Progress) -> None:
             line.update(
@@ -95,6 +135,7 @@ def main(args: argparse.Namespace) -> int:
             pytest=args.pytest,
             budget=budget,
             progress=progress,
+            should_stop=stop,
             scenario_target=args.scenario_target,
         )
         unit = session.display_unit
@@ -102,4 +143,9 @@ def main(args: argparse.Namespace) -> int:
         print_json(result.to_data())
     else:
         print("\n".join(render_text(result, unit)))
+    if stop.requested and result.partial:
+        print(
+            "timetravel: interrupted: the repro written is partial (the best result so far)", file=sys.stderr
+        )
+        return EXIT_INTERRUPTED
     return 0

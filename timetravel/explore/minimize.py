@@ -177,10 +177,17 @@ class MinimizeResult:
     """Events the minimized run processes until it fails."""
     start_events: int = 0
     start_ns: int = 0
+    """Where the repro's pytest starts: the latest snapshot of the repro recording (``out``) before the
+    first kept fault and the first difference from the fault-free run (explore/minimize_run.py)."""
+    start_check: str = ""
+    """What the export check found: the run from the start passes without the kept faults, or why not."""
     repro_branch: str = "main"
     """The branch of ``out`` that holds the minimized run (a minimized branch: ``<branch>-min``)."""
-    """Where the repro's pytest starts: the latest snapshot of the repro recording (``out``) from
-    which the failure reproduces (explore/minimize_run.py); 0 for the start of the run."""
+
+    @property
+    def partial(self) -> bool:
+        """True when a budget or a cancel stopped the search before a fixpoint: the best result so far."""
+        return self.stopped_by != STOP_FIXPOINT
 
     def to_data(self) -> dict[str, Any]:
         """The ``minimize --json`` object."""
@@ -193,8 +200,12 @@ class MinimizeResult:
             "choices_after": self.choices_after,
             "runs": self.runs,
             "seconds": round(self.seconds, 3),
+            "stopped_by": self.stopped_by,
+            "partial": self.partial,
             "out": self.out,
             "pytest": self.pytest,
+            "start_events": self.start_events,
+            "start_check": self.start_check,
         }
 
     def choice_pins(self) -> ChoicePins:
@@ -314,8 +325,9 @@ class Minimizer:
         if self.stall >= self.budget.max_stall:
             raise _Stop(STOP_MAX_STALL)
 
-    def _run(self, candidate: Candidate) -> Trial:
-        self._check_budget()
+    def _run(self, candidate: Candidate, checked: bool = True) -> Trial:
+        if checked:
+            self._check_budget()
         self.runs += 1
         counts = self.passes.setdefault(self.pass_name, {"runs": 0, "accepted": 0})
         counts["runs"] += 1
@@ -376,6 +388,7 @@ class Minimizer:
         first = self._start()
         stopped_by = STOP_FIXPOINT
         try:
+            self._make_schedule_explicit(first)
             while True:
                 before = self.best
                 for name, shrink_pass in self._passes():
@@ -388,9 +401,9 @@ class Minimizer:
         return self._result(first, stopped_by)
 
     def _start(self) -> Trial:
-        """Run the original, learn its signature and make its fault schedule explicit."""
+        """Run the original (always: a cancel or a budget stops only later runs) and learn its signature."""
         self.pass_name = "start"
-        trial = self._run(self.original)
+        trial = self._run(self.original, checked=False)
         self.best_trial = trial
         self._report()
         if trial.failure is None:
@@ -402,12 +415,15 @@ class Minimizer:
         self.events_max = trial.events * RUN_EVENTS_FACTOR + RUN_EVENTS_SLACK
         self.best, self.best_trial = self.original, trial
         self.cache[self.original.key()] = True
+        return trial
+
+    def _make_schedule_explicit(self, trial: Trial) -> None:
+        """Put the drawn fault schedule into the config as a list, which the faults pass then shrinks."""
         if self._takes_explicit_faults() and trial.faults:
             explicit = self.original.with_config(**{FAULTS_KEY: trial.faults})
             self.pass_name = "faults"
             if not self.reproduces(explicit):
                 self._faults_unsupported = True
-        return trial
 
     _faults_unsupported = False
 

@@ -10,25 +10,28 @@ fault parameters, choices towards 0), always keeping that signature. Then:
    forced, so it needs no minimizer to replay). Its snapshots are taken at most every
    REPRO_SNAPSHOT_EVERY_EVENTS_MAX events (about REPRO_SNAPSHOTS over the run), so that a late
    one stands close to the failure.
-2. **The latest snapshot from which the failure reproduces.** Each snapshot of the repro taken
-   before the failing event, latest first, is restored *from the file* and run to the end with
-   the same future (the same pinned choices); the first one whose run fails with the signature
-   is kept as the repro's start (``start_events``), and the pytest file starts there: a
-   reproduction of a long run then costs the events after that snapshot, not the whole run. A run
-   is a pure function of its world and its choices, so this normally holds for the latest
-   snapshot at once; when it does not, the snapshot misses something the run depends on (state
-   kept outside the world), and the search walks back, down to the start of the run.
+2. **Where the repro starts.** A repro a user commits must be a regression test: red while the bug
+   is there, green once it is fixed. So it must start from a state that holds nothing of the
+   failure yet — not the latest snapshot that still fails, which may be taken after the damage is
+   in the state (a flipped bit already summed into the weights), so that a fixed code still fails
+   from it. The start is the latest snapshot of the repro taken **before the first kept fault
+   starts** (its start event still queued) and **before the run leaves the fault-free run** (the
+   snapshot's effects key equals that of the same run with the kept faults removed, at the same
+   event; explore/effects.py). Two runs check it: from there the failure reproduces with the
+   signature, and with the kept faults removed the run passes — the starting state does not hold
+   the failure. When a check fails the search walks back, down to the start of the run (and says
+   so in ``start_check``). A failure that keeps no fault needs none: the repro starts at #0.
 3. **The pytest file** (``pytest``) opens the repro recording, restores that snapshot, runs it and
-   asserts the failure signature. It passes while the bug is there; after a fix it fails, which is
-   the moment to make it expect a pass and keep it as a regression test.
+   asserts that the run **passes**: while the bug is there it fails, naming the recorded
+   signature and message; once the bug is fixed it passes, and stays as a regression test.
 
 A **branch** is minimized from its fork instead (:mod:`timetravel.explore.minimize_branch`): its
 world was changed mid-run, so every candidate starts from the branch's snapshot at the fork, the
 faults still pending there go through ddmin and the choices after it towards 0; the repro
 recording is the recording with the minimized future appended as branch ``<branch>-min``.
 
-Runs of the snapshot pass count in ``runs`` and respect the same budget; when the budget is spent
-before it, the repro starts at its beginning.
+The runs of the start search count in ``runs``. A cancelled or over-budget minimization still writes
+its best candidate so far, and its start is searched the same way (the result says ``partial``).
 """
 
 from __future__ import annotations
@@ -39,8 +42,22 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from timetravel.explore.minimize import Budget, MinimizeResult, NothingToMinimize, Progress, minimize
-from timetravel.explore.minimize_branch import minimize_branch, record_branch_repro
+from timetravel.explore.effects import effects_key
+from timetravel.explore.minimize import (
+    RUN_EVENTS_FACTOR,
+    RUN_EVENTS_SLACK,
+    Budget,
+    MinimizeResult,
+    NothingToMinimize,
+    Progress,
+    minimize,
+)
+from timetravel.explore.minimize_branch import (
+    minimize_branch,
+    pending_fault_ids,
+    record_branch_repro,
+    remove_pending_faults,
+)
 from timetravel.explore.repro import write_replay_pytest
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -65,6 +82,8 @@ class ReproStart:
     runs: int
     first: int = 0
     """Where the repro's own history starts (0; a branch's fork)."""
+    check: str = ""
+    """What the export check found (CHECK_PASSED, CHECK_NO_FAULT, or CHECK_FAILS_WITHOUT and why)."""
 
 
 def minimize_run(
@@ -119,14 +138,7 @@ def minimize_run(
     else:
         branch = MAIN_BRANCH
         record_repro(session, result, out, interval)
-    remaining = Budget(
-        max_runs=max(budget.max_runs - result.runs, 0),
-        max_seconds=max(budget.max_seconds - (time.monotonic() - started), 0.0),
-        max_stall=budget.max_stall,
-    )
-    start = latest_reproducing_snapshot(
-        session.scenario, out, result.signature, remaining, should_stop, branch
-    )
+    start = repro_start(session.scenario, out, result.signature, result.faults_kept, should_stop, branch)
     passes = {
         **result.passes,
         SNAPSHOT_PASS: {"runs": start.runs, "accepted": int(start.events > start.first)},
@@ -139,6 +151,7 @@ def minimize_run(
         out=str(out),
         start_events=start.events,
         start_ns=start.t_ns,
+        start_check=start.check,
         repro_branch=branch,
     )
     if pytest is not None:
@@ -189,38 +202,92 @@ def _record_with_overrides(
     return {"failure": end["failure"], "events": end["events"]}, world
 
 
-def latest_reproducing_snapshot(
+def repro_start(
     scenario: Any,
     path: str | Path,
     signature: str,
-    budget: Budget,
+    faults_kept: tuple[str, ...] | list[str],
     should_stop: Callable[[], bool] | None = None,
     branch: str = MAIN_BRANCH,
 ) -> ReproStart:
-    """The latest snapshot of the repro's ``branch``, before its failing event, from which restoring
-    and running the same future fails with ``signature`` (the branch's start when none does or
-    the budget runs out: #0, or a branch's fork)."""
-    started = time.monotonic()
+    """Where the repro's pytest starts: the latest snapshot of ``branch`` that still holds nothing
+    of the failure (see the module docstring), checked by two runs from it."""
+    kept = list(faults_kept)
     runs = 0
     with Session.open(path, scenario=scenario, branch=branch) as repro:
         first = repro.fork_events
         snapshots = repro.snapshots()
         failing_event = repro.end.events
-        candidates = [
-            (position, snapshot)
-            for position, snapshot in enumerate(snapshots)
-            if not snapshot.final and first < snapshot.events < failing_event
-        ]
-        for position, snapshot in reversed(candidates):
-            out_of_budget = runs >= budget.max_runs or time.monotonic() - started >= budget.max_seconds
-            if out_of_budget or (should_stop is not None and should_stop()):
+        positions = [p for p, s in enumerate(snapshots) if not s.final and first <= s.events < failing_event]
+        if not positions:
+            positions = [0]
+        if not kept:
+            start = snapshots[positions[0]]
+            return ReproStart(start.events, start.t_ns, 0, first, CHECK_NO_FAULT)
+        clean = _clean_positions(scenario, repro, positions, kept, should_stop)
+        for position in reversed(clean):
+            snapshot = snapshots[position]
+            runs += 2
+            with_faults = _run_from(scenario, repro, position, [], failing_event)
+            without = _run_from(scenario, repro, position, kept, failing_event)
+            if with_faults is not None and with_faults["signature"] == signature and without is None:
+                return ReproStart(snapshot.events, snapshot.t_ns, runs, first, CHECK_PASSED)
+            if position != clean[0] and should_stop is not None and should_stop():
                 break
-            runs += 1
-            world = repro.snapshot_world(position)
-            outcome = Simulation(
-                scenario, world, overrides=repro.overrides_at(snapshot.events), chain=False
-            ).run(max_events=failing_event - snapshot.events + 1)
-            if outcome.failure is not None and outcome.failure["signature"] == signature:
-                return ReproStart(snapshot.events, snapshot.t_ns, runs, first)
-        start = next((s for s in snapshots if s.events == first and not s.final), snapshots[0])
-    return ReproStart(start.events, start.t_ns, runs, first)
+        start = snapshots[positions[0]]
+        without = _run_from(scenario, repro, positions[0], kept, failing_event)
+        runs += 1
+        check = CHECK_PASSED if without is None else f"{CHECK_FAILS_WITHOUT} ({without['signature']})"
+    return ReproStart(start.events, start.t_ns, runs, first, check)
+
+
+CHECK_PASSED = "passes without the kept faults"
+CHECK_NO_FAULT = "no fault kept: the failure needs none, so the repro starts at the beginning"
+CHECK_FAILS_WITHOUT = "fails without the kept faults too"
+
+
+def _clean_positions(
+    scenario: Any,
+    repro: Session,
+    positions: list[int],
+    kept: list[str],
+    should_stop: Callable[[], bool] | None,
+) -> list[int]:
+    """The snapshots (first one included) taken before any kept fault started and whose effects equal
+    the fault-free run's at the same event: the prefix of ``positions`` that holds nothing of the faults."""
+    snapshots = repro.snapshots()
+    reference = repro.snapshot_world(positions[0])
+    remove_pending_faults(reference, kept)
+    simulation = Simulation(
+        scenario, reference, overrides=repro.overrides_at(snapshots[positions[0]].events), chain=False
+    )
+    clean = [positions[0]]
+    for position in positions[1:]:
+        if should_stop is not None and should_stop():
+            break
+        world = repro.snapshot_world(position)
+        if any(fault_id not in pending_fault_ids(world) for fault_id in kept):
+            break  # a kept fault has started: its effect may be in the state
+        target = snapshots[position].events
+        if reference.events_processed < target:
+            simulation.run(max_events=target - reference.events_processed)
+        if reference.events_processed != target or effects_key(reference) != effects_key(world):
+            break  # the run has left the fault-free one
+        clean.append(position)
+    return clean
+
+
+def _run_from(
+    scenario: Any, repro: Session, position: int, removed: list[str], failing_event: int
+) -> dict[str, Any] | None:
+    """The failure of a run from snapshot ``position`` with the faults ``removed`` (None: it passed)."""
+    snapshot = repro.snapshots()[position]
+    world = repro.snapshot_world(position)
+    remove_pending_faults(world, removed)
+    events_max = (failing_event - snapshot.events) * RUN_EVENTS_FACTOR + RUN_EVENTS_SLACK
+    outcome = Simulation(scenario, world, overrides=repro.overrides_at(snapshot.events), chain=False).run(
+        max_events=events_max
+    )
+    if outcome.failure is None and outcome.stop != "drained":
+        return {"signature": f"no end within {events_max} events", "message": ""}
+    return outcome.failure

@@ -8,10 +8,11 @@ opens in the TUI. What follows describes the first form; the second asserts the 
 
 The file carries the minimized inputs as data — scenario name, seed, config (JSON, with the
 explicit fault schedule), pinned choices and zeroed choice sites — and one test that runs them
-and asserts the failure signature. It imports only timetravel's public API, so it runs on any
-machine with timetravel installed, with no recording next to it. It asserts the *failure*: while
-the bug is there it passes; once the bug is fixed it fails, which is the moment to turn it into a
-regression test that expects a pass.
+and asserts that the run **passes**. It imports only timetravel's public API, so it runs on any
+machine with timetravel installed, with no recording next to it. It is a regression test: while the
+bug is there it fails, naming the recorded signature and message; once the bug is fixed it passes.
+(The replaying form starts from a snapshot that holds nothing of the failure yet, checked when it
+is written, so that a fix can change what happens from there: explore/minimize_run.py.)
 """
 
 from __future__ import annotations
@@ -20,12 +21,13 @@ import json
 from pathlib import Path
 
 from timetravel.explore.minimize import MinimizeResult
+from timetravel.sim.timefmt import format_time_auto
 
 _TEMPLATE = '''"""Minimal reproduction of {signature}: {scenario} seed {seed}, written by `timetravel minimize`.
 
 {summary}
-The test passes while the bug is there (it asserts the failure). Once the bug is fixed it fails:
-then make it expect a pass and keep it as a regression test.
+A regression test: while the bug is there it fails with the recorded signature; once the bug is
+fixed it passes. Keep it.
 """
 
 import json
@@ -50,14 +52,15 @@ SIGNATURE = {signature!r}
 FAILURE_MESSAGE = {message!r}
 
 
-def test_reproduces_{test_name}():
+def test_regression_{test_name}():
     scenario = {loader}(SCENARIO)
     config = scenario.resolve_config(CONFIG)
     world = build_world(scenario, config, SEED)
     overrides = ChoicePins((((node, site, index), value) for node, site, index, value in PINS), ZERO_SITES)
     result = Simulation(scenario, world, overrides=overrides or None).run()
-    assert result.failure is not None, "the run passed: the failure no longer reproduces"
-    assert result.failure["signature"] == SIGNATURE, result.failure
+    assert result.failure is None, (
+        f"fails with {{result.failure['signature']}} (recorded: {{SIGNATURE}}): {{result.failure['message']}}"
+    )
 '''
 
 
@@ -121,10 +124,11 @@ def _wrap(text: str, width: int = 100) -> str:
 _REPLAY_TEMPLATE = '''"""Minimal reproduction of {signature}: {scenario} seed {seed}, written by `timetravel minimize`.
 
 {summary}
-It replays branch {branch} of the repro recording {recording_name} from its snapshot at event #{start_events} (the
-latest from which the failure reproduces) with the choices the recording pinned, and asserts the
-failure signature. It passes while the bug is there; once the bug is fixed it fails: then make it
-expect a pass and keep it as a regression test. `timetravel replay` checks the recording bit for bit.
+It replays branch {branch} of the repro recording {recording_name} from its snapshot at event #{start_events} ({start_time}),
+taken before the first kept fault starts and while the run still equals the fault-free one (export
+check: {start_check}), with the choices the recording pinned, and asserts that the run passes.
+A regression test: while the bug is there it fails with the recorded signature; once the bug is
+fixed it passes. Keep it. `timetravel replay` checks the recording bit for bit.
 """
 
 from pathlib import Path
@@ -142,14 +146,15 @@ SIGNATURE = {signature!r}
 FAILURE_MESSAGE = {message!r}
 
 
-def test_reproduces_{test_name}():
+def test_regression_{test_name}():
     with Session.open(RECORDING, scenario={loader}(SCENARIO), branch=BRANCH) as session:
         position = [snapshot.events for snapshot in session.snapshots()].index(START_EVENTS)
         world = session.snapshot_world(position)
         overrides = session.overrides_at(START_EVENTS)
         result = Simulation(session.scenario, world, overrides=overrides, chain=False).run()
-    assert result.failure is not None, "the run passed: the failure no longer reproduces"
-    assert result.failure["signature"] == SIGNATURE, result.failure
+    assert result.failure is None, (
+        f"fails with {{result.failure['signature']}} (recorded: {{SIGNATURE}}): {{result.failure['message']}}"
+    )
 '''
 
 
@@ -173,6 +178,8 @@ def replay_pytest_source(
         recording=recording,
         branch=branch,
         start_events=start_events,
+        start_time=format_time_auto(result.start_ns),
+        start_check=result.start_check or "not run",
         loader="load_target" if scenario_target else "get_scenario",
         scenario_ref=scenario_target or result.scenario,
         message=result.failure.get("message", ""),

@@ -18,8 +18,12 @@ The records and their validation live in schedule.py; the swarm draw in swarm.py
   scenario's ``on_restart`` hook brings it back; without that hook the node stays down.
 * **drop / duplicate / reorder / delay** (start -> end): each matching message (sent by the target,
   or to it with ``direction``; optionally only to/from ``peer`` and only of ``kinds``) is affected
-  with ``probability`` (a ``chance`` at site ``fault.<kind>``; choice 0 means "not affected"
-  unless the probability is 1), at most ``count`` times (null: no limit).
+  with ``probability`` (a ``chance`` at the fault's own site ``fault.<id>.<kind>``, e.g.
+  ``fault.f7.drop``; choice 0 means "not affected" unless the probability is 1), at most ``count``
+  times (null: no limit).
+
+Every draw a fault makes is on sites named by its id (schedule.fault_site), so removing one fault
+never shifts another's draws: what a minimizer relies on when it deletes faults one by one.
 
 The fabric counts what each fault did in ``world.fabric["fault_hits"][id]`` (messages dropped,
 held, duplicated, delayed, corrupted; bits flipped; 1 for a crash or slow window that took
@@ -245,7 +249,7 @@ def _corrupt_buffer(record: dict[str, Any], state: dict[str, Any], ctx: Context,
         raise ValueError(
             f"buffer {name!r} of {record['target']} is read-only; find_buffer must return a writable array"
         )
-    element, bit = flip_bit(ctx, array, record["params"]["element"], record["params"]["bit"])
+    element, bit = flip_bit(ctx, array, record["params"]["element"], record["params"]["bit"], record["id"])
     ctx.world.fabric["fault_hits"][record["id"]] += 1
     ctx.log(f"fault {record['id']}: flipped bit {bit} of element {element} of buffer {name!r}")
 

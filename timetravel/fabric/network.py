@@ -24,6 +24,10 @@ same paths and a different seed reorders arrivals.
 **Faults.** When any message fault is active (``world.fabric["message_rules"]`` non-empty) sends
 take :func:`_send_with_faults`, which applies partitions, drops, duplicates, reorders, delays and
 in-flight corruption (see faults.py for the records). The common case pays one dict lookup for it.
+Each fault draws on sites of its own (``fault.f7.drop``: schedule.fault_site), every matching rule
+draws its coin before any is applied, and the jitter is drawn first: so a send draws the same
+jitter, and a fault the same coins, whatever another fault does to the message, and removing one
+fault (a minimizer's move) never changes what another one does.
 
 Nodes that are not ranks (a coordinator, a storage node) talk over a control network of fixed
 ``control_latency`` with no congestion.
@@ -36,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from timetravel.fabric.schedule import fault_site
 from timetravel.fabric.topology import NS_PER_S
 from timetravel.sim.event import Event, make_event
 
@@ -155,10 +160,15 @@ def reserve(fabric: dict[str, Any], links: list[int] | tuple[int, ...], now: int
 def _send_with_faults(
     ctx: Context, fabric: dict[str, Any], dst: str, kind: str, payload: Any, nbytes: int
 ) -> None:
-    """The send path while faults are active: node partitions first (a blocked message suffers
-    nothing else), then each message fault in activation order, then routing around cut links."""
+    """The send path while faults are active: the jitter; node partitions (a blocked message suffers
+    nothing else); then every matching message fault draws its coin, and those that came up apply
+    in activation order; then routing around cut links."""
     source_node = ctx.node
     rules = fabric["message_rules"]
+    now = ctx.now
+    jitter_ns = fabric["jitter_ns"]
+    if jitter_ns:
+        now += ctx.choose(SITE_JITTER, jitter_ns + 1)
     for rule in rules.values():
         if (
             rule["kind"] == "partition"
@@ -168,9 +178,10 @@ def _send_with_faults(
             _block(ctx, rule, dst, kind, payload, nbytes)
             return
     extra_ns = 0
-    copies = 1
+    copy_sites = [SITE_ECMP]  # a copy's path: the message's on the sender's stream, a duplicate's on its own
     gap_ns = 0
     hits = fabric["fault_hits"]
+    fired: list[dict[str, Any]] = []
     for rule in rules.values():
         fault_kind = rule["kind"]
         if fault_kind == "partition" or not _rule_matches(rule, source_node, dst, kind):
@@ -178,8 +189,10 @@ def _send_with_faults(
         limit = rule["count"]
         if limit is not None and hits[rule["id"]] >= limit:
             continue
-        if not ctx.chance(f"fault.{fault_kind}", rule["probability"]):
-            continue
+        if ctx.chance(fault_site(rule["id"], fault_kind), rule["probability"]):
+            fired.append(rule)
+    for rule in fired:
+        fault_kind = rule["kind"]
         if fault_kind == "corrupt":
             corrupted = corrupt_payload(ctx, payload, rule)
             if corrupted is None:
@@ -192,16 +205,12 @@ def _send_with_faults(
         if fault_kind == "delay":
             extra_ns += rule["delay_ns"]
         elif fault_kind == "reorder":
-            extra_ns += ctx.choose("fault.reorder.delay", rule["window_ns"] + 1)
+            extra_ns += ctx.choose(fault_site(rule["id"], "reorder.delay"), rule["window_ns"] + 1)
         elif fault_kind == "duplicate":
-            copies += 1
+            copy_sites.append(fault_site(rule["id"], "duplicate.ecmp"))
             gap_ns = rule["gap_ns"]
-    now = ctx.now
-    jitter_ns = fabric["jitter_ns"]
-    if jitter_ns:
-        now += ctx.choose(SITE_JITTER, jitter_ns + 1)
-    for copy in range(copies):
-        arrival = _route_around_cuts(ctx, fabric, source_node, dst, now, nbytes)
+    for copy, ecmp_site in enumerate(copy_sites):
+        arrival = _route_around_cuts(ctx, fabric, source_node, dst, now, nbytes, ecmp_site)
         if isinstance(arrival, dict):
             _block(ctx, arrival, dst, kind, payload, nbytes)
             return
@@ -209,7 +218,7 @@ def _send_with_faults(
 
 
 def _route_around_cuts(
-    ctx: Context, fabric: dict[str, Any], source_node: str, dst: str, now: int, nbytes: int
+    ctx: Context, fabric: dict[str, Any], source_node: str, dst: str, now: int, nbytes: int, ecmp_site: str
 ) -> int | dict[str, Any]:
     """Arrival time of one copy, with ECMP avoiding cut spine links; the blocking rule when none is left."""
     rank_of = fabric["rank_of"]
@@ -232,7 +241,7 @@ def _route_around_cuts(
         if not alive:
             keys = [str(up + k) for k in range(spines)] + [str(down + k) for k in range(spines)]
             return _cutting_rule(fabric, keys)
-        spine = alive[ctx.choose(SITE_ECMP, len(alive))] if len(alive) > 1 else alive[0]
+        spine = alive[ctx.choose(ecmp_site, len(alive))] if len(alive) > 1 else alive[0]
         links = [2 * ranks + source, up + spine, down + spine, 3 * ranks + destination]
     for link in links:
         if str(link) in cut:
@@ -294,14 +303,17 @@ def on_held(state: dict[str, Any], event: Event, ctx: Context) -> None:
 # -- corruption ---------------------------------------------------------------------------------
 
 
-def flip_bit(ctx: Context, array: np.ndarray, element: int | None, bit: int | None) -> tuple[int, int]:
-    """Flip one bit of ``array`` in place; element and bit drawn by choices unless pinned. Returns them."""
+def flip_bit(
+    ctx: Context, array: np.ndarray, element: int | None, bit: int | None, fault_id: str
+) -> tuple[int, int]:
+    """Flip one bit of ``array`` in place; element and bit drawn by the fault's own choices
+    (``fault.f7.corrupt.element``, ``…bit``) unless pinned. Returns them."""
     flat = array.reshape(-1)
     if element is None:
-        element = ctx.choose("fault.corrupt.element", flat.size)
+        element = ctx.choose(fault_site(fault_id, "corrupt.element"), flat.size)
     bits_per_element = array.dtype.itemsize * 8
     if bit is None:
-        bit = ctx.choose("fault.corrupt.bit", bits_per_element)
+        bit = ctx.choose(fault_site(fault_id, "corrupt.bit"), bits_per_element)
     element %= flat.size
     bit %= bits_per_element
     raw = flat[element : element + 1].view(np.uint8)
@@ -315,14 +327,14 @@ def corrupt_payload(ctx: Context, payload: Any, rule: dict[str, Any]) -> Any:
         if not _corruptible(payload):
             return None
         copy = np.array(payload, copy=True)
-        flip_bit(ctx, copy, rule.get("element"), rule.get("bit"))
+        flip_bit(ctx, copy, rule.get("element"), rule.get("bit"), rule["id"])
         copy.flags.writeable = False
         return copy
     if isinstance(payload, bytes):
         if not payload:
             return None
         array = np.frombuffer(payload, dtype=np.uint8).copy()
-        flip_bit(ctx, array, rule.get("element"), rule.get("bit"))
+        flip_bit(ctx, array, rule.get("element"), rule.get("bit"), rule["id"])
         return array.tobytes()
     return _corrupt_container(ctx, payload, rule, PAYLOAD_DEPTH_MAX)
 

@@ -390,6 +390,17 @@ def schedule_fault_events(world: Any, record: Mapping[str, Any]) -> None:
         world.schedule(record["t_end"], record["target"], FAULT_KIND, [record["id"], "end"])
 
 
+def fault_site(fault_id: str, what: str) -> str:
+    """The choice site of one fault's own draws: ``fault.f7.drop`` (its coins), ``fault.f7.corrupt.bit``.
+
+    Keyed by the fault's id — never by the kind alone — so that each fault draws from a stream of
+    its own: removing or adding another fault (as a minimizer does) never shifts the index of this
+    fault's draws, and so never changes which messages it hits or which bit it flips. Ids are never
+    renumbered (``f2`` always means one fault), so the stream stays the fault's across schedules.
+    """
+    return f"fault.{fault_id}.{what}"
+
+
 def fault_number(fault_id: str) -> int:
     """The number in a fault id (``f12`` -> 12); 0 for anything else."""
     match = _ID_PATTERN.match(str(fault_id))

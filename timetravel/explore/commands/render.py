@@ -242,8 +242,13 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
     lines += [f"  wrote {result.pytest}"] if result.pytest else []
     if result.out:
         lines.append(
-            f"  the repro fails after {result.events} events; it reproduces from its snapshot at event "
-            f"#{result.start_events} ({format_time(result.start_ns, unit)})"
+            f"  the repro fails after {result.events} events; its test starts at event "
+            f"#{result.start_events} ({format_time(result.start_ns, unit)}), before the kept faults: "
+            f"{result.start_check}"
+        )
+    if result.partial:
+        lines.append(
+            f"  partial ({result.stopped_by}): stopped before a fixpoint; this is the best result so far"
         )
     return lines
 

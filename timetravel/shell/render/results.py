@@ -444,8 +444,10 @@ def render_minimize(result: MinimizeResult, context: RenderContext) -> Renderabl
     parts += [Text(f"wrote {result.out}{on_branch}")] if result.out else []
     parts += [Text(f"wrote {result.pytest}")] if result.pytest else []
     if result.out:
-        start = f"it reproduces from its snapshot at event #{result.start_events} ({context.time(result.start_ns)})"
+        start = f"its test starts at event #{result.start_events} ({context.time(result.start_ns)}): {result.start_check}"
         parts.append(Text(f"the repro fails after {result.events:,} events; {start}", style="dim"))
+    if result.partial:
+        parts.append(Text(f"partial: stopped by {result.stopped_by}; the best result so far", style="yellow"))
     return Group(*parts)
 
 

@@ -6,6 +6,8 @@ first two part of the world: clocks read logical time and random values are choi
 replayable, shrinkable). Calls that cannot be simulated — starting a thread, a real sleep, a new
 asyncio loop, processes, sockets — raise :class:`DeterminismError` naming the call site.
 Set-order leaks it cannot see; ``timetravel check-determinism`` finds those (docs/determinism.md).
+Garbage-collector callbacks and the finalizers a collection runs are not the handler's code: they
+see the real functions (interpreter.py says why).
 
 Modes, per Simulation (default from ``Scenario.determinism``, overridden by ``--determinism``):
 ``virtualize`` (default), ``forbid`` (every clock and entropy read raises too) and ``off``.
@@ -19,6 +21,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from timetravel.sim.guard.interpreter import keep_first_and_last
 from timetravel.sim.guard.patches import (
     install,
     installed,
@@ -62,6 +65,7 @@ def enter(context: Any, mode: str) -> tuple[Any, bool]:
     if mode == MODE_OFF:
         return activate(None, mode)
     refresh()
+    keep_first_and_last()
     return activate(context, mode)
 
 
