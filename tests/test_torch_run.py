@@ -18,6 +18,7 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import ConfigError
+from timetravel.sim.world import World
 from timetravel.torch.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -27,11 +28,14 @@ TIMETRAVEL = [sys.executable, "-m", "timetravel"]
 
 
 def simulate(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> dict:
+    return simulate_world(script, nproc, seed, *settings)[0]
+
+
+def simulate_world(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> tuple[dict, World]:
     authorize_script(str(script))
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", "rank_output=quiet", *settings])
-    report, _world = run_report(scenario, config, seed)
-    return report
+    return run_report(scenario, config, seed)
 
 
 def test_ddp_training_is_bit_for_bit_repeatable() -> None:
@@ -226,7 +230,9 @@ def test_a_bit_flip_in_one_rank_s_result_makes_that_replica_diverge() -> None:
 
 
 def test_a_dropped_contribution_hangs_the_collective() -> None:
-    failure = _with_fault({"kind": "drop", "target": "r2", "t_start": 1_000_000})["failure"]
+    record = {"kind": "drop", "target": "r2", "t_start": 1_000_000}
+    _report, world = simulate_world(DDP_MLP, 4, 0, "args=--steps 8", "faults=" + json.dumps([record]))
+    failure = world.failures[0]
     assert (failure["kind"], failure["node"]) == ("hang", "r2")
     assert failure["waiting_for"] == ["r2"]
     assert [row["rank"] for row in failure["flight_recorder"]] == ["r0", "r1", "r2", "r3"]
@@ -388,3 +394,16 @@ def test_fsdp2_example_trains_and_its_to_empty_bug_is_a_nan_at_the_first_collect
     failure = simulate(FSDP2_GPT, 2, 0, "args=--steps 2 --bug forget_layernorm")["failure"]
     assert failure["kind"] == "nan"
     assert "into all_gather" in failure["message"]  # FSDP2 gathers the uninitialised shard before any maths
+
+
+def test_max_restarts_restarts_every_rank_and_the_script_resumes(tmp_path: Path) -> None:
+    script = SCRIPTS / "resume_after_crash.py"
+    without = simulate(script, 2, 0, f"args={tmp_path / 'a'}")
+    (tmp_path / "a").mkdir(exist_ok=True)
+    failed = simulate(script, 2, 0, f"args={tmp_path / 'a'}")
+    assert failed["failure"]["kind"] == "crash" and failed["failure"]["node"] == "r1"
+    (tmp_path / "b").mkdir()
+    restarted = simulate(script, 2, 0, f"args={tmp_path / 'b'}", "max_restarts=1")
+    assert restarted["outcome"] == "pass", restarted["failure"]
+    assert restarted["summary"]["restarts"] == 1
+    assert without["outcome"] == "fail"  # no folder to checkpoint into: the script raises

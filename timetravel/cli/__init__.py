@@ -39,7 +39,9 @@ COMMANDS: tuple[CommandEntry, ...] = (
     ),
     CommandEntry("run", _PACKAGE + "run_command", "run one seed of a scenario and report its outcome"),
     CommandEntry(
-        "torchrun", _PACKAGE + "torchrun_command", "run your torch.distributed training script as N simulated ranks"
+        "torchrun",
+        _PACKAGE + "torchrun_command",
+        "run your torch.distributed training script as N simulated ranks",
     ),
     CommandEntry(
         "bench", _PACKAGE + "bench_command", "measure speed and memory against reference implementations"

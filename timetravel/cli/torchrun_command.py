@@ -54,6 +54,15 @@ def register(subparsers: Any) -> None:
         help="environment the ranks see: torchrun's variables, or slurm (adds SLURM_PROCID, …)",
     )
     parser.add_argument(
+        "--max-restarts",
+        "--max_restarts",
+        dest="max_restarts",
+        type=int,
+        default=0,
+        metavar="K",
+        help="restart every rank after a crash or exception, up to K times, as torchelastic does",
+    )
+    parser.add_argument(
         "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
     )
     parser.add_argument(
@@ -91,6 +100,10 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
     settings = [f"script={args.script}", f"nproc={args.nproc}", f"nnodes={args.nnodes}"]
     if args.script_args:
         settings.append(f"args={shlex.join(args.script_args)}")
+    if args.max_restarts < 0:
+        raise UsageError(f"--max-restarts must be 0 or more, got {args.max_restarts}")
+    if args.max_restarts:
+        settings.append(f"max_restarts={args.max_restarts}")
     if args.env != "torchrun":
         settings.append(f"env_style={args.env}")
     return [*settings, *args.settings]
@@ -125,6 +138,8 @@ def main(args: argparse.Namespace) -> int:
         [
             f"--nproc-per-node {args.nproc}",
             *([f"--nnodes {args.nnodes}"] if args.nnodes != 1 else []),
+            *([f"--max-restarts {args.max_restarts}"] if args.max_restarts else []),
+            *([f"--env {args.env}"] if args.env != "torchrun" else []),
             f"--seed {args.seed}",
             *(f"--set {shlex.quote(s)}" for s in args.settings),
             shlex.quote(args.script),

@@ -20,7 +20,7 @@ from typing import Any
 from timetravel.sim.context import Context
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives, faults
+from timetravel.torch import arrays, collectives, elastic, faults
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
 
@@ -37,6 +37,8 @@ def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
         "steps": {},
         "completed": 0,
         "steps_checked": 0,
+        "restarts": 0,
+        "incarnation": 0,
     }
 
 
@@ -44,6 +46,8 @@ def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
 
 
 def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    if not elastic.current(state, event.payload):
+        return
     message = event.payload
     rank = message["rank"]
     try:
@@ -99,12 +103,8 @@ def _apply_entry_faults(entry: dict[str, Any], ctx: Context) -> bool:
         from timetravel.torch.scenario import _driver
 
         _driver(ctx).kill(rank)
-        ctx.fail(
-            "crash",
-            f"r{rank} crashed (fault {record['id']}) entering {entry['op']}",
-            "torch.fault.crash",
-            node=f"r{rank}",
-        )
+        text = f"r{rank} crashed (fault {record['id']}) entering {entry['op']}"
+        elastic.rank_failed(ctx.state, ctx, rank, "crash", text, "torch.fault.crash")
         return True
     for record in faults.active(ctx, "drop", rank):
         faults.hit(ctx, record, f"{entry['op']} contribution dropped")
@@ -260,6 +260,8 @@ def _shapes_differ(sender: dict[str, Any], receiver: dict[str, Any]) -> bool:
 
 
 def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    if not elastic.current(state, event.payload):
+        return
     message = event.payload
     rank = message["rank"]
     state["waiting"][str(rank)] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
@@ -284,13 +286,15 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
             "results": {work: result["outputs"] for work, result in results.items()},
         },
     )
-    ctx.deliver(t_release, f"r{rank}", "poll")
+    ctx.deliver(t_release, f"r{rank}", "poll", state["incarnation"])
 
 
 # -- steps, exits, hangs ----------------------------------------------------------------------------
 
 
 def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    if not elastic.current(state, event.payload):
+        return
     message = event.payload
     step = str(message["step"])
     reports = state["steps"].setdefault(step, {})
@@ -330,6 +334,8 @@ def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> N
 
 
 def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    if not elastic.current(state, event.payload):
+        return
     message = event.payload
     rank = message["rank"]
     state["exited"][str(rank)] = int(message["code"])
@@ -340,11 +346,24 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
         where = f" at {message['where']}" if message.get("where") else ""
         kind = "unsupported" if message.get("error_kind") == "unsupported" else "exception"
         error_type = str(message["error"]).split(":")[0]
-        ctx.fail(kind, f"{node} raised {message['error']}{where}", f"torch.script:{error_type}", node=node)
-        ctx.world.failures[-1]["traceback"] = message.get("traceback", "")
+        text = f"{node} raised {message['error']}{where}"
+        traceback = message.get("traceback", "")
+        elastic.rank_failed(state, ctx, rank, kind, text, f"torch.script:{error_type}", traceback=traceback)
         return
     if message["code"] != 0:
-        ctx.fail("crash", f"{node} exited with code {message['code']}", "torch.rank.exit_code", node=node)
+        elastic.rank_failed(
+            state, ctx, rank, "crash", f"{node} exited with code {message['code']}", "torch.rank.exit_code"
+        )
+
+
+def on_died(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """A rank's channel closed without an exit message: it was killed, took a signal or os._exit-ed."""
+    message = event.payload
+    if not elastic.current(state, message):
+        return
+    rank = message["rank"]
+    text = f"r{rank} died without a word (killed, a signal, or os._exit)"
+    elastic.rank_failed(state, ctx, rank, "crash", text, "torch.rank.died")
 
 
 def _check_hang_deadlines(state: dict[str, Any], ctx: Context) -> None:
@@ -359,6 +378,14 @@ def report_hang(world: World, ctx: Context) -> None:
     """At the end of the run: a rank still waiting means some member never entered its collective."""
     state = world.nodes["c10d"]
     if not state["waiting"]:
+        unfinished = [rank for rank in range(state["ranks"]) if str(rank) not in state["exited"]]
+        if unfinished:  # every rank either exits or waits: anything else is a lost event, never a pass
+            ctx.fail(
+                "hang",
+                f"r{unfinished[0]} neither finished nor waits in a collective",
+                "torch.collective.lost",
+                node=f"r{unfinished[0]}",
+            )
         return
     rank, waiting = min(state["waiting"].items(), key=lambda item: (item[1]["since_ns"], int(item[0])))
     _fail_hang(state, ctx, int(rank), waiting["since_ns"] + world.config["hang_timeout"])
@@ -458,6 +485,8 @@ def _fabric(ctx: Context) -> dict[str, Any]:
 
 
 def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    if not elastic.current(state, event.payload):
+        return
     """A rank did something that works here but bites on a real cluster (``fork_after_init``)."""
     message = event.payload
     warnings = state.setdefault("warnings", {})
@@ -471,4 +500,11 @@ def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
         ctx.log(f"warning {name} on r{message['rank']}")
 
 
-HANDLERS = {"call": on_call, "wait": on_wait, "step": on_step, "exit": on_exit, "warning": on_warning}
+HANDLERS = {
+    "call": on_call,
+    "wait": on_wait,
+    "step": on_step,
+    "exit": on_exit,
+    "died": on_died,
+    "warning": on_warning,
+}

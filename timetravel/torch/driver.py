@@ -121,6 +121,17 @@ class RankDriver:
         if _active is not None and _active is not self:
             _active.stop()
         _active = self
+        self._spawn()
+
+    def restart(self, specs: list[dict[str, Any]]) -> None:
+        """Kill every rank and fork them again from ``specs`` (a torchelastic restart)."""
+        for rank in list(self.pids):
+            self.kill(rank)
+        self.pids.clear()
+        self.specs = specs
+        self._spawn()
+
+    def _spawn(self) -> None:
         source = zygote()
         for spec in self.specs:
             spec["socket"] = self.address

@@ -87,6 +87,16 @@ PARAMS: tuple[Param, ...] = (
         minimum=0.1,
     ),
     Param(
+        "max_restarts",
+        "int",
+        0,
+        "restart every rank after a crash or exception, this many times (torchelastic --max-restarts)",
+        minimum=0,
+    ),
+    Param(
+        "restart_delay", "time", 1_000_000, "logical time between a failure and the restarted ranks' start"
+    ),
+    Param(
         "faults",
         "json",
         [],
@@ -161,15 +171,15 @@ def build(config: dict[str, Any], seed: int) -> World:
     world.faults = parse_faults(config["faults"], ranks)
     world.fabric = {"fault_hits": {}}
     for rank in range(ranks):
-        world.add_node(f"r{rank}", "rank", {"status": "new", "t_ns": 0, "calls": 0})
+        world.add_node(f"r{rank}", "rank", {"status": "new", "t_ns": 0, "calls": 0, "incarnation": 0})
     digest = script_digest(str(script)) if script is not None else config["function"]
     world.add_node(C10D_NODE, "collectives", c10d.initial_state(ranks, digest))
     for rank in range(ranks):
-        world.schedule(0, f"r{rank}", "poll")
+        world.schedule(0, f"r{rank}", "poll", 0)
     return world
 
 
-def rank_specs(config: dict[str, Any], seed: int) -> list[dict[str, Any]]:
+def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dict[str, Any]]:
     """What each forked rank is told: its environment, argv and settings (plain data)."""
     ranks = config["nproc"] * config["nnodes"]
     script = str(Path(config["script"]).resolve()) if config["script"] else ""
@@ -190,7 +200,7 @@ def rank_specs(config: dict[str, Any], seed: int) -> list[dict[str, Any]]:
             ROLE_WORLD_SIZE=str(ranks),
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT="29500",
-            TORCHELASTIC_RESTART_COUNT="0",
+            TORCHELASTIC_RESTART_COUNT=str(restarts),
             TORCHELASTIC_RUN_ID=f"timetravel-{seed}",
             TORCH_DIST_INIT_BARRIER="0",
             OMP_NUM_THREADS="1",
@@ -245,6 +255,8 @@ def _driver(ctx: Context) -> Any:
 def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     """Read the rank's calls until it blocks; each becomes an event at its logical time."""
     rank = int(ctx.node[1:])
+    if event.payload != state["incarnation"]:
+        return  # a poll of a rank process a restart has replaced
     live = _driver(ctx)
     state["status"] = "running"
     state["t_ns"] = max(state["t_ns"], ctx.now)
@@ -253,9 +265,8 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
             message = live.receive(rank)
         except ChannelClosed:
             state["status"] = "crashed"
-            ctx.fail(
-                "crash", f"{ctx.node} died without a word (killed, a signal, or os._exit)", "torch.rank.died"
-            )
+            died = {"kind": "died", "rank": rank, "incarnation": state["incarnation"]}
+            ctx.deliver(ctx.now, C10D_NODE, "died", died)
             return
         except ProtocolError as error:
             ctx.fail("exception", f"{ctx.node} sent a malformed message: {error}", "torch.rank.protocol")
@@ -281,6 +292,7 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         state["t_ns"] = t_ns
         state["calls"] += 1
         message["rank"] = rank
+        message["incarnation"] = state["incarnation"]
         if kind == "warning":
             ctx.deliver(t_ns, C10D_NODE, "warning", message)
             continue
@@ -297,6 +309,12 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if kind == "exit":
             state["status"] = "exited"
             return
+
+
+def on_restart(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """A torchelastic restart reached this rank: a fresh process, a fresh state, then run it."""
+    state.update(status="new", t_ns=ctx.now, calls=0, incarnation=event.payload)
+    on_poll(state, event, ctx)
 
 
 def on_metric(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -322,6 +340,7 @@ def summarize(world: World) -> dict[str, Any]:
         "optimizer_steps": state["steps_checked"],
         "script_sha256": state["script_sha256"][:16],
         "warnings": sorted(state.get("warnings", {})),
+        "restarts": state["restarts"],
     }
 
 
@@ -331,7 +350,7 @@ SCENARIO = Scenario(
     params=PARAMS,
     build=build,
     handlers={
-        "rank": {"poll": on_poll, "metric": on_metric},
+        "rank": {"poll": on_poll, "metric": on_metric, "restart": on_restart},
         "collectives": c10d.HANDLERS,
     },
     on_end=on_end,
