@@ -156,7 +156,7 @@ def _walk(a: Any, b: Any, path: str, depth: int) -> Iterator[Change]:
         yield Change(
             path,
             TYPE,
-            f"{kind_a} {_text(a)}{_nonzero_text(a)} -> {kind_b} {_text(b)}{_nonzero_text(b)}",
+            f"{_typed_text(kind_a, a)}{_nonzero_text(a)} -> {_typed_text(kind_b, b)}{_nonzero_text(b)}",
             {"a_type": kind_a, "b_type": kind_b},
         )
         return
@@ -288,6 +288,12 @@ def _record_text(record: dict[str, Any]) -> str:
 
 def _brief_record(record: dict[str, Any]) -> dict[str, Any]:
     return {key: _brief(value) for key, value in record.items()}
+
+
+def _typed_text(kind: str, value: Any) -> str:
+    """``int 3``, ``none None``; a container's own text already says its kind (``array bfloat16[8]``)."""
+    text = _text(value)
+    return text if text.startswith(kind) else f"{kind} {text}"
 
 
 def _nonzero_text(value: Any) -> str:

@@ -77,6 +77,7 @@ def compare_data(
 ) -> CompareData:
     """The compare view's record: outcomes and divergence from ``compare``, paths from ``diff``."""
     changes = changes or {}
+    diff = diff if diff is not None else compare.diff
     loss = compare.metrics.get(LOSS_METRIC, {})
     first = compare.first_divergence or (diff.first_divergence if diff is not None else None)
     at_ns = diff.at_ns if diff is not None else (first.t_ns if first is not None else 0)
@@ -111,6 +112,7 @@ def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: s
     entries = tuple(DiffEntry(entry.path, entry.change, entry.summary) for entry in diff.paths)
     if diff.omitted:
         entries += (DiffEntry("…", "omitted", f"{diff.omitted} more paths differ"),)
+    loss = diff.metrics.get(LOSS_METRIC, {})
     return CompareData(
         a=sides[0],
         b=sides[1],
@@ -118,4 +120,6 @@ def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: s
         unit=unit,
         first_divergence=divergence(diff.first_divergence),
         entries=entries,
+        loss_a=_curve(loss.get("a", ())),
+        loss_b=_curve(loss.get("b", ())),
     )

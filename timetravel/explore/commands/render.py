@@ -157,16 +157,31 @@ def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
     )
 
 
+COMPARE_PATHS_SHOWN = 20
+
+
 def _compare(result: r.CompareResult, unit: str) -> list[str]:
-    return [
+    lines = [
         f"a {result.a.name}: {failure_text(result.a.failure, unit)}",
         f"b {result.b.name}: {failure_text(result.b.failure, unit)}",
         divergence_text(result.first_divergence, unit),
     ]
+    state = result.diff
+    if state is not None:
+        total = len(state.paths) + state.omitted
+        lines.append(
+            f"at {format_time(state.at_ns, unit)} ({state.moment}): {total} path{'s' if total != 1 else ''} differ"
+            f" (diff {state.a} {state.b} shows the same)"
+        )
+        lines += [f"  {e.path}: {e.change} {e.summary}" for e in state.paths[:COMPARE_PATHS_SHOWN]]
+        if total > COMPARE_PATHS_SHOWN:
+            lines.append(f"  ... and {total - COMPARE_PATHS_SHOWN} more")
+    return lines
 
 
 def _diff(result: r.DiffCommandResult, unit: str) -> list[str]:
-    lines = [f"diff {result.a} {result.b} at {format_time(result.at_ns, unit)}"]
+    moment = f" ({result.moment})" if result.moment else ""
+    lines = [f"diff {result.a} {result.b} at {format_time(result.at_ns, unit)}{moment}"]
     if result.first_divergence is not None:
         lines.append(divergence_text(result.first_divergence, unit))
     lines += [f"  {entry.path}: {entry.change} {entry.summary}" for entry in result.paths]
