@@ -603,6 +603,11 @@ def _text(value: Any) -> str:
     return text if len(text) <= VALUE_TEXT_CHARS_MAX else text[: VALUE_TEXT_CHARS_MAX - 3] + "..."
 
 
+def value_text(value: Any) -> str:
+    """A short rendering of any value (what a diff's summary says of it)."""
+    return _text(value)
+
+
 def render_tree(result: DiffResult) -> list[str]:
     """The changes as an indented tree of path segments, one line per segment or change.
 

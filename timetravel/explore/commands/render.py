@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
@@ -258,6 +259,51 @@ def _export(result: r.ExportResult, unit: str) -> list[str]:
     return [*lines, "  open it at https://ui.perfetto.dev (Open trace file)"]
 
 
+def link_head(link: x.ExplainLink, unit: str) -> str:
+    """``#60754  983.081931ms  r3  gpu.done``: where a link of a causal chain stands."""
+    where = f"#{link.event}" if link.event is not None else link.kind
+    when = format_time(link.t_ns, unit) if link.t_ns is not None else ""
+    kind = link.kind if link.event is not None else ""
+    return " ".join(word for word in (where, when, link.node, kind) if word)
+
+
+def _explain(result: x.ExplainResult, unit: str) -> list[str]:
+    if result.failure is None:
+        return [f"{result.branch}: pass: nothing to explain"]
+    lines = [f"explain {result.branch}: {failure_text(result.failure, unit)}"]
+    for index, link in enumerate(result.links):
+        arrow = "  " if index == 0 else "<-"
+        lines.append(f"{arrow} {link_head(link, unit)}: {link.what}")
+        lines += [f"     {change.path}: {change.summary}" for change in link.changes]
+        if link.because:
+            lines.append(f"     because it {link.because}")
+    if not result.complete:
+        lines.append(f"  (stopped on its budget after tracing {result.traced_events} events)")
+    return lines
+
+
+def _origin(result: x.OriginResult, unit: str) -> list[str]:
+    at = format_time(result.at_ns, unit)
+    if result.event is None:
+        return [f"{result.path} on {result.branch} at {at}: as the world was built (no event wrote it)"]
+    lines = [
+        f"{result.path} on {result.branch} at {at}: last written by #{result.event} at "
+        f"{format_time(result.t_ns, unit)}: {result.kind} -> {result.node}"
+    ]
+    lines += [f"  {change.path}: {change.change} {change.summary}" for change in result.changes]
+    if result.reads:
+        lines.append("  from: " + ", ".join(f"{read.path} ({read.value})" for read in result.reads))
+    lines.append(
+        f"  caused by #{result.caused_by}"
+        if result.caused_by is not None
+        else "  scheduled when the world was built"
+    )
+    if result.faults_hit:
+        lines.append(f"  faults that acted in it: {', '.join(result.faults_hit)}")
+    lines += [f"  log: {line}" for line in result.log]
+    return lines
+
+
 def _help(result: r.HelpResult, unit: str) -> list[str]:
     if result.detail:
         return result.detail.splitlines()
@@ -283,6 +329,8 @@ _RENDERERS: dict[type, Callable[[Any, str], list[str]]] = {
     r.FaultsResult: _faults,
     r.ExportResult: _export,
     r.HelpResult: _help,
+    x.ExplainResult: _explain,
+    x.OriginResult: _origin,
 }
 
 
