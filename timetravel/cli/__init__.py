@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "timetravel.cli.branch_command",
     "timetravel.cli.fanout_command",
     "timetravel.cli.compare_command",
+    "timetravel.cli.explain_command",
     "timetravel.cli.rerun_command",
     "timetravel.cli.export_command",
     "timetravel.cli.minimize_command",

@@ -170,9 +170,9 @@ class _Explainer:
             return
         source = self.trace(sender)
         what = (
-            f"sent {trace.event.kind} to {trace.event.dst}"
+            f"sent {trace.event.kind} {_clip(repr(trace.event.payload), PAYLOAD_CHARS_MAX)} to {trace.event.dst}"
             if source.event.dst != trace.event.dst
-            else (f"scheduled {trace.event.kind}")
+            else f"scheduled {trace.event.kind}"
         )
         unusual = [read for read in source.reads if self.unusual(source.before, source.roles, *read)]
         because = _read_text(source, unusual) if unusual else ""
@@ -184,7 +184,7 @@ class _Explainer:
                 source.event.dst,
                 source.event.kind,
                 what,
-                self.unusual_changes(source),
+                self.unusual_changes(source)[:1],
                 because,
             )
         )
@@ -365,22 +365,30 @@ class _Explainer:
                     record.get("t_start"),
                     str(record.get("target", "")),
                     "fault record",
-                    f"{fault_id} {_record_text(record)}: a record of the fault schedule (drawn from the "
-                    "seed or given by the user): no cause inside the simulation",
+                    f"{fault_id} {_record_text(record)}: a fault record, no cause inside the simulation",
                 )
             )
         return True
 
 
 SUMMARY_CHARS_MAX = 110
+RECORD_PARAMS_DEFAULT: dict[str, Any] = {"probability": 1.0, "count": 1, "direction": "out"}
+"""Fault params left out of a record's one line when they hold these (the usual) values."""
 
 
-def _clip(text: str) -> str:
-    return text if len(text) <= SUMMARY_CHARS_MAX else text[: SUMMARY_CHARS_MAX - 3] + "..."
+PAYLOAD_CHARS_MAX = 48
+
+
+def _clip(text: str, chars_max: int = SUMMARY_CHARS_MAX) -> str:
+    return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
 
 
 def _record_text(record: dict[str, Any]) -> str:
-    params = {k: v for k, v in (record.get("params") or {}).items() if v is not None}
+    params = {
+        key: value
+        for key, value in (record.get("params") or {}).items()
+        if value is not None and RECORD_PARAMS_DEFAULT.get(key) != value
+    }
     words = [str(record.get("kind", "?")), str(record.get("target", "?"))]
     words += [f"{key}={value}" for key, value in params.items()]
     return " ".join(words)

@@ -29,6 +29,7 @@ from typing import Any
 from timetravel.explore.diff import Change, value_text
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.explain_results import OriginResult, ReadValue, StateChange
+from timetravel.explore.paths import parse_path, select, world_tree
 from timetravel.explore.search import last_change
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import Stepper, position_at_or_before, stepper_at
@@ -231,13 +232,11 @@ def changes_of(trace: EventTrace, path: str) -> list[Change]:
 def origin(session: Session, path: str, at: int | str | None = None) -> OriginResult:
     """``origin PATH --at T``: the last event at or before T (default: the cursor) that changed the
     value at ``path``, what it changed it from and to, what that event read, and what caused it."""
-    if at is not None:
-        probe = Session(session.reader, session.scenario, session.branch)
-        position = probe.goto(at)
-        start = position.events
-        at_ns = probe.world.t_ns
-    else:
-        start, at_ns = session.position.events, session.world.t_ns
+    probe = Session(session.reader, session.scenario, session.branch)
+    position = probe.goto(at) if at is not None else probe.goto_event(session.position.events)
+    start, at_ns = position.events, probe.world.t_ns
+    if not select(world_tree(probe.world), parse_path(path)):
+        raise ExploreError(f"no value at {path} on {session.branch} at event #{start}")
     found = last_change(session, path, start_events=start)
     if found.stopped_by is not None:
         raise ExploreError(f"origin: the search stopped ({found.stopped_by})")
