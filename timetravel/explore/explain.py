@@ -78,6 +78,9 @@ class _Explainer:
         self.complete = True
         self.roots: list[str] = []
         self._initial: dict[str, Any] | None = None
+        self.fault_events: set[int] = set()
+        self.pruned = 0
+        """Branches of the search that reached no fault and were left out."""
 
     def unusual(self, nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> bool:
         """Unusual now (see :func:`_unusual`) but not in the built world: a node's identity (its
@@ -221,13 +224,35 @@ class _Explainer:
         keys = [key for key in nodes.get(node, {}) if self.unusual(nodes, roles, node, key)]
         if not keys:
             return False
-        found = self._onset_event(node, keys, before_event)
-        if found is None:
+        onsets = self._onset_events(node, keys, before_event)
+        if not onsets:
             return False
-        number, stayed = found
-        writer = self.trace(number)
+        followed = False
+        for number, stayed in onsets:  # the latest first: the chain runs back in time
+            writer = self.trace(number)
+            if not any(changes_of(writer, f"nodes/{node}/{key}") for key in stayed):
+                continue  # its peers moved on while it did not: the cause is where it did not move
+            mark = len(self.links)
+            try:
+                self._onset_chain(writer, node, stayed)
+            except _Budget:
+                del self.links[mark:]
+                raise
+            if any(link.role == LINK_FAULT for link in self.links[mark:]):
+                followed = True
+            else:  # a branch that reaches no fault explains nothing: leave it out
+                del self.links[mark:]
+                self.pruned += 1
+        return followed
+
+    def _onset_chain(self, writer: EventTrace, node: str, stayed: list[str]) -> None:
+        if self.fault_roots(writer):
+            return
         link = self.write_link(
-            writer, node, stayed, f"{node} alone: from here on its {', '.join(stayed)} unlike every peer's"
+            writer,
+            node,
+            stayed,
+            f"{node} alone: from here on its {', '.join(stayed)} unlike every peer's",
         )
         shown = self.unusual_changes(writer) or link.changes
         self.add(
@@ -236,7 +261,6 @@ class _Explainer:
             )
         )
         self.inputs_of_onset(writer, node)
-        return True
 
     def inputs_of_onset(self, writer: EventTrace, node: str) -> None:
         if self.fault_roots(writer):
@@ -265,9 +289,9 @@ class _Explainer:
         self.track.goto("end")
         return self.track.world.nodes
 
-    def _onset_event(self, node: str, keys: list[str], before_event: int) -> tuple[int, list[str]] | None:
+    def _onset_events(self, node: str, keys: list[str], before_event: int) -> list[tuple[int, list[str]]]:
         """Scan back by snapshots for where ``keys`` of ``node`` became unusual, then re-execute
-        that window; the first event on ``node`` after which one stayed unusual until the window's end."""
+        from there: each event on ``node`` after which some of them stayed unusual, latest first."""
         track = self.track
         snapshots = track.snapshots()
         position = position_at_or_before(track, max(before_event - 1, 0))
@@ -277,6 +301,7 @@ class _Explainer:
                 break
             position = position_at_or_before(track, snapshots[position].events - 1)
         since: dict[str, int | None] = {key: None for key in keys}
+        values: dict[str, bytes] = {}
         stepper = Stepper(track, position)
 
         def check(event: Event) -> None:
@@ -284,11 +309,12 @@ class _Explainer:
                 return
             world = stepper.world
             for key in keys:
-                if self.unusual(world.nodes, world.roles, node, key):
-                    if since[key] is None:
-                        since[key] = world.events_processed
-                else:
+                value = digest(world.nodes[node].get(key))
+                if not self.unusual(world.nodes, world.roles, node, key):
                     since[key] = None
+                elif since[key] is None or values.get(key) != value:
+                    since[key] = world.events_processed  # unusual since here, with this value
+                values[key] = value
 
         target = before_event - 1
         while stepper.events < target:
@@ -298,11 +324,8 @@ class _Explainer:
                     stepper = Stepper.before(track, stepper.horizon)
                     continue
                 break
-        started = [value for value in since.values() if value is not None]
-        if not started:
-            return None
-        first = min(started)
-        return first, [key for key, value in since.items() if value == first]
+        started = sorted({value for value in since.values() if value is not None}, reverse=True)
+        return [(number, [key for key, value in since.items() if value == number]) for number in started]
 
     def write_link(self, trace: EventTrace, node: str, keys: list[str], what: str) -> ExplainLink:
         changes: list[StateChange] = []
@@ -327,13 +350,21 @@ class _Explainer:
     def fault_roots(self, trace: EventTrace) -> bool:
         """A fault event, or faults that acted during the event: their links and records."""
         fault_ids: list[str] = []
-        if trace.event.kind == FAULT_KIND and isinstance(trace.event.payload, (list, tuple)):
-            fault_ids.append(str(trace.event.payload[0]))
+        payload = trace.event.payload
+        records = {str(f.get("id")): f for f in trace.faults}
+        if trace.event.kind == FAULT_KIND and isinstance(payload, (list, tuple)) and payload:
+            fault_ids.append(str(payload[0]))
+        elif trace.event.kind == FAULT_KIND and isinstance(payload, dict) and "id" in payload:
+            fault_ids.append(str(payload["id"]))  # a scenario's own fault event carries its record
+            records.setdefault(str(payload["id"]), payload)
         fault_ids += [fault_id for fault_id in trace.faults_hit if fault_id not in fault_ids]
         if not fault_ids:
             return False
+        if trace.number in self.fault_events:
+            return True
+        self.fault_events.add(trace.number)
         for fault_id in fault_ids:
-            record = next((f for f in trace.faults if f.get("id") == fault_id), {})
+            record = records.get(fault_id, {})
             drawn = sorted(
                 {
                     c.path.split("/")[3]
