@@ -109,7 +109,7 @@ def test_a_message_is_traced_to_the_event_that_sent_it(needle: Any) -> None:
 
 
 def test_cli_explain_and_origin(needle: Any, capsys: pytest.CaptureFixture[str]) -> None:
-    path, culprits = needle
+    path, _culprits = needle
     assert cli_main(["explain", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert list(data) == ["branch", "failure", "links", "traced_events", "complete"]
