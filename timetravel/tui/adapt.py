@@ -12,9 +12,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
+from timetravel.explore.commands.render import failure_text, link_head
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
+from timetravel.tui.widgets.explain_pane import ExplainRow
 
 LOSS_METRIC = "loss"
 
@@ -123,3 +126,22 @@ def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: s
         loss_a=_curve(loss.get("a", ())),
         loss_b=_curve(loss.get("b", ())),
     )
+
+
+def explain_rows(result: x.ExplainResult, unit: str) -> tuple[str, tuple[ExplainRow, ...]]:
+    """The explain pane's headline (the failure) and one row per link of the chain."""
+    if result.failure is None:
+        return f"{result.branch}: pass: nothing to explain", ()
+    rows = tuple(
+        ExplainRow(
+            role=link.role,
+            event=link.event,
+            t_ns=link.t_ns,
+            head=link_head(link, unit),
+            what=link.what,
+            changes=tuple(f"{change.path}: {change.summary}" for change in link.changes),
+            because=link.because,
+        )
+        for link in result.links
+    )
+    return f"{result.branch}: {failure_text(result.failure, unit)}", rows
