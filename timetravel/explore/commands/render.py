@@ -277,6 +277,10 @@ def _explain(result: x.ExplainResult, unit: str) -> list[str]:
         lines += [f"     {change.path}: {change.summary}" for change in link.changes]
         if link.because:
             lines.append(f"     because it {link.because}")
+    if len(result.links) == 1 and result.complete:
+        lines.append(
+            "  (nothing upstream: no value it read is unlike its peers'; origin PATH follows one value back)"
+        )
     if not result.complete:
         lines.append(f"  (stopped on its budget after tracing {result.traced_events} events)")
     return lines
