@@ -154,3 +154,16 @@ def test_a_dropped_fault_is_one_line_of_diff_and_compare_agrees(needle: Any) -> 
     assert diff.moment == "first divergence"
     text = render_text(compare)
     assert f"({diff.moment}): {len(diff.paths) + diff.omitted} paths differ" in text[3]
+
+
+def test_a_failing_branch_is_explained_across_its_fork(needle: Any) -> None:
+    path, culprits = needle
+    decoy = next(f"f{n}" for n in range(1, 10) if f"f{n}" not in {c["id"] for c in culprits.values()})
+    with Session.open(path) as session:
+        context = CommandContext(session=session)
+        run_line(f"branch --at 1 --drop-fault {decoy} --name without_decoy", context)
+        context.reopen()
+        result = run_line("explain without_decoy", context)
+    assert result.branch == "without_decoy" and result.failure is not None
+    roots = sorted(link.what.split()[0] for link in result.links if link.role == LINK_ROOT)
+    assert roots == sorted([culprits["restart"]["id"], culprits["drop"]["id"]])

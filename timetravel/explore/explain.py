@@ -128,7 +128,7 @@ class _Explainer:
             )
             node = failure.get("node")
             if node and end > 0:
-                self.onset(node, end + 1, "")
+                self.onset(node, end + 1)
             return
         self.add(
             ExplainLink(
@@ -138,7 +138,7 @@ class _Explainer:
                 detector.event.dst,
                 detector.event.kind,
                 f"the detector fired ({failure.get('kind', 'failure')})",
-                _link_changes(detector, None)[:1],
+                _link_changes(detector)[:1],
             )
         )
         self.inputs(detector, failure.get("node"))
@@ -149,7 +149,7 @@ class _Explainer:
             return
         unusual = [read for read in trace.reads if self.unusual(trace.before, trace.roles, *read)]
         at_failure_node = bool(failure_node) and trace.event.dst == failure_node
-        if at_failure_node and unusual and self.onset(str(failure_node), trace.number, ""):
+        if at_failure_node and unusual and self.onset(str(failure_node), trace.number):
             return
         for node, key in unusual:
             if self.follow_read(trace, node, key):
@@ -192,7 +192,7 @@ class _Explainer:
             )
         )
         at_failure_node = bool(failure_node) and source.event.dst == failure_node
-        if at_failure_node and unusual and self.onset(str(failure_node), source.number, because):
+        if at_failure_node and unusual and self.onset(str(failure_node), source.number):
             return
         if unusual or hops >= MESSAGE_HOPS_MAX or self.fault_roots(source):
             for node, key in unusual:
@@ -216,7 +216,7 @@ class _Explainer:
         self.inputs(writer, None)
         return True
 
-    def onset(self, node: str, before_event: int, because: str) -> bool:
+    def onset(self, node: str, before_event: int) -> bool:
         """The event on ``node`` after which its keys unusual at #``before_event`` stayed unusual."""
         probe = self.trace(before_event) if before_event <= self.track.end.events else None
         nodes = probe.before if probe is not None else self.track_world_nodes()
@@ -383,7 +383,7 @@ class _Explainer:
                     trace.event.dst,
                     trace.event.kind,
                     what.rstrip(": "),
-                    _link_changes(trace, None, flipped=True),
+                    _link_changes(trace, flipped=True),
                 )
             )
             if fault_id in self.roots:
@@ -425,9 +425,7 @@ def _record_text(record: dict[str, Any]) -> str:
     return " ".join(words)
 
 
-def _link_changes(
-    trace: EventTrace, keys: list[str] | None, flipped: bool = False
-) -> tuple[StateChange, ...]:
+def _link_changes(trace: EventTrace, flipped: bool = False) -> tuple[StateChange, ...]:
     """The changes a link shows: its node's, without bookkeeping; a flipped array by element."""
     node = trace.event.dst
     shown: list[StateChange] = []
