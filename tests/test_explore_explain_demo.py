@@ -19,7 +19,7 @@ from timetravel.explore.explain_results import LINK_DETECTOR, LINK_FAULT, LINK_R
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 
-LINES_MAX = 18
+LINES_MAX = 20
 
 
 @pytest.fixture(scope="module")
@@ -58,6 +58,10 @@ def test_explain_names_the_fault_the_rank_the_element_the_skip_and_the_check(dem
         "0 -> 1"
     )
     assert "skip_local = True (its 15 peers: False)" in skip.because
+    # the counterfactual: with its peers' skip_local r3 would have applied the step
+    assert skip.otherwise.startswith(
+        "with its peers' skip_local (False) it would have written skipped_steps 0"
+    )
     text = render_text(result)
     assert len(text) <= LINES_MAX
 

@@ -27,11 +27,12 @@ a state machine) and silent where nodes have no peers; there the chain follows m
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import numpy as np
 
-from timetravel.explore.diff import differing_elements, elements_text, value_text
+from timetravel.explore.diff import differing_elements, elements_text, summarize_arrays, value_text
 from timetravel.explore.explain_results import (
     LINK_DETECTOR,
     LINK_FAULT,
@@ -43,11 +44,12 @@ from timetravel.explore.explain_results import (
     StateChange,
 )
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
+from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.search import last_change
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import Stepper, position_at_or_before
 from timetravel.explore.tracks import check_branch, open_track
-from timetravel.explore.work import ProgressCallback, StopCheck, WorkProgress
+from timetravel.explore.work import ExploreError, ProgressCallback, StopCheck, WorkProgress
 from timetravel.sim.encoding import digest
 from timetravel.sim.event import Event
 
@@ -80,6 +82,7 @@ class _Explainer:
         self._initial: dict[str, Any] | None = None
         self.fault_events: set[int] = set()
         self.pruned = 0
+        self.counterfactuals = 0
         """Branches of the search that reached no fault and were left out."""
 
     def unusual(self, nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> bool:
@@ -254,12 +257,7 @@ class _Explainer:
             stayed,
             f"{node} alone: from here on its {', '.join(stayed)} unlike every peer's",
         )
-        shown = self.unusual_changes(writer) or link.changes
-        self.add(
-            ExplainLink(
-                link.role, link.event, link.t_ns, link.node, link.kind, link.what, shown, link.because
-            )
-        )
+        self.add(dataclasses.replace(link, changes=self.unusual_changes(writer) or link.changes))
         self.inputs_of_onset(writer, node)
 
     def inputs_of_onset(self, writer: EventTrace, node: str) -> None:
@@ -345,7 +343,32 @@ class _Explainer:
             what,
             tuple(changes[:CHANGES_PER_LINK_MAX]),
             because,
+            self.otherwise(trace, node, keys, unusual),
         )
+
+    def otherwise(self, trace: EventTrace, node: str, keys: list[str], unusual: list[tuple[str, str]]) -> str:
+        """Re-run the event with its first unusual read set to the peers' value: which of the
+        link's keys it would then have written otherwise (the evidence that the read is the cause)."""
+        if not unusual or len(self.traces) >= TRACES_MAX:
+            return ""
+        read_node, read_key = unusual[0]
+        peer = _peer_value(trace.before, trace.roles, read_node, read_key)
+        try:
+            other = trace_event(self.track, trace.number, {(read_node, read_key): peer})
+        except (ReplayDivergence, ExploreError, AssertionError):
+            return ""  # the counterfactual did not re-execute like the recording: no evidence either way
+        self.counterfactuals += 1
+        written = []
+        for key in keys + [k for k in trace.after.get(node, {}) if k not in keys]:
+            actual, instead = trace.after.get(node, {}).get(key), other.after.get(node, {}).get(key)
+            if key.startswith("_") or digest(actual) == digest(instead):
+                continue
+            written.append(f"{key} {_counterfactual_text(actual, instead)}")
+            if len(written) >= CHANGES_PER_LINK_MAX:
+                break
+        if not written:
+            return f"with its peers' {read_key} ({_short(peer)}) it writes the same: not the cause alone"
+        return f"with its peers' {read_key} ({_short(peer)}) it would have written {', '.join(written)}"
 
     def fault_roots(self, trace: EventTrace) -> bool:
         """A fault event, or faults that acted during the event: their links and records."""
@@ -469,6 +492,18 @@ def _read_text(trace: EventTrace, reads: list[tuple[str, str]]) -> str:
     return "read " + "; ".join(words) if words else ""
 
 
+def _counterfactual_text(actual: Any, instead: Any) -> str:
+    """What a key would have held: the value, or for two arrays of one shape how many elements differ."""
+    if (
+        isinstance(actual, np.ndarray)
+        and isinstance(instead, np.ndarray)
+        and actual.shape == instead.shape
+        and actual.dtype == instead.dtype
+    ):
+        return f"unlike this run's in {summarize_arrays(actual, instead).differing}/{actual.size} elements"
+    return _short(instead)
+
+
 def _short(value: Any) -> str:
     return value_text(value)
 
@@ -528,9 +563,8 @@ def explain(
         explainer.run(failure)
     except _Budget:
         explainer.complete = False
-    return ExplainResult(
-        name, dict(failure), tuple(explainer.links), len(explainer.traces), explainer.complete
-    )
+    traced = len(explainer.traces) + explainer.counterfactuals
+    return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete)
 
 
 __all__ = ["explain"]

@@ -100,6 +100,9 @@ class ExplainLink:
     changes: tuple[StateChange, ...] = ()
     because: str = ""
     """Why the previous link follows from this one (``read nodes/r3/skip_local``, ``sent observe``)."""
+    otherwise: str = ""
+    """The counterfactual: what the event writes when it reads its peers' value instead
+    (``with its peers' skip_local (False): skipped_steps 0``); empty when not checked."""
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -111,6 +114,7 @@ class ExplainLink:
             "what": self.what,
             "changes": [change.to_data() for change in self.changes],
             "because": self.because,
+            "otherwise": self.otherwise,
         }
 
 

@@ -128,12 +128,21 @@ class EventTrace:
     """The world's fault schedule at the event (records by id)."""
 
 
-def trace_event(session: Session, number: int) -> EventTrace:
-    """Re-execute event #``number`` of the session's branch and note what it read and changed."""
+def trace_event(
+    session: Session, number: int, substitute: dict[tuple[str, str], Any] | None = None
+) -> EventTrace:
+    """Re-execute event #``number`` of the session's branch and note what it read and changed.
+
+    ``substitute`` (node, key) -> value replaces those values just before the event runs: a
+    counterfactual (what would this event have written had it read its peers' value?). The event
+    itself is still the recorded one, so the replay's verification holds; what it writes may differ.
+    """
     if not 1 <= number <= session.end.events:
         raise ExploreError(f"no event #{number} on {session.branch} (it has {session.end.events})")
     stepper = stepper_at(session, number - 1)
     world = stepper.world
+    for (node, key), value in (substitute or {}).items():
+        world.nodes[node][key] = copy.deepcopy(value)
     before = copy.deepcopy(world.nodes)
     hits_before = dict(world.fabric.get("fault_hits", {}) or {})
     log_before, seq_before = len(world.log), world.seq

@@ -277,6 +277,8 @@ def _explain(result: x.ExplainResult, unit: str) -> list[str]:
         lines += [f"     {change.path}: {change.summary}" for change in link.changes]
         if link.because:
             lines.append(f"     because it {link.because}")
+        if link.otherwise:
+            lines.append(f"     ({link.otherwise})")
     if len(result.links) == 1 and result.complete:
         lines.append(
             "  (nothing upstream: no value it read is unlike its peers'; origin PATH follows one value back)"

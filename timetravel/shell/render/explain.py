@@ -35,6 +35,8 @@ def render_explain(result: x.ExplainResult, context: RenderContext) -> Renderabl
             parts.append(Text(f"     {change.path}: {change.summary}", style="yellow"))
         if link.because:
             parts.append(Text(f"     because it {link.because}", style="dim"))
+        if link.otherwise:
+            parts.append(Text(f"     ({link.otherwise})", style="dim italic"))
     if not result.complete:
         parts.append(
             Text(f"(stopped on its budget after tracing {result.traced_events} events)", style="dim")
