@@ -19,6 +19,9 @@ def test_the_demo_preset_reproduces_its_demo_seed(run_cli: Any) -> None:
     assert demo.DETECTED_FROM_NS <= failure["t_ns"] <= demo.DETECTED_UNTIL_NS
     assert failure["signature"] == "divergence:dp_training.divergence"
     assert f"--seed {DEMO_SEED} --set preset=demo" in completed.stderr  # the reproduce line
+    # issue 15: the summary counts what happened: r3 skipped a step alone (rank 0 did not)
+    summary = report["summary"]
+    assert summary["skipped_steps"] == 1 and summary["skipped_alone"] == {failure["node"]: 1}
 
 
 def test_the_demo_seed_meets_every_demo_condition(run_cli: Any) -> None:

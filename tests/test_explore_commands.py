@@ -41,6 +41,8 @@ ISSUE_COMMANDS = [
     "minimize",
     "faults",
     "export",
+    "explain",  # issue 15
+    "origin",  # issue 15
     "help",
 ]
 

@@ -76,7 +76,10 @@ def test_array_summary_counts_first_index_abs_ulp_and_nonfinite() -> None:
     assert (summary.nan_a, summary.nan_b, summary.inf_a, summary.inf_b) == (0, 1, 0, 0)
     change = diff({"w": a}, {"w": b}).changes[0]
     assert change.path == "w"
-    assert change.summary.startswith("3/8 elements differ, first at [3], max abs 2")
+    assert change.summary.startswith(
+        "3/8 elements differ: [3] 3.0 -> 3.000000238418579 (bit 0); [5] 5.0 -> 7.0"
+    )
+    assert "max abs 2" in change.summary
     assert "NaN 0 -> 1" in change.summary
 
 
@@ -149,3 +152,47 @@ def test_diff_is_deterministic_on_equal_inputs() -> None:
     a = {"k": [np.arange(1000, dtype=np.float32), {"z": 1, "a": 2}]}
     b = {"k": [np.arange(1000, dtype=np.float32)[::-1].copy(), {"z": 2, "a": 2}]}
     assert diff(a, b).to_data() == diff(a, b).to_data()
+
+
+def test_array_diff_names_the_flipped_element_of_a_mostly_equal_array() -> None:
+    """Issue 15: a one-bit flip in a 2042-element array names its index, old and new value and bit."""
+    a = np.zeros(2042, dtype=np.float32)
+    b = a.copy()
+    b.view(np.uint32)[1234] ^= np.uint32(1 << 30)
+    change = diff({"g": a}, {"g": b}).changes[0]
+    assert change.summary.startswith("1/2042 elements differ: [1234] 0.0 -> 2.0 (bit 30)")
+    assert change.detail["elements"] == [{"index": [1234], "a": 0.0, "b": 2.0, "bits": [30]}]
+
+
+def test_array_against_none_names_its_nonzero_elements() -> None:
+    mask = np.zeros(2042, dtype=np.uint16)
+    mask[362] = 1 << 13
+    change = diff({"p": mask}, {"p": None}).changes[0]
+    assert "1 nonzero: [362] bit 13" in change.summary
+
+
+def test_records_with_ids_are_matched_by_id_so_a_dropped_record_is_one_change() -> None:
+    faults = [{"id": f"f{n}", "kind": "drop", "target": "r1", "t_start": n * 1_000_000} for n in range(1, 8)]
+    edited = [dict(fault) for fault in faults if fault["id"] != "f2"]
+    edited[3]["t_start"] = 15_000_000
+    result = diff({"faults": faults}, {"faults": edited})
+    assert [(c.path, c.change) for c in result.changes] == [
+        ("faults/f2", "removed"),
+        ("faults/f5/t_start", "changed"),
+    ]
+    assert result.changes[0].summary == "only in a: f2 drop r1 2ms"
+    assert result.changes[1].summary.startswith("5ms -> 15ms")
+
+
+def test_pending_events_are_matched_by_identity_not_position() -> None:
+    def event(t_ns: int, kind: str = "tick", dst: str = "a", payload: object = None) -> dict[str, object]:
+        return {"t_ns": t_ns, "dst": dst, "kind": kind, "payload": payload}
+
+    queue_a = [event(1), event(2), event(3), event(4, payload=[1])]
+    queue_b = [event(2), event(3), event(4, payload=[2])]
+    result = diff({"queue": queue_a}, {"queue": queue_b})
+    assert [(c.path, c.change) for c in result.changes] == [
+        ("queue/tick->a@0.000001ms", "removed"),
+        ("queue/tick->a@0.000004ms", "removed"),
+        ("queue/tick->a@0.000004ms", "added"),
+    ]

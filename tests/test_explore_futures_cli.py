@@ -157,7 +157,7 @@ def test_cli_json_objects_are_the_issues(needle: Any, capsys: pytest.CaptureFixt
 
     code, out, _ = cli(capsys, "compare", str(path), "main", "b1", "--json")
     compared = json.loads(out)
-    assert code == 0 and list(compared) == ["a", "b", "first_divergence"]
+    assert code == 0 and list(compared) == ["a", "b", "first_divergence", "diff", "metrics"]
     assert compared["a"]["outcome"] == "fail" and compared["b"] == {
         "name": "b1",
         "outcome": "pass",
@@ -179,8 +179,10 @@ def test_cli_json_objects_are_the_issues(needle: Any, capsys: pytest.CaptureFixt
 
     code, out, _ = cli(capsys, "diff", str(path), "main", "b1", "--json")
     diffed = json.loads(out)
-    assert code == 0 and list(diffed) == ["at_ns", "paths", "first_divergence"]
+    assert code == 0 and list(diffed) == ["a", "b", "at_ns", "moment", "paths", "omitted", "first_divergence"]
     assert diffed["first_divergence"] == compared["first_divergence"]
+    # issue 15: compare and diff give the same paths at the same moment, and say which moment
+    assert compared["diff"] == diffed and diffed["moment"] == "first divergence"
     assert {
         "path": f"nodes/{restart['target']}/applied_round",
         "change": "changed",
@@ -204,7 +206,8 @@ def test_cli_text_and_exit_codes(needle: Any, capsys: pytest.CaptureFixture[str]
     assert (
         code == 0 and lines[1] == "b b1: pass" and lines[2].startswith("first divergence at 20.7ms: fault on")
     )
-    assert lines[3].startswith("metrics (summed over nodes)")
+    assert lines[3] == "at 20.7ms (first divergence): 2 paths differ (diff main b1 shows the same)"
+    assert lines[6].startswith("metrics (summed over nodes)")
     for args, message in [
         (("branch", str(path), "--at", "19", "--set", "workers=2"), "cannot change in a branch"),
         (("branch", str(path), "--at", "30", "--branch-seed", "1"), "has already failed there"),

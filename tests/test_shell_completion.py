@@ -170,7 +170,7 @@ def test_a_predicate_completes_function_names_then_paths_inside_them() -> None:
 
 def test_help_completes_command_names_and_unknown_commands_complete_nothing() -> None:
     assert texts("help br") == ["branch", "branches"]
-    assert texts("help pl") == ["plot"]
+    assert texts("help plo") == ["plot"]  # ("pl" also fuzzily matches explain)
     assert texts("nosuch ") == []
     assert texts("compare main b1 ") == []
 

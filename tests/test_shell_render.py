@@ -287,3 +287,38 @@ def test_a_minimize_result_shows_before_and_after_and_what_it_wrote() -> None:
 
 def test_every_result_the_language_renders_as_text_has_a_rich_renderer() -> None:
     assert set(text_render._RENDERERS) <= set(registered_types())
+
+
+def test_explain_is_the_chain_failure_first_and_origin_names_the_writer() -> None:
+    from timetravel.explore import explain_results as x
+
+    chain = x.ExplainResult(
+        "main",
+        NAN_FAILURE,
+        (
+            x.ExplainLink("detector", 90, 1000 * MS, "monitor", "observe", "the detector fired (nan)"),
+            x.ExplainLink(
+                "fault",
+                12,
+                975 * MS,
+                "rank3",
+                "fault",
+                "fault f2 (corrupt) acted",
+                (x.StateChange("nodes/rank3/grad", "changed", "flipped [362] 0.0 -> 1e-19 (bit 13)"),),
+            ),
+            x.ExplainLink(
+                "root", None, 975 * MS, "rank3", "fault record", "f2 corrupt rank3: a fault record"
+            ),
+        ),
+    )
+    lines = [line.rstrip() for line in text_of(chain).splitlines()]
+    assert lines[0].startswith("explain main: FAIL nan on rank3 at 1000ms")
+    assert lines[1:] == [
+        "   #90 1000ms monitor observe: the detector fired (nan)",
+        "<- #12 975ms rank3 fault: fault f2 (corrupt) acted",
+        "     nodes/rank3/grad: flipped [362] 0.0 -> 1e-19 (bit 13)",
+        "<- fault record 975ms rank3: f2 corrupt rank3: a fault record",
+    ]
+    written = x.OriginResult("nodes/rank3/grad", "main", 980 * MS, 12, 975 * MS, "rank3", "fault")
+    assert text_of(written).startswith("nodes/rank3/grad on main at 980ms: last written by #12 at 975ms")
+    assert "as the world was built" in text_of(x.OriginResult("nodes/x", "main", 0, None))

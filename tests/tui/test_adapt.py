@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from timetravel.explore import results as r
-from timetravel.tui.adapt import branch_infos, compare_data, likelihood_points
+from timetravel.tui.adapt import branch_infos, compare_data, diff_data, likelihood_points
 
 MS = 1_000_000
 NAN_FAILURE = {"kind": "nan", "node": "rank5", "t_ns": 1040 * MS, "message": "loss", "signature": "nan:guard"}
@@ -60,3 +60,18 @@ def test_compare_and_diff_fill_one_compare_view() -> None:
     assert [entry.path for entry in data.entries] == ["nodes/rank5/grad", "…"]
     assert data.entries[-1].summary == "3 more paths differ"
     assert data.loss_a == ((10 * MS, 2.0), (20 * MS, 1.5)) and data.loss_b == ((10 * MS, 2.0),)
+
+
+def test_diff_alone_fills_the_loss_plot_and_compare_alone_fills_the_paths() -> None:
+    """Issue 15: after `diff` alone the loss pane said `no loss metric in these runs`, and a compare
+    without a diff listed no paths."""
+    loss = {"loss": {"a": [[10 * MS, 2.0]], "b": [[10 * MS, 1.0]]}}
+    diff = r.DiffCommandResult(
+        "main", "b1", 972 * MS, (r.DiffEntry("faults/f2", "removed", "only in a"),), 0, None, loss, "--at"
+    )
+    data = diff_data(diff, (), "ms")
+    assert data.loss_a == ((10 * MS, 2.0),) and data.loss_b == ((10 * MS, 1.0),)
+    compare = r.CompareResult(
+        r.RunSide("main", "fail", NAN_FAILURE), r.RunSide("b1", "pass", None), None, loss, diff
+    )
+    assert [entry.path for entry in compare_data(compare, None, "ms").entries] == ["faults/f2"]

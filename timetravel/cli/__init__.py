@@ -113,6 +113,16 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "the state diff of two branches at one time (default: at their first divergence)",
     ),
     CommandEntry(
+        "explain",
+        _PACKAGE + "explain_command",
+        "why a branch failed: the causal chain from the detector back to its fault records",
+    ),
+    CommandEntry(
+        "origin",
+        _PACKAGE + "explain_command",
+        "which event last wrote a state value, from what, and what caused that event",
+    ),
+    CommandEntry(
         "rerun",
         _PACKAGE + "rerun_command",
         "run the recorded seed, faults and choices on today's code and compare with the recording",

@@ -87,33 +87,21 @@ def _diff(args: argparse.Namespace) -> int:
 
 
 def _metric_lines(session: Session, result: CompareResult) -> list[str]:
-    """A metric table: points, last value on each side, and when the curves first differ."""
+    """The metric table (its figures are ``metrics`` in ``--json`` too)."""
     unit = session.display_unit
-    if not result.metrics:
+    if not result.metric_rows:
         return []
     lines = ["metrics (summed over nodes)       points a/b        last a        last b  first differs"]
-    for name, curves in list(result.metrics.items())[:METRIC_ROWS_MAX]:
-        curve_a, curve_b = curves.get("a", []), curves.get("b", [])
-        differs = _first_difference(curve_a, curve_b)
+    for row in result.metric_rows[:METRIC_ROWS_MAX]:
+        differs = "never" if row.first_differs_ns is None else format_time(row.first_differs_ns, unit)
         lines.append(
-            f"  {name[:30]:<30} {len(curve_a):>6}/{len(curve_b):<6} {_last(curve_a):>13} {_last(curve_b):>13}  "
-            + ("never" if differs is None else format_time(differs, unit))
+            f"  {row.name[:30]:<30} {row.points_a:>6}/{row.points_b:<6} {_last(row.last_a):>13} "
+            f"{_last(row.last_b):>13}  {differs}"
         )
-    if len(result.metrics) > METRIC_ROWS_MAX:
-        lines.append(f"  ... and {len(result.metrics) - METRIC_ROWS_MAX} more metrics")
+    if len(result.metric_rows) > METRIC_ROWS_MAX:
+        lines.append(f"  ... and {len(result.metric_rows) - METRIC_ROWS_MAX} more metrics")
     return lines
 
 
-def _last(curve: list[list[Any]]) -> str:
-    return f"{curve[-1][1]:.6g}" if curve else "-"
-
-
-def _first_difference(curve_a: list[list[Any]], curve_b: list[list[Any]]) -> int | None:
-    for point_a, point_b in zip(curve_a, curve_b, strict=False):
-        if point_a != point_b:
-            return int(min(point_a[0], point_b[0]))
-    if len(curve_a) != len(curve_b):
-        shorter = min(len(curve_a), len(curve_b))
-        longer = curve_a if len(curve_a) > len(curve_b) else curve_b
-        return int(longer[shorter][0])
-    return None
+def _last(value: float | int | None) -> str:
+    return "-" if value is None else f"{value:.6g}"

@@ -2,7 +2,9 @@
 
 ``compare(session, a, b)`` reads each branch's outcome from its END frame, its metric series from
 its last snapshot (no re-execution), sums each metric over nodes per time into one curve per
-branch, and runs the first-divergence search (:mod:`.divergence`).
+branch, runs the first-divergence search (:mod:`.divergence`) and diffs the two worlds at that
+moment exactly as ``diff A B`` does (one function, so the two commands never disagree on the
+moment or the paths; both say which moment it is).
 
 ``diff(session, a, b, at=T, path=P)`` seeks both branches to one moment and diffs their worlds
 structurally (:mod:`.diff`: dicts by key, lists by index, arrays summarized). Without ``at`` the
@@ -19,7 +21,14 @@ from timetravel.explore.diff import CHANGES_MAX_DEFAULT
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.divergence import comparable_tree, first_divergence
 from timetravel.explore.paths import parse_path, select
-from timetravel.explore.results import CompareResult, DiffCommandResult, DiffEntry, Divergence, RunSide
+from timetravel.explore.results import (
+    CompareResult,
+    DiffCommandResult,
+    DiffEntry,
+    Divergence,
+    MetricRow,
+    RunSide,
+)
 from timetravel.explore.session import Session
 from timetravel.explore.tracks import check_branch, open_track
 from timetravel.explore.work import ProgressCallback, StopCheck
@@ -29,6 +38,9 @@ CURVE_POINTS_MAX = 10_000
 METRICS_MAX = 64
 OUTCOME_UNKNOWN = "unknown"
 OUTCOME_IN_PROGRESS = "in progress"
+MOMENT_DIVERGENCE = "first divergence"
+MOMENT_AT = "--at"
+MOMENT_END = "end (no divergence)"
 
 
 def run_side(session: Session, name: str) -> RunSide:
@@ -84,7 +96,38 @@ def compare(
     """Outcomes, metric curves and the first divergence of branches ``a`` and ``b``."""
     side_a, side_b = run_side(session, a), run_side(session, b)
     divergence = first_divergence(session, a, b, progress=progress, should_stop=should_stop)
-    return CompareResult(side_a, side_b, divergence, metric_curves(session, a, b))
+    curves = metric_curves(session, a, b)
+    state_diff = _diff_at(session, a, b, None, "", divergence, CHANGES_MAX_DEFAULT, curves)
+    return CompareResult(side_a, side_b, divergence, curves, state_diff, metric_rows(curves))
+
+
+def metric_rows(curves: dict[str, dict[str, list[list[Any]]]]) -> tuple[MetricRow, ...]:
+    """compare's metric table: points, last value on each side, and when the curves first differ."""
+    rows = []
+    for name, sides in curves.items():
+        curve_a, curve_b = sides.get("a", []), sides.get("b", [])
+        rows.append(
+            MetricRow(
+                name,
+                len(curve_a),
+                len(curve_b),
+                curve_a[-1][1] if curve_a else None,
+                curve_b[-1][1] if curve_b else None,
+                _first_difference(curve_a, curve_b),
+            )
+        )
+    return tuple(rows)
+
+
+def _first_difference(curve_a: list[list[Any]], curve_b: list[list[Any]]) -> int | None:
+    for point_a, point_b in zip(curve_a, curve_b, strict=False):
+        if point_a != point_b:
+            return int(min(point_a[0], point_b[0]))
+    if len(curve_a) != len(curve_b):
+        shorter = min(len(curve_a), len(curve_b))
+        longer = curve_a if len(curve_a) > len(curve_b) else curve_b
+        return int(longer[shorter][0])
+    return None
 
 
 def diff(
@@ -105,24 +148,40 @@ def diff(
     without ``at``, to find the moment); the result carries it, or None when it did not run.
     """
     parse_path(path)
-    track_a, track_b = open_track(session, a), open_track(session, b)
+    check_branch(session.reader, a)
+    check_branch(session.reader, b)
     divergence: Divergence | None = None
     if at is None or with_divergence:
         divergence = first_divergence(session, a, b, progress=progress, should_stop=should_stop)
+    return _diff_at(session, a, b, at, path, divergence, changes_max, metric_curves(session, a, b))
+
+
+def _diff_at(
+    session: Session,
+    a: str,
+    b: str,
+    at: int | str | None,
+    path: str,
+    divergence: Divergence | None,
+    changes_max: int,
+    curves: dict[str, dict[str, list[list[Any]]]],
+) -> DiffCommandResult:
+    """The diff at ``at``, else at ``divergence``, else at the ends (what compare and diff share)."""
+    track_a, track_b = open_track(session, a), open_track(session, b)
     if at is not None:
         track_a.goto(at)
         track_b.goto(at)
-        at_ns = max(track_a.world.t_ns, track_b.world.t_ns)
+        at_ns, moment = max(track_a.world.t_ns, track_b.world.t_ns), MOMENT_AT
     elif divergence is not None:
         _goto_divergence(track_a, divergence.event_a, divergence.t_ns)
         _goto_divergence(track_b, divergence.event_b, divergence.t_ns)
-        at_ns = divergence.t_ns
+        at_ns, moment = divergence.t_ns, MOMENT_DIVERGENCE
     else:
         track_a.goto("end")
         track_b.goto("end")
-        at_ns = max(track_a.world.t_ns, track_b.world.t_ns)
+        at_ns, moment = max(track_a.world.t_ns, track_b.world.t_ns), MOMENT_END
     changes, omitted = diff_worlds(track_a, track_b, path, changes_max)
-    return DiffCommandResult(a, b, at_ns, changes, omitted, divergence)
+    return DiffCommandResult(a, b, at_ns, changes, omitted, divergence, curves, moment)
 
 
 def _goto_divergence(track: Session, event: int | None, t_ns: int) -> None:

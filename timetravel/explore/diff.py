@@ -12,6 +12,17 @@ differ and two NaNs with the same bits are equal. An array change carries what a
 debugging numerics asks first: how many elements differ, the largest absolute and ULP
 difference, the first differing index, and the NaN/Inf counts on each side.
 
+Lists are matched by what their items *are*, not by position, where the items say so: a list of
+records that each carry a unique ``id`` (the fault schedule: ``f1``, ``f2``, ...) is matched by id,
+so that dropping ``f2`` is one line (``faults/f2: removed``) rather than every later record shifting
+by one; a list of pending events (dicts of ``t_ns``, ``dst``, ``kind``, ``payload``) is matched as a
+multiset by identity — time, kind, destination and payload digest — so an event that is in both
+queues is never reported, whatever its position. A scalar under a time key (``t_start``,
+``*_ns``) is shown as a time as well as a count of nanoseconds.
+
+An array change names the elements that differ (index, old and new value, the bits that differ),
+up to ``ELEMENTS_SHOWN``, because the first question about a flipped bit is *which one*.
+
 Output is bounded (``changes_max``); the walk still counts what it did not keep, so a user sees
 "and 9,800 more" instead of a flood, and a diff of two 10,000-rank worlds stays readable.
 """
@@ -24,12 +35,21 @@ from typing import Any
 
 import numpy as np
 
+from timetravel.sim.encoding import digest
+from timetravel.sim.timefmt import format_time
+
 CHANGES_MAX_DEFAULT = 200
 """Changes kept in a DiffResult; the rest are only counted (``omitted``)."""
 DEPTH_MAX = 64
 """Nesting depth past which two differing subtrees are reported as one change."""
 VALUE_TEXT_CHARS_MAX = 60
 """Longest rendering of one scalar inside a summary line."""
+ELEMENTS_SHOWN = 4
+"""Differing array elements named in a change's summary (the detail carries up to ELEMENTS_DETAIL_MAX)."""
+ELEMENTS_DETAIL_MAX = 32
+EVENT_KEYS = frozenset({"t_ns", "dst", "kind", "payload"})
+"""The keys of a pending event in a world's tree (``seq`` left out): such lists match by identity."""
+TIME_KEYS = frozenset({"t", "t_start", "t_end", "at", "t_ns"})
 
 ADDED = "added"
 REMOVED = "removed"
@@ -134,7 +154,7 @@ def _walk(a: Any, b: Any, path: str, depth: int) -> Iterator[Change]:
         yield Change(
             path,
             TYPE,
-            f"{kind_a} {_text(a)} -> {kind_b} {_text(b)}",
+            f"{_typed_text(kind_a, a)}{_nonzero_text(a)} -> {_typed_text(kind_b, b)}{_nonzero_text(b)}",
             {"a_type": kind_a, "b_type": kind_b},
         )
         return
@@ -172,7 +192,26 @@ def _walk_dict(a: dict[str, Any], b: dict[str, Any], path: str, depth: int) -> I
             yield Change(_join(path, key), ADDED, f"only in b: {_text(value)}", {"b": _brief(value)})
 
 
+def _record_ids(items: Any) -> list[str] | None:
+    """The items' ``id`` values when every item is a dict with a unique str ``id``, else None."""
+    if not items or not all(isinstance(item, dict) and isinstance(item.get("id"), str) for item in items):
+        return None
+    ids = [item["id"] for item in items]
+    return ids if len(set(ids)) == len(ids) else None
+
+
+def _is_event_list(items: Any) -> bool:
+    return bool(items) and all(isinstance(item, dict) and set(item) == EVENT_KEYS for item in items)
+
+
 def _walk_list(a: Any, b: Any, path: str, depth: int) -> Iterator[Change]:
+    ids_a, ids_b = _record_ids(a), _record_ids(b)
+    if (ids_a is not None or not a) and (ids_b is not None or not b) and (ids_a or ids_b):
+        yield from _walk_records(a, b, ids_a or [], ids_b or [], path, depth)
+        return
+    if (_is_event_list(a) or not a) and (_is_event_list(b) or not b) and (a or b):
+        yield from _walk_events(a, b, path)
+        return
     common = min(len(a), len(b))
     for index in range(common):
         yield from _walk(a[index], b[index], _join(path, index), depth + 1)
@@ -180,6 +219,91 @@ def _walk_list(a: Any, b: Any, path: str, depth: int) -> Iterator[Change]:
         yield Change(_join(path, index), REMOVED, f"only in a: {_text(a[index])}", {"a": _brief(a[index])})
     for index in range(common, len(b)):
         yield Change(_join(path, index), ADDED, f"only in b: {_text(b[index])}", {"b": _brief(b[index])})
+
+
+def _walk_records(
+    a: Any, b: Any, ids_a: list[str], ids_b: list[str], path: str, depth: int
+) -> Iterator[Change]:
+    """Records matched by id: ``faults/f2`` removed is one change, ``faults/f5/t_start`` another."""
+    by_id_b = dict(zip(ids_b, b, strict=True))
+    for record_id, record in zip(ids_a, a, strict=True):
+        child = _join(path, record_id)
+        if record_id in by_id_b:
+            yield from _walk(record, by_id_b[record_id], child, depth + 1)
+        else:
+            yield Change(child, REMOVED, f"only in a: {_record_text(record)}", {"a": _brief_record(record)})
+    known = set(ids_a)
+    for record_id, record in zip(ids_b, b, strict=True):
+        if record_id not in known:
+            yield Change(
+                _join(path, record_id),
+                ADDED,
+                f"only in b: {_record_text(record)}",
+                {"b": _brief_record(record)},
+            )
+
+
+def _event_key(event: dict[str, Any]) -> tuple[Any, ...]:
+    return (event["t_ns"], event["kind"], event["dst"], digest(event["payload"]))
+
+
+def _event_name(event: dict[str, Any]) -> str:
+    """A pending event's path segment: ``fault->r3@975.329546ms`` (no ``/``: paths split on it)."""
+    return f"{event['kind']}->{event['dst']}@{format_time(int(event['t_ns']))}".replace("/", "|")
+
+
+def _walk_events(a: Any, b: Any, path: str) -> Iterator[Change]:
+    """Pending events matched as a multiset by (time, kind, destination, payload digest)."""
+    keys_a, keys_b = [_event_key(event) for event in a], [_event_key(event) for event in b]
+    for events, keys, others, change in ((a, keys_a, keys_b, REMOVED), (b, keys_b, keys_a, ADDED)):
+        available: dict[tuple[Any, ...], int] = {}
+        for key in others:
+            available[key] = available.get(key, 0) + 1
+        side = "a" if change == REMOVED else "b"
+        for event, key in zip(events, keys, strict=True):
+            if available.get(key, 0):
+                available[key] -= 1
+                continue
+            yield Change(
+                _join(path, _event_name(event)),
+                change,
+                f"only in {side}: payload {_text(event['payload'])}",
+                {},
+            )
+
+
+def _record_text(record: dict[str, Any]) -> str:
+    """``corrupt r3 975.329546ms`` — a record's id-less gist, for one line per dropped record."""
+    words = [
+        str(record[key]) for key in ("kind", "target", "node", "name") if isinstance(record.get(key), str)
+    ]
+    for key in ("t_start", "t"):
+        if isinstance(record.get(key), int) and not isinstance(record.get(key), bool):
+            words.append(format_time(record[key]))
+            break
+    return f"{record['id']} " + " ".join(words) if words else f"{record['id']} {_text(record)}"
+
+
+def _brief_record(record: dict[str, Any]) -> dict[str, Any]:
+    return {key: _brief(value) for key, value in record.items()}
+
+
+def _typed_text(kind: str, value: Any) -> str:
+    """``int 3``, ``none None``; a container's own text already says its kind (``array bfloat16[8]``)."""
+    text = _text(value)
+    return text if text.startswith(kind) else f"{kind} {text}"
+
+
+def _nonzero_text(value: Any) -> str:
+    """For an array facing a non-array (a pending bit mask against None): its few nonzero elements."""
+    if not isinstance(value, np.ndarray) or value.size == 0:
+        return ""
+    nonzero = int(np.count_nonzero(_element_bits(value).any(axis=1)))
+    if nonzero == 0:
+        return " (all zero)"
+    if nonzero > ELEMENTS_SHOWN:
+        return f" ({nonzero} nonzero)"
+    return f" ({nonzero} nonzero: {elements_text(differing_elements(value, None, ELEMENTS_SHOWN))})"
 
 
 def _kind(value: Any) -> str:
@@ -213,6 +337,8 @@ def _scalar_change(a: Any, b: Any, path: str) -> Change | None:
     detail: dict[str, Any] = {"a": _brief(a), "b": _brief(b)}
     if isinstance(a, int) and not isinstance(a, bool):
         detail["delta"] = b - a
+        if _is_time_key(path) and isinstance(b, int):
+            return Change(path, CHANGED, f"{format_time(a)} -> {format_time(b)} ({b - a:+d} ns)", detail)
         return Change(path, CHANGED, f"{a} -> {b} ({b - a:+d})", detail)
     if isinstance(a, bytes):
         offset = next((i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y), min(len(a), len(b)))
@@ -221,6 +347,11 @@ def _scalar_change(a: Any, b: Any, path: str) -> Change | None:
             path, CHANGED, f"bytes differ from offset {offset} ({len(a)} -> {len(b)} bytes)", detail
         )
     return Change(path, CHANGED, f"{_text(a)} -> {_text(b)}", detail)
+
+
+def _is_time_key(path: str) -> bool:
+    key = path.rsplit("/", 1)[-1]
+    return key in TIME_KEYS or key.endswith("_ns")
 
 
 def _float_change(a: float, b: float, path: str) -> Change | None:
@@ -267,7 +398,73 @@ def _array_change(a: np.ndarray, b: np.ndarray, path: str) -> Change | None:
     summary = summarize_arrays(a, b)
     if summary.differing == 0:
         return None
-    return Change(path, CHANGED, array_summary_text(summary), summary.to_data())
+    elements = differing_elements(a, b, ELEMENTS_DETAIL_MAX)
+    detail = summary.to_data()
+    detail["elements"] = elements
+    return Change(path, CHANGED, array_summary_text(summary, elements), detail)
+
+
+def _element_value(value: Any) -> Any:
+    item = value.item() if isinstance(value, np.generic) else value
+    if isinstance(value, np.generic) and value.dtype == _BFLOAT16:
+        item = float(value)
+    return item
+
+
+def differing_elements(a: np.ndarray, b: np.ndarray | None, limit: int) -> list[dict[str, Any]]:
+    """Up to ``limit`` differing elements of two same-shape arrays (``b`` None: ``a``'s nonzero
+    elements): ``{"index", "a", "b", "bits"}`` where ``bits`` lists the bit positions that differ
+    (0 is the least significant bit of the element's raw bits)."""
+    bits_a = _element_bits(a)
+    bits_b = np.zeros_like(bits_a) if b is None else _element_bits(b)
+    flipped = bits_a ^ bits_b
+    positions = np.flatnonzero(flipped.any(axis=1))[:limit]
+    flat_a = np.ascontiguousarray(a).reshape(-1)
+    flat_b = None if b is None else np.ascontiguousarray(b).reshape(-1)
+    elements = []
+    for position in positions.tolist():
+        index = [int(i) for i in np.unravel_index(position, a.shape)] if a.shape else []
+        mask = [int(word) for word in flipped[position]]
+        width = 8 * flipped.dtype.itemsize
+        bits = [
+            column * width + bit
+            for column, word in enumerate(mask)
+            for bit in range(width)
+            if word >> bit & 1
+        ]
+        elements.append(
+            {
+                "index": index,
+                "a": _element_value(flat_a[position]),
+                "b": None if flat_b is None else _element_value(flat_b[position]),
+                "bits": bits,
+            }
+        )
+    return elements
+
+
+def elements_text(elements: list[dict[str, Any]], shown: int = ELEMENTS_SHOWN) -> str:
+    """``[1234] 0.0123 -> 5.12e+03 (bit 14)``, one per element, joined by ``; ``."""
+    words = []
+    for element in elements[:shown]:
+        bits = element["bits"]
+        bit_text = (
+            f"bit {bits[0]}"
+            if len(bits) == 1
+            else f"{len(bits)} bits"
+            if len(bits) > 3
+            else ("bits " + ",".join(str(bit) for bit in bits))
+        )
+        if element["b"] is None:
+            words.append(f"{element['index']} {bit_text}")
+            continue
+        value = f"{_number(element['a'])} -> {_number(element['b'])}"
+        words.append(f"{element['index']} {value} ({bit_text})")
+    return "; ".join(words)
+
+
+def _number(value: Any) -> str:
+    return repr(value)
 
 
 def _element_bits(array: np.ndarray) -> np.ndarray:
@@ -346,11 +543,16 @@ def summarize_arrays(a: np.ndarray, b: np.ndarray) -> ArraySummary:
     )
 
 
-def array_summary_text(summary: ArraySummary) -> str:
-    """One line: ``12/4096 elements differ, first at [37], max abs 1.2e-07, max 3 ulp, NaN 0 -> 5``."""
+def array_summary_text(summary: ArraySummary, elements: list[dict[str, Any]] | None = None) -> str:
+    """One line: ``12/4096 elements differ, first at [37], max abs 1.2e-07, max 3 ulp, NaN 0 -> 5``;
+    with ``elements``, those elements first (``1/2042 elements differ: [1234] 0.5 -> 2.1e+38 (bit 30)``)."""
     total = int(np.prod(summary.shape)) if summary.shape else 1
     words = [f"{summary.differing}/{total} elements differ"]
-    if summary.first_index is not None:
+    if elements:
+        words[0] += ": " + elements_text(elements)
+        if summary.differing > ELEMENTS_SHOWN:
+            words[0] += "; ..."
+    elif summary.first_index is not None:
         words.append(f"first at {list(summary.first_index)}")
     if summary.max_abs is not None:
         words.append(
@@ -397,6 +599,11 @@ def _text(value: Any) -> str:
         return f"bytes of {len(value)}"
     text = repr(value.item() if isinstance(value, np.generic) else value)
     return text if len(text) <= VALUE_TEXT_CHARS_MAX else text[: VALUE_TEXT_CHARS_MAX - 3] + "..."
+
+
+def value_text(value: Any) -> str:
+    """A short rendering of any value (what a diff's summary says of it)."""
+    return _text(value)
 
 
 def render_tree(result: DiffResult) -> list[str]:

@@ -142,6 +142,11 @@ def _child(value: Any, segment: str) -> tuple[bool, Any]:
         index = int(segment)
         if -len(value) <= index < len(value):
             return True, value[index]
+    if isinstance(value, (list, tuple)):
+        # a record list by id (``faults/f2``), as the diff names such records
+        for item in value:
+            if isinstance(item, dict) and item.get("id") == segment:
+                return True, item
     if isinstance(value, np.ndarray) and value.ndim >= 1 and segment.lstrip("-").isdigit():
         index = int(segment)
         if -value.shape[0] <= index < value.shape[0]:

@@ -316,18 +316,48 @@ class RunSide:
 
 
 @dataclass(frozen=True)
+class MetricRow:
+    """One row of compare's metric table: points on each side, last values, where they first differ."""
+
+    name: str
+    points_a: int
+    points_b: int
+    last_a: float | int | None
+    last_b: float | int | None
+    first_differs_ns: int | None
+    """The first time the two curves differ (None: never)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "points_a": self.points_a,
+            "points_b": self.points_b,
+            "last_a": self.last_a,
+            "last_b": self.last_b,
+            "first_differs_ns": self.first_differs_ns,
+        }
+
+
+@dataclass(frozen=True)
 class CompareResult:
     a: RunSide
     b: RunSide
     first_divergence: Divergence | None
     metrics: dict[str, dict[str, list[list[Any]]]] = field(default_factory=dict)
     """``{metric: {"a": [[t_ns, value], ...], "b": [...]}}`` (values summed over nodes per time)."""
+    diff: DiffCommandResult | None = None
+    """The state diff at the first divergence (the moment and paths ``diff A B`` gives), or at the
+    ends when the runs never diverge; None only for a divergence-only answer."""
+    metric_rows: tuple[MetricRow, ...] = ()
+    """The metric table the text shows (the JSON carries it too)."""
 
     def to_data(self) -> dict[str, Any]:
         return {
             "a": self.a.to_data(),
             "b": self.b.to_data(),
             "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
+            "diff": None if self.diff is None else self.diff.to_data(),
+            "metrics": [row.to_data() for row in self.metric_rows],
         }
 
 
@@ -352,10 +382,19 @@ class DiffCommandResult:
     omitted: int
     first_divergence: Divergence | None
 
+    metrics: dict[str, dict[str, list[list[Any]]]] = field(default_factory=dict)
+    """Both branches' metric curves, as in CompareResult (the TUI's loss pane after ``diff`` alone)."""
+    moment: str = ""
+    """Which moment ``at_ns`` is: ``first divergence``, ``--at`` or ``end`` (no divergence)."""
+
     def to_data(self) -> dict[str, Any]:
         return {
+            "a": self.a,
+            "b": self.b,
             "at_ns": self.at_ns,
+            "moment": self.moment,
             "paths": [entry.to_data() for entry in self.paths],
+            "omitted": self.omitted,
             "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
         }
 

@@ -12,10 +12,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.branch_tree import OUTCOME_IN_PROGRESS
+from timetravel.explore.commands.render import failure_text, link_head
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
+from timetravel.tui.widgets.explain_pane import ExplainRow
 
 LOSS_METRIC = "loss"
 
@@ -80,6 +83,7 @@ def compare_data(
 ) -> CompareData:
     """The compare view's record: outcomes and divergence from ``compare``, paths from ``diff``."""
     changes = changes or {}
+    diff = diff if diff is not None else compare.diff
     loss = compare.metrics.get(LOSS_METRIC, {})
     first = compare.first_divergence or (diff.first_divergence if diff is not None else None)
     at_ns = diff.at_ns if diff is not None else (first.t_ns if first is not None else 0)
@@ -114,6 +118,7 @@ def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: s
     entries = tuple(DiffEntry(entry.path, entry.change, entry.summary) for entry in diff.paths)
     if diff.omitted:
         entries += (DiffEntry("…", "omitted", f"{diff.omitted} more paths differ"),)
+    loss = diff.metrics.get(LOSS_METRIC, {})
     return CompareData(
         a=sides[0],
         b=sides[1],
@@ -121,4 +126,25 @@ def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: s
         unit=unit,
         first_divergence=divergence(diff.first_divergence),
         entries=entries,
+        loss_a=_curve(loss.get("a", ())),
+        loss_b=_curve(loss.get("b", ())),
     )
+
+
+def explain_rows(result: x.ExplainResult, unit: str) -> tuple[str, tuple[ExplainRow, ...]]:
+    """The explain pane's headline (the failure) and one row per link of the chain."""
+    if result.failure is None:
+        return f"{result.branch}: pass: nothing to explain", ()
+    rows = tuple(
+        ExplainRow(
+            role=link.role,
+            event=link.event,
+            t_ns=link.t_ns,
+            head=link_head(link, unit),
+            what=link.what,
+            changes=tuple(f"{change.path}: {change.summary}" for change in link.changes),
+            because=link.because,
+        )
+        for link in result.links
+    )
+    return f"{result.branch}: {failure_text(result.failure, unit)}", rows

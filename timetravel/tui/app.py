@@ -38,6 +38,7 @@ from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
+from timetravel.explore.explain_results import ExplainResult
 from timetravel.explore.results import (
     BranchesResult,
     BranchResult,
@@ -45,7 +46,7 @@ from timetravel.explore.results import (
     CursorResult,
     DiffCommandResult,
 )
-from timetravel.tui.adapt import compare_data, diff_data
+from timetravel.tui.adapt import compare_data, diff_data, explain_rows
 from timetravel.tui.collector import IdleCollector
 from timetravel.tui.engine import Engine, Outcome, Streams, is_long, progress_text
 from timetravel.tui.event_index import RecordingEventTable, index_events, window_for
@@ -64,6 +65,7 @@ from timetravel.tui.widgets import (
     StreamsView,
     Timeline,
 )
+from timetravel.tui.widgets.explain_pane import ExplainPane
 from timetravel.tui.widgets.status_line import StatusLine
 
 QUEUED_JOBS_MAX = 32
@@ -105,6 +107,12 @@ class TimeTravelApp(App[None]):
             tooltip="open the command line (the command language)",
         ),
         Binding("question_mark", "keymap", "keys", tooltip="show every key"),
+        Binding(
+            "y",
+            "explain",
+            "why",
+            tooltip="explain the failure: its causal chain in a pane (enter jumps there)",
+        ),
         Binding("escape", "cancel_work", "cancel", show=False, tooltip="cancel the running long command"),
         Binding("q", "quit", "quit", tooltip="quit"),
     ]
@@ -220,6 +228,26 @@ class TimeTravelApp(App[None]):
         at_ns = screen.diff_at_ns if isinstance(screen, CompareScreen) else message.at_ns
         args = (message.a, message.b, message.path, at_ns)
         self.submit(Job("diff", args, label="diff", long=True))
+
+    @on(ExplainPane.LinkChosen)
+    def explain_link_chosen(self, message: ExplainPane.LinkChosen) -> None:
+        where = f"#{message.event}" if message.event is not None else self.engine.time_text(message.t_ns or 0)
+        self.run_command(f"goto {where} --branch {message.branch}", kind="seek")
+
+    def action_explain(self) -> None:
+        branch = self.view.branch if self.view is not None else ""
+        self.run_command(f"explain {branch}".strip())
+
+    def _show_explain(self, result: ExplainResult) -> None:
+        """The chain in the explain pane (added to the main screen's panes the first time)."""
+        panes = self.main.query_one("#panes")
+        found = panes.query(ExplainPane)
+        pane = found.first() if found else ExplainPane(id="explain", classes="pane")
+        if not found:
+            panes.mount(pane)
+        headline, rows = explain_rows(result, self.engine.unit)
+        pane.branch, pane.headline, pane.rows = result.branch, headline, rows
+        self.main.action_pane("explain")
 
     @on(StateInspector.PathChosen)
     def path_chosen(self, message: StateInspector.PathChosen) -> None:
@@ -454,6 +482,8 @@ class TimeTravelApp(App[None]):
             screen = CompareScreen(diff_data(result, branches, unit))
             screen.diff_at_ns = None if at_divergence else result.at_ns
             self.push_screen(screen)
+        elif isinstance(result, ExplainResult):
+            self._show_explain(result)
         elif isinstance(result, (BranchResult, BranchesResult)):
             self.main.action_pane("branches")
         elif not isinstance(result, CursorResult):
@@ -553,6 +583,7 @@ KEYMAP_SCOPES: tuple[tuple[str, type[Any]], ...] = (
     ("state", StateInspector),
     ("streams", StreamsView),
     ("branches", BranchTree),
+    ("why", ExplainPane),
     ("compare", CompareScreen),
     ("compare", CompareView),
     ("diff", DiffScreen),

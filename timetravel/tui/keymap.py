@@ -21,6 +21,7 @@ INHERITED_KEYS: dict[str, list[tuple[str, str]]] = {
     "StateInspector": [("enter", "choose the path (print, diff)"), ("space", "expand or collapse")],
     "BranchTree": [("enter", "switch to the branch")],
     "CompareView": [("enter", "open the diff of the highlighted path")],
+    "ExplainPane": [("enter", "move the cursor to the highlighted link of the chain")],
     "CommandLine": [("enter", "run the command")],
 }
 

@@ -13,6 +13,7 @@ commands, arguments, options and their kinds that help, completion and palettes 
 """
 
 from timetravel.explore.commands import (  # noqa: F401  (importing them registers their handlers)
+    explain,
     futures,
     navigation,
     repro,

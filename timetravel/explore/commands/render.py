@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
@@ -190,16 +191,31 @@ def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
     )
 
 
+COMPARE_PATHS_SHOWN = 20
+
+
 def _compare(result: r.CompareResult, unit: str) -> list[str]:
-    return [
+    lines = [
         f"a {result.a.name}: {failure_text(result.a.failure, unit)}",
         f"b {result.b.name}: {failure_text(result.b.failure, unit)}",
         divergence_text(result.first_divergence, unit),
     ]
+    state = result.diff
+    if state is not None:
+        total = len(state.paths) + state.omitted
+        lines.append(
+            f"at {format_time(state.at_ns, unit)} ({state.moment}): {total} path{'s' if total != 1 else ''} differ"
+            f" (diff {state.a} {state.b} shows the same)"
+        )
+        lines += [f"  {e.path}: {e.change} {e.summary}" for e in state.paths[:COMPARE_PATHS_SHOWN]]
+        if total > COMPARE_PATHS_SHOWN:
+            lines.append(f"  ... and {total - COMPARE_PATHS_SHOWN} more")
+    return lines
 
 
 def _diff(result: r.DiffCommandResult, unit: str) -> list[str]:
-    lines = [f"diff {result.a} {result.b} at {format_time(result.at_ns, unit)}"]
+    moment = f" ({result.moment})" if result.moment else ""
+    lines = [f"diff {result.a} {result.b} at {format_time(result.at_ns, unit)}{moment}"]
     if result.first_divergence is not None:
         lines.append(divergence_text(result.first_divergence, unit))
     lines += [f"  {entry.path}: {entry.change} {entry.summary}" for entry in result.paths]
@@ -281,6 +297,57 @@ def _export(result: r.ExportResult, unit: str) -> list[str]:
     return [*lines, "  open it at https://ui.perfetto.dev (Open trace file)"]
 
 
+def link_head(link: x.ExplainLink, unit: str) -> str:
+    """``#60754  983.081931ms  r3  gpu.done``: where a link of a causal chain stands."""
+    where = f"#{link.event}" if link.event is not None else link.kind
+    when = format_time(link.t_ns, unit) if link.t_ns is not None else ""
+    kind = link.kind if link.event is not None else ""
+    return " ".join(word for word in (where, when, link.node, kind) if word)
+
+
+def _explain(result: x.ExplainResult, unit: str) -> list[str]:
+    if result.failure is None:
+        return [f"{result.branch}: pass: nothing to explain"]
+    lines = [f"explain {result.branch}: {failure_text(result.failure, unit)}"]
+    for index, link in enumerate(result.links):
+        arrow = "  " if index == 0 else "<-"
+        lines.append(f"{arrow} {link_head(link, unit)}: {link.what}")
+        lines += [f"     {change.path}: {change.summary}" for change in link.changes]
+        if link.because:
+            lines.append(f"     because it {link.because}")
+        if link.otherwise:
+            lines.append(f"     ({link.otherwise})")
+    if len(result.links) == 1 and result.complete:
+        lines.append(
+            "  (nothing upstream: no value it read is unlike its peers'; origin PATH follows one value back)"
+        )
+    if not result.complete:
+        lines.append(f"  (stopped on its budget after tracing {result.traced_events} events)")
+    return lines
+
+
+def _origin(result: x.OriginResult, unit: str) -> list[str]:
+    at = format_time(result.at_ns, unit)
+    if result.event is None:
+        return [f"{result.path} on {result.branch} at {at}: as the world was built (no event wrote it)"]
+    lines = [
+        f"{result.path} on {result.branch} at {at}: last written by #{result.event} at "
+        f"{format_time(result.t_ns, unit)}: {result.kind} -> {result.node}"
+    ]
+    lines += [f"  {change.path}: {change.change} {change.summary}" for change in result.changes]
+    if result.reads:
+        lines.append("  from: " + ", ".join(f"{read.path} ({read.value})" for read in result.reads))
+    lines.append(
+        f"  caused by #{result.caused_by}"
+        if result.caused_by is not None
+        else "  scheduled when the world was built"
+    )
+    if result.faults_hit:
+        lines.append(f"  faults that acted in it: {', '.join(result.faults_hit)}")
+    lines += [f"  log: {line}" for line in result.log]
+    return lines
+
+
 def _help(result: r.HelpResult, unit: str) -> list[str]:
     if result.detail:
         return result.detail.splitlines()
@@ -306,6 +373,8 @@ _RENDERERS: dict[type, Callable[[Any, str], list[str]]] = {
     r.FaultsResult: _faults,
     r.ExportResult: _export,
     r.HelpResult: _help,
+    x.ExplainResult: _explain,
+    x.OriginResult: _origin,
 }
 
 

@@ -330,6 +330,24 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
         long_running=True,
     ),
     CommandSpec(
+        "explain",
+        "why a branch failed: a causal chain from the detector back to the faults and choices it comes from",
+        (ArgumentSpec("branch", "branch", "the failing branch (default: the cursor's)", required=False),),
+        examples=("explain", "explain b2"),
+        long_running=True,
+    ),
+    CommandSpec(
+        "origin",
+        "which event last wrote a state value, from what it read, and what caused that event",
+        (ArgumentSpec("path", "path", "a state path (e.g. nodes/r3/skip_local)"),),
+        (
+            OptionSpec("--at", "time", "the value at this time (default: the cursor)"),
+            OptionSpec("--go", None, "move the cursor to the writing event"),
+        ),
+        examples=("origin nodes/r3/skip_local --at 990", "origin nodes/r3/grad_pending --go"),
+        long_running=True,
+    ),
+    CommandSpec(
         "help",
         "the commands, or one command's usage, options and examples",
         (ArgumentSpec("command", "command", "a command name", required=False),),

@@ -22,8 +22,11 @@ from timetravel.sim import Param, Scenario, World
 
 
 def summarize(world: World) -> dict[str, Any]:
-    """``summary`` of ``run --json``: rank 0's view of the job."""
+    """``summary`` of ``run --json``: rank 0's view of the job, and counts over every rank where one
+    rank can differ from the others (a rank that skipped a step alone is the planted bug's trace)."""
     rank = world.nodes["r0"]
+    skipped = _skipped_by_rank(world)
+    skipped_steps = max([rank["skipped_steps"], *skipped.values()])
     return {
         "steps": rank["step"],
         "final_loss": rank["loss"],
@@ -31,7 +34,8 @@ def summarize(world: World) -> dict[str, Any]:
         "params": layout_for(world.config["params"]).params,
         "ranks": world.config["ranks"],
         "allreduce": world.config["allreduce"],
-        "skipped_steps": rank["skipped_steps"],
+        "skipped_steps": skipped_steps,
+        "skipped_alone": skipped,
         "divergence_checks_passed": world.nodes[monitor.NAME]["checks_passed"],
         "restarts": world.nodes[elastic.CONTROLLER]["restarts"],
         "resends": sum(
@@ -39,6 +43,17 @@ def summarize(world: World) -> dict[str, Any]:
         ),
         "faults": _fault_counts(world),
     }
+
+
+def _skipped_by_rank(world: World) -> dict[str, int]:
+    """Steps skipped by each rank whose count differs from most ranks' (rank order); empty when
+    every rank skipped alike, as the step guard means them to."""
+    counts = {
+        name: world.nodes[name]["skipped_steps"] for name, role in world.roles.items() if role == ROLE_RANK
+    }
+    values = list(counts.values())
+    usual = max(values, key=values.count) if values else 0
+    return {name: count for name, count in counts.items() if count != usual}
 
 
 def _fault_counts(world: World) -> dict[str, int]:

@@ -332,6 +332,14 @@ def render_compare(result: r.CompareResult, context: RenderContext) -> Renderabl
         parts.append(Text("no divergence: the effects are identical", style="green"))
     else:
         parts.append(_divergence_text(result.first_divergence, context))
+    if result.diff is not None:
+        state = result.diff
+        total = len(state.paths) + state.omitted
+        title = Text(f"at {context.time(state.at_ns)} ({state.moment}): {total} paths differ", style="bold")
+        if state.paths:
+            parts.append(_path_tree(title, [entry.to_data() for entry in state.paths]))
+        else:
+            parts.append(title)
     return Group(*parts)
 
 
@@ -346,6 +354,8 @@ def _last_value(points: Sequence[Sequence[Any]] | None) -> str:
 def render_diff_command(result: r.DiffCommandResult, context: RenderContext) -> RenderableType:
     title = Text(f"{result.a} vs {result.b} at ", style="bold")
     title.append(context.time(result.at_ns), style="bold yellow")
+    if result.moment:
+        title.append(f" ({result.moment})", style="dim")
     if not result.paths:
         return Group(title, Text("the states are bit-identical", style="green"))
     entries = [

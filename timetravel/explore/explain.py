@@ -1,0 +1,570 @@
+"""``explain [BRANCH]``: from a failure back to its root cause, as a causal chain of events.
+
+Built on value provenance (:mod:`.provenance`), so it needs nothing from the scenario's author:
+
+1. **The detector.** The failing event is re-executed with its reads noted (the failure is recorded
+   by the handler of the last event; a failure of the end-of-run checks has no event).
+2. **Messages.** When the detector read nothing unusual of its own node (a monitor's tallies), the
+   cause is what it was told: the event that scheduled it — a message's send, found by its
+   ``seq`` — and so on back to the failure's node.
+3. **The onset.** A value is *unusual* when it differs from the same key on every peer (the nodes
+   of the same role) while the peers agree among themselves — the replica that drifted, the rank
+   that skipped alone. On the failure's node, the keys that are unusual when it sent its message
+   and stay so are followed back: the snapshots say in which window they became unusual, and one
+   re-execution of that window, checking those keys after each of the node's events, names the
+   event after which they stayed unusual (r3's lone skip).
+4. **Inputs.** From each link, the unusual values its event read lead to the event that last wrote
+   them (a reverse watchpoint), and that event's own unusual reads lead further back.
+5. **Roots.** A ``fault`` event, or a fault whose hit count rose during an event (a message it
+   corrupted, dropped or duplicated), ends in its fault record: drawn from the seed or written by
+   the user, it has no cause inside the simulation. So does an event scheduled when the world was
+   built, and one whose inputs hold nothing unusual.
+
+Everything is bounded (links, traced events); a chain cut by its budget says so (``complete``).
+The peer rule is a heuristic: it is sharp for replicated systems (data-parallel ranks, replicas of
+a state machine) and silent where nodes have no peers; there the chain follows messages alone.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import numpy as np
+
+from timetravel.explore.diff import differing_elements, elements_text, summarize_arrays, value_text
+from timetravel.explore.explain_results import (
+    LINK_DETECTOR,
+    LINK_FAULT,
+    LINK_MESSAGE,
+    LINK_ROOT,
+    LINK_WRITE,
+    ExplainLink,
+    ExplainResult,
+    StateChange,
+)
+from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
+from timetravel.explore.replay import ReplayDivergence
+from timetravel.explore.search import last_change
+from timetravel.explore.session import Session
+from timetravel.explore.stepper import Stepper, position_at_or_before
+from timetravel.explore.tracks import check_branch, open_track
+from timetravel.explore.work import ExploreError, ProgressCallback, StopCheck, WorkProgress
+from timetravel.sim.encoding import digest
+from timetravel.sim.event import Event
+
+LINKS_MAX = 16
+TRACES_MAX = 40
+"""Events re-executed with their reads noted, per explanation."""
+MESSAGE_HOPS_MAX = 8
+CHANGES_PER_LINK_MAX = 3
+PEERS_MIN = 2
+"""A value is compared with its peers only when at least this many peers have the key."""
+FAULT_KIND = "fault"
+
+
+class _Budget(Exception):
+    pass
+
+
+class _Explainer:
+    def __init__(
+        self, track: Session, progress: ProgressCallback | None, should_stop: StopCheck | None
+    ) -> None:
+        self.track = track
+        self.seqs = SeqIndex(track)
+        self.traces: dict[int, EventTrace] = {}
+        self.links: list[ExplainLink] = []
+        self.progress = progress
+        self.should_stop = should_stop
+        self.complete = True
+        self.roots: list[str] = []
+        self._initial: dict[str, Any] | None = None
+        self.fault_events: set[int] = set()
+        self.pruned = 0
+        self.counterfactuals = 0
+        """Branches of the search that reached no fault and were left out."""
+
+    def unusual(self, nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> bool:
+        """Unusual now (see :func:`_unusual`) but not in the built world: a node's identity (its
+        index, its neighbours) is unlike its peers' from the start and explains nothing."""
+        if not _unusual(nodes, roles, node, key):
+            return False
+        if self._initial is None:
+            world = self.track.snapshot_world(0)
+            self._initial = {"nodes": world.nodes, "roles": dict(world.roles)}
+        return not _unusual(self._initial["nodes"], self._initial["roles"], node, key)
+
+    # -- tracing ---------------------------------------------------------------------------
+
+    def trace(self, number: int) -> EventTrace:
+        if number not in self.traces:
+            if len(self.traces) >= TRACES_MAX:
+                raise _Budget()
+            if self.should_stop is not None and self.should_stop():
+                raise _Budget()
+            self.traces[number] = trace_event(self.track, number)
+            if self.progress is not None:
+                self.progress(WorkProgress("explain", len(self.traces), TRACES_MAX, f"event #{number}"))
+        return self.traces[number]
+
+    def add(self, link: ExplainLink) -> None:
+        if len(self.links) >= LINKS_MAX:
+            raise _Budget()
+        self.links.append(link)
+
+    # -- the chain -------------------------------------------------------------------------
+
+    def run(self, failure: dict[str, Any]) -> None:
+        end = self.track.end.events
+        detector = self.trace(end) if end > 0 else None
+        if detector is None or not detector.failed:
+            self.add(
+                ExplainLink(
+                    LINK_DETECTOR,
+                    None,
+                    failure.get("t_ns"),
+                    failure.get("node") or "",
+                    "end",
+                    f"the end-of-run checks fired: {failure.get('message', '')}",
+                )
+            )
+            node = failure.get("node")
+            if node and end > 0:
+                self.onset(node, end + 1)
+            return
+        self.add(
+            ExplainLink(
+                LINK_DETECTOR,
+                detector.number,
+                detector.event.t,
+                detector.event.dst,
+                detector.event.kind,
+                f"the detector fired ({failure.get('kind', 'failure')})",
+                _link_changes(detector)[:1],
+            )
+        )
+        self.inputs(detector, failure.get("node"))
+
+    def inputs(self, trace: EventTrace, failure_node: str | None) -> None:
+        """Follow ``trace``'s unusual reads, else its messages, else stop at a root."""
+        if self.fault_roots(trace):
+            return
+        unusual = [read for read in trace.reads if self.unusual(trace.before, trace.roles, *read)]
+        at_failure_node = bool(failure_node) and trace.event.dst == failure_node
+        if at_failure_node and unusual and self.onset(str(failure_node), trace.number):
+            return
+        for node, key in unusual:
+            if self.follow_read(trace, node, key):
+                return
+        self.message(trace, failure_node)
+
+    def message(self, trace: EventTrace, failure_node: str | None, hops: int = 0) -> None:
+        """The event that scheduled ``trace``'s event (its message or timer)."""
+        sender = self.seqs.scheduled_by(trace.event.seq)
+        if sender is None:
+            self.add(
+                ExplainLink(
+                    LINK_ROOT,
+                    None,
+                    0,
+                    trace.event.dst,
+                    trace.event.kind,
+                    "scheduled when the world was built: no cause inside the simulation",
+                )
+            )
+            return
+        source = self.trace(sender)
+        what = (
+            f"sent {trace.event.kind} {_clip(repr(trace.event.payload), PAYLOAD_CHARS_MAX)} to {trace.event.dst}"
+            if source.event.dst != trace.event.dst
+            else f"scheduled {trace.event.kind}"
+        )
+        unusual = [read for read in source.reads if self.unusual(source.before, source.roles, *read)]
+        because = _read_text(source, unusual) if unusual else ""
+        self.add(
+            ExplainLink(
+                LINK_MESSAGE,
+                source.number,
+                source.event.t,
+                source.event.dst,
+                source.event.kind,
+                what,
+                self.unusual_changes(source)[:1],
+                because,
+            )
+        )
+        at_failure_node = bool(failure_node) and source.event.dst == failure_node
+        if at_failure_node and unusual and self.onset(str(failure_node), source.number):
+            return
+        if unusual or hops >= MESSAGE_HOPS_MAX or self.fault_roots(source):
+            for node, key in unusual:
+                if self.follow_read(source, node, key):
+                    return
+            return
+        self.message(source, failure_node, hops + 1)
+
+    def follow_read(self, trace: EventTrace, node: str, key: str) -> bool:
+        """The event that last wrote ``nodes/node/key`` before ``trace``'s event; then its inputs."""
+        path = f"nodes/{node}/{key}"
+        found = last_change(self.track, path, start_events=trace.number - 1)
+        if not found.found or found.event is None or found.kind == "end":
+            return False
+        writer = self.trace(found.event)
+        if self.unusual(writer.before, writer.roles, node, key):
+            return False  # unusual before this write too: not where it started
+        if self.fault_roots(writer):
+            return True
+        self.add(self.write_link(writer, node, [key], f"wrote {path}"))
+        self.inputs(writer, None)
+        return True
+
+    def onset(self, node: str, before_event: int) -> bool:
+        """The event on ``node`` after which its keys unusual at #``before_event`` stayed unusual."""
+        probe = self.trace(before_event) if before_event <= self.track.end.events else None
+        nodes = probe.before if probe is not None else self.track_world_nodes()
+        roles = probe.roles if probe is not None else dict(self.track.world.roles)
+        keys = [key for key in nodes.get(node, {}) if self.unusual(nodes, roles, node, key)]
+        if not keys:
+            return False
+        onsets = self._onset_events(node, keys, before_event)
+        if not onsets:
+            return False
+        followed = False
+        for number, stayed in onsets:  # the latest first: the chain runs back in time
+            writer = self.trace(number)
+            if not any(changes_of(writer, f"nodes/{node}/{key}") for key in stayed):
+                continue  # its peers moved on while it did not: the cause is where it did not move
+            mark = len(self.links)
+            try:
+                self._onset_chain(writer, node, stayed)
+            except _Budget:
+                del self.links[mark:]
+                raise
+            if any(link.role == LINK_FAULT for link in self.links[mark:]):
+                followed = True
+            else:  # a branch that reaches no fault explains nothing: leave it out
+                del self.links[mark:]
+                self.pruned += 1
+        return followed
+
+    def _onset_chain(self, writer: EventTrace, node: str, stayed: list[str]) -> None:
+        if self.fault_roots(writer):
+            return
+        link = self.write_link(
+            writer,
+            node,
+            stayed,
+            f"{node} alone: from here on its {', '.join(stayed)} unlike every peer's",
+        )
+        self.add(dataclasses.replace(link, changes=self.unusual_changes(writer) or link.changes))
+        self.inputs_of_onset(writer, node)
+
+    def inputs_of_onset(self, writer: EventTrace, node: str) -> None:
+        if self.fault_roots(writer):
+            return
+        unusual = [read for read in writer.reads if self.unusual(writer.before, writer.roles, *read)]
+        for read_node, key in unusual:
+            if self.follow_read(writer, read_node, key):
+                return
+        self.message(writer, None)
+
+    def unusual_changes(self, trace: EventTrace) -> tuple[StateChange, ...]:
+        """The event's changes to its node's keys that are unusual right after it."""
+        node = trace.event.dst
+        shown = []
+        for change in trace.changes:
+            parts = change.path.split("/")
+            if (
+                len(parts) >= 3
+                and parts[1] == node
+                and self.unusual(trace.after, trace.roles, node, parts[2])
+            ):
+                shown.append(StateChange(change.path, change.change, _clip(change.summary)))
+        return tuple(shown[:CHANGES_PER_LINK_MAX])
+
+    def track_world_nodes(self) -> dict[str, Any]:
+        self.track.goto("end")
+        return self.track.world.nodes
+
+    def _onset_events(self, node: str, keys: list[str], before_event: int) -> list[tuple[int, list[str]]]:
+        """Scan back by snapshots for where ``keys`` of ``node`` became unusual, then re-execute
+        from there: each event on ``node`` after which some of them stayed unusual, latest first."""
+        track = self.track
+        snapshots = track.snapshots()
+        position = position_at_or_before(track, max(before_event - 1, 0))
+        while position > 0:
+            world = track.snapshot_world(position)
+            if not any(self.unusual(world.nodes, world.roles, node, key) for key in keys):
+                break
+            position = position_at_or_before(track, snapshots[position].events - 1)
+        since: dict[str, int | None] = {key: None for key in keys}
+        values: dict[str, bytes] = {}
+        stepper = Stepper(track, position)
+
+        def check(event: Event) -> None:
+            if event.dst != node:
+                return
+            world = stepper.world
+            for key in keys:
+                value = digest(world.nodes[node].get(key))
+                if not self.unusual(world.nodes, world.roles, node, key):
+                    since[key] = None
+                elif since[key] is None or values.get(key) != value:
+                    since[key] = world.events_processed  # unusual since here, with this value
+                values[key] = value
+
+        target = before_event - 1
+        while stepper.events < target:
+            ran = stepper.advance_observed(target - stepper.events, check)
+            if ran == 0:
+                if stepper.events == stepper.horizon < stepper.end_events:
+                    stepper = Stepper.before(track, stepper.horizon)
+                    continue
+                break
+        started = sorted({value for value in since.values() if value is not None}, reverse=True)
+        return [(number, [key for key, value in since.items() if value == number]) for number in started]
+
+    def write_link(self, trace: EventTrace, node: str, keys: list[str], what: str) -> ExplainLink:
+        changes: list[StateChange] = []
+        for key in keys:
+            changes += [
+                StateChange(c.path, c.change, _clip(c.summary))
+                for c in changes_of(trace, f"nodes/{node}/{key}")
+            ]
+        unusual = [read for read in trace.reads if self.unusual(trace.before, trace.roles, *read)]
+        because = _read_text(trace, unusual)
+        return ExplainLink(
+            LINK_WRITE,
+            trace.number,
+            trace.event.t,
+            trace.event.dst,
+            trace.event.kind,
+            what,
+            tuple(changes[:CHANGES_PER_LINK_MAX]),
+            because,
+            self.otherwise(trace, node, keys, unusual),
+        )
+
+    def otherwise(self, trace: EventTrace, node: str, keys: list[str], unusual: list[tuple[str, str]]) -> str:
+        """Re-run the event with its first unusual read set to the peers' value: which of the
+        link's keys it would then have written otherwise (the evidence that the read is the cause)."""
+        if not unusual or len(self.traces) >= TRACES_MAX:
+            return ""
+        read_node, read_key = unusual[0]
+        peer = _peer_value(trace.before, trace.roles, read_node, read_key)
+        try:
+            other = trace_event(self.track, trace.number, {(read_node, read_key): peer})
+        except (ReplayDivergence, ExploreError, AssertionError):
+            return ""  # the counterfactual did not re-execute like the recording: no evidence either way
+        self.counterfactuals += 1
+        written = []
+        for key in keys + [k for k in trace.after.get(node, {}) if k not in keys]:
+            actual, instead = trace.after.get(node, {}).get(key), other.after.get(node, {}).get(key)
+            if key.startswith("_") or digest(actual) == digest(instead):
+                continue
+            written.append(f"{key} {_counterfactual_text(actual, instead)}")
+            if len(written) >= CHANGES_PER_LINK_MAX:
+                break
+        if not written:
+            return f"with its peers' {read_key} ({_short(peer)}) it writes the same: not the cause alone"
+        return f"with its peers' {read_key} ({_short(peer)}) it would have written {', '.join(written)}"
+
+    def fault_roots(self, trace: EventTrace) -> bool:
+        """A fault event, or faults that acted during the event: their links and records."""
+        fault_ids: list[str] = []
+        payload = trace.event.payload
+        records = {str(f.get("id")): f for f in trace.faults}
+        if trace.event.kind == FAULT_KIND and isinstance(payload, (list, tuple)) and payload:
+            fault_ids.append(str(payload[0]))
+        elif trace.event.kind == FAULT_KIND and isinstance(payload, dict) and "id" in payload:
+            fault_ids.append(str(payload["id"]))  # a scenario's own fault event carries its record
+            records.setdefault(str(payload["id"]), payload)
+        fault_ids += [fault_id for fault_id in trace.faults_hit if fault_id not in fault_ids]
+        if not fault_ids:
+            return False
+        if trace.number in self.fault_events:
+            return True
+        self.fault_events.add(trace.number)
+        for fault_id in fault_ids:
+            record = records.get(fault_id, {})
+            drawn = sorted(
+                {
+                    c.path.split("/")[3]
+                    for c in trace.changes
+                    if c.path.count("/") >= 3 and c.path.split("/")[2] == "_choices"
+                }
+            )
+            what = f"fault {fault_id} ({record.get('kind', '?')}) acted" + (
+                f", drawing {', '.join(drawn)}" if drawn else ""
+            )
+            self.add(
+                ExplainLink(
+                    LINK_FAULT,
+                    trace.number,
+                    trace.event.t,
+                    trace.event.dst,
+                    trace.event.kind,
+                    what.rstrip(": "),
+                    _link_changes(trace, flipped=True),
+                )
+            )
+            if fault_id in self.roots:
+                continue
+            self.roots.append(fault_id)
+            self.add(
+                ExplainLink(
+                    LINK_ROOT,
+                    None,
+                    record.get("t_start"),
+                    str(record.get("target", "")),
+                    "fault record",
+                    f"{fault_id} {_record_text(record)}: a fault record, no cause inside the simulation",
+                )
+            )
+        return True
+
+
+SUMMARY_CHARS_MAX = 110
+RECORD_PARAMS_DEFAULT: dict[str, Any] = {"probability": 1.0, "count": 1, "direction": "out"}
+"""Fault params left out of a record's one line when they hold these (the usual) values."""
+
+
+PAYLOAD_CHARS_MAX = 48
+
+
+def _clip(text: str, chars_max: int = SUMMARY_CHARS_MAX) -> str:
+    return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
+
+
+def _record_text(record: dict[str, Any]) -> str:
+    params = {
+        key: value
+        for key, value in (record.get("params") or {}).items()
+        if value is not None and RECORD_PARAMS_DEFAULT.get(key) != value
+    }
+    words = [str(record.get("kind", "?")), str(record.get("target", "?"))]
+    words += [f"{key}={value}" for key, value in params.items()]
+    return " ".join(words)
+
+
+def _link_changes(trace: EventTrace, flipped: bool = False) -> tuple[StateChange, ...]:
+    """The changes a link shows: its node's, without bookkeeping; a flipped array by element."""
+    node = trace.event.dst
+    shown: list[StateChange] = []
+    for change in trace.changes:
+        parts = change.path.split("/")
+        if len(parts) < 3 or parts[1] != node or parts[2].startswith("_"):
+            continue
+        summary = change.summary
+        if flipped:
+            summary = _flip_text(trace, node, parts[2]) or summary
+        shown.append(StateChange(change.path, change.change, _clip(summary)))
+        if len(shown) >= CHANGES_PER_LINK_MAX:
+            break
+    return tuple(shown)
+
+
+def _flip_text(trace: EventTrace, node: str, key: str) -> str:
+    """A buffer a fault wrote, by element: ``[362] 0.0 -> 1.0842e-19 (bit 13)`` (None before: zeros)."""
+    after = trace.after.get(node, {}).get(key)
+    before = trace.before.get(node, {}).get(key)
+    if not isinstance(after, np.ndarray):
+        return ""
+    if not isinstance(before, np.ndarray) or before.shape != after.shape or before.dtype != after.dtype:
+        before = np.zeros_like(after)
+    elements = differing_elements(before, after, 4)
+    return f"flipped {elements_text(elements)}" if elements else ""
+
+
+def _read_text(trace: EventTrace, reads: list[tuple[str, str]]) -> str:
+    words = []
+    for node, key in reads[:3]:
+        value = trace.before[node].get(key)
+        peer = _peer_value(trace.before, trace.roles, node, key)
+        count = len(_peers(trace.before, trace.roles, node, key))
+        if isinstance(value, (bool, int, float, str, type(None))) and isinstance(
+            peer, (bool, int, float, str, type(None))
+        ):
+            words.append(f"{node}/{key} = {_short(value)} (its {count} peers: {_short(peer)})")
+        else:
+            words.append(f"{node}/{key} {_short(value)}, unlike all {count} peers'")
+    return "read " + "; ".join(words) if words else ""
+
+
+def _counterfactual_text(actual: Any, instead: Any) -> str:
+    """What a key would have held: the value, or for two arrays of one shape how many elements differ."""
+    if (
+        isinstance(actual, np.ndarray)
+        and isinstance(instead, np.ndarray)
+        and actual.shape == instead.shape
+        and actual.dtype == instead.dtype
+    ):
+        return f"unlike this run's in {summarize_arrays(actual, instead).differing}/{actual.size} elements"
+    return _short(instead)
+
+
+def _short(value: Any) -> str:
+    return value_text(value)
+
+
+def _peers(nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> list[str]:
+    role = roles.get(node)
+    if role is None:
+        return []
+    return [
+        name for name, other in roles.items() if other == role and name != node and key in nodes.get(name, {})
+    ]
+
+
+def _unusual(nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> bool:
+    """``nodes[node][key]`` differs from every peer's while most peers agree (see the module docstring)."""
+    if key.startswith("_") or node not in nodes or key not in nodes[node]:
+        return False
+    peers = _peers(nodes, roles, node, key)
+    if len(peers) < PEERS_MIN:
+        return False
+    mine = digest(nodes[node][key])
+    counts: dict[bytes, int] = {}
+    for peer in peers:
+        value = digest(nodes[peer][key])
+        if value == mine:
+            return False
+        counts[value] = counts.get(value, 0) + 1
+    return max(counts.values()) * 2 > len(peers)
+
+
+def _peer_value(nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> Any:
+    peers = _peers(nodes, roles, node, key)
+    counts: dict[bytes, tuple[int, Any]] = {}
+    for peer in peers:
+        value = nodes[peer][key]
+        key_digest = digest(value)
+        count, _ = counts.get(key_digest, (0, value))
+        counts[key_digest] = (count + 1, value)
+    return max(counts.values(), key=lambda item: item[0])[1] if counts else None
+
+
+def explain(
+    session: Session,
+    branch: str | None = None,
+    *,
+    progress: ProgressCallback | None = None,
+    should_stop: StopCheck | None = None,
+) -> ExplainResult:
+    """The causal chain of ``branch``'s failure (default: the cursor's branch); see the module docstring."""
+    name = check_branch(session.reader, branch or session.branch)
+    end = session.reader.end(name) or {}
+    failure = end.get("failure")
+    if not isinstance(failure, dict):
+        return ExplainResult(name, None, ())
+    explainer = _Explainer(open_track(session, name), progress, should_stop)
+    try:
+        explainer.run(failure)
+    except _Budget:
+        explainer.complete = False
+    traced = len(explainer.traces) + explainer.counterfactuals
+    return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete)
+
+
+__all__ = ["explain"]

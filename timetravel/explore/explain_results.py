@@ -1,0 +1,140 @@
+"""The results of ``origin`` and ``explain``: plain frozen dataclasses with ``to_data()`` (the JSON).
+
+Kept beside :mod:`.results` (not in it) so the causal-explanation work stays one small module set:
+:mod:`.provenance` (origin), :mod:`.explain` (the chain) and these records.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from timetravel.explore.results import public_failure
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """One change an event made: a path, the change kind and a one-line summary (old -> new)."""
+
+    path: str
+    change: str
+    summary: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {"path": self.path, "change": self.change, "summary": self.summary}
+
+
+@dataclass(frozen=True)
+class ReadValue:
+    """A state value an event read, as it was just before the event."""
+
+    path: str
+    value: str
+
+    def to_data(self) -> dict[str, Any]:
+        return {"path": self.path, "value": self.value}
+
+
+@dataclass(frozen=True)
+class OriginResult:
+    """``origin PATH --at T``: the event that last wrote the value, and from what."""
+
+    path: str
+    branch: str
+    at_ns: int
+    event: int | None
+    """The writing event's number; None: the value is as the world was built."""
+    t_ns: int = 0
+    node: str = ""
+    kind: str = ""
+    changes: tuple[StateChange, ...] = ()
+    reads: tuple[ReadValue, ...] = ()
+    """What the writing event read (its inputs), before it ran."""
+    caused_by: int | None = None
+    """The event that scheduled the writing event (a message's send, a timer's arming); None: build."""
+    faults_hit: tuple[str, ...] = ()
+    log: tuple[str, ...] = ()
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "branch": self.branch,
+            "at_ns": self.at_ns,
+            "event": self.event,
+            "t_ns": self.t_ns,
+            "node": self.node,
+            "kind": self.kind,
+            "changes": [change.to_data() for change in self.changes],
+            "reads": [read.to_data() for read in self.reads],
+            "caused_by": self.caused_by,
+            "faults_hit": list(self.faults_hit),
+            "log": list(self.log),
+        }
+
+
+LINK_DETECTOR = "detector"
+"""The event whose handler recorded the failure."""
+LINK_MESSAGE = "message"
+"""The event that sent (scheduled) the next link's event."""
+LINK_WRITE = "write"
+"""The event that wrote a value a later link read (the value became unlike its peers' here)."""
+LINK_FAULT = "fault"
+"""A fault acting: its event, or the fault record it comes from."""
+LINK_ROOT = "root"
+"""A cause outside the simulation: a fault record of the schedule, or choices drawn from the seed."""
+LINK_KINDS = (LINK_DETECTOR, LINK_MESSAGE, LINK_WRITE, LINK_FAULT, LINK_ROOT)
+
+
+@dataclass(frozen=True)
+class ExplainLink:
+    """One link of the causal chain: an event (or a record with no event) and why it is here."""
+
+    role: str
+    """One of LINK_KINDS."""
+    event: int | None
+    t_ns: int | None
+    node: str
+    kind: str
+    what: str
+    """One line: what happened here, in words (``skipped the step alone``, ``fault f2 flipped ...``)."""
+    changes: tuple[StateChange, ...] = ()
+    because: str = ""
+    """Why the previous link follows from this one (``read nodes/r3/skip_local``, ``sent observe``)."""
+    otherwise: str = ""
+    """The counterfactual: what the event writes when it reads its peers' value instead
+    (``with its peers' skip_local (False): skipped_steps 0``); empty when not checked."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "role": self.role,
+            "event": self.event,
+            "t_ns": self.t_ns,
+            "node": self.node,
+            "kind": self.kind,
+            "what": self.what,
+            "changes": [change.to_data() for change in self.changes],
+            "because": self.because,
+            "otherwise": self.otherwise,
+        }
+
+
+@dataclass(frozen=True)
+class ExplainResult:
+    """``explain [BRANCH]``: the failure, then its causes, from the detector back to the root."""
+
+    branch: str
+    failure: dict[str, Any] | None
+    links: tuple[ExplainLink, ...]
+    traced_events: int = 0
+    """Events re-executed one by one with their reads noted (the explanation's cost)."""
+    complete: bool = True
+    """False when the chain stopped on its budget before reaching a cause outside the simulation."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "branch": self.branch,
+            "failure": public_failure(self.failure),
+            "links": [link.to_data() for link in self.links],
+            "traced_events": self.traced_events,
+            "complete": self.complete,
+        }
