@@ -406,7 +406,7 @@ def _array_change(a: np.ndarray, b: np.ndarray, path: str) -> Change | None:
 
 def _element_value(value: Any) -> Any:
     item = value.item() if isinstance(value, np.generic) else value
-    if isinstance(value, np.generic) and value.dtype == _BFLOAT16:
+    if isinstance(value, np.generic) and value.dtype.name == "bfloat16":
         item = float(value)
     return item
 
