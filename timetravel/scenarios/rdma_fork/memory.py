@@ -40,9 +40,9 @@ HEAP_MAX_BYTES = 64 * 1024 * 1024
 """glibc's HEAP_MAX_SIZE on 64-bit: the most a thread arena's heap grows to."""
 ARENA_HEADER_BYTES = 0x8A0
 """``heap_info`` plus ``malloc_state`` at the start of a thread arena's heap (about 2.2 KiB)."""
-ARENA_USED_SLOTS = (HEAP_MAX_BYTES - ARENA_HEADER_BYTES) // CHUNK_ALIGN_BYTES // 2
-"""A thread arena has used between 0 (fresh) and half its heap when the communicators are made."""
-MAIN_USED_BYTES = 64 * 1024 * 1024
+ARENA_USED_SLOTS = (HEAP_MAX_BYTES - ARENA_HEADER_BYTES) // CHUNK_ALIGN_BYTES - PAGE_BYTES
+"""A thread arena has used between 0 (fresh) and nearly all its heap when the communicators are made."""
+MAIN_USED_BYTES = 128 * 1024 * 1024
 """What the interpreter and the framework allocated in the main heap before training starts."""
 MAIN_HEAP_BASE = 0x5555_5555_8000
 THREAD_HEAP_BASE = 0x7F10_0000_0000
