@@ -66,17 +66,26 @@ def round_up(value: int, unit: int) -> int:
 def new_address_space(thread_arena_used_bytes: list[int]) -> dict[str, Any]:
     """A process with its main arena and one thread arena per entry (its used bytes)."""
     arenas = [
-        {"index": MAIN_ARENA, "base": MAIN_HEAP_BASE, "first_chunk": MAIN_HEAP_BASE, "used_bytes": MAIN_USED_BYTES}
+        {
+            "index": MAIN_ARENA,
+            "base": MAIN_HEAP_BASE,
+            "first_chunk": MAIN_HEAP_BASE,
+            "used_bytes": MAIN_USED_BYTES,
+        }
     ]
     for number, used in enumerate(thread_arena_used_bytes, start=1):
         base = THREAD_HEAP_BASE + (number - 1) * HEAP_MAX_BYTES
-        arenas.append({"index": number, "base": base, "first_chunk": base + ARENA_HEADER_BYTES, "used_bytes": used})
+        arenas.append(
+            {"index": number, "base": base, "first_chunk": base + ARENA_HEADER_BYTES, "used_bytes": used}
+        )
     for arena in arenas:
         arena["top"] = arena["first_chunk"] + arena["used_bytes"]
     return {"arenas": arenas, "allocations": [], "registrations": [], "mmap_next": MMAP_BASE}
 
 
-def allocate(space: dict[str, Any], name: str, what: str, size: int, arena_index: int, value: int) -> dict[str, Any]:
+def allocate(
+    space: dict[str, Any], name: str, what: str, size: int, arena_index: int, value: int
+) -> dict[str, Any]:
     """malloc(size) in an arena: at the top for ``value`` 0 (or a slot past the used span), else the
     free chunk at slot ``value - 1``; a slot that overlaps an earlier allocation falls back to the top."""
     arena = space["arenas"][arena_index]
@@ -171,7 +180,9 @@ def page_contents(space: dict[str, Any], page: int) -> list[str]:
     for allocation in space["allocations"]:
         start, end = allocation["chunk"], allocation["address"] + allocation["bytes"]
         if start < high and low < end:
-            contents.append(f"{allocation['name']}: {allocation['what']} ({allocation['bytes']} B at 0x{allocation['address']:x})")
+            contents.append(
+                f"{allocation['name']}: {allocation['what']} ({allocation['bytes']} B at 0x{allocation['address']:x})"
+            )
     for registration in space["registrations"]:
         first = registration["first_page"]
         if first <= page < first + registration["pages"]:

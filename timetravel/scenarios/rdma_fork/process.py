@@ -93,11 +93,15 @@ def on_start(state: dict[str, Any], event: Event, ctx: Context) -> None:
         ctx.choose("alloc.environ.slot", MAIN_SLOTS + 1),
     )
     for name, what, size in PYTHON_OBJECTS:
-        memory.allocate(space, name, what, size, memory.MAIN_ARENA, ctx.choose("alloc.python.slot", MAIN_SLOTS + 1))
+        memory.allocate(
+            space, name, what, size, memory.MAIN_ARENA, ctx.choose("alloc.python.slot", MAIN_SLOTS + 1)
+        )
     dontfork = dontfork_applies(config)
     for number in range(config["registered_buffers"]):
         name = f"buffer{number}"
-        buffer = memory.map_pages(space, name, "registered data buffer (page-aligned mmap)", REGISTERED_BUFFER_BYTES)
+        buffer = memory.map_pages(
+            space, name, "registered data buffer (page-aligned mmap)", REGISTERED_BUFFER_BYTES
+        )
         memory.register(space, name, buffer["address"], REGISTERED_BUFFER_BYTES, dontfork)
     for communicator in communicator_names(config):
         registration = _make_communicator(space, communicator, config, dontfork, ctx)
