@@ -67,6 +67,8 @@ def initial_state(index: int) -> dict[str, Any]:
         "launches": 0,
         "last_launch": None,
         "fork_failure": None,
+        "child_missing": {},
+        "fork_unsafe": False,
     }
 
 
@@ -108,6 +110,8 @@ def on_start(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if config["register_check"] == "strict" and dontfork and not registration["aligned"]:
             _refuse_registration(space, registration, ctx)
             return
+    state["child_missing"] = {method: first_missing_page(space, method) for method in FORKING_LAUNCHES}
+    state["fork_unsafe"] = _fork_unsafe(space, config)
     _next_launch(state, 0, ctx)
 
 
@@ -161,10 +165,10 @@ def on_launch(state: dict[str, Any], event: Event, ctx: Context) -> None:
     state["launches"] += 1
     state["last_launch"] = {"number": number, "helper": helper, "method": method, "t_ns": ctx.now}
     if method in FORKING_LAUNCHES:
-        if _fork_unsafe(state["space"], config):
+        if state["fork_unsafe"]:
             _fail_fork_unsafe(state, helper, method, ctx)
             return
-        missing = first_missing_page(state["space"], method)
+        missing = state["child_missing"][method]
         if missing is not None:
             _fail_launch(state, number, helper, method, missing, ctx)
             return
@@ -172,37 +176,49 @@ def on_launch(state: dict[str, Any], event: Event, ctx: Context) -> None:
         _next_launch(state, number + 1, ctx)
 
 
-def child_touches(space: dict[str, Any], method: str) -> list[tuple[int, str, str]]:
-    """(page, what the child does there, how it ends when the page is missing), in the child's order."""
+def child_touches(space: dict[str, Any], method: str) -> list[tuple[range, str, str]]:
+    """(pages, what the child does there, how it ends when a page is missing), in the child's order."""
     touches = []
     for arena in space["arenas"]:
         page = memory.header_page(arena)
         if page is not None:
-            touches.append(
-                (page, f"__malloc_fork_unlock_child re-initializes arena {arena['index']}'s mutex", "SIGSEGV")
-            )
-    environ = space["allocations"][0]
-    for page in memory.pages_of(environ):
-        if method == "fork_exec":
-            touches.append((page, "execve reads the environ array (envp)", "EFAULT"))
-        else:
-            touches.append((page, "getenv walks the environ array", "SIGSEGV"))
+            action = f"__malloc_fork_unlock_child re-initializes arena {arena['index']}'s mutex"
+            touches.append((range(page, page + 1), action, "SIGSEGV"))
+    environ = memory.pages_of(space["allocations"][0])
+    if method == "fork_exec":
+        touches.append((environ, "execve reads the environ array (envp)", "EFAULT"))
+    else:
+        touches.append((environ, "getenv walks the environ array", "SIGSEGV"))
     if method == "mp_fork":
         for allocation in space["allocations"]:
             if allocation["name"].startswith("py."):
-                for page in memory.pages_of(allocation):
-                    touches.append((page, f"the worker reads {allocation['name']}", "SIGSEGV"))
+                touches.append(
+                    (memory.pages_of(allocation), f"the worker reads {allocation['name']}", "SIGSEGV")
+                )
     return touches
 
 
 def first_missing_page(space: dict[str, Any], method: str) -> dict[str, Any] | None:
-    """The first page the child touches that fork did not copy, with the registration that took it."""
-    if not any(registration["dontfork"] for registration in space["registrations"]):
+    """The first page the child touches that fork did not copy, with the index of the registration that
+    took it. The address space does not change after start-up, so on_start asks this once per method;
+    it compares page ranges, never single pages, so a large object costs no more than a small one."""
+    dontfork = [
+        (index, registration)
+        for index, registration in enumerate(space["registrations"])
+        if registration["dontfork"]
+    ]
+    if not dontfork:
         return None
-    for page, action, symptom in child_touches(space, method):
-        owner = memory.dontfork_owner(space, page)
-        if owner is not None:
-            return {"page": page, "action": action, "symptom": symptom, "registration": owner}
+    for pages, action, symptom in child_touches(space, method):
+        hits = [
+            (max(pages.start, registration["first_page"]), index)
+            for index, registration in dontfork
+            if registration["first_page"] < pages.stop
+            and pages.start < registration["first_page"] + registration["pages"]
+        ]
+        if hits:
+            page, index = min(hits)
+            return {"page": page, "action": action, "symptom": symptom, "registration": index}
     return None
 
 
@@ -216,7 +232,7 @@ def _fail_launch(
     state: dict[str, Any], number: int, helper: str, method: str, missing: dict[str, Any], ctx: Context
 ) -> None:
     space = state["space"]
-    page, registration = missing["page"], missing["registration"]
+    page, registration = missing["page"], space["registrations"][missing["registration"]]
     lived_on = [item for item in memory.page_contents(space, page) if not item.startswith("registered")]
     parent = _parent_sees(helper, missing["symptom"])
     state["fork_failure"] = {
@@ -274,6 +290,7 @@ def on_crash(state: dict[str, Any], ctx: Context, record: dict[str, Any]) -> Non
     """The process is gone: its launches stop (the next incarnation starts afresh)."""
     state["incarnation"] += 1
     state["space"] = None
+    state["child_missing"] = {}
 
 
 def on_restart(state: dict[str, Any], ctx: Context, record: dict[str, Any]) -> None:
