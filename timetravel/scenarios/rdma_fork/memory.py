@@ -177,6 +177,14 @@ def page_contents(space: dict[str, Any], page: int) -> list[str]:
         if header_page(arena) == page:
             contents.append(f"arena {arena['index']} metadata (heap_info, malloc_state and its mutex)")
     low, high = page * PAGE_BYTES, (page + 1) * PAGE_BYTES
+    for arena in space["arenas"]:
+        end = arena["base"] + (
+            HEAP_MAX_BYTES if arena["index"] != MAIN_ARENA else arena["top"] - arena["base"]
+        )
+        if arena["base"] < high and low < arena["top"]:
+            contents.append(f"arena {arena['index']} heap: chunks the model does not track")
+        elif arena["top"] < high and low < end:
+            contents.append(f"arena {arena['index']} heap: free, above its top")
     for allocation in space["allocations"]:
         start, end = allocation["chunk"], allocation["address"] + allocation["bytes"]
         if start < high and low < end:
