@@ -90,6 +90,17 @@ def test_the_users_path_at_the_default_size(
     missing = [row for row in detail["page_map"] if not row["in_child"]]
     assert detail["page"] in [row["page"] for row in missing]
 
+    t_ns = report["failure"]["t_ns"]
+    shell = run_cli(
+        "shell",
+        str(recording),
+        "-c",
+        f"goto {t_ns}ns; print nodes/{node}/last_launch; print nodes/{node}/fork_failure --depth 4",
+    )
+    assert shell.returncode == 0, shell.stderr
+    for text in (f"FAIL crash on {node}", "fork_exec", "page_map", "in_child  bool  False", detail["page"]):
+        assert text in shell.stdout, (text, shell.stdout)
+
     minimized = run_cli("minimize", str(recording), "--out", str(tmp_path / "min.ttr"), timeout=600)
     assert minimized.returncode == 0, minimized.stderr
     for line in (
