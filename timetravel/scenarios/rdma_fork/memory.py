@@ -170,6 +170,10 @@ def header_page(arena: dict[str, Any]) -> int | None:
     return None if arena["index"] == MAIN_ARENA else page_of(arena["base"])
 
 
+def arena_name(arena: dict[str, Any]) -> str:
+    return "main arena" if arena["index"] == MAIN_ARENA else f"arena {arena['index']}"
+
+
 def page_contents(space: dict[str, Any], page: int) -> list[str]:
     """What lives on ``page``: arena metadata, allocations, registrations (for people)."""
     contents = []
@@ -182,9 +186,9 @@ def page_contents(space: dict[str, Any], page: int) -> list[str]:
             HEAP_MAX_BYTES if arena["index"] != MAIN_ARENA else arena["top"] - arena["base"]
         )
         if arena["base"] < high and low < arena["top"]:
-            contents.append(f"arena {arena['index']} heap: chunks the model does not track")
+            contents.append(f"{arena_name(arena)} heap: chunks the model does not track")
         elif arena["top"] < high and low < end:
-            contents.append(f"arena {arena['index']} heap: free, above its top")
+            contents.append(f"{arena_name(arena)} heap: free, above its top")
     for allocation in space["allocations"]:
         start, end = allocation["chunk"], allocation["address"] + allocation["bytes"]
         if start < high and low < end:
