@@ -19,6 +19,7 @@ _BUILTINS = {
     "needle": "timetravel.scenarios.needle:SCENARIO",
     "leaky": "timetravel.scenarios.leaky:SCENARIO",
     "dp_training": "timetravel.scenarios.dp_training:SCENARIO",
+    "rdma_fork": "timetravel.scenarios.rdma_fork:SCENARIO",
     "torch": "timetravel.torch.scenario:SCENARIO",
 }
 
