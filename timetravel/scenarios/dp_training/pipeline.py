@@ -101,8 +101,8 @@ def on_allreduce_start(state: dict[str, Any], event: Event, ctx: Context) -> Non
     step = _current(state, event)
     if step is None or state["bucket"] is None:
         return
-    allreduce.enter(state, ctx, step, state["bucket"])
-    watchdog.arm(state, ctx)
+    if allreduce.enter(state, ctx, step, state["bucket"]):
+        watchdog.arm(state, ctx)
 
 
 def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
