@@ -25,9 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import allreduce, detectors, device, elastic, update, watchdog
-from timetravel.scenarios.dp_training.model import layout_for, local_bucket
-from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.scenarios.dp_training import allreduce, detectors, device, elastic, replicas, update, watchdog
 from timetravel.sim import Context, Event
 
 STEP_START = "step_start"
@@ -62,16 +60,7 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if step is None:
         return
     config = ctx.world.config
-    layout = layout_for(config["params"])
-    batch = (step - 1) % config["batches_per_rank"]
-    bucket = local_bucket(
-        state["weights"],
-        state["inputs"][batch],
-        state["targets"][batch],
-        layout,
-        DTYPES[config["dtype"]],
-        config["loss_scale"],
-    )
+    bucket = replicas.bucket(state, ctx, step)
     state["loss_local"] = float(bucket[-1])
     pending = state["grad_pending"]
     if pending is not None:
