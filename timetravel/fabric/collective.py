@@ -28,8 +28,8 @@ collective's last use of them, so collectives and messages that follow on shared
 behind it. ECMP is not drawn: a message between leaves takes spine ``(source + destination) mod
 spines``, which spreads the flows as evenly as a draw would on average.
 
-**Faults** (:func:`fault_effects`): the message rules active when the collective resolves are
-folded into it: a partition that separates members stalls the collective until it heals (never:
+**Faults** (:func:`fault_effects`): the message faults of the schedule whose window overlaps the
+collective (from its first entry to its completion) are folded into it: a partition that separates members stalls the collective until it heals (never:
 the collective hangs, and the scenario's watchdog reports it), a drop or an in-flight corruption
 (caught by a checksum) costs the scenario's recovery time, a delay or reorder adds its time, a
 duplicate changes nothing. Each is drawn once per collective at its usual site ``fault.<kind>``,
@@ -47,13 +47,17 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from timetravel.fabric.topology import NS_PER_S
+from timetravel.fabric.faults import prepare_rule
+from timetravel.fabric.topology import NS_PER_S, Topology
 
 if TYPE_CHECKING:
     from timetravel.sim.context import Context
     from timetravel.sim.world import World
 
 COLLECTIVES_KEY = "collectives"
+FOLDED_KINDS = ("partition", "drop", "duplicate", "reorder", "delay", "corrupt")
+"""Fault kinds that act on messages, folded into a collective (slow acts through the link table and
+the GPU, crash through the scenario)."""
 OPEN_COLLECTIVES_MAX = 64
 """Collectives open at once (a job has one or two; more is a runaway bug, reported as such)."""
 
@@ -298,30 +302,47 @@ class Effects:
 
 
 def fault_effects(
-    ctx: Context, kinds: tuple[str, ...], messages_per_member: int, recovery_ns: int
+    ctx: Context,
+    kinds: tuple[str, ...],
+    messages_per_member: int,
+    recovery_ns: int,
+    window: tuple[int, int],
 ) -> Effects:
-    """Fold the active message rules into one collective over every rank (module docstring)."""
-    fabric = ctx.world.fabric
+    """Fold the message faults whose window overlaps the collective's ``window`` (first entry to
+    completion) into one collective over every rank (module docstring)."""
+    world = ctx.world
+    fabric = world.fabric
     effects = Effects()
-    rules = fabric["message_rules"]
-    if not rules:
+    first_ns, last_ns = window
+    records = [
+        record
+        for record in world.faults
+        if record["kind"] in FOLDED_KINDS
+        and not (record["kind"] == "corrupt" and record["params"].get("buffer") is not None)
+        and record["t_start"] <= last_ns
+        and (record["t_end"] is None or record["t_end"] >= first_ns)
+    ]
+    if not records:
         return effects
+    topology = Topology.from_data(fabric["topology"])
     rank_of = fabric["rank_of"]
     ranks = len(fabric["ranks"])
     hits = fabric["fault_hits"]
     now = ctx.now
-    for rule in rules.values():
+    for record in records:
+        rule = prepare_rule(record, topology, fabric["ranks"])
         kind = rule["kind"]
         if kind == "partition":
             if rule["cut_links"] is not None or not _separates(rule, rank_of, ranks):
                 continue
-            hits[rule["id"]] += 1
+            hits[rule["id"]] = hits.get(rule["id"], 0) + 1
             heal_ns = rule["t_end_ns"]
             if heal_ns is None:
                 effects.hung = rule["id"]
                 effects.blocked_on = rule["target"]
                 return effects
-            effects.delay_ns += max(0, heal_ns - now) + (recovery_ns if rule["mode"] == "drop" else 0)
+            stalled_ns = max(0, heal_ns - max(record["t_start"], now))
+            effects.delay_ns += stalled_ns + (recovery_ns if rule["mode"] == "drop" else 0)
             continue
         if rule["target"] not in rank_of:
             continue
@@ -329,13 +350,13 @@ def fault_effects(
         if wanted is not None and not any(name in wanted for name in kinds):
             continue
         limit = rule["count"]
-        if limit is not None and hits[rule["id"]] >= limit:
+        if limit is not None and hits.get(rule["id"], 0) >= limit:
             continue
         probability = rule["probability"]
         at_least_once = 1.0 if probability >= 1.0 else 1.0 - (1.0 - probability) ** messages_per_member
         if not ctx.chance(f"fault.{kind}", at_least_once):
             continue
-        hits[rule["id"]] += 1
+        hits[rule["id"]] = hits.get(rule["id"], 0) + 1
         if kind == "drop":
             effects.delay_ns += recovery_ns
         elif kind == "delay":

@@ -108,7 +108,10 @@ def _resolve(ctx: Context, key: str, record: dict[str, Any]) -> None:
     else:
         times, heard = fabric_collective.star_completions(fabric, entries, total_bytes)
         messages = 1
-    effects = fabric_collective.fault_effects(ctx, KINDS[algorithm], messages, config["retransmit_timeout"])
+    window = (int(entries.min()), int(times.max()))
+    effects = fabric_collective.fault_effects(
+        ctx, KINDS[algorithm], messages, config["retransmit_timeout"], window
+    )
     if effects.hung is not None:
         record["hung"] = [effects.hung, effects.blocked_on]
         return
@@ -138,7 +141,7 @@ def _tree_sum(
         return tree.canonical_sum(contributions)
     parts = [
         tree.arrival_sum(contributions[:, low:high], flipped)
-        for low, high, flipped in zip(bounds, bounds[1:], right_first, strict=True)
+        for (low, high), flipped in zip(itertools.pairwise(bounds), right_first, strict=True)
     ]
     return np.concatenate(parts)
 
