@@ -35,9 +35,10 @@ from typing import Any
 
 import numpy as np
 
+from timetravel import fabric
 from timetravel.fabric import collective as fabric_collective
 from timetravel.fabric.network import flip_bit
-from timetravel.scenarios.dp_training import collective, naive, ring, tree
+from timetravel.scenarios.dp_training import collective, device, naive, ring, tree
 from timetravel.scenarios.dp_training.numerics import sequential_sum
 from timetravel.sim import Context, Event, World
 
@@ -131,7 +132,30 @@ def _resolve(ctx: Context, key: str, record: dict[str, Any]) -> None:
         total = naive.canonical_sum(contributions)
     total.flags.writeable = False
     record["result"] = total
-    fabric_collective.deliver_completions(ctx, key, names, times + delay_ns, DONE)
+    _deliver(ctx, key, names, times + delay_ns)
+
+
+def _deliver(ctx: Context, key: str, names: list[str], times: np.ndarray) -> None:
+    """Each member's completion is the end of its open all-reduce kernel (one event per rank);
+    a member whose kernel is not running (it cannot be, short of a bug) hears ``coll_done``."""
+    now = ctx.now
+    for name, t_ns in zip(names, times.tolist(), strict=True):
+        at = t_ns if t_ns > now else now
+        if not fabric.schedule_finish(ctx, name, device.COMM, device.ALLREDUCE_KERNEL, at):
+            ctx.deliver(at, name, DONE, key)
+
+
+def finish(state: dict[str, Any], ctx: Context) -> bool:
+    """The all-reduce kernel ended at this rank's completion time: complete the collective from the
+    fabric's record (False when it broke: a member crashed)."""
+    if not state["coll_active"]:
+        return False
+    result = fabric_collective.take_result(ctx.world, key_of(state))
+    if result is None:
+        return False
+    state["coll_heard_ns"] = ctx.now
+    collective.complete(state, ctx, result.copy(), finish_kernel=False)
+    return True
 
 
 def _tree_sum(

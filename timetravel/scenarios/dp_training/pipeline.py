@@ -26,6 +26,8 @@ from typing import Any
 import numpy as np
 
 from timetravel.scenarios.dp_training import allreduce, detectors, device, elastic, replicas, update, watchdog
+from timetravel.scenarios.dp_training.collective_level import finish as collective_level_finish
+from timetravel.scenarios.dp_training.params import collective_level
 from timetravel.sim import Context, Event
 
 STEP_START = "step_start"
@@ -96,7 +98,11 @@ def on_allreduce_start(state: dict[str, Any], event: Event, ctx: Context) -> Non
 
 def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     step = _current(state, event)
-    if step is None or state["result"] is None:
+    if step is None:
+        return
+    if state["result"] is None and not (
+        collective_level(ctx.world.config) and collective_level_finish(state, ctx)
+    ):
         return
     config = ctx.world.config
     state["staging"] = update.average(state["result"], state["ranks"], config["dtype"], config["loss_scale"])
