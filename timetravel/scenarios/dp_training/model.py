@@ -132,17 +132,22 @@ def local_bucket(
     return bucket
 
 
-BATCH_TEMPORARY_ELEMENTS_MAX = 1 << 23
+BATCH_TEMPORARY_ELEMENTS_MAX = 1 << 18
 """Elements of the largest temporary of a batched pass (rows are taken in groups to stay below)."""
 
 
 def _batched_contract(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     """``left[r] @ right[r]`` for every row r (R x M x K times R x K x N), summed over k = 0, 1, ...
 
-    The same products and the same left-to-right running sum as :func:`numerics.contract`, with
-    the rank as one more element-wise axis, so every row gets the bits it would get alone.
+    The same products and the same left-to-right running sum as :func:`numerics.contract` (whose
+    sum over the stack of products is ``total = p0; total += p1; ...`` by definition), with the
+    rank as one more element-wise axis, so every row gets the bits it would get alone. The
+    products are formed one k at a time, so no K-fold temporary is built.
     """
-    return sequential_sum(left.transpose(2, 0, 1)[:, :, :, None] * right.transpose(1, 0, 2)[:, :, None, :])
+    total = left[:, :, 0, None] * right[:, 0, None, :]
+    for k in range(1, left.shape[2]):
+        total += left[:, :, k, None] * right[:, k, None, :]
+    return total
 
 
 def batched_loss_and_gradient(
