@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from timetravel.scenarios import get_scenario
-from timetravel.scenarios.dp_training import replicas, tree
+from timetravel.scenarios.dp_training import replicas, tree, update
 from timetravel.scenarios.dp_training.data import build_dataset
 from timetravel.scenarios.dp_training.model import batched_buckets, layout_for, local_bucket
 from timetravel.scenarios.dp_training.params import COLLECTIVE_LEVEL_RANKS_MIN, collective_level
@@ -211,13 +211,25 @@ def test_batched_buckets_are_bit_identical_to_one_by_one(params: int, dtype: str
 
 
 @pytest.mark.parametrize("level", ["message", "collective"])
+@pytest.mark.parametrize("optimizer", ["sgd", "adam"])
 def test_a_run_with_replicas_computed_together_is_the_run_computed_one_by_one(
-    level: str, monkeypatch: pytest.MonkeyPatch
+    level: str, optimizer: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    settings = {"ranks": 16, "steps": 12, "fabric_level": level, "dtype": "bfloat16", "loss_scale": 1024.0}
+    """Buckets in one batched pass and the update computed once for ranks with the same bytes."""
+    settings = {
+        "ranks": 16,
+        "steps": 12,
+        "fabric_level": level,
+        "dtype": "bfloat16",
+        "loss_scale": 1024.0,
+        "optimizer": optimizer,
+        "faults": [{"kind": "corrupt", "target": "r3", "t_start": "30ms", "params": {"buffer": "grad"}}],
+    }
     replicas.clear()
     together, world_together = run(settings)
     monkeypatch.setattr(replicas, "BATCH_RANKS_MIN", 10**9)
+    monkeypatch.setattr(replicas, "inspect", update.inspect)
+    monkeypatch.setattr(replicas, "apply", update.apply)
     replicas.clear()
     alone, world_alone = run(settings)
     assert together["summary"] == alone["summary"]

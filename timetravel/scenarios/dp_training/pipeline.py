@@ -122,9 +122,9 @@ def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if step is None:
         return
     config = ctx.world.config
-    verdict = update.inspect(state["bucket"], config["grad_skip_norm"])
+    verdict = replicas.inspect(state["bucket"], config["grad_skip_norm"])
     skip = state["skip_local"] if config["bug"] == "local_guard" else verdict.skipped
-    state["weights"], state["slots"] = update.apply(
+    state["weights"], state["slots"] = replicas.apply(
         state["weights"], state["slots"], state["bucket"], config, skip
     )
     _record(state, ctx, step, verdict, skip)

@@ -24,6 +24,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from timetravel.scenarios.dp_training import update
 from timetravel.scenarios.dp_training.model import batched_buckets, layout_for, local_bucket
 from timetravel.scenarios.dp_training.numerics import DTYPES
 from timetravel.sim import Context
@@ -104,5 +105,63 @@ def _ready_peers(state: dict[str, Any], ctx: Context) -> list[str]:
 
 
 def clear() -> None:
-    """Forget every memoized row (tests; nothing else needs it)."""
+    """Forget every memoized row, verdict and update (tests; nothing else needs it)."""
     _memo.clear()
+    _verdicts.clear()
+    _updates.clear()
+
+
+# -- the update: every replica applies the same all-reduced bucket to the same weights -------------
+
+_verdicts: dict[str, Any] = {}
+_updates: dict[str, Any] = {}
+
+
+def _slots_bytes(slots: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(
+        (name, value.dtype.str, value.tobytes()) if isinstance(value, np.ndarray) else (name, value)
+        for name, value in slots.items()
+    )
+
+
+def inspect(bucket: np.ndarray, grad_skip_norm: float) -> update.Verdict:
+    """:func:`update.inspect`, computed once for a run of ranks that all hold the same bucket.
+
+    The memo keeps one entry, compared byte for byte (not by a digest): every rank of a healthy
+    job inspects the same all-reduced bucket one after another, so one entry is all it needs.
+    """
+    key = (bucket.dtype.str, bucket.tobytes(), grad_skip_norm)
+    if _verdicts.get("key") == key:
+        return _verdicts["verdict"]  # type: ignore[no-any-return]
+    verdict = update.inspect(bucket, grad_skip_norm)
+    _verdicts["key"] = key
+    _verdicts["verdict"] = verdict
+    return verdict
+
+
+def apply(
+    weights: np.ndarray, slots: dict[str, Any], bucket: np.ndarray, config: dict[str, Any], skip: bool
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """:func:`update.apply`, computed once for ranks whose weights, slots and bucket are the same
+    bytes (compared exactly); each rank gets its own copies of the new arrays."""
+    if skip:
+        return update.apply(weights, slots, bucket, config, skip)
+    key = (
+        tuple(config[name] for name in UPDATE_KEYS),
+        weights.dtype.str,
+        weights.tobytes(),
+        bucket.dtype.str,
+        bucket.tobytes(),
+        _slots_bytes(slots),
+    )
+    if _updates.get("key") != key:
+        _updates["key"] = key
+        _updates["result"] = update.apply(weights, slots, bucket, config, skip)
+    new_weights, new_slots = _updates["result"]
+    return new_weights.copy(), {
+        name: value.copy() if isinstance(value, np.ndarray) else value for name, value in new_slots.items()
+    }
+
+
+UPDATE_KEYS = ("optimizer", "lr", "momentum", "dtype")
+"""Config keys :func:`update.apply` reads."""
