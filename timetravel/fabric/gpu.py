@@ -158,7 +158,9 @@ def schedule_finish(ctx: Context, node: str, stream: str, name: str, t_ns: int) 
     read here; the kernel stays open (``end_ns`` None) until its completion runs.
     """
     gpu = ctx.world.nodes[node].get(GPU_KEY)
-    queue_stream = gpu["streams"].get(stream) if gpu is not None else None
+    if gpu is None:
+        return False
+    queue_stream = gpu["streams"].get(stream)
     running = queue_stream["running"] if queue_stream is not None else None
     if running is None or running["end_ns"] is not None or running["name"] != name:
         return False

@@ -132,7 +132,7 @@ def inspect(bucket: np.ndarray, grad_skip_norm: float) -> update.Verdict:
     """
     key = (bucket.dtype.str, bucket.tobytes(), grad_skip_norm)
     if _verdicts.get("key") == key:
-        return _verdicts["verdict"]  # type: ignore[no-any-return]
+        return _verdicts["verdict"]
     verdict = update.inspect(bucket, grad_skip_norm)
     _verdicts["key"] = key
     _verdicts["verdict"] = verdict
