@@ -193,12 +193,43 @@ class _Links:
 # -- timing ---------------------------------------------------------------------------------------
 
 
-def _ring_once(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
+RING_CLOSED_FORM_RANKS_MAX = 2048
+"""Up to this many ranks the ring is solved in closed form (an N x N max); beyond, by the recurrence."""
+
+
+def _ring_recurrence(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    """``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r])`` stepped 2N-3 times; completion one edge later."""
     ranks = entries.shape[0]
     sends = entries.copy()
+    shifted = np.empty_like(sends)
     for _step in range(1, 2 * ranks - 2):
-        sends = np.maximum(np.roll(sends + delays, 1), entries)
-    return np.roll(sends + delays, 1)
+        total = sends + delays
+        shifted[1:] = total[:-1]
+        shifted[0] = total[-1]
+        np.maximum(shifted, entries, out=sends)
+    total = sends + delays
+    shifted[1:] = total[:-1]
+    shifted[0] = total[-1]
+    return shifted
+
+
+def _ring_closed_form(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    """The recurrence unrolled: rank r completes at max over sources k of ``e[k]`` plus the longest
+    path k -> r the 2N-2 ring steps allow (all delays are >= 0, so the longest one counts): N edges
+    from r itself, N-1 from r+1, and m+N from the rank m places before r otherwise."""
+    ranks = entries.shape[0]
+    prefix = np.zeros(3 * ranks + 1, dtype=np.int64)
+    np.cumsum(np.tile(delays, 3), out=prefix[1:])
+    sources = np.arange(ranks, dtype=np.int64)[None, :]
+    places = (np.arange(ranks, dtype=np.int64)[:, None] - sources) % ranks
+    lengths = np.where(places == 0, ranks, np.where(places == ranks - 1, ranks - 1, places + ranks))
+    return (entries[None, :] + prefix[sources + lengths] - prefix[sources]).max(axis=1)
+
+
+def _ring_once(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    if entries.shape[0] <= RING_CLOSED_FORM_RANKS_MAX:
+        return _ring_closed_form(entries, delays)
+    return _ring_recurrence(entries, delays)
 
 
 def ring_completions(
