@@ -17,8 +17,17 @@ def test_the_ring_closed_form_equals_the_recurrence(ranks: int) -> None:
         entries = generator.integers(0, 10**6, ranks) if trial else np.full(ranks, 7, dtype=np.int64)
         delays = generator.integers(0, 10**4, ranks)
         closed = collective._ring_closed_form(entries, delays)
-        stepped = collective._ring_recurrence(entries, delays)
+        stepped = collective._ring_recurrence(entries, delays, np.zeros(ranks, dtype=np.int64))
         assert closed.tolist() == stepped.tolist()
+
+
+def test_a_chunk_queues_behind_the_previous_one_on_a_slow_edge() -> None:
+    entries = np.array([0, 0, 0, 1000], dtype=np.int64)
+    delays = np.array([10, 10, 10, 10], dtype=np.int64)
+    free = collective._ring_recurrence(entries, delays, np.zeros(4, dtype=np.int64))
+    queued = collective._ring_recurrence(entries, delays, np.array([0, 0, 0, 500], dtype=np.int64))
+    assert (queued >= free).all()
+    assert queued.max() > free.max()
 
 
 def fabric_of(ranks: int, **settings: object) -> dict:

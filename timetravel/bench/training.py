@@ -13,6 +13,8 @@ ranks on), ``realistic``: 64 ranks timed as GPT-2 XL's DDP step on H100s):
 
 * ``W_events_per_s``: events of the run over its wall time;
 * ``W_step_wall_s``: wall seconds per training step (run wall time / steps);
+* ``W_step_cpu_s``: CPU seconds of the process per step (on a shared machine the wall figure
+  measures the neighbours too; the CPU figure is what an idle core would take, roughly);
 * ``W_sim_per_wall``: simulated time over wall time (how much faster or slower than real time);
 * ``W_peak_rss_gib``: peak resident memory of the process (Python, numpy, the world);
 * ``W_build_s``: building the world (model replicas, data shards, neighbour tables);
@@ -66,8 +68,10 @@ def measure_workload(settings: dict[str, Any]) -> dict[str, Any]:
     started = time.perf_counter()
     world = scenario.build(config, 0)
     built = time.perf_counter()
+    cpu_started = time.process_time()
     result = Simulation(scenario, world).run()
     finished = time.perf_counter()
+    cpu_s = time.process_time() - cpu_started
     rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
     if sys.platform == "darwin":  # pragma: no cover - macOS reports bytes
         rss_kib //= 1024
@@ -77,6 +81,7 @@ def measure_workload(settings: dict[str, Any]) -> dict[str, Any]:
         "t_end_ns": result.t_end_ns,
         "build_s": built - started,
         "run_s": finished - built,
+        "run_cpu_s": cpu_s,
         "steps": world.nodes["r0"]["step"],
         "peak_rss_kib": rss_kib,
         "fabric_level": "collective" if collective_level(config) else "message",
@@ -97,6 +102,7 @@ def _figures(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
         f"{name}_events": best["events"],
         f"{name}_events_per_s": round(best["events"] / best["run_s"]),
         f"{name}_step_wall_s": round(best["run_s"] / best["steps"], 3),
+        f"{name}_step_cpu_s": round(best["run_cpu_s"] / best["steps"], 3),
         f"{name}_sim_per_wall": round(best["t_end_ns"] / 1e9 / best["run_s"], 5),
         f"{name}_peak_rss_gib": round(max(run["peak_rss_kib"] for run in runs) / KIB_PER_GIB, 3),
         f"{name}_build_s": round(min(run["build_s"] for run in runs), 3),

@@ -10,9 +10,10 @@ the time the message pattern would have finished on it.
 **Timing, folded analytically** (docs/performance.md, "fabric levels"):
 
 * ``ring_completions``: the ring's message recurrence solved over all ranks at once. Rank r sends
-  ring step p when it has entered and has taken step p-1 from its predecessor:
-  ``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r])``, ``T[r, 0] = e[r]``, and it completes when step
-  2N-3 arrives. ``d[r]`` is the edge r -> r+1 as the link model times one chunk: the latencies of
+  ring step p when it has entered, has taken step p-1 from its predecessor and its previous chunk
+  has left the edge's slowest link: ``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r], T[r, p-1] +
+  s[r])``, ``T[r, 0] = e[r]``, and it completes when step 2N-3 arrives (in closed form when all
+  ranks enter at once and the queueing term cannot bind). ``d[r]`` is the edge r -> r+1 as the link model times one chunk: the latencies of
   its path, the chunk's serialization on its slowest link (a slow fault's bandwidth factor is in
   the link table), and the mean of the per-message jitter. Entry times differ (compute jitter,
   stragglers), so the recurrence, not a closed formula, decides. Several buckets run back to back:
@@ -159,6 +160,12 @@ def edge_delay_ns(fabric: dict[str, Any], links: list[int], nbytes: int) -> int:
     return sum(latency[link] for link in links) + (scaled + slowest - 1) // slowest + fabric["jitter_ns"] // 2
 
 
+def serialization_ns(fabric: dict[str, Any], links: list[int], nbytes: int) -> int:
+    """Time ``nbytes`` occupy the slowest of ``links``."""
+    slowest = min(fabric["link_bytes_per_s"][link] for link in links)
+    return (nbytes * NS_PER_S + slowest - 1) // slowest
+
+
 class _Links:
     """Busy-until times of the links one collective uses, reserved FIFO as network.reserve does."""
 
@@ -194,11 +201,13 @@ class _Links:
 
 
 RING_CLOSED_FORM_RANKS_MAX = 2048
-"""Up to this many ranks the ring is solved in closed form (an N x N max); beyond, by the recurrence."""
+"""Up to this many ranks the ring is solved in closed form when the closed form holds."""
 
 
-def _ring_recurrence(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
-    """``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r])`` stepped 2N-3 times; completion one edge later."""
+def _ring_recurrence(entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray) -> np.ndarray:
+    """``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r], T[r, p-1] + s[r])`` stepped 2N-3 times (the
+    last term: a rank's next chunk queues behind its previous one on the edge's slowest link, as
+    the message level's FIFO reservation makes it); completion one edge later."""
     ranks = entries.shape[0]
     sends = entries.copy()
     shifted = np.empty_like(sends)
@@ -206,7 +215,8 @@ def _ring_recurrence(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
         total = sends + delays
         shifted[1:] = total[:-1]
         shifted[0] = total[-1]
-        np.maximum(shifted, entries, out=sends)
+        np.maximum(shifted, entries, out=shifted)
+        np.maximum(shifted, sends + spacing, out=sends)
     total = sends + delays
     shifted[1:] = total[:-1]
     shifted[0] = total[-1]
@@ -214,9 +224,10 @@ def _ring_recurrence(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
 
 
 def _ring_closed_form(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
-    """The recurrence unrolled: rank r completes at max over sources k of ``e[k]`` plus the longest
-    path k -> r the 2N-2 ring steps allow (all delays are >= 0, so the longest one counts): N edges
-    from r itself, N-1 from r+1, and m+N from the rank m places before r otherwise."""
+    """The recurrence unrolled when the queueing term never binds: rank r completes at max over
+    sources k of ``e[k]`` plus the longest path k -> r the 2N-2 ring steps allow (delays are >= 0,
+    so the longest counts): N edges from r itself, N-1 from r+1, and m+N from the rank m places
+    before r otherwise."""
     ranks = entries.shape[0]
     prefix = np.zeros(3 * ranks + 1, dtype=np.int64)
     np.cumsum(np.tile(delays, 3), out=prefix[1:])
@@ -226,10 +237,17 @@ def _ring_closed_form(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
     return (entries[None, :] + prefix[sources + lengths] - prefix[sources]).max(axis=1)
 
 
-def _ring_once(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
-    if entries.shape[0] <= RING_CLOSED_FORM_RANKS_MAX:
+def _ring_once(entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray) -> np.ndarray:
+    """The closed form holds when every rank enters at once and no chunk outlasts the shortest
+    edge delay (consecutive sends on an edge are then at least that far apart); else the recurrence."""
+    ranks = entries.shape[0]
+    if (
+        ranks <= RING_CLOSED_FORM_RANKS_MAX
+        and int(spacing.max()) <= int(delays.min())
+        and int(entries.min()) == int(entries.max())
+    ):
         return _ring_closed_form(entries, delays)
-    return _ring_recurrence(entries, delays)
+    return _ring_recurrence(entries, delays, spacing)
 
 
 def ring_completions(
@@ -242,11 +260,12 @@ def ring_completions(
     table = fabric["link_busy_until_ns"]
     edges = [path_links(fabric, rank, (rank + 1) % ranks) for rank in range(ranks)]
     delays = np.array([edge_delay_ns(fabric, links, chunk_bytes) for links in edges], dtype=np.int64)
+    spacing = np.array([serialization_ns(fabric, links, chunk_bytes) for links in edges], dtype=np.int64)
     ready = np.maximum(entries, np.array([table[links[0]] for links in edges], dtype=np.int64))
-    first = _ring_once(ready, delays)
+    first = _ring_once(ready, delays, spacing)
     done = first
     if buckets > 1:
-        second = _ring_once(first, delays)
+        second = _ring_once(first, delays, spacing)
         done = first + (buckets - 1) * (second - first)
     for rank, links in enumerate(edges):
         until = int(done[(rank + 1) % ranks])
