@@ -48,7 +48,6 @@ from timetravel.fabric.gpu import (
     launch,
     record,
     running_kernel,
-    schedule_finish,
     wait,
 )
 from timetravel.fabric.hooks import BUFFERS_KEY, Hooks
@@ -101,7 +100,6 @@ __all__ = [
     "record",
     "remove_fault",
     "running_kernel",
-    "schedule_finish",
     "summary",
     "transport",
     "wait",

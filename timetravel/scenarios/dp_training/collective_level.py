@@ -35,8 +35,8 @@ from typing import Any
 
 import numpy as np
 
-from timetravel import fabric
 from timetravel.fabric import collective as fabric_collective
+from timetravel.fabric.gpu import schedule_finish
 from timetravel.fabric.network import flip_bit
 from timetravel.scenarios.dp_training import collective, device, naive, ring, tree
 from timetravel.scenarios.dp_training.numerics import sequential_sum
@@ -141,7 +141,7 @@ def _deliver(ctx: Context, key: str, names: list[str], times: np.ndarray) -> Non
     now = ctx.now
     for name, t_ns in zip(names, times.tolist(), strict=True):
         at = t_ns if t_ns > now else now
-        if not fabric.schedule_finish(ctx, name, device.COMM, device.ALLREDUCE_KERNEL, at):
+        if not schedule_finish(ctx, name, device.COMM, device.ALLREDUCE_KERNEL, at):
             ctx.deliver(at, name, DONE, key)
 
 
