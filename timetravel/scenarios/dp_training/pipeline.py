@@ -73,6 +73,21 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if config["bug"] == "local_guard":
         _local_guard(state, config, bucket)
     state["phase"] = PHASE_ALLREDUCE
+    if collective_level(config):
+        _enter_if_started(state, ctx)
+
+
+def _enter_if_started(state: dict[str, Any], ctx: Context) -> None:
+    """Collective level: the comm stream's all-reduce kernel started in this event (no
+    ``allreduce_start`` event is sent for it): enter the collective now, as on_allreduce_start does."""
+    started = device.started_allreduce(state)
+    if started is None or state["coll_active"] or state["phase"] != PHASE_ALLREDUCE:
+        return
+    generation, step = started
+    if generation != state["generation"] or state["coll_done_step"] == step or state["bucket"] is None:
+        return
+    if allreduce.enter(state, ctx, step, state["bucket"]):
+        watchdog.arm(state, ctx)
 
 
 def _latch(bucket: np.ndarray, pending: np.ndarray) -> None:
@@ -115,6 +130,8 @@ def on_unpack_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if _current(state, event) is not None and state["staging"] is not None:
         state["bucket"] = state["staging"]
         state["staging"] = None
+    if collective_level(ctx.world.config):
+        _enter_if_started(state, ctx)
 
 
 def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
