@@ -149,6 +149,25 @@ def finish(ctx: Context, stream: str, name: str | None = None) -> None:
     ctx.deliver(ctx.now, ctx.node, DONE_KIND, [gpu["epoch"], stream, running["ticket"]])
 
 
+def schedule_finish(ctx: Context, node: str, stream: str, name: str, t_ns: int) -> bool:
+    """End the open kernel ``name`` running on ``node``'s ``stream`` at ``t_ns`` (False: none runs).
+
+    For a collective-level fabric that knows, when a collective resolves, when it completes on
+    every member: the completion is the kernel's own ``gpu.done`` event, as :func:`finish` would
+    deliver it at that time, without a second event to call ``finish``. The node's state is only
+    read here; the kernel stays open (``end_ns`` None) until its completion runs.
+    """
+    gpu = ctx.world.nodes[node].get(GPU_KEY)
+    if gpu is None:
+        return False
+    queue_stream = gpu["streams"].get(stream)
+    running = queue_stream["running"] if queue_stream is not None else None
+    if running is None or running["end_ns"] is not None or running["name"] != name:
+        return False
+    ctx.deliver(t_ns, node, DONE_KIND, [gpu["epoch"], stream, running["ticket"]])
+    return True
+
+
 def running_kernel(state: Mapping[str, Any], stream: str) -> str | None:
     """Name of the kernel running on ``stream`` now, or None."""
     queue_stream = state[GPU_KEY]["streams"].get(stream)
@@ -197,18 +216,25 @@ def _enqueue(stream: dict[str, Any], op: dict[str, Any]) -> None:
 
 
 def _pump(gpu: dict[str, Any], ctx: Context) -> None:
-    """Advance every stream until none can move (a completed record may unblock another stream)."""
-    progressed = True
-    while progressed:
-        progressed = False
-        for name, stream in gpu["streams"].items():
+    """Advance every stream until none can move.
+
+    Only a completed record can unblock another stream (a wait); a kernel start or a wait taken
+    cannot. So another pass over the streams is needed only after a pass completed a record: the
+    same operations in the same order as passing until nothing moves, without the idle passes.
+    """
+    streams = gpu["streams"]
+    again = True
+    while again:
+        again = False
+        for name, stream in streams.items():
             if stream["running"] is None and stream["queue"] and _advance(gpu, name, stream, ctx):
-                progressed = True
+                again = True
 
 
 def _advance(gpu: dict[str, Any], name: str, stream: dict[str, Any], ctx: Context) -> bool:
+    """Run ``stream`` forward as far as it goes; True when it completed a record on the way."""
     queue = stream["queue"]
-    moved = False
+    recorded = False
     while stream["running"] is None and queue:
         op = queue[0]
         kind = op["op"]
@@ -222,11 +248,11 @@ def _advance(gpu: dict[str, Any], name: str, stream: dict[str, Any], ctx: Contex
         elif kind == "record":
             queue.pop(0)
             _complete_record(gpu["events"][op["event"]], op["generation"], stream, ctx.now)
+            recorded = True
         else:
             queue.pop(0)
             _start_kernel(gpu, name, stream, op, ctx)
-        moved = True
-    return moved
+    return recorded
 
 
 def _complete_record(entry: dict[str, Any], generation: int, stream: dict[str, Any], now: int) -> None:

@@ -12,20 +12,28 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import collective, naive, ring, tree
+from timetravel.scenarios.dp_training import collective, collective_level, naive, ring, tree
 from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.scenarios.dp_training.params import collective_level as at_collective_level
 from timetravel.sim import Context
 
 ALGORITHMS: dict[str, ModuleType] = {"ring": ring, "tree": tree, "naive": naive}
-HANDLERS = {**ring.HANDLERS, **tree.HANDLERS, **naive.HANDLERS}
+HANDLERS = {**ring.HANDLERS, **tree.HANDLERS, **naive.HANDLERS, **collective_level.HANDLERS}
 
 
-def enter(state: dict[str, Any], ctx: Context, step: int, bucket: np.ndarray) -> None:
-    """Issue the all-reduce of ``step`` over ``bucket`` (cast to the reduction dtype)."""
+def enter(state: dict[str, Any], ctx: Context, step: int, bucket: np.ndarray) -> bool:
+    """Issue the all-reduce of ``step`` over ``bucket`` (cast to the reduction dtype).
+
+    True when this rank's watchdog should watch the collective: always at the message level; at
+    the collective level only for the first rank to enter (one timer per collective, not per rank).
+    """
     config = ctx.world.config
     contribution = bucket.astype(DTYPES[config["reduce_dtype"]])
     collective.enter(state, ctx, step, contribution)
+    if at_collective_level(config):
+        return collective_level.start(state, ctx)
     ALGORITHMS[config["allreduce"]].start(state, ctx)
+    return True
 
 
 def canonical_sum(algorithm: str, contributions: np.ndarray) -> np.ndarray:

@@ -134,15 +134,17 @@ def enter(state: dict[str, Any], ctx: Context, step: int, contribution: Any) -> 
     reliability.prune(state, state["coll_seq"])
 
 
-def complete(state: dict[str, Any], ctx: Context, result: Any) -> None:
-    """The collective is done on this rank: its result is ready, so the open comm kernel ends."""
+def complete(state: dict[str, Any], ctx: Context, result: Any, finish_kernel: bool = True) -> None:
+    """The collective is done on this rank: its result is ready, so the open comm kernel ends
+    (``finish_kernel=False``: it has ended already, the collective level scheduled its end)."""
     state["coll_active"] = False
     state["coll_done_seq"] = state["coll_seq"]
     state["coll_done_step"] = state["coll_step"]
     state["coll_done_ns"] = ctx.now
     state["result"] = result
     state["contribution"] = None
-    device.finish_allreduce(ctx)
+    if finish_kernel:
+        device.finish_allreduce(ctx)
 
 
 def take_current(state: dict[str, Any], kind: str) -> list[list[Any]]:

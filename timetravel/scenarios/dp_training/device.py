@@ -9,7 +9,9 @@ One step queues, as a PyTorch DDP step does (``fabric.launch``/``record``/``wait
     compute: wait grad_reduced -> optimizer (reads grad, writes weights)
 
 The all-reduce is an *open* kernel: it starts when the comm stream reaches it (the host hears
-``allreduce_start`` and begins the message exchange) and ends when the exchange completes on this
+``allreduce_start`` and begins the message exchange; at the collective level the handler of the
+event that started it, ``compute_done`` or ``unpack_done``, enters the collective itself, which
+saves an event per rank per step) and ends when the exchange completes on this
 rank (:func:`finish_allreduce`). Each kernel's maths runs in its completion handler, when its
 effects become visible: the gradient at ``compute_done``, the averaged result at
 ``allreduce_done``, the copy into the gradient buffer at ``unpack_done``, the update at
@@ -28,6 +30,7 @@ from __future__ import annotations
 from typing import Any
 
 from timetravel import fabric
+from timetravel.scenarios.dp_training.params import collective_level
 from timetravel.sim import Context
 
 COMPUTE = "compute"
@@ -80,8 +83,18 @@ def launch_step(state: dict[str, Any], ctx: Context, step: int) -> None:
         writes=("staging",),
         done_kind=ALLREDUCE_DONE,
         payload=payload,
-        started_kind=ALLREDUCE_START,
+        started_kind=None if collective_level(ctx.world.config) else ALLREDUCE_START,
     )
+
+
+def started_allreduce(state: dict[str, Any]) -> list[int] | None:
+    """``[generation, step]`` of the all-reduce kernel running on the comm stream, or None."""
+    stream = state[fabric.GPU_KEY]["streams"].get(COMM)
+    running = stream["running"] if stream is not None else None
+    if running is None or running["name"] != ALLREDUCE_KERNEL:
+        return None
+    payload: list[int] = running["payload"]
+    return payload
 
 
 def finish_allreduce(ctx: Context) -> None:

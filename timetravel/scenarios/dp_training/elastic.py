@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from timetravel import fabric
+from timetravel.fabric import collective as fabric_collective
 from timetravel.fabric.gpu import reset_gpu
 from timetravel.scenarios.dp_training import collective
 from timetravel.scenarios.dp_training.optimizer import initial_slots
@@ -83,6 +84,7 @@ def drop_volatile(state: dict[str, Any], generation: int) -> None:
 def on_crash(state: dict[str, Any], ctx: Context, record: dict[str, Any]) -> None:
     """The rank went down: its process state is gone; its host agent tells the controller."""
     drop_volatile(state, state["generation"])
+    fabric_collective.abandon(ctx.world, ctx.now)
     state["phase"] = PHASE_DOWN
     state["crashes"] += 1
     ctx.send(CONTROLLER, "rank_failed", [state["index"], state["incarnation"]], CONTROL_MESSAGE_BYTES)

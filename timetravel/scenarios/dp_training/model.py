@@ -130,3 +130,81 @@ def local_bucket(
     bucket[: layout.params] = gradient if loss_scale == 1.0 else gradient * COMPUTE_DTYPE.type(loss_scale)
     bucket[layout.params] = loss
     return bucket
+
+
+BATCH_TEMPORARY_ELEMENTS_MAX = 1 << 18
+"""Elements of the largest temporary of a batched pass (rows are taken in groups to stay below)."""
+
+
+def _batched_contract(left: np.ndarray, right: np.ndarray) -> np.ndarray:
+    """``left[r] @ right[r]`` for every row r (R x M x K times R x K x N), summed over k = 0, 1, ...
+
+    The same products and the same left-to-right running sum as :func:`numerics.contract` (whose
+    sum over the stack of products is ``total = p0; total += p1; ...`` by definition), with the
+    rank as one more element-wise axis, so every row gets the bits it would get alone. The
+    products are formed one k at a time, so no K-fold temporary is built.
+    """
+    total = left[:, :, 0, None] * right[:, 0, None, :]
+    for k in range(1, left.shape[2]):
+        total += left[:, :, k, None] * right[:, k, None, :]
+    return total
+
+
+def batched_loss_and_gradient(
+    weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray, layout: Layout
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`loss_and_gradient` for R replicas at once: weights R x params, inputs R x batch x
+    inputs, targets R x batch x outputs; returns losses (R) and gradients (R x params)."""
+    rows = weights.shape[0]
+    weights = weights.astype(COMPUTE_DTYPE, copy=False)
+    w1 = weights[:, : layout.w1_end].reshape(rows, layout.inputs, layout.hidden)
+    b1 = weights[:, layout.w1_end : layout.b1_end]
+    w2 = weights[:, layout.b1_end : layout.w2_end].reshape(rows, layout.hidden, layout.outputs)
+    b2 = weights[:, layout.w2_end : layout.params]
+    hidden_pre = _batched_contract(inputs, w1) + b1[:, None, :]
+    hidden = np.maximum(hidden_pre, COMPUTE_DTYPE.type(0))
+    outputs = _batched_contract(hidden, w2) + b2[:, None, :]
+    difference = outputs - targets
+    count = COMPUTE_DTYPE.type(difference[0].size)
+    loss = sequential_sum((difference * difference).reshape(rows, -1).T) / count
+    output_gradient = difference * (COMPUTE_DTYPE.type(2) / count)
+    gradient = np.empty((rows, layout.params), dtype=COMPUTE_DTYPE)
+    gradient[:, layout.b1_end : layout.w2_end] = _batched_contract(
+        hidden.transpose(0, 2, 1), output_gradient
+    ).reshape(rows, -1)
+    gradient[:, layout.w2_end : layout.params] = sequential_sum(output_gradient.transpose(1, 0, 2))
+    hidden_gradient = _batched_contract(output_gradient, w2.transpose(0, 2, 1)) * (hidden_pre > 0)
+    gradient[:, : layout.w1_end] = _batched_contract(inputs.transpose(0, 2, 1), hidden_gradient).reshape(
+        rows, -1
+    )
+    gradient[:, layout.w1_end : layout.b1_end] = sequential_sum(hidden_gradient.transpose(1, 0, 2))
+    return loss, gradient
+
+
+def batched_buckets(
+    weights: np.ndarray,
+    inputs: np.ndarray,
+    targets: np.ndarray,
+    layout: Layout,
+    dtype: np.dtype,
+    loss_scale: float = 1.0,
+) -> np.ndarray:
+    """:func:`local_bucket` for R replicas at once (R x bucket elements), bit for bit the same rows.
+
+    Rows are computed in groups whose temporaries stay below BATCH_TEMPORARY_ELEMENTS_MAX.
+    """
+    rows = weights.shape[0]
+    batch = inputs.shape[1]
+    per_row = batch * layout.hidden * max(layout.inputs, layout.outputs)
+    group = max(1, BATCH_TEMPORARY_ELEMENTS_MAX // max(1, per_row))
+    buckets = np.empty((rows, layout.bucket_elements), dtype=dtype)
+    scale = COMPUTE_DTYPE.type(loss_scale)
+    for low in range(0, rows, group):
+        high = min(rows, low + group)
+        with np.errstate(over="ignore", invalid="ignore"):
+            loss, gradient = batched_loss_and_gradient(
+                weights[low:high], inputs[low:high], targets[low:high], layout
+            )
+            buckets[low:high, : layout.params] = gradient if loss_scale == 1.0 else gradient * scale
+        buckets[low:high, layout.params] = loss
+    return buckets

@@ -22,7 +22,8 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
-from timetravel.scenarios.dp_training import allreduce
+from timetravel.scenarios.dp_training import allreduce, collective_level
+from timetravel.scenarios.dp_training.params import collective_level as at_collective_level
 from timetravel.sim import Context, Event, World
 from timetravel.sim.timefmt import format_time
 
@@ -153,11 +154,18 @@ def flight_recorder(world: World) -> list[dict[str, Any]]:
     """Per rank: phase, step, last collective entered and completed, whom it waits on, and how far
     it got in its current collective (ring steps, tree chunks, ranks heard)."""
     algorithm = world.config["allreduce"]
+    level_waits = collective_level.waits_on(world) if at_collective_level(world.config) else None
     rows = []
     for index in range(world.config["ranks"]):
         name = rank_name(index)
         rank = world.nodes[name]
         down = name in world.down
+        if level_waits is not None:
+            waits = level_waits.get(collective_level.key_of(rank), []) if rank["coll_active"] else []
+            progress = int(rank["coll_active"] and collective_level.entered(world, rank))
+        else:
+            waits = [] if down else allreduce.waits_on(algorithm, rank)
+            progress = 0 if down else allreduce.progress(algorithm, rank)
         rows.append(
             {
                 "rank": name,
@@ -165,8 +173,8 @@ def flight_recorder(world: World) -> list[dict[str, Any]]:
                 "step": rank["step"],
                 "entered": [rank["coll_seq"], rank["coll_step"], rank["coll_entered_ns"]],
                 "completed": [rank["coll_done_seq"], rank["coll_done_step"], rank["coll_done_ns"]],
-                "waits_on": [] if down else allreduce.waits_on(algorithm, rank),
-                "progress": 0 if down else allreduce.progress(algorithm, rank),
+                "waits_on": [] if down else waits,
+                "progress": 0 if down else progress,
             }
         )
     return rows

@@ -18,6 +18,10 @@ from timetravel.scenarios.dp_training.optimizer import OPTIMIZERS
 from timetravel.sim import ConfigError, Param
 
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "naive")
+FABRIC_LEVELS = ("auto", "message", "collective")
+COLLECTIVE_LEVEL_RANKS_MIN = 256
+"""``fabric_level=auto`` runs the collective level from this many ranks on, the message level below
+(every test that looks at individual messages runs fewer ranks; docs/performance.md)."""
 REDUCE_ORDERS = ("canonical", "arrival")
 BUGS = ("none", "local_guard", "missing_wait", "stale_chunk", "restart_without_momentum")
 MODEL_DTYPES = ("float32", "bfloat16")
@@ -129,6 +133,28 @@ PARAMS: tuple[Param, ...] = (
         minimum=0,
     ),
     Param("tree_chunk_bytes", "int", 262_144, "tree all-reduce: bytes per pipelined chunk", minimum=1),
+    Param(
+        "fabric_level",
+        "str",
+        "auto",
+        f"message: every chunk is a message; collective: one completion event per rank per collective, "
+        f"timed analytically; auto: collective from {COLLECTIVE_LEVEL_RANKS_MIN} ranks on",
+        choices=FABRIC_LEVELS,
+    ),
+    Param(
+        "collective_bytes",
+        "int",
+        0,
+        "collective level: bytes the all-reduce moves in the modelled job (0: the toy bucket's own bytes)",
+        minimum=0,
+    ),
+    Param(
+        "bucket_bytes",
+        "int",
+        0,
+        "collective level: the all-reduce runs as buckets of this many bytes back to back (0: one bucket)",
+        minimum=0,
+    ),
     *fabric_params(),
 )
 
@@ -151,12 +177,36 @@ PRESETS: dict[str, dict[str, Any]] = {
     },
     "ring1024": {"ranks": 1024, "allreduce": "ring", "params": 2048, "steps": 3},
     "tree10000": {"ranks": 10_000, "allreduce": "tree", "params": 256, "steps": 3},
+    "realistic": {
+        # GPT-2 XL (1.558e9 parameters) trained with PyTorch DDP on 64 H100s (8 hosts x 8); the toy
+        # MLP computes the numbers, these figures set the clock (docs/performance.md, "realistic").
+        "ranks": 64,
+        "steps": 100,
+        "allreduce": "ring",
+        "fabric_level": "collective",
+        "optimizer": "adam",
+        "lr": 0.001,
+        "model_flops": 8.4e13,
+        "gpu_tflops": 400.0,
+        "compute_jitter": 2_000_000,
+        "collective_bytes": 3_116_000_000,
+        "bucket_bytes": 26_214_400,
+        "unpack_time": 1_900_000,
+        "optimizer_time": 10_200_000,
+        "hang_timeout": 10_000_000_000,
+    },
 }
 
 
 def compute_time_ns(config: dict[str, Any]) -> int:
     """The compute kernel's duration before jitter: the FLOP model, at least 1 ns."""
     return max(1, round(config["model_flops"] / (config["gpu_tflops"] * FLOPS_PER_TFLOP_NS)))
+
+
+def collective_level(config: dict[str, Any]) -> bool:
+    """True when the all-reduce runs at the collective level (``fabric_level``, or auto by size)."""
+    level = config["fabric_level"]
+    return level == "collective" or (level == "auto" and config["ranks"] >= COLLECTIVE_LEVEL_RANKS_MIN)
 
 
 def check_config(config: dict[str, Any]) -> None:

@@ -25,9 +25,9 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.scenarios.dp_training import allreduce, detectors, device, elastic, update, watchdog
-from timetravel.scenarios.dp_training.model import layout_for, local_bucket
-from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.scenarios.dp_training import allreduce, detectors, device, elastic, replicas, update, watchdog
+from timetravel.scenarios.dp_training.collective_level import finish as collective_level_finish
+from timetravel.scenarios.dp_training.params import collective_level
 from timetravel.sim import Context, Event
 
 STEP_START = "step_start"
@@ -62,16 +62,7 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if step is None:
         return
     config = ctx.world.config
-    layout = layout_for(config["params"])
-    batch = (step - 1) % config["batches_per_rank"]
-    bucket = local_bucket(
-        state["weights"],
-        state["inputs"][batch],
-        state["targets"][batch],
-        layout,
-        DTYPES[config["dtype"]],
-        config["loss_scale"],
-    )
+    bucket = replicas.bucket(state, ctx, step)
     state["loss_local"] = float(bucket[-1])
     pending = state["grad_pending"]
     if pending is not None:
@@ -82,6 +73,21 @@ def on_compute_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if config["bug"] == "local_guard":
         _local_guard(state, config, bucket)
     state["phase"] = PHASE_ALLREDUCE
+    if collective_level(config):
+        _enter_if_started(state, ctx)
+
+
+def _enter_if_started(state: dict[str, Any], ctx: Context) -> None:
+    """Collective level: the comm stream's all-reduce kernel started in this event (no
+    ``allreduce_start`` event is sent for it): enter the collective now, as on_allreduce_start does."""
+    started = device.started_allreduce(state)
+    if started is None or state["coll_active"] or state["phase"] != PHASE_ALLREDUCE:
+        return
+    generation, step = started
+    if generation != state["generation"] or state["coll_done_step"] == step or state["bucket"] is None:
+        return
+    if allreduce.enter(state, ctx, step, state["bucket"]):
+        watchdog.arm(state, ctx)
 
 
 def _latch(bucket: np.ndarray, pending: np.ndarray) -> None:
@@ -101,13 +107,17 @@ def on_allreduce_start(state: dict[str, Any], event: Event, ctx: Context) -> Non
     step = _current(state, event)
     if step is None or state["bucket"] is None:
         return
-    allreduce.enter(state, ctx, step, state["bucket"])
-    watchdog.arm(state, ctx)
+    if allreduce.enter(state, ctx, step, state["bucket"]):
+        watchdog.arm(state, ctx)
 
 
 def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     step = _current(state, event)
-    if step is None or state["result"] is None:
+    if step is None:
+        return
+    if state["result"] is None and not (
+        collective_level(ctx.world.config) and collective_level_finish(state, ctx)
+    ):
         return
     config = ctx.world.config
     state["staging"] = update.average(state["result"], state["ranks"], config["dtype"], config["loss_scale"])
@@ -120,6 +130,8 @@ def on_unpack_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if _current(state, event) is not None and state["staging"] is not None:
         state["bucket"] = state["staging"]
         state["staging"] = None
+    if collective_level(ctx.world.config):
+        _enter_if_started(state, ctx)
 
 
 def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -127,9 +139,9 @@ def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if step is None:
         return
     config = ctx.world.config
-    verdict = update.inspect(state["bucket"], config["grad_skip_norm"])
+    verdict = replicas.inspect(state["bucket"], config["grad_skip_norm"])
     skip = state["skip_local"] if config["bug"] == "local_guard" else verdict.skipped
-    state["weights"], state["slots"] = update.apply(
+    state["weights"], state["slots"] = replicas.apply(
         state["weights"], state["slots"], state["bucket"], config, skip
     )
     _record(state, ctx, step, verdict, skip)

@@ -71,6 +71,30 @@ def canonical_sum(contributions: np.ndarray) -> np.ndarray:
     return sums[0].copy()
 
 
+def arrival_sum(contributions: np.ndarray, right_first: list[bool]) -> np.ndarray:
+    """The tree's arrival-order sum: a node adds its children's sums in the order they arrived.
+
+    ``right_first[r]`` says r heard its right child first: its sum is then ``(own + right) +
+    left`` instead of ``(own + left) + right``, exactly the additions the messages make.
+    """
+    ranks = contributions.shape[0]
+    sums = contributions.copy()
+    flipped = np.asarray(right_first, dtype=bool)
+    for level in range(depth(ranks) - 1, -1, -1):
+        first = (1 << level) - 1
+        nodes = np.arange(first, min(ranks, 2 * first + 1))
+        both = nodes[2 * nodes + 2 < ranks]
+        swap = both[flipped[both]]
+        keep = nodes[(2 * nodes + 1 < ranks)]
+        keep = keep[~np.isin(keep, swap)]
+        sums[keep] = sums[keep] + sums[2 * keep + 1]
+        right = keep[2 * keep + 2 < ranks]
+        sums[right] = sums[right] + sums[2 * right + 2]
+        sums[swap] = sums[swap] + sums[2 * swap + 2]
+        sums[swap] = sums[swap] + sums[2 * swap + 1]
+    return sums[0].copy()
+
+
 def _bounds(state: dict[str, Any], ctx: Context) -> tuple[int, ...]:
     contribution = state["contribution"] if state["contribution"] is not None else state["result"]
     return chunk_bounds(contribution.shape[0], contribution.itemsize, ctx.world.config["tree_chunk_bytes"])

@@ -20,6 +20,7 @@ from __future__ import annotations
 from typing import Any
 
 from timetravel.scenarios.dp_training import allreduce, reliability
+from timetravel.scenarios.dp_training.params import collective_level
 from timetravel.sim import Context, Event
 
 CHECK = "coll_check"
@@ -28,6 +29,8 @@ MONITOR = "monitor"
 
 
 def interval_ns(config: dict[str, Any]) -> int:
+    """Every ``retransmit_timeout`` (at the collective level only the first rank in runs the chain,
+    and asks nobody to resend: the fabric folds the recovery in)."""
     return max(1, min(config["retransmit_timeout"], config["hang_timeout"]))
 
 
@@ -43,7 +46,7 @@ def on_check(state: dict[str, Any], event: Event, ctx: Context) -> None:
     config = ctx.world.config
     now = ctx.now
     quiet_since = max(state["coll_heard_ns"], state["resend_asked_ns"])
-    if now - quiet_since >= config["retransmit_timeout"]:
+    if now - quiet_since >= config["retransmit_timeout"] and not collective_level(config):
         reliability.request_missing(state, ctx, allreduce.missing(config["allreduce"], state))
     waited_ns = now - state["coll_entered_ns"]
     hang_timeout = config["hang_timeout"]

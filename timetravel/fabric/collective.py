@@ -1,0 +1,430 @@
+"""The collective-level fabric: a collective is a rendezvous and one completion event per rank.
+
+At the message level a ring all-reduce over N ranks is 2(N-1)·N chunk messages, one event each:
+2.1 million events a step at 1,024 ranks. At the collective level the same collective costs one
+completion event per rank: each rank *enters* (a call, no event), and when the last member has
+entered, the collective's timing is computed here from the same topology and link tables the
+message level uses, its numerics once by the scenario, and each rank hears of its completion at
+the time the message pattern would have finished on it.
+
+**Timing, folded analytically** (docs/performance.md, "fabric levels"):
+
+* ``ring_completions``: the ring's message recurrence solved over all ranks at once. Rank r sends
+  ring step p when it has entered, has taken step p-1 from its predecessor and its previous chunk
+  has left the edge's slowest link: ``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r], T[r, p-1] +
+  s[r])``, ``T[r, 0] = e[r]``, and it completes when step 2N-3 arrives (in closed form when all
+  ranks enter at once and the queueing term cannot bind). ``d[r]`` is the edge r -> r+1 as the link model times one chunk: the latencies of
+  its path, the chunk's serialization on its slowest link (a slow fault's bandwidth factor is in
+  the link table), and the mean of the per-message jitter. Entry times differ (compute jitter,
+  stragglers), so the recurrence, not a closed formula, decides. Several buckets run back to back:
+  the second bucket is computed from the first's completions and the rest extrapolated (the
+  pattern repeats once the pipeline is full).
+* ``tree_completions``: the binary-heap tree of dp_training, chunk by chunk, level by level, each
+  message reserved on its links with the same FIFO arithmetic as :func:`network.reserve` (so
+  incast on a parent's NIC and a rank's children sharing its out-link queue as they do there).
+* ``star_completions``: the parameter server (every rank to rank 0 and back).
+
+Every function takes the links' busy-until times into account and leaves them busy until the
+collective's last use of them, so collectives and messages that follow on shared links queue
+behind it. ECMP is not drawn: a message between leaves takes spine ``(source + destination) mod
+spines``, which spreads the flows as evenly as a draw would on average.
+
+**Faults** (:func:`fault_effects`): the message faults of the schedule whose window overlaps the
+collective (from its first entry to its completion) are folded into it: a partition that separates members stalls the collective until it heals (never:
+the collective hangs, and the scenario's watchdog reports it), a drop or an in-flight corruption
+(caught by a checksum) costs the scenario's recovery time, a delay or reorder adds its time, a
+duplicate changes nothing. Each is drawn once per collective at its usual site ``fault.<kind>``,
+with the probability that at least one of the target's messages in the collective would have been
+hit. Crashes are the scenario's business (a crashed rank does not enter; :func:`abandon`).
+
+State lives in ``world.fabric["collectives"]`` (plain data): per open collective its members'
+entry times and, once resolved, its result and how many completions are still to be delivered.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from timetravel.fabric.faults import prepare_rule
+from timetravel.fabric.topology import NS_PER_S, Topology
+
+if TYPE_CHECKING:
+    from timetravel.sim.context import Context
+    from timetravel.sim.world import World
+
+COLLECTIVES_KEY = "collectives"
+FOLDED_KINDS = ("partition", "drop", "duplicate", "reorder", "delay", "corrupt")
+"""Fault kinds that act on messages, folded into a collective (slow acts through the link table and
+the GPU, crash through the scenario)."""
+OPEN_COLLECTIVES_MAX = 64
+"""Collectives open at once (a job has one or two; more is a runaway bug, reported as such)."""
+
+
+# -- the rendezvous -------------------------------------------------------------------------------
+
+
+def open_collectives(world: World) -> dict[str, Any]:
+    collectives = world.fabric.get(COLLECTIVES_KEY)
+    if collectives is None:
+        collectives = world.fabric[COLLECTIVES_KEY] = {}
+    return collectives
+
+
+def enter(ctx: Context, key: str, generation: int, step: int, members: int, index: int) -> dict[str, Any]:
+    """Member ``index`` of ``members`` enters collective ``key`` now; returns its record.
+
+    ``record["entered"] == members`` after the call means this was the last member: the caller
+    resolves the collective then. Records of older generations (a restart abandoned them) are
+    dropped on the way.
+    """
+    collectives = open_collectives(ctx.world)
+    record = collectives.get(key)
+    if record is None:
+        for old in [name for name, item in collectives.items() if item["generation"] < generation]:
+            del collectives[old]
+        if len(collectives) >= OPEN_COLLECTIVES_MAX:
+            raise AssertionError(f"more than {OPEN_COLLECTIVES_MAX} collectives open at once")
+        record = collectives[key] = {
+            "generation": generation,
+            "step": step,
+            "members": members,
+            "entered": 0,
+            "entered_ns": [-1] * members,
+            "result": None,
+            "remaining": members,
+            "hung": None,
+            "broken_ns": -1,
+        }
+    if record["entered_ns"][index] < 0:
+        record["entered_ns"][index] = ctx.now
+        record["entered"] += 1
+    return record
+
+
+def deliver_completions(ctx: Context, key: str, names: list[str], times: np.ndarray, kind: str) -> None:
+    """One completion event per member, at its time (never before now)."""
+    now = ctx.now
+    for name, t_ns in zip(names, times.tolist(), strict=True):
+        ctx.deliver(t_ns if t_ns > now else now, name, kind, key)
+
+
+def take_result(world: World, key: str) -> Any:
+    """A member heard its completion: the result (None when the collective broke), counted off."""
+    collectives = open_collectives(world)
+    record = collectives.get(key)
+    if record is None or record["broken_ns"] >= 0:
+        return None
+    record["remaining"] -= 1
+    if record["remaining"] <= 0:
+        del collectives[key]
+    return record["result"]
+
+
+def abandon(world: World, now: int) -> None:
+    """A member crashed: every open collective is broken; completions still to come are ignored."""
+    for record in world.fabric.get(COLLECTIVES_KEY, {}).values():
+        if record["broken_ns"] < 0:
+            record["broken_ns"] = now
+
+
+# -- links ----------------------------------------------------------------------------------------
+
+
+def path_links(fabric: dict[str, Any], source: int, destination: int) -> list[int]:
+    """The links a message from rank ``source`` to ``destination`` crosses (spine by arithmetic)."""
+    ranks, gpus_per_host, ranks_per_leaf, spines, up_base, down_base = fabric["route"]
+    if source // gpus_per_host == destination // gpus_per_host:
+        return [source, ranks + destination]
+    leaf_source = source // ranks_per_leaf
+    leaf_destination = destination // ranks_per_leaf
+    if leaf_source == leaf_destination:
+        return [2 * ranks + source, 3 * ranks + destination]
+    spine = (source + destination) % spines
+    return [
+        2 * ranks + source,
+        up_base + leaf_source * spines + spine,
+        down_base + leaf_destination * spines + spine,
+        3 * ranks + destination,
+    ]
+
+
+def edge_delay_ns(fabric: dict[str, Any], links: list[int], nbytes: int) -> int:
+    """Latency of the path plus serialization on its slowest link plus the mean jitter."""
+    latency = fabric["link_latency_ns"]
+    bandwidth = fabric["link_bytes_per_s"]
+    slowest = min(bandwidth[link] for link in links)
+    scaled = nbytes * NS_PER_S
+    return sum(latency[link] for link in links) + (scaled + slowest - 1) // slowest + fabric["jitter_ns"] // 2
+
+
+def serialization_ns(fabric: dict[str, Any], links: list[int], nbytes: int) -> int:
+    """Time ``nbytes`` occupy the slowest of ``links``."""
+    slowest = min(fabric["link_bytes_per_s"][link] for link in links)
+    return (nbytes * NS_PER_S + slowest - 1) // slowest
+
+
+class _Links:
+    """Busy-until times of the links one collective uses, reserved FIFO as network.reserve does."""
+
+    def __init__(self, fabric: dict[str, Any]) -> None:
+        self.fabric = fabric
+        self.busy: dict[int, int] = {}
+
+    def reserve(self, links: list[int], now: int, nbytes: int) -> int:
+        busy = self.busy
+        table = self.fabric["link_busy_until_ns"]
+        latency = self.fabric["link_latency_ns"]
+        bandwidth = self.fabric["link_bytes_per_s"]
+        scaled = nbytes * NS_PER_S
+        head = now + self.fabric["jitter_ns"] // 2
+        tail = 0
+        for link in links:
+            start = max(busy.get(link, table[link]), head)
+            rate = bandwidth[link]
+            end = max(start + (scaled + rate - 1) // rate, tail)
+            busy[link] = end
+            head = start + latency[link]
+            tail = end + latency[link]
+        return tail
+
+    def commit(self) -> None:
+        table = self.fabric["link_busy_until_ns"]
+        for link, until in self.busy.items():
+            if until > table[link]:
+                table[link] = until
+
+
+# -- timing ---------------------------------------------------------------------------------------
+
+
+RING_CLOSED_FORM_RANKS_MAX = 2048
+"""Up to this many ranks the ring is solved in closed form when the closed form holds."""
+
+
+def _ring_recurrence(entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray) -> np.ndarray:
+    """``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r], T[r, p-1] + s[r])`` stepped 2N-3 times (the
+    last term: a rank's next chunk queues behind its previous one on the edge's slowest link, as
+    the message level's FIFO reservation makes it); completion one edge later."""
+    ranks = entries.shape[0]
+    sends = entries.copy()
+    shifted = np.empty_like(sends)
+    for _step in range(1, 2 * ranks - 2):
+        total = sends + delays
+        shifted[1:] = total[:-1]
+        shifted[0] = total[-1]
+        np.maximum(shifted, entries, out=shifted)
+        np.maximum(shifted, sends + spacing, out=sends)
+    total = sends + delays
+    shifted[1:] = total[:-1]
+    shifted[0] = total[-1]
+    return shifted
+
+
+def _ring_closed_form(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
+    """The recurrence unrolled when the queueing term never binds: rank r completes at max over
+    sources k of ``e[k]`` plus the longest path k -> r the 2N-2 ring steps allow (delays are >= 0,
+    so the longest counts): N edges from r itself, N-1 from r+1, and m+N from the rank m places
+    before r otherwise."""
+    ranks = entries.shape[0]
+    prefix = np.zeros(3 * ranks + 1, dtype=np.int64)
+    np.cumsum(np.tile(delays, 3), out=prefix[1:])
+    sources = np.arange(ranks, dtype=np.int64)[None, :]
+    places = (np.arange(ranks, dtype=np.int64)[:, None] - sources) % ranks
+    lengths = np.where(places == 0, ranks, np.where(places == ranks - 1, ranks - 1, places + ranks))
+    return (entries[None, :] + prefix[sources + lengths] - prefix[sources]).max(axis=1)
+
+
+def _ring_once(entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray) -> np.ndarray:
+    """The closed form holds when every rank enters at once and no chunk outlasts the shortest
+    edge delay (consecutive sends on an edge are then at least that far apart); else the recurrence."""
+    ranks = entries.shape[0]
+    if (
+        ranks <= RING_CLOSED_FORM_RANKS_MAX
+        and int(spacing.max()) <= int(delays.min())
+        and int(entries.min()) == int(entries.max())
+    ):
+        return _ring_closed_form(entries, delays)
+    return _ring_recurrence(entries, delays, spacing)
+
+
+def ring_completions(
+    fabric: dict[str, Any], entries: np.ndarray, chunk_bytes: int, buckets: int = 1
+) -> np.ndarray:
+    """Completion time of every rank of a ring all-reduce entered at ``entries`` (see module docstring)."""
+    ranks = entries.shape[0]
+    if ranks == 1:
+        return entries.copy()
+    table = fabric["link_busy_until_ns"]
+    edges = [path_links(fabric, rank, (rank + 1) % ranks) for rank in range(ranks)]
+    delays = np.array([edge_delay_ns(fabric, links, chunk_bytes) for links in edges], dtype=np.int64)
+    spacing = np.array([serialization_ns(fabric, links, chunk_bytes) for links in edges], dtype=np.int64)
+    ready = np.maximum(entries, np.array([table[links[0]] for links in edges], dtype=np.int64))
+    first = _ring_once(ready, delays, spacing)
+    done = first
+    if buckets > 1:
+        second = _ring_once(first, delays, spacing)
+        done = first + (buckets - 1) * (second - first)
+    for rank, links in enumerate(edges):
+        until = int(done[(rank + 1) % ranks])
+        for link in links:
+            if until > table[link]:
+                table[link] = until
+    return done
+
+
+def _children(index: int, ranks: int) -> list[int]:
+    return [child for child in (2 * index + 1, 2 * index + 2) if child < ranks]
+
+
+def tree_completions(
+    fabric: dict[str, Any], entries: np.ndarray, chunk_bytes: list[int]
+) -> tuple[np.ndarray, list[list[bool]]]:
+    """Completions of the binary-heap tree all-reduce, and per chunk which nodes heard right first.
+
+    Rank r's parent is (r-1)//2; each chunk goes up when a rank has entered and heard both
+    children, then down from the root. ``right_first[c][r]`` is True when r's right child's sum of
+    chunk c arrived before its left child's (what an arrival-order sum depends on).
+    """
+    ranks = entries.shape[0]
+    links = _Links(fabric)
+    entry = entries.tolist()
+    done = [0] * ranks
+    right_first: list[list[bool]] = []
+    for nbytes in chunk_bytes:
+        heard = list(entry)
+        order = [False] * ranks
+        for parent in range((ranks - 2) // 2, -1, -1):
+            children = _children(parent, ranks)
+            children.sort(key=lambda child: (heard[child], child))
+            arrivals = {}
+            for child in children:
+                arrivals[child] = links.reserve(path_links(fabric, child, parent), heard[child], nbytes)
+                if arrivals[child] > heard[parent]:
+                    heard[parent] = arrivals[child]
+            if len(children) == 2:
+                first = min(children, key=lambda child: (arrivals[child], children.index(child)))
+                order[parent] = first % 2 == 0
+        down = [0] * ranks
+        down[0] = heard[0]
+        for rank in range(ranks):
+            for child in _children(rank, ranks):
+                down[child] = links.reserve(path_links(fabric, rank, child), down[rank], nbytes)
+        done = [max(a, b) for a, b in zip(done, down, strict=True)]
+        right_first.append(order)
+    links.commit()
+    return np.array(done, dtype=np.int64), right_first
+
+
+def star_completions(
+    fabric: dict[str, Any], entries: np.ndarray, nbytes: int
+) -> tuple[np.ndarray, list[int]]:
+    """The parameter server (rank 0): completions, and the order the server heard the others in."""
+    ranks = entries.shape[0]
+    links = _Links(fabric)
+    entry = entries.tolist()
+    senders = sorted(range(1, ranks), key=lambda rank: (entry[rank], rank))
+    arrivals = {rank: links.reserve(path_links(fabric, rank, 0), entry[rank], nbytes) for rank in senders}
+    order = sorted(senders, key=lambda rank: (arrivals[rank], senders.index(rank)))
+    ready = max([entry[0], *arrivals.values()])
+    done = [ready] * ranks
+    for rank in range(1, ranks):
+        done[rank] = links.reserve(path_links(fabric, 0, rank), ready, nbytes)
+    links.commit()
+    return np.array(done, dtype=np.int64), order
+
+
+# -- faults ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Effects:
+    """What the active message faults do to one collective."""
+
+    delay_ns: int = 0
+    hung: str | None = None
+    """The id of a partition that never heals and separates the members: the collective hangs."""
+    blocked_on: str | None = None
+    corrupt: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
+    """``(member index, rule)`` for each in-flight corruption that hit the collective."""
+
+
+def fault_effects(
+    ctx: Context,
+    kinds: tuple[str, ...],
+    messages_per_member: int,
+    recovery_ns: int,
+    window: tuple[int, int],
+) -> Effects:
+    """Fold the message faults whose window overlaps the collective's ``window`` (first entry to
+    completion) into one collective over every rank (module docstring)."""
+    world = ctx.world
+    fabric = world.fabric
+    effects = Effects()
+    first_ns, last_ns = window
+    records = [
+        record
+        for record in world.faults
+        if record["kind"] in FOLDED_KINDS
+        and not (record["kind"] == "corrupt" and record["params"].get("buffer") is not None)
+        and record["t_start"] <= last_ns
+        and (record["t_end"] is None or record["t_end"] >= first_ns)
+    ]
+    if not records:
+        return effects
+    topology = Topology.from_data(fabric["topology"])
+    rank_of = fabric["rank_of"]
+    ranks = len(fabric["ranks"])
+    hits = fabric["fault_hits"]
+    now = ctx.now
+    for record in records:
+        rule = prepare_rule(record, topology, fabric["ranks"])
+        kind = rule["kind"]
+        if kind == "partition":
+            if rule["cut_links"] is not None or not _separates(rule, rank_of, ranks):
+                continue
+            hits[rule["id"]] = hits.get(rule["id"], 0) + 1
+            heal_ns = rule["t_end_ns"]
+            if heal_ns is None:
+                effects.hung = rule["id"]
+                effects.blocked_on = rule["target"]
+                return effects
+            stalled_ns = max(0, heal_ns - max(record["t_start"], now))
+            effects.delay_ns += stalled_ns + (recovery_ns if rule["mode"] == "drop" else 0)
+            continue
+        if rule["target"] not in rank_of:
+            continue
+        wanted = rule["kinds"]
+        if wanted is not None and not any(name in wanted for name in kinds):
+            continue
+        limit = rule["count"]
+        if limit is not None and hits.get(rule["id"], 0) >= limit:
+            continue
+        probability = rule["probability"]
+        at_least_once = 1.0 if probability >= 1.0 else 1.0 - (1.0 - probability) ** messages_per_member
+        if not ctx.chance(f"fault.{kind}", at_least_once):
+            continue
+        hits[rule["id"]] = hits.get(rule["id"], 0) + 1
+        if kind == "drop":
+            effects.delay_ns += recovery_ns
+        elif kind == "delay":
+            effects.delay_ns += rule["delay_ns"]
+        elif kind == "reorder":
+            effects.delay_ns += ctx.choose("fault.reorder.delay", rule["window_ns"] + 1)
+        elif kind == "corrupt":
+            effects.corrupt.append((rank_of[rule["target"]], rule))
+        ctx.log(f"fault {rule['id']}: {kind} on the collective through {rule['target']}")
+    return effects
+
+
+def _separates(rule: dict[str, Any], rank_of: dict[str, int], ranks: int) -> bool:
+    """True when the partition's side holds some members but not all (of those it cuts off from)."""
+    inside = sum(1 for name in rule["side"] if name in rank_of)
+    if inside == 0:
+        return False
+    peers = rule["peers"]
+    if peers is not None:
+        return any(name in rank_of and name not in rule["side"] for name in peers)
+    return inside < ranks

@@ -1,0 +1,167 @@
+"""Replicas computed together: one batched forward/backward for every rank at the same step.
+
+A rank's bucket is a pure function of its weights' bits, its batch of data and the model config
+(:func:`model.local_bucket`). At 10,000 ranks, computing it 10,000 times one by one costs ~80 µs
+of numpy overhead each; computing the ranks' buckets as one (ranks x parameters) array costs a
+fraction of that. So the first rank whose backward kernel completes at a step computes the
+buckets of every rank whose forward/backward for the same step is queued (same generation, phase
+``compute``, not down) in one :func:`model.batched_buckets` call, bit for bit the rows each would
+compute alone (tests/test_dp_training_collective.py), and keeps the rows in a bounded memo; each
+of those ranks takes its row when its own kernel completes, in its own handler, into its own
+state. The World sees exactly what it saw before: each rank's bucket appears in its state at its
+kernel's completion.
+
+The memo is a cache of a pure function, not simulation state: a row is used only when the rank's
+weights hash (xxh3-128 of their bytes), its node name, its batch index and every config key the
+bucket depends on are equal to those it was computed for, so a restored snapshot, a branch or
+another world in the same process gets the same bits with or without it (it just computes again).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import xxhash
+
+from timetravel.scenarios.dp_training import update
+from timetravel.scenarios.dp_training.model import batched_buckets, layout_for, local_bucket
+from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.sim import Context
+
+MEMO_ROWS_MAX = 65_536
+"""Rows kept at most (a batch of every rank, with room for a world or two beside it)."""
+BATCH_RANKS_MIN = 2
+BUCKET_KEYS = ("params", "dtype", "loss_scale", "data_seed", "ranks", "batch", "batches_per_rank")
+"""Config keys a bucket depends on besides the rank's weights and batch."""
+
+_memo: dict[str, tuple[tuple[Any, ...], int, np.ndarray]] = {}
+
+
+def _weights_key(weights: np.ndarray) -> int:
+    return xxhash.xxh3_128_intdigest(np.ascontiguousarray(weights).view(np.uint8).data)
+
+
+def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
+    """This rank's bucket for ``step`` (a new writable array), from the memo or a batched pass."""
+    config = ctx.world.config
+    batch = (step - 1) % config["batches_per_rank"]
+    key = (tuple(config[name] for name in BUCKET_KEYS), batch)
+    entry = _memo.pop(ctx.node, None)
+    weights_key = _weights_key(state["weights"])
+    if entry is not None and entry[0] == key and entry[1] == weights_key:
+        return entry[2].copy()
+    peers = _ready_peers(state, ctx)
+    layout = layout_for(config["params"])
+    dtype = DTYPES[config["dtype"]]
+    if len(peers) < BATCH_RANKS_MIN:
+        return local_bucket(
+            state["weights"],
+            state["inputs"][batch],
+            state["targets"][batch],
+            layout,
+            dtype,
+            config["loss_scale"],
+        )
+    nodes = ctx.world.nodes
+    states = [nodes[name] for name in peers]
+    rows = batched_buckets(
+        np.stack([peer["weights"] for peer in states]),
+        np.stack([peer["inputs"][batch] for peer in states]),
+        np.stack([peer["targets"][batch] for peer in states]),
+        layout,
+        dtype,
+        config["loss_scale"],
+    )
+    if len(_memo) + len(peers) > MEMO_ROWS_MAX:
+        _memo.clear()
+    own = rows[0]
+    for name, peer, row in zip(peers, states, rows, strict=True):
+        if name == ctx.node:
+            own = row
+        else:
+            _memo[name] = (key, _weights_key(peer["weights"]), row)
+    return own.copy()
+
+
+def _ready_peers(state: dict[str, Any], ctx: Context) -> list[str]:
+    """This rank and every rank whose forward/backward of the same step is queued and not memoized."""
+    world = ctx.world
+    nodes = world.nodes
+    down = world.down
+    generation = state["generation"]
+    step = state["step"]
+    peers = []
+    for name in world.fabric["ranks"]:
+        peer = nodes[name]
+        if (
+            peer["phase"] == "compute"
+            and peer["step"] == step
+            and peer["generation"] == generation
+            and (name == ctx.node or (name not in _memo and name not in down))
+        ):
+            peers.append(name)
+    return peers
+
+
+def clear() -> None:
+    """Forget every memoized row, verdict and update (tests; nothing else needs it)."""
+    _memo.clear()
+    _verdicts.clear()
+    _updates.clear()
+
+
+# -- the update: every replica applies the same all-reduced bucket to the same weights -------------
+
+_verdicts: dict[str, Any] = {}
+_updates: dict[str, Any] = {}
+
+
+def _slots_bytes(slots: dict[str, Any]) -> tuple[Any, ...]:
+    return tuple(
+        (name, value.dtype.str, value.tobytes()) if isinstance(value, np.ndarray) else (name, value)
+        for name, value in slots.items()
+    )
+
+
+def inspect(bucket: np.ndarray, grad_skip_norm: float) -> update.Verdict:
+    """:func:`update.inspect`, computed once for a run of ranks that all hold the same bucket.
+
+    The memo keeps one entry, compared byte for byte (not by a digest): every rank of a healthy
+    job inspects the same all-reduced bucket one after another, so one entry is all it needs.
+    """
+    key = (bucket.dtype.str, bucket.tobytes(), grad_skip_norm)
+    if _verdicts.get("key") == key:
+        return _verdicts["verdict"]
+    verdict = update.inspect(bucket, grad_skip_norm)
+    _verdicts["key"] = key
+    _verdicts["verdict"] = verdict
+    return verdict
+
+
+def apply(
+    weights: np.ndarray, slots: dict[str, Any], bucket: np.ndarray, config: dict[str, Any], skip: bool
+) -> tuple[np.ndarray, dict[str, Any]]:
+    """:func:`update.apply`, computed once for ranks whose weights, slots and bucket are the same
+    bytes (compared exactly); each rank gets its own copies of the new arrays."""
+    if skip:
+        return update.apply(weights, slots, bucket, config, skip)
+    key = (
+        tuple(config[name] for name in UPDATE_KEYS),
+        weights.dtype.str,
+        weights.tobytes(),
+        bucket.dtype.str,
+        bucket.tobytes(),
+        _slots_bytes(slots),
+    )
+    if _updates.get("key") != key:
+        _updates["key"] = key
+        _updates["result"] = update.apply(weights, slots, bucket, config, skip)
+    new_weights, new_slots = _updates["result"]
+    return new_weights.copy(), {
+        name: value.copy() if isinstance(value, np.ndarray) else value for name, value in new_slots.items()
+    }
+
+
+UPDATE_KEYS = ("optimizer", "lr", "momentum", "dtype")
+"""Config keys :func:`update.apply` reads."""
