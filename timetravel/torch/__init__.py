@@ -1,0 +1,5 @@
+"""The user's own torch.distributed code as simulated ranks (issue 13).
+
+Only this package imports torch, and only lazily: importing ``timetravel.torch`` (or its
+``metrics`` module) works without torch installed.
+"""

@@ -1,0 +1,149 @@
+"""Attribute replacements that a rank installs once and a test can take back.
+
+A rank process installs its environment before the user's script runs and never uninstalls it.
+The tests run the same installers inside the pytest process, so every replacement is recorded
+and :meth:`Patches.undo` restores the previous values in reverse order.
+
+Function replacements also rebind *aliases*: a module that ran ``from time import perf_counter``
+(or ``timeit.default_timer = time.perf_counter``) before installing holds the original function
+under its own name. :meth:`Patches.rebind_aliases` scans the loaded modules once and points such
+names at the replacement, as the determinism guard does for handlers
+(:mod:`timetravel.sim.guard.patches`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from timetravel.sim.guard.patches import _set_type_attribute
+
+_MISSING = object()
+
+
+class Patches:
+    """A list of (namespace, name, previous value) to undo, plus the function map for aliases."""
+
+    def __init__(self) -> None:
+        self._undo: list[Callable[[], None]] = []
+        self._replacements: dict[int, tuple[Any, Any]] = {}
+
+    def replace(self, owner: Any, name: str, value: Any) -> Any:
+        """Set ``owner.name = value`` (a module or a Python class); returns the previous value."""
+        namespace = owner.__dict__
+        previous = namespace.get(name, _MISSING)
+        setattr(owner, name, value)
+
+        def undo() -> None:
+            if previous is _MISSING:
+                delattr(owner, name)
+            else:
+                setattr(owner, name, previous)
+
+        self._undo.append(undo)
+        if previous is not _MISSING and callable(previous):
+            self._replacements[id(previous)] = (previous, value)
+        return None if previous is _MISSING else previous
+
+    def wrap(self, owner: Any, name: str, make: Callable[[Any], Any]) -> Any:
+        """Replace ``owner.name`` by ``make(original)``; returns the original (None if absent)."""
+        original = owner.__dict__.get(name)
+        if original is None:
+            return None
+        replacement = make(original)
+        for attribute in ("__name__", "__qualname__", "__doc__"):
+            with contextlib.suppress(AttributeError, TypeError):
+                setattr(replacement, attribute, getattr(original, attribute))
+        self.replace(owner, name, replacement)
+        return original
+
+    def replace_type_attribute(self, cls: type, name: str, value: Any) -> bool:
+        """Set an attribute of a C type (``datetime.datetime.now``); False when the interpreter refuses."""
+        previous = cls.__dict__.get(name, _MISSING)
+        if not _set_type_attribute(cls, name, value):
+            return False
+
+        def undo() -> None:
+            if previous is not _MISSING:
+                _set_type_attribute(cls, name, previous)
+
+        self._undo.append(undo)
+        return True
+
+    def set_item(self, mapping: Any, key: str, value: Any) -> None:
+        """``mapping[key] = value`` (``os.environ``), undone by restoring or deleting the key."""
+        previous = mapping.get(key, _MISSING)
+        mapping[key] = value
+
+        def undo() -> None:
+            if previous is _MISSING:
+                mapping.pop(key, None)
+            else:
+                mapping[key] = previous
+
+        self._undo.append(undo)
+
+    def on_undo(self, action: Callable[[], None]) -> None:
+        """Run ``action`` when undoing (after the replacements made later are undone)."""
+        self._undo.append(action)
+
+    def rebind_aliases(self, skip_prefixes: Iterable[str] = ()) -> int:
+        """Point module-level names bound to a replaced original at its replacement; returns the count."""
+        prefixes = tuple(skip_prefixes)
+        count = 0
+        for module_name, module in list(sys.modules.items()):
+            if module is None or (prefixes and module_name.startswith(prefixes)):
+                continue
+            namespace = getattr(module, "__dict__", None)
+            if type(namespace) is not dict:
+                continue
+            for name, value in list(namespace.items()):
+                entry = self._replacements.get(id(value))
+                if entry is None or entry[0] is not value:
+                    continue
+                namespace[name] = entry[1]
+                self._undo.append(_restore_item(namespace, name, value))
+                count += 1
+        return count
+
+    def undo(self) -> None:
+        """Restore everything, newest first (idempotent)."""
+        while self._undo:
+            self._undo.pop()()
+        self._replacements.clear()
+
+
+def _restore_item(namespace: dict[str, Any], name: str, value: Any) -> Callable[[], None]:
+    def undo() -> None:
+        namespace[name] = value
+
+    return undo
+
+
+class Installation:
+    """What an ``install_*`` function returns: call :meth:`uninstall` (tests) or keep it (ranks).
+
+    Usable as a context manager: ``with install_time(clock): ...``.
+    """
+
+    def __init__(self, name: str, patches: Patches, state: Any = None) -> None:
+        self.name = name
+        self.patches = patches
+        self.state = state
+        self.installed = True
+
+    def uninstall(self) -> None:
+        if self.installed:
+            self.patches.undo()
+            self.installed = False
+
+    def __enter__(self) -> Installation:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.uninstall()
+
+    def __repr__(self) -> str:
+        return f"<{self.name} {'installed' if self.installed else 'uninstalled'}>"
