@@ -116,7 +116,7 @@ def install_time(clock: RankClock, *, time_zone: str | None = "UTC") -> Installa
         clocks[name] = seconds(clock.now_ns)
         clocks[f"{name}_ns"] = clock.now_ns
     for name, read in clocks.items():
-        patches.wrap(time, name, lambda original, read=read: _clock_function(read))
+        patches.wrap(time, name, _returning(_clock_function(read)))
 
     def clock_ns(clock_id: int) -> int:
         return clock.wall_ns() if clock_id in _wall_clock_ids() else clock.now_ns()
@@ -134,6 +134,15 @@ def install_time(clock: RankClock, *, time_zone: str | None = "UTC") -> Installa
     _patch_datetime(patches, clock)
     patches.rebind_aliases(skip_prefixes=(*OWN_PREFIXES, *REAL_CLOCK_MODULES))
     return Installation("time", patches, clock)
+
+
+def _returning(replacement: Any) -> Callable[[Any], Any]:
+    """A ``make`` for :meth:`Patches.wrap` that ignores the original."""
+
+    def make(original: Any) -> Any:
+        return replacement
+
+    return make
 
 
 def _clock_function(read: Callable[[], Any]) -> Callable[[], Any]:
@@ -178,7 +187,7 @@ def _patch_calendar_functions(patches: Patches, clock: RankClock) -> None:
         ("asctime", asctime),
         ("strftime", strftime),
     ):
-        patches.wrap(time, name, lambda original, replacement=replacement: replacement)
+        patches.wrap(time, name, _returning(replacement))
 
 
 def _set_time_zone(patches: Patches, time_zone: str) -> None:
