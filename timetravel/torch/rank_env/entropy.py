@@ -150,7 +150,7 @@ def _patch_random(patches: Patches, stream: EntropyStream, global_seed: int) -> 
         real_seed(self, a, version)
 
     patches.replace(random.Random, "seed", seed)
-    instance: random.Random = random._inst  # type: ignore[attr-defined]
+    instance: random.Random = random._inst
     previous_state = instance.getstate()
     patches.on_undo(lambda: instance.setstate(previous_state))
     patches.replace(random, "seed", instance.seed)
