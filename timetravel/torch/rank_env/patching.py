@@ -51,6 +51,8 @@ class Patches:
         """Replace ``owner.name`` by ``make(original)``; returns the original (None if absent)."""
         original = owner.__dict__.get(name)
         if original is None:
+            original = getattr(owner, name, None)  # inherited (torch.Tensor from TensorBase)
+        if original is None:
             return None
         replacement = make(original)
         for attribute in ("__name__", "__qualname__", "__doc__"):
