@@ -149,3 +149,60 @@ class Installation:
 
     def __repr__(self) -> str:
         return f"<{self.name} {'installed' if self.installed else 'uninstalled'}>"
+
+
+class _AfterImport:
+    """A ``sys.meta_path`` finder that runs callbacks once a named module has executed."""
+
+    def __init__(self) -> None:
+        self.callbacks: dict[str, list[Callable[[Any], None]]] = {}
+        self._finding: set[str] = set()
+
+    def find_spec(self, fullname: str, path: Any = None, target: Any = None) -> Any:
+        if fullname not in self.callbacks or fullname in self._finding:
+            return None
+        import importlib.util
+
+        self._finding.add(fullname)  # find the real spec with the other finders
+        try:
+            spec = importlib.util.find_spec(fullname)
+        finally:
+            self._finding.discard(fullname)
+        if spec is None or spec.loader is None or not hasattr(spec.loader, "exec_module"):
+            return spec
+        loader = spec.loader
+        callbacks = self.callbacks
+
+        class Loader:
+            def create_module(self, spec: Any) -> Any:
+                return loader.create_module(spec)
+
+            def exec_module(self, module: Any) -> None:
+                loader.exec_module(module)
+                for callback in callbacks.pop(fullname, []):
+                    callback(module)
+
+        spec.loader = Loader()  # type: ignore[assignment]
+        return spec
+
+
+def when_imported(patches: Patches, module_name: str, callback: Callable[[Any], None]) -> None:
+    """Run ``callback(module)`` now if ``module_name`` is loaded, else right after the script imports it.
+
+    Patching a library only when the script uses it keeps a rank from importing (and paying for)
+    tensorboard or wandb when nobody asked for them.
+    """
+    module = sys.modules.get(module_name)
+    if module is not None:
+        callback(module)
+        return
+    finder = _AfterImport()
+    finder.callbacks[module_name] = [callback]
+    sys.meta_path.insert(0, finder)
+
+    def undo() -> None:
+        if finder in sys.meta_path:
+            sys.meta_path.remove(finder)
+        finder.callbacks.clear()
+
+    patches.on_undo(undo)
