@@ -203,6 +203,35 @@ def test_gpu_only_packages_and_features_are_refused_by_name(cuda: Any) -> None:
         torch.cuda.graph(None)
 
 
+def test_a_cuda_generator_is_a_cpu_generator(cuda: Any) -> None:
+    generator = torch.Generator(device="cuda").manual_seed(3)
+    assert isinstance(generator, torch.Generator) and isinstance(torch.default_generator, torch.Generator)
+    expected = torch.randn(2, generator=torch._C.Generator().manual_seed(3))
+    assert torch.equal(torch.randn(2, generator=generator, device="cuda"), expected)
+
+
+def test_fsdp2_on_a_cuda_mesh_with_a_bound_device(cuda: Any) -> None:
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    torch.cuda.set_device(0)
+    dist.init_process_group(
+        "gloo", store=dist.HashStore(), rank=0, world_size=1, device_id=torch.device("cuda", 0)
+    )
+    try:
+        mesh = init_device_mesh("cuda", (1,))
+        model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 1)).cuda()
+        for layer in model:
+            fully_shard(layer, mesh=mesh)
+        fully_shard(model, mesh=mesh)
+        optimizer = torch.optim.Adam(model.parameters())
+        model(torch.randn(2, 4, device="cuda")).sum().backward()
+        optimizer.step()
+        dist.barrier(device_ids=[0])
+    finally:
+        dist.destroy_process_group()
+
+
 def test_ddp_with_device_ids_and_a_cuda_checkpoint_load(cuda: Any) -> None:
     dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
     try:

@@ -80,7 +80,6 @@ observed.update(
     torch_initial_seed=torch.initial_seed(),
     parameters=[p.detach().double().sum().item().hex() for p in model.parameters()],
     metrics=records,
-    set_order=len({"a", "b", "c"}),
 )
 print(json.dumps(observed, sort_keys=True))
 '''

@@ -160,6 +160,7 @@ def install_cuda(
         module = sys.modules.get(module_name)
         if module is not None:
             _mirror(patches, module, torch.cuda)
+    cuda_devices.patch_generator(patches)
     cuda_devices.patch_amp(patches)
     cuda_devices.patch_load(patches)
     cuda_devices.patch_parallel(patches)

@@ -219,6 +219,34 @@ def make_mode() -> Any:
     return CudaOnCpu()
 
 
+def patch_generator(patches: Patches) -> None:
+    """``torch.Generator(device="cuda")`` makes a CPU generator (the tensors it feeds are CPU tensors).
+
+    ``torch.Generator`` becomes a subclass whose construction returns a real ``torch._C.Generator``
+    and whose metaclass keeps ``isinstance(g, torch.Generator)`` true for every generator. Only the
+    name ``torch.Generator`` is replaced: ``torch._C.Generator`` and its other aliases stay.
+    """
+    import torch
+
+    base = torch._C.Generator
+
+    class GeneratorType(type(base)):  # type: ignore[misc]
+        def __instancecheck__(cls, instance: Any) -> bool:
+            return isinstance(instance, base)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, base)
+
+    class Generator(base, metaclass=GeneratorType):  # type: ignore[misc,valid-type]
+        __doc__ = base.__doc__
+
+        def __new__(cls, device: Any = "cpu") -> Any:
+            return base(map_device(device))
+
+    Generator.__module__ = "torch"
+    patches.replace(torch, "Generator", Generator, aliases=False)
+
+
 def patch_amp(patches: Patches) -> None:
     """autocast("cuda") -> CPU autocast with CUDA's dtype; GradScaler("cuda") -> a CPU GradScaler."""
     import torch
@@ -305,9 +333,20 @@ def patch_parallel(patches: Patches) -> None:
 
     patches.wrap(torch.nn.parallel.DataParallel, "__init__", wrap_data_parallel)
     try:
-        from torch.distributed import device_mesh
+        from torch.distributed import device_mesh, distributed_c10d
     except ImportError:  # pragma: no cover - a torch built without distributed
         return
+
+    def wrap_init_process_group(original: Any) -> Any:
+        @functools.wraps(original)
+        def init_process_group(*args: Any, **kwargs: Any) -> Any:
+            if is_cuda_device(kwargs.get("device_id")):
+                kwargs["device_id"] = None  # binds a CUDA device to the group: no meaning on CPU
+            return original(*args, **kwargs)
+
+        return init_process_group
+
+    patches.wrap(distributed_c10d, "init_process_group", wrap_init_process_group)
 
     def wrap_mesh(original: Any) -> Any:
         @functools.wraps(original)

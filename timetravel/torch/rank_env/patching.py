@@ -30,8 +30,12 @@ class Patches:
         self._undo: list[Callable[[], None]] = []
         self._replacements: dict[int, tuple[Any, Any]] = {}
 
-    def replace(self, owner: Any, name: str, value: Any) -> Any:
-        """Set ``owner.name = value`` (a module or a Python class); returns the previous value."""
+    def replace(self, owner: Any, name: str, value: Any, *, aliases: bool = True) -> Any:
+        """Set ``owner.name = value`` (a module or a Python class); returns the previous value.
+
+        With ``aliases`` (the default), :meth:`rebind_aliases` also rebinds other names of the
+        previous value.
+        """
         namespace = owner.__dict__
         previous = namespace.get(name, _MISSING)
         setattr(owner, name, value)
@@ -43,7 +47,7 @@ class Patches:
                 setattr(owner, name, previous)
 
         self._undo.append(undo)
-        if previous is not _MISSING and callable(previous):
+        if aliases and previous is not _MISSING and callable(previous):
             self._replacements[id(previous)] = (previous, value)
         return None if previous is _MISSING else previous
 
