@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from timetravel.torch.rank_env.entropy import install_entropy
+from timetravel.torch.rank_env.entropy import install_entropy, preserving_entropy_across_fork
 
 SEED = b"world-seed-7"
 
@@ -80,19 +80,32 @@ def test_uninstall_restores_the_generators_state() -> None:
     assert os.urandom(16) != os.urandom(16)
 
 
-def test_a_forked_child_draws_its_own_reproducible_bytes() -> None:
-    def fork_and_read() -> tuple[bytes, bytes]:
-        read_end, write_end = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # the child: write its bytes and leave at once
-            os.write(write_end, os.urandom(8))
-            os._exit(0)
-        os.close(write_end)
-        child = os.read(read_end, 8)
-        os.close(read_end)
-        os.waitpid(pid, 0)
-        return child, os.urandom(8)
+def fork_and_read() -> tuple[bytes, bytes]:
+    """(the child's first 8 urandom bytes, the parent's next 8 after the fork)."""
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # the child: write its bytes and leave at once
+        os.write(write_end, os.urandom(8))
+        os._exit(0)
+    os.close(write_end)
+    child = os.read(read_end, 8)
+    os.close(read_end)
+    os.waitpid(pid, 0)
+    return child, os.urandom(8)
 
+
+def test_a_forked_child_draws_its_own_reproducible_bytes() -> None:
     child, parent = under(SEED, 0, fork_and_read)
     assert child != parent
     assert under(SEED, 0, fork_and_read) == (child, parent)
+
+
+def test_a_checkpoint_fork_continues_the_stream_of_the_original() -> None:
+    def checkpoint_then_read() -> tuple[bytes, bytes]:
+        with preserving_entropy_across_fork():
+            return fork_and_read()
+
+    child, parent = under(SEED, 0, checkpoint_then_read)
+    assert child == parent  # the resumed checkpoint draws what the original drew next
+    child_after, parent_after = under(SEED, 0, lambda: (checkpoint_then_read(), fork_and_read())[1])
+    assert (child_after, parent_after) == under(SEED, 0, lambda: (os.urandom(8), fork_and_read())[1])

@@ -17,8 +17,9 @@ script behave exactly as they do under torchrun.
 * **Seeds the script sets** (``torch.manual_seed(s)``, ``random.seed(s)``, ``np.random.seed(s)``,
   ``torch.Generator().manual_seed(s)``, ``default_rng(s)``) are untouched: the same values as
   anywhere else.
-* A forked child (a DataLoader worker) re-keys its stream with the parent's fork count, so workers
-  draw different but reproducible bytes.
+* A forked child (an IterableDataset's worker, a script's own ``os.fork``) re-keys its stream with
+  the parent's fork count, so children draw different but reproducible bytes. A checkpoint fork
+  made by the runtime inside :func:`preserving_entropy_across_fork` continues the stream instead.
 
 Not covered (documented leaks): ``ssl.RAND_bytes`` and C extensions reading ``/dev/urandom``
 themselves, and ``PYTHONHASHSEED`` (set iteration order), which the process start fixes or
@@ -27,11 +28,13 @@ themselves, and ``PYTHONHASHSEED`` (set iteration order), which the process star
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import os
 import random
 import sys
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 from timetravel.torch.rank_env.patching import Installation, Patches
@@ -87,16 +90,33 @@ class EntropyStream:
 _active: list[EntropyStream] = []
 """The installed stream (at most one); fork handlers are registered once and act on it."""
 _fork_handlers_registered = False
+_checkpoint_forks = [0]
+"""Depth of :func:`preserving_entropy_across_fork` blocks: forks inside one are checkpoints."""
 
 
 def _before_fork() -> None:
-    if _active:
+    if _active and not _checkpoint_forks[0]:
         _active[-1].fork_count += 1
 
 
 def _after_fork_in_child() -> None:
-    if _active:
+    if _active and not _checkpoint_forks[0]:
         _active[-1].rekey_for_child()
+
+
+@contextlib.contextmanager
+def preserving_entropy_across_fork() -> Iterator[None]:
+    """Forks inside this block are checkpoints: the child continues the parent's stream unchanged.
+
+    A checkpoint (``os.fork()`` at a step boundary, resumed later) must draw exactly the bytes the
+    original rank would have drawn, so it neither re-keys nor counts as a fork. Both processes
+    leave the block after the fork, each restoring its own depth.
+    """
+    _checkpoint_forks[0] += 1
+    try:
+        yield
+    finally:
+        _checkpoint_forks[0] -= 1
 
 
 def install_entropy(seed_bytes: bytes, *, rank: int) -> Installation:
