@@ -1,10 +1,11 @@
-"""CUDA devices mapped onto the CPU: a TorchFunctionMode for tensors, wrappers for the APIs around them.
+"""CUDA devices mapped onto the CPU: wrapped factories and tensor moves, wrappers for the APIs around them.
 
 :func:`patch_tensors` wraps torch's factory functions (every public ``torch.<name>`` whose aten
 schema takes a ``device``, found from the schemas at install time) and the tensor move methods
 (``nn.Module.to``/``.cuda()`` reach them), and rewrites a CUDA device — ``"cuda"``,
 ``"cuda:1"``, ``torch.device("cuda", 1)`` or a bare index such as ``device=local_rank`` — to the
-CPU. :func:`make_mode` does the same from a TorchFunctionMode, at a price on every torch call. Moves keep a GPU's copy semantics where the script names CUDA: ``x.cuda()`` and
+CPU. :func:`make_mode` does the same from a TorchFunctionMode, at a price on every torch call.
+Moves keep a GPU's copy semantics where the script names CUDA: ``x.cuda()`` and
 ``x.to("cuda:0")`` return a copy (so ``torch.randn(3, requires_grad=True).cuda()`` is a non-leaf,
 as on a GPU), and ``x.cpu()`` returns a copy (so ``old = p.detach().cpu()`` is a snapshot, as
 on a GPU, not an alias of ``p``). ``.to("cpu")`` and ``.to(other.device)`` keep torch's own
@@ -12,8 +13,8 @@ meaning (the tensor itself when nothing changes), because torch's device-agnosti
 them. ``pin_memory()`` is a copy; ``record_stream`` does nothing.
 
 What a script sees differently from a GPU (documented in docs/torch.md): ``tensor.device`` is
-``cpu`` and ``tensor.is_cuda`` is False — the tensors really are CPU tensors, and torch's own code
-branches on those fields; answering ``cuda`` would send it into CUDA-only kernels.
+``cpu`` and ``tensor.is_cuda`` is False. A "cuda" tensor is a CPU tensor that nothing tells apart
+from one the script made on the CPU, so answering ``cuda`` would mislabel every CPU tensor too.
 
 Around the tensors: ``torch.autocast("cuda")`` (and ``torch.cuda.amp.autocast``) becomes CPU
 autocast with the dtype CUDA would use (float16 unless the script names one); ``GradScaler("cuda")``
