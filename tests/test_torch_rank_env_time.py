@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -96,6 +97,24 @@ def test_real_blocking_timeouts_still_expire() -> None:
         condition = threading.Condition()
         with condition:
             assert condition.wait_for(lambda: False, timeout=0.05) is False
+
+
+def test_a_queue_imported_after_install_still_times_out() -> None:
+    """queue binds ``from time import monotonic`` at import: a late import gets the real clock back."""
+    imported_before = sys.modules.pop("queue", None)
+    try:
+        with install_time(RankClock()):
+            import queue as late_queue
+
+            assert late_queue is not imported_before
+            with pytest.raises(late_queue.Empty):
+                late_queue.Queue().get(timeout=0.05)
+            assert time.monotonic() == 0.0
+    finally:
+        if imported_before is None:
+            sys.modules.pop("queue", None)
+        else:
+            sys.modules["queue"] = imported_before
 
 
 def test_the_clock_only_moves_forwards_in_integer_ns() -> None:

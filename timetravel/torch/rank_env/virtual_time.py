@@ -19,7 +19,8 @@ Limits, documented in docs/torch.md:
   a reference kept elsewhere (a default argument, a dict value, a C extension's own clock —
   ``torch.profiler``'s timestamps, ``os.times()``, file modification times) still reads the host;
 * the stdlib's blocking primitives (``threading``, ``queue``, ``multiprocessing``'s connections and
-  queues, ``subprocess``, ``selectors``, ``concurrent.futures``) keep the real clock: their
+  queues, ``subprocess``, ``selectors``, ``concurrent.futures``, asyncio's event loop) keep the real
+  clock, whether imported before or after installing: their
   timeouts are real waits on OS primitives, and a deadline on a logical clock that does not move
   while the process waits would never expire. Rank runtime code reads the host with
   :func:`real_monotonic_ns`.
@@ -28,7 +29,6 @@ Limits, documented in docs/torch.md:
 from __future__ import annotations
 
 import datetime as datetime_module
-import importlib
 import os
 import sys
 import time
@@ -37,7 +37,7 @@ from collections.abc import Callable
 from typing import Any
 
 from timetravel.torch.rank_env.clock import RankClock
-from timetravel.torch.rank_env.patching import Installation, Patches
+from timetravel.torch.rank_env.patching import Installation, Patches, when_imported
 
 NS_PER_SECOND = 1_000_000_000
 REAL_CLOCK_MODULES = (
@@ -51,6 +51,7 @@ REAL_CLOCK_MODULES = (
     "multiprocessing.pool",
     "multiprocessing.managers",
     "concurrent.futures._base",
+    "asyncio.base_events",
 )
 """Stdlib modules whose timeouts are real waits: they keep the host's clock (see the module doc)."""
 OWN_PREFIXES = ("timetravel.",)
@@ -97,13 +98,7 @@ def install_time(clock: RankClock, *, time_zone: str | None = "UTC") -> Installa
     """Make every clock the rank's script reads the logical ``clock`` (see the module docstring)."""
     patches = Patches()
     real_time = _real_time_namespace(time)
-    for module_name in REAL_CLOCK_MODULES:
-        try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            continue
-        if module.__dict__.get("time") is time:
-            patches.replace(module, "time", real_time)
+    real_functions = {id(value): value for value in vars(time).values() if callable(value)}
 
     def seconds(read_ns: Callable[[], int]) -> Callable[[], float]:
         return lambda: read_ns() / NS_PER_SECOND
@@ -133,7 +128,34 @@ def install_time(clock: RankClock, *, time_zone: str | None = "UTC") -> Installa
         _set_time_zone(patches, time_zone)
     _patch_datetime(patches, clock)
     patches.rebind_aliases(skip_prefixes=(*OWN_PREFIXES, *REAL_CLOCK_MODULES))
+    originals = {id(time.__dict__[name]): real_time.__dict__[name] for name in vars(real_time)}
+    for module_name in REAL_CLOCK_MODULES:
+        when_imported(
+            patches,
+            module_name,
+            lambda module: _keep_real_clock(patches, module, real_time, originals, real_functions),
+        )
     return Installation("time", patches, clock)
+
+
+def _keep_real_clock(
+    patches: Patches,
+    module: types.ModuleType,
+    real_time: types.SimpleNamespace,
+    originals: dict[int, Any],
+    real_functions: dict[int, Any],
+) -> None:
+    """A blocking-primitive module reads the host clock: its ``time`` and its clock aliases are the real ones.
+
+    A module imported before installing holds the real functions already; one imported after
+    (``from time import monotonic as time`` in ``queue``) picked up the logical clock and gets the
+    real function back.
+    """
+    for name, value in list(module.__dict__.items()):
+        if value is time:
+            patches.replace(module, name, real_time, aliases=False)
+        elif id(value) in originals and id(value) not in real_functions:
+            patches.replace(module, name, originals[id(value)], aliases=False)
 
 
 def _returning(replacement: Any) -> Callable[[Any], Any]:
