@@ -251,8 +251,12 @@ def test_ddp_with_device_ids_and_a_cuda_checkpoint_load(cuda: Any) -> None:
 
 
 def test_compile_and_torchscript_still_work(cuda: Any) -> None:
-    compiled = torch.compile(lambda a: (a * 2).sum() + torch.zeros(1, device="cuda"), backend="eager")
-    assert compiled(torch.ones(3, device="cuda")).tolist() == [6.0]
+    def moves(a: torch.Tensor) -> torch.Tensor:
+        doubled = a.to("cuda") * 2
+        return (doubled.cuda() + torch.ones(3, device=torch.device("cuda", 0))).sum().cpu()
+
+    compiled = torch.compile(moves, backend="eager")
+    assert compiled(torch.ones(3)).tolist() == 9.0
 
     @torch.jit.script
     def scripted(a: torch.Tensor) -> torch.Tensor:
