@@ -12,7 +12,7 @@ from pathlib import Path
 
 import torch
 
-from timetravel.torch.rank_env import RankClock, install_all
+from timetravel.torch.rank_env import RankClock, install_all, preload
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from timetravel.torch import metric
-from timetravel.torch.rank_env import RankClock, install_all
+from timetravel.torch.rank_env import RankClock, install_all, preload
 
 seed = sys.argv[1].encode()
 clock = RankClock()
@@ -120,6 +120,7 @@ def test_a_script_under_install_all_gives_the_same_bits_with_any_hash_seed(tmp_p
 
 
 def test_install_all_and_uninstall_in_process() -> None:
+    preload(freeze=False)  # what a zygote calls before forking ranks (without freezing pytest's heap)
     clock = RankClock()
     wall_before = time.time()
     with install_all(clock, seed_bytes=b"s", rank=0, local_rank=0, local_world_size=2) as environment:

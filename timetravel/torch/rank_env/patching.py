@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import sys
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from timetravel.sim.guard.patches import _set_type_attribute
@@ -96,29 +96,73 @@ class Patches:
         self._undo.append(action)
 
     def rebind_aliases(self, skip_prefixes: Iterable[str] = ()) -> int:
-        """Point module-level names bound to a replaced original at its replacement; returns the count."""
+        """Point module-level names bound to a replaced original at its replacement; returns the count.
+
+        Inside :func:`one_alias_scan` the scan is deferred and shared with the other installers.
+        """
         prefixes = tuple(skip_prefixes)
-        count = 0
-        for module_name, module in list(sys.modules.items()):
-            if module is None or (prefixes and module_name.startswith(prefixes)):
-                continue
-            namespace = getattr(module, "__dict__", None)
-            if type(namespace) is not dict:
-                continue
-            for name, value in list(namespace.items()):
-                entry = self._replacements.get(id(value))
-                if entry is None or entry[0] is not value:
-                    continue
-                namespace[name] = entry[1]
-                self._undo.append(_restore_item(namespace, name, value))
-                count += 1
-        return count
+        if _deferred is not None:
+            _deferred.append((self, prefixes))
+            return 0
+        return _scan_modules([(self, prefixes)])
+
+    def _rebind(self, namespace: dict[str, Any], name: str, value: Any) -> None:
+        namespace[name] = self._replacements[id(value)][1]
+        self._undo.append(_restore_item(namespace, name, value))
 
     def undo(self) -> None:
         """Restore everything, newest first (idempotent)."""
         while self._undo:
             self._undo.pop()()
         self._replacements.clear()
+
+
+_deferred: list[tuple[Patches, tuple[str, ...]]] | None = None
+
+
+def _scan_modules(requests: list[tuple[Patches, tuple[str, ...]]]) -> int:
+    """One pass over the loaded modules for every (patches, skipped prefixes) request."""
+    requests = [(patches, prefixes) for patches, prefixes in requests if patches._replacements]
+    if not requests:
+        return 0
+    wanted: set[int] = set()
+    for patches, _prefixes in requests:
+        wanted.update(patches._replacements)
+    count = 0
+    for module_name, module in list(sys.modules.items()):
+        namespace = getattr(module, "__dict__", None) if module is not None else None
+        if type(namespace) is not dict:
+            continue
+        hits = [(name, value) for name, value in namespace.items() if id(value) in wanted]
+        for name, value in hits:
+            for patches, prefixes in requests:
+                entry = patches._replacements.get(id(value))
+                if entry is None or entry[0] is not value or (prefixes and module_name.startswith(prefixes)):
+                    continue
+                patches._rebind(namespace, name, value)
+                count += 1
+                break
+    return count
+
+
+@contextlib.contextmanager
+def one_alias_scan() -> Iterator[None]:
+    """Installers inside this block share one scan of the loaded modules, made at its end.
+
+    Each scan walks every module's namespace (about 2,000 modules and 80,000 names once torch is
+    imported, ~0.15 s); :func:`install_all` runs six installers.
+    """
+    global _deferred
+    if _deferred is not None:
+        yield
+        return
+    _deferred = []
+    try:
+        yield
+        requests = _deferred
+    finally:
+        _deferred = None
+    _scan_modules(requests)
 
 
 def _restore_item(namespace: dict[str, Any], name: str, value: Any) -> Callable[[], None]:
