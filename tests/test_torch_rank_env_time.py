@@ -127,3 +127,12 @@ def test_the_clock_only_moves_forwards_in_integer_ns() -> None:
         clock.advance(1.5)  # type: ignore[arg-type]
     with pytest.raises(ClockError, match=">= 0"):
         clock.advance(-1)
+
+
+def test_the_test_runner_keeps_the_host_clock() -> None:
+    """pytest times a test that runs a rank in-process on the host clock (its durations stay true)."""
+    import _pytest.timing
+
+    before = _pytest.timing.perf_counter
+    with install_time(RankClock()):
+        assert _pytest.timing.perf_counter is before

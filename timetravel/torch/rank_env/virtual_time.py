@@ -54,8 +54,9 @@ REAL_CLOCK_MODULES = (
     "asyncio.base_events",
 )
 """Stdlib modules whose timeouts are real waits: they keep the host's clock (see the module doc)."""
-OWN_PREFIXES = ("timetravel.",)
-"""timetravel's own modules are never rebound: the runtime measures the host where it must."""
+OWN_PREFIXES = ("timetravel.", "_pytest.", "pluggy.")
+"""Never rebound: timetravel's own modules (the runtime measures the host where it must) and the
+test runner's (pytest times its tests on the host clock, also when a test runs a rank in-process)."""
 
 _REAL_MONOTONIC_NS = time.monotonic_ns
 _REAL_TIME_NS = time.time_ns
