@@ -49,6 +49,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from timetravel.fabric.faults import prepare_rule
+from timetravel.fabric.schedule import fault_site
 from timetravel.fabric.topology import NS_PER_S, Topology
 
 if TYPE_CHECKING:
@@ -404,7 +405,7 @@ def fault_effects(
             continue
         probability = rule["probability"]
         at_least_once = 1.0 if probability >= 1.0 else 1.0 - (1.0 - probability) ** messages_per_member
-        if not ctx.chance(f"fault.{kind}", at_least_once):
+        if not ctx.chance(fault_site(rule["id"], kind), at_least_once):  # keyed by the fault's own id
             continue
         hits[rule["id"]] = hits.get(rule["id"], 0) + 1
         if kind == "drop":
@@ -412,7 +413,7 @@ def fault_effects(
         elif kind == "delay":
             effects.delay_ns += rule["delay_ns"]
         elif kind == "reorder":
-            effects.delay_ns += ctx.choose("fault.reorder.delay", rule["window_ns"] + 1)
+            effects.delay_ns += ctx.choose(fault_site(rule["id"], "reorder.delay"), rule["window_ns"] + 1)
         elif kind == "corrupt":
             effects.corrupt.append((rank_of[rule["target"]], rule))
         ctx.log(f"fault {rule['id']}: {kind} on the collective through {rule['target']}")

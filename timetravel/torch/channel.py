@@ -14,38 +14,16 @@ from typing import Any
 from timetravel.torch.wire import receive_message, send_message
 
 
-class LogicalClock:
-    """The rank's logical time in integer nanoseconds; only the coordinator's replies move it far.
-
-    ``advance`` is for what the rank itself spends (``time.sleep``, the compute model); ``set`` is the
-    coordinator's completion time, never earlier than now."""
-
-    __slots__ = ("t_ns",)
-
-    def __init__(self, t_ns: int = 0) -> None:
-        self.t_ns = t_ns
-
-    def now_ns(self) -> int:
-        return self.t_ns
-
-    def advance(self, ns: int) -> None:
-        if ns < 0:
-            raise ValueError("logical time cannot go back")
-        self.t_ns += ns
-
-    def set(self, t_ns: int) -> None:
-        self.t_ns = max(self.t_ns, t_ns)
-
-
 class StopRank(BaseException):
     """The coordinator ended the run: unwind the script without running its except clauses."""
 
 
 class Channel:
-    def __init__(self, sock: socket.socket, rank: int, clock: LogicalClock | None = None) -> None:
+    def __init__(self, sock: socket.socket, rank: int, clock: Any) -> None:
+        """``clock``: the rank's :class:`~timetravel.torch.rank_env.clock.RankClock` (now_ns, set)."""
         self.sock = sock
         self.rank = rank
-        self.clock = clock or LogicalClock()
+        self.clock = clock
         self.work_count = 0
 
     def post(self, message: dict[str, Any]) -> None:
@@ -59,7 +37,7 @@ class Channel:
         reply = receive_message(self.sock)
         if reply.get("kind") == "stop":
             raise StopRank()
-        self.clock.set(reply["t_ns"])
+        self.clock.set(max(self.clock.now_ns(), int(reply["t_ns"])))
         return reply
 
     def next_work_id(self) -> int:

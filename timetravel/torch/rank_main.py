@@ -20,7 +20,7 @@ import sys
 import traceback
 from typing import Any
 
-from timetravel.torch.channel import Channel, LogicalClock, StopRank
+from timetravel.torch.channel import Channel, StopRank
 from timetravel.torch.limits import OUTPUT_LINE_CHARS_MAX, TRACEBACK_CHARS_MAX
 from timetravel.torch.wire import send_message
 
@@ -75,8 +75,9 @@ def run_rank(spec: dict[str, Any]) -> None:
     os.environ.update(spec["env"])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(spec["socket"])
-    clock = LogicalClock(0)
-    rank_channel = Channel(sock, spec["rank"], clock)
+    from timetravel.torch.rank_env.clock import RankClock
+
+    rank_channel = Channel(sock, spec["rank"], RankClock(0))
     send_message(sock, {"kind": "hello", "rank": spec["rank"], "pid": os.getpid(), "t_ns": 0})
     code = _run_script(spec, rank_channel)
     os._exit(code)

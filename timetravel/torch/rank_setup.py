@@ -26,8 +26,18 @@ _PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
 
 def install(spec: dict[str, Any], rank_channel: Channel) -> None:
-    torch.set_num_threads(1)
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    from timetravel.torch.rank_env.install import install_all
+
+    environment = spec["env"]
+    install_all(
+        rank_channel.clock,
+        seed_bytes=f"{spec['seed']}:{spec.get('restarts', 0)}".encode(),
+        rank=spec["rank"],
+        local_rank=int(environment["LOCAL_RANK"]),
+        local_world_size=int(environment["LOCAL_WORLD_SIZE"]),
+        metrics_sink=_metrics_sink(rank_channel),
+        compile_mode=spec["settings"].get("compile", "eager"),
+    )
     backend.bind(rank_channel)
     backend.register()
     _bend_init_process_group()
@@ -35,6 +45,15 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     _watch_forks(rank_channel)
     if spec["settings"].get("detect_divergence", True):
         register_optimizer_step_post_hook(_report_step(rank_channel))
+
+
+def _metrics_sink(rank_channel: Channel) -> Any:
+    """``timetravel.torch.metric``, SummaryWriter.add_scalar and wandb.log become World metrics."""
+
+    def sink(name: str, value: float, step: int | None) -> None:
+        rank_channel.post({"kind": "metric", "name": name, "value": value, "step": step})
+
+    return sink
 
 
 def _bend_init_process_group() -> None:

@@ -75,6 +75,13 @@ PARAMS: tuple[Param, ...] = (
         choices=("canonical", "arrival"),
         branchable=True,
     ),
+    Param(
+        "compile",
+        "str",
+        "eager",
+        "torch.compile inside ranks: eager (any backend runs eagerly: no compiler in the simulator) or inductor",
+        choices=("eager", "inductor"),
+    ),
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(
         "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
@@ -222,7 +229,8 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dic
                 "sys_path": list(sys.path) if config["function"] else [],
                 "args": shlex.split(config["args"]),
                 "seed": seed,
-                "settings": {"detect_divergence": config["detect_divergence"]},
+                "restarts": restarts,
+                "settings": {"detect_divergence": config["detect_divergence"], "compile": config["compile"]},
             }
         )
     return specs
@@ -297,7 +305,7 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
             ctx.deliver(t_ns, C10D_NODE, "warning", message)
             continue
         if kind == "metric":
-            ctx.deliver(t_ns, ctx.node, "metric", [message["name"], message["value"]])
+            ctx.deliver(t_ns, ctx.node, "metric", [message["name"], message["value"], message.get("step")])
             continue
         if kind not in ("call", "wait", "step", "exit"):
             ctx.fail("exception", f"{ctx.node} sent an unknown message kind {kind!r}", "torch.rank.protocol")
@@ -318,7 +326,7 @@ def on_restart(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 
 def on_metric(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    name, value = event.payload
+    name, value, _step = event.payload  # the logical time orders a metric; the script's step is not kept
     ctx.metric(str(name), value)
 
 

@@ -50,6 +50,9 @@ def main() -> None:
     torch.set_num_threads(1)
     import timetravel.torch.backend
     import timetravel.torch.rank_setup  # noqa: F401  (imported here so every fork has it)
+    from timetravel.torch.rank_env.install import preload
+
+    preload()  # what every rank's install_all needs, imported once; the heap frozen for cheap forks
 
     write_frame(replies, {"ready": True, "torch": torch.__version__})
     while True:

@@ -121,7 +121,7 @@ def _resolve(ctx: Context, key: str, record: dict[str, Any]) -> None:
         if config["checksums"]:
             delay_ns += config["retransmit_timeout"]
         else:
-            flip_bit(ctx, contributions[index], rule.get("element"), rule.get("bit"))
+            flip_bit(ctx, contributions[index], rule.get("element"), rule.get("bit"), rule["id"])
     if algorithm == "ring":
         total = ring.canonical_sum(contributions)
     elif algorithm == "tree":
