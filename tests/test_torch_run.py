@@ -407,3 +407,12 @@ def test_max_restarts_restarts_every_rank_and_the_script_resumes(tmp_path: Path)
     assert restarted["outcome"] == "pass", restarted["failure"]
     assert restarted["summary"]["restarts"] == 1
     assert without["outcome"] == "fail"  # no folder to checkpoint into: the script raises
+
+
+GPU_STYLE = ROOT / "docs" / "examples" / "torch" / "gpu_style.py"
+
+
+def test_a_script_written_for_gpus_runs_unchanged_and_its_inf_is_traced_to_the_rank() -> None:
+    assert simulate(GPU_STYLE, 2, 0, "args=--steps 3")["outcome"] == "pass"
+    failure = simulate(GPU_STYLE, 2, 0, "args=--steps 6 --bug nan_scale")["failure"]
+    assert (failure["kind"], failure["node"]) == ("nan", "r1")
