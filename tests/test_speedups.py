@@ -1,0 +1,79 @@
+"""The compiled core (timetravel/sim/_speedups.c) gives the same bits as the pure-Python kernel.
+
+The pure-Python kernel is the reference and the fallback when no C compiler built the core. Both
+run ``tests/speedups_cases.py`` (whole and partial runs of every built-in scenario, seeks, pauses,
+small chain batches, every kind of choice, overrides and the choice log, keywords, every error a
+handler can make) in their own process, and the outputs must be equal: choice values, hash chain,
+state hash, the queue list's layout, failures and their messages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from timetravel.sim import Context, Event, World, speedups
+
+TESTS = Path(__file__).resolve().parent
+CASES = TESTS / "speedups_cases.py"
+
+
+def run_cases(pure_python: bool) -> dict[str, Any]:
+    env = {key: value for key, value in os.environ.items() if key != speedups.PURE_PYTHON_ENV}
+    if pure_python:
+        env[speedups.PURE_PYTHON_ENV] = "1"
+    env["PYTHONPATH"] = str(TESTS.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    completed = subprocess.run(
+        [sys.executable, str(CASES)], capture_output=True, text=True, env=env, timeout=600, check=True
+    )
+    output: dict[str, Any] = json.loads(completed.stdout)
+    return output
+
+
+def test_compiled_core_and_pure_python_kernel_give_identical_results() -> None:
+    compiled, pure = run_cases(pure_python=False), run_cases(pure_python=True)
+    assert pure["implementation"] == "python"
+    assert compiled["implementation"] == speedups.kernel_implementation()
+    assert sorted(compiled["results"]) == sorted(pure["results"])
+    differing = [name for name in pure["results"] if compiled["results"][name] != pure["results"][name]]
+    assert differing == []
+    results = pure["results"]
+    assert results["bad:negative_timer"]["failures"][0]["message"].startswith(
+        "ValueError: timer delay must be a non-negative int"
+    )
+    assert results["bad:unhandled"]["failures"][0]["kind"] == "unhandled"
+    assert results["needle:0:until"]["pauses"] and results["needle:0:until"]["digests"]
+    assert len(results["draws:overrides"]["log"]) > 100
+
+
+def test_ctx_deliver_and_timer_keep_heapqs_layout_of_the_queue() -> None:
+    """Handlers and fabric code push with heapq on the same list, so the layout must be heapq's."""
+    world = World("heap", {}, 0)
+    world.add_node("a", "node")
+    ctx = Context(world)
+    ctx.node = "a"
+    reference: list[Event] = []
+    for index in range(500):
+        t_ns = (index * 7919) % 61  # many equal times: the seq breaks the ties
+        seq = world.seq
+        if index % 2:
+            ctx.deliver(t_ns, "a", "tick", index)
+        else:
+            ctx.timer(t_ns, "tick", index)
+        heapq.heappush(reference, Event(t_ns, seq, "a", "tick", index))
+        assert world.queue == reference
+    assert all(type(event) is Event for event in world.queue)
+
+
+def test_the_environment_switch_selects_the_pure_python_kernel() -> None:
+    env = {**os.environ, speedups.PURE_PYTHON_ENV: "1"}
+    code = "from timetravel.sim import speedups; print(speedups.kernel_implementation())"
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
+    assert completed.stdout.strip() == "python"
