@@ -77,3 +77,11 @@ def test_the_environment_switch_selects_the_pure_python_kernel() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
     )
     assert completed.stdout.strip() == "python"
+
+
+def test_the_kernel_bench_says_which_kernel_ran() -> None:
+    from timetravel.bench.kernel import run_bench
+
+    figures = run_bench(quick=True)["figures"]
+    assert figures["kernel_implementation"] == speedups.kernel_implementation()
+    assert figures["timeout_ratio_vs_simpy"] > 0
