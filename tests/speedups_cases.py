@@ -134,6 +134,19 @@ BAD_ACTIONS = [
 ]
 
 
+class CountingLog(list[list[Any]]):
+    """A choice log that overrides ``append`` (as the minimizer's does): every draw must reach it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.seen = 0
+
+    def append(self, entry: list[Any]) -> None:
+        self.seen += 1
+        if entry[3] % 2:
+            super().append(entry)
+
+
 def draw_runs() -> dict[str, Any]:
     """Every kind of choice, timers and deliveries with keywords, overrides, the choice log, errors."""
     results: dict[str, Any] = {}
@@ -145,6 +158,11 @@ def draw_runs() -> dict[str, Any]:
     overrides = {("n1", "site.a", 2): 7, ("n2", "site.kw", 1): 3}
     Simulation(DRAWS, world, overrides=overrides, choice_log=log).run()
     results["draws:overrides"] = {**_finish(world), "nodes": world.nodes, "log": log}
+    for name, choice_log in (("list", []), ("subclass", CountingLog())):
+        world = DRAWS.build({}, 5)
+        Simulation(DRAWS, world, choice_log=choice_log).run()
+        seen = getattr(choice_log, "seen", len(choice_log))
+        results[f"draws:log:{name}"] = {**_finish(world), "log": list(choice_log), "seen": seen}
     world = DRAWS.build({}, 5)
     world.down["n2"] = 0
     Simulation(DRAWS, world, chain=False).run()

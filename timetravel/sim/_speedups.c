@@ -32,13 +32,17 @@ static PyObject *str_events_processed = NULL;
 static PyObject *str_t_ns = NULL;
 static PyObject *str_fault = NULL;
 static PyObject *one = NULL;
+static PyObject *str_append = NULL;
 
 /* -- the heap -------------------------------------------------------------------------------- */
 
 static int
 event_less(PyObject *a, PyObject *b)
 {
-    if (PyTuple_Check(a) && PyTuple_Check(b) && PyTuple_GET_SIZE(a) >= 2 && PyTuple_GET_SIZE(b) >= 2) {
+    /* Only tuples that compare as tuples do (Event does not override comparison). */
+    if (PyTuple_Check(a) && PyTuple_Check(b) && Py_TYPE(a)->tp_richcompare == PyTuple_Type.tp_richcompare &&
+        Py_TYPE(b)->tp_richcompare == PyTuple_Type.tp_richcompare && PyTuple_GET_SIZE(a) >= 2 &&
+        PyTuple_GET_SIZE(b) >= 2) {
         int index;
         for (index = 0; index < 2; index++) {
             PyObject *x = PyTuple_GET_ITEM(a, index);
@@ -377,7 +381,7 @@ core_choose(ContextCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         return NULL;
     }
     if (self->choice_log != NULL && self->choice_log != Py_None) {
-        PyObject *entry = PyList_New(4);
+        PyObject *appended, *entry = PyList_New(4);
         if (entry == NULL) {
             Py_DECREF(index);
             Py_DECREF(value);
@@ -391,12 +395,19 @@ core_choose(ContextCore *self, PyObject *const *args, Py_ssize_t nargs, PyObject
         PyList_SET_ITEM(entry, 2, index);
         PyList_SET_ITEM(entry, 3, value);
         index = NULL; /* the entry owns it now */
-        if (PyList_Check(self->choice_log) ? PyList_Append(self->choice_log, entry) < 0
-                                           : PyObject_CallMethod(self->choice_log, "append", "O", entry) == NULL) {
+        /* Only an exact list is appended to directly: a subclass may override append (the
+         * minimizer's log keeps only what it needs), so it gets the method call Python makes. */
+        if (PyList_CheckExact(self->choice_log)) {
+            appended = PyList_Append(self->choice_log, entry) < 0 ? NULL : Py_NewRef(Py_None);
+        } else {
+            appended = PyObject_CallMethodOneArg(self->choice_log, str_append, entry);
+        }
+        if (appended == NULL) {
             Py_DECREF(entry);
             Py_DECREF(value);
             return NULL;
         }
+        Py_DECREF(appended);
         Py_DECREF(entry);
     }
     Py_XDECREF(index);
@@ -785,7 +796,8 @@ PyInit__speedups(void)
     str_t_ns = PyUnicode_InternFromString("t_ns");
     str_fault = PyUnicode_InternFromString("fault");
     one = PyLong_FromLong(1);
-    if (!str_stream_base || !str_seq || !str_events_processed || !str_t_ns || !str_fault || !one)
+    str_append = PyUnicode_InternFromString("append");
+    if (!str_stream_base || !str_seq || !str_events_processed || !str_t_ns || !str_fault || !one || !str_append)
         return NULL;
     module = PyModule_Create(&speedups_module);
     if (module == NULL)

@@ -165,7 +165,13 @@ class Simulation:
             guard.leave(previous)
 
     def _run_segment(self, limit: int, until: int) -> str | None:
-        if speedups.compiled is not None and type(self.world.queue) is list:
+        world = self.world
+        if (
+            speedups.compiled is not None
+            and type(world.queue) is list
+            and type(world.nodes) is dict
+            and type(world.chain_batch) is list
+        ):
             return self._run_segment_compiled(limit, until)
         return self._run_segment_python(limit, until)
 
