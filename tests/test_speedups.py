@@ -85,3 +85,92 @@ def test_the_kernel_bench_says_which_kernel_ran() -> None:
     figures = run_bench(quick=True)["figures"]
     assert figures["kernel_implementation"] == speedups.kernel_implementation()
     assert figures["timeout_ratio_vs_simpy"] > 0
+
+
+INT_EDGES = [
+    0,
+    1,
+    31,
+    32,
+    127,
+    128,
+    255,
+    256,
+    65535,
+    65536,
+    (1 << 32) - 1,
+    1 << 32,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
+    -1,
+    -32,
+    -33,
+    -128,
+    -129,
+    -32768,
+    -32769,
+    -(1 << 31),
+    -(1 << 31) - 1,
+    -(1 << 63),
+]
+STRINGS = ["", "a", "p12", "x" * 31, "x" * 32, "y" * 255, "y" * 256, "z" * 65535, "z" * 65536, "é∑🙂", "wake"]
+
+
+def test_chain_batches_pack_to_the_bytes_encoding_pack_gives() -> None:
+    """The chain's bytes are recorded and hashed: the compiled packer must match msgpack byte for byte."""
+    import random
+
+    import numpy as np
+
+    from timetravel.sim.encoding import pack
+    from timetravel.sim.kernel import pack_chain_batch
+
+    generator = random.Random(18)
+    payloads: list[Any] = [
+        None,
+        True,
+        False,
+        1.5,
+        b"raw",
+        [1, "two", None],
+        {"a": [1, 2]},
+        *INT_EDGES,
+        *STRINGS,
+    ]
+    payloads.append(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for length in (0, 1, 15, 16, 300, 4096, 70_000):
+        batch = [
+            Event(
+                generator.choice(INT_EDGES[:15]) if index % 3 else index,
+                generator.choice(INT_EDGES[:15]),
+                generator.choice(STRINGS),
+                generator.choice(STRINGS[:6]),
+                generator.choice(payloads),
+            )
+            for index in range(length)
+        ]
+        assert pack_chain_batch(batch) == pack(batch)
+    # values msgpack refuses or that only Python's path handles: same result or same error
+    for odd in (1 << 64, -(1 << 63) - 1, "\ud800", object()):
+        for batch in ([Event(odd, 0, "a", "b", None)], [Event(0, 0, "a", "b", odd)]):  # type: ignore[arg-type]
+            try:
+                expected: Any = pack(batch)
+            except Exception as error:  # the same error type is what is checked
+                expected = type(error)
+            try:
+                got: Any = pack_chain_batch(batch)
+            except Exception as error:
+                got = type(error)
+            assert got == expected
+    assert pack_chain_batch([(1, 2, "a", "b", None)]) == pack([(1, 2, "a", "b", None)])  # type: ignore[list-item]
+
+
+def test_a_built_core_is_used_unless_switched_off() -> None:
+    """A build next to the sources that the loader refuses is stale: ``make install`` rebuilds it."""
+    built = sorted((TESTS.parent / "timetravel" / "sim").glob("_speedups*.so"))
+    switched_off = os.environ.get(speedups.PURE_PYTHON_ENV, "") not in ("", "0")
+    if built and not switched_off:
+        assert speedups.kernel_implementation() == "compiled", f"{built[0].name} is stale: run make install"
+    if speedups.compiled is not None:
+        assert speedups.compiled.INTERFACE_VERSION == speedups.INTERFACE_VERSION

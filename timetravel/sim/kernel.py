@@ -351,7 +351,7 @@ class Simulation:
         world = self.world
         batch = world.chain_batch
         first = world.chain_events
-        packed = pack(batch)
+        packed = pack_chain_batch(batch)
         world.chain_digest = xxhash.xxh3_128_digest(world.chain_digest + packed)
         world.chain_events += len(batch)
         if self.on_chain_batch is not None:
@@ -365,9 +365,24 @@ class Simulation:
         return chain_head(self.world)
 
 
+def pack_chain_batch(events: list[Event]) -> bytes:
+    """``encoding.pack(events)``, by the compiled core when it is built (same bytes, a few times faster).
+
+    msgpack-python spends ~2,000 instructions an event on a batch of events (type dispatch per
+    item); the core writes the common shape (int t and seq, str dst and kind, a None, int or str
+    payload) directly and packs any other payload with ``encoding.pack``.
+    """
+    compiled = speedups.compiled
+    if compiled is not None and type(events) is list:
+        packed: bytes | None = compiled.pack_events(events, pack)
+        if packed is not None:
+            return packed
+    return pack(events)
+
+
 def chain_step(previous: bytes, events: list[Event]) -> bytes:
     """The chain digest after ``events``: xxh3-128 of the previous digest and the batch."""
-    return xxhash.xxh3_128_digest(previous + pack(events))
+    return xxhash.xxh3_128_digest(previous + pack_chain_batch(events))
 
 
 def chain_head(world: World) -> str:

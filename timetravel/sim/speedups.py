@@ -14,15 +14,21 @@ import os
 from types import ModuleType
 
 PURE_PYTHON_ENV = "TIMETRAVEL_PURE_PYTHON"
+INTERFACE_VERSION = 2
+"""What this Python code expects of the compiled module; a build that says otherwise is stale
+(``make install`` rebuilds it) and is not used."""
 
 
 def _load() -> ModuleType | None:
     if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
         return None
     try:
-        return importlib.import_module("timetravel.sim._speedups")
+        module = importlib.import_module("timetravel.sim._speedups")
     except ImportError:
         return None
+    if getattr(module, "INTERFACE_VERSION", None) != INTERFACE_VERSION:
+        return None
+    return module
 
 
 compiled: ModuleType | None = _load()
