@@ -101,6 +101,8 @@ def _bad(state: dict[str, Any], event: Event, ctx: Context) -> None:
         ctx.choose("site.bad", 3.0)  # type: ignore[arg-type]
     elif action == "unknown_send":
         ctx.send("nobody", "never")
+    elif action == "unknown_node":
+        ctx.deliver(ctx.now, "ghost", "never")
     elif action == "unhandled":
         ctx.timer(1, "no_such_kind")
     elif action == "fail":
@@ -128,6 +130,7 @@ BAD_ACTIONS = [
     "zero_bound",
     "float_bound",
     "unknown_send",
+    "unknown_node",
     "unhandled",
     "fail",
     "raise",

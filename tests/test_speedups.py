@@ -47,6 +47,7 @@ def test_compiled_core_and_pure_python_kernel_give_identical_results() -> None:
         "ValueError: timer delay must be a non-negative int"
     )
     assert results["bad:unhandled"]["failures"][0]["kind"] == "unhandled"
+    assert "event for unknown node 'ghost'" in results["bad:unknown_node"]["failures"][0]["message"]
     assert results["needle:0:until"]["pauses"] and results["needle:0:until"]["digests"]
     assert len(results["draws:overrides"]["log"]) > 100
 
