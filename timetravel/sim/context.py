@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import xxhash
 
+from timetravel.sim import speedups
 from timetravel.sim.choices import CHOICE_BOUND_MAX, CHOICE_COUNTERS_KEY, Overrides, check_bound, stream_base
 from timetravel.sim.event import Event, make_event
 from timetravel.sim.failure import make_failure
@@ -32,6 +33,9 @@ LATENCY_NS_DEFAULT = 1_000
 CHANCE_RESOLUTION = 1 << 32
 
 _pack_index = struct.Struct("<Q").pack
+INDEX_BYTES_CACHED = 1 << 14
+_INDEX_BYTES = [_pack_index(index) for index in range(INDEX_BYTES_CACHED)]
+"""The 8-byte little-endian form of the first draw indices: a list index costs a third of ``pack``."""
 _hash64 = xxhash.xxh3_64_intdigest
 _IMMUTABLE_TYPES = frozenset({type(None), bool, int, float, str, bytes})
 
@@ -74,8 +78,13 @@ def fixed_latency_transport(ctx: Context, dst: str, kind: str, payload: Any, nby
     ctx.deliver(ctx.now + delay_ns, dst, kind, payload)
 
 
-class Context:
-    """What a handler may do. See the module docstring."""
+class PythonContextCore:
+    """The Context's fields and its hot methods (``deliver``, ``timer``, ``choose``) in Python.
+
+    This is the reference implementation. When the compiled core is built
+    (:mod:`timetravel.sim.speedups`), ``Context`` derives from its C twin instead, which gives the
+    same bits and calls back into these methods for every rare path (overrides, bad arguments).
+    """
 
     __slots__ = (
         "_stream_bases",
@@ -89,6 +98,92 @@ class Context:
         "transport",
         "world",
     )
+    world: World
+    transport: Transport
+    overrides: Overrides | None
+    choice_log: list[list[Any]] | None
+    now: int
+    queue: list[Event]
+    node: str
+    event: Event | None
+    state: dict[str, Any]
+    _stream_bases: dict[str, dict[str, int]]
+
+    if TYPE_CHECKING:  # defined on Context, which both cores serve
+
+        def _stream_base(self, node: str, site: str) -> int: ...
+
+        def _log_choice(self, node: str, site: str, index: int, value: int) -> int: ...
+
+    def deliver(self, t_ns: int, dst: str, kind: str, payload: Any = None) -> None:
+        """Schedule an event at absolute time ``t_ns``; for transports and fault injectors."""
+        if type(t_ns) is not int or t_ns < self.now:
+            raise ValueError(f"delivery time must be an int >= now ({self.now}), got {t_ns!r}")
+        world = self.world
+        seq = world.seq
+        world.seq = seq + 1
+        heappush(self.queue, make_event(Event, (t_ns, seq, dst, kind, payload)))
+
+    def timer(self, delay_ns: int, kind: str, payload: Any = None) -> None:
+        """Deliver event ``kind`` to this node after ``delay_ns`` nanoseconds."""
+        if type(delay_ns) is not int or delay_ns < 0:
+            raise ValueError(f"timer delay must be a non-negative int of nanoseconds, got {delay_ns!r}")
+        world = self.world
+        seq = world.seq
+        world.seq = seq + 1
+        heappush(self.queue, make_event(Event, (self.now + delay_ns, seq, self.node, kind, payload)))
+
+    def choose(self, site: str, bound: int) -> int:
+        """Draw an int in ``[0, bound)`` at ``site``; 0 is the canonical (simplest) value."""
+        if bound < 1 or bound > CHOICE_BOUND_MAX:
+            check_bound(bound)
+        counters = self.state[CHOICE_COUNTERS_KEY]
+        try:
+            index = counters[site]
+        except KeyError:
+            index = 0
+        counters[site] = index + 1
+        node = self.node
+        if self.overrides is not None:
+            pinned = self.overrides.get((node, site, index))
+            if pinned is not None:
+                return self._log_choice(node, site, index, pinned % bound)
+        try:
+            base = self._stream_bases[node][site]
+        except KeyError:
+            base = self._stream_base(node, site)
+        packed = _INDEX_BYTES[index] if index < INDEX_BYTES_CACHED else _pack_index(index)
+        value = (_hash64(packed, base) * bound) >> 64
+        if self.choice_log is not None:
+            self.choice_log.append([node, site, index, value])
+        return value
+
+
+def _compiled_core() -> type:
+    """The compiled ContextCore, handed the Python objects it builds on."""
+    assert speedups.compiled is not None
+    speedups.compiled.configure(
+        Event,
+        _hash64,
+        CHOICE_COUNTERS_KEY,
+        PythonContextCore.choose,
+        PythonContextCore.timer,
+        PythonContextCore.deliver,
+    )
+    core: type = speedups.compiled.ContextCore
+    return core
+
+
+if TYPE_CHECKING:
+    _ContextCore = PythonContextCore
+else:
+    _ContextCore = PythonContextCore if speedups.compiled is None else _compiled_core()
+
+
+class Context(_ContextCore):
+    """What a handler may do. See the module docstring."""
+
+    __slots__ = ()
 
     def __init__(
         self,
@@ -105,9 +200,9 @@ class Context:
         self.now = world.t_ns
         self.queue = world.queue
         self.node = ""
-        self.event: Event | None = None
-        self.state: dict[str, Any] = {}
-        self._stream_bases: dict[str, dict[str, int]] = {}
+        self.event = None
+        self.state = {}
+        self._stream_bases = {}
 
     @property
     def event_kind(self) -> str:
@@ -128,16 +223,7 @@ class Context:
         """Drop cached stream keys (after the seed or branch key of the world changed)."""
         self._stream_bases.clear()
 
-    # -- time and messages ----------------------------------------------------------------------
-
-    def deliver(self, t_ns: int, dst: str, kind: str, payload: Any = None) -> None:
-        """Schedule an event at absolute time ``t_ns``; for transports and fault injectors."""
-        if type(t_ns) is not int or t_ns < self.now:
-            raise ValueError(f"delivery time must be an int >= now ({self.now}), got {t_ns!r}")
-        world = self.world
-        seq = world.seq
-        world.seq = seq + 1
-        heappush(self.queue, make_event(Event, (t_ns, seq, dst, kind, payload)))
+    # -- time and messages (``deliver`` and ``timer`` are in the core) ---------------------------
 
     def send(self, dst: str, kind: str, payload: Any = None, nbytes: int = 0) -> None:
         """Send a message of ``nbytes`` bytes to node ``dst``; it arrives as event ``kind``."""
@@ -145,41 +231,18 @@ class Context:
             raise KeyError(f"send to unknown node {dst!r}")
         self.transport(self, dst, kind, freeze(payload), nbytes)
 
-    def timer(self, delay_ns: int, kind: str, payload: Any = None) -> None:
-        """Deliver event ``kind`` to this node after ``delay_ns`` nanoseconds."""
-        if type(delay_ns) is not int or delay_ns < 0:
-            raise ValueError(f"timer delay must be a non-negative int of nanoseconds, got {delay_ns!r}")
-        world = self.world
-        seq = world.seq
-        world.seq = seq + 1
-        heappush(self.queue, make_event(Event, (self.now + delay_ns, seq, self.node, kind, payload)))
+    # -- choices (``choose`` is in the core) -----------------------------------------------------
 
-    # -- choices --------------------------------------------------------------------------------
-
-    def choose(self, site: str, bound: int) -> int:
-        """Draw an int in ``[0, bound)`` at ``site``; 0 is the canonical (simplest) value."""
-        if bound < 1 or bound > CHOICE_BOUND_MAX:
-            check_bound(bound)
-        counters = self.state[CHOICE_COUNTERS_KEY]
-        index = counters.get(site, 0)
-        counters[site] = index + 1
-        node = self.node
-        if self.overrides is not None:
-            pinned = self.overrides.get((node, site, index))
-            if pinned is not None:
-                return self._log_choice(node, site, index, pinned % bound)
+    def _stream_base(self, node: str, site: str) -> int:
+        """The stream key of ``(node, site)``, computed once and cached (the slow path of ``choose``)."""
         bases = self._stream_bases.get(node)
         if bases is None:
             bases = self._stream_bases[node] = {}
-        base = bases.get(site)
-        if base is None:
-            base = bases[site] = stream_base(self.world.seed, self.world.branch_key, node, site)
-        value = (_hash64(_pack_index(index), base) * bound) >> 64
-        if self.choice_log is not None:
-            self.choice_log.append([node, site, index, value])
-        return value
+        base = bases[site] = stream_base(self.world.seed, self.world.branch_key, node, site)
+        return base
 
     def _log_choice(self, node: str, site: str, index: int, value: int) -> int:
+        """Log a pinned choice (called by ``choose`` on its override path)."""
         if self.choice_log is not None:
             self.choice_log.append([node, site, index, value])
         return value

@@ -1,6 +1,7 @@
 """Fingerprints that tell "your code changed" and "another platform" apart from a determinism bug.
 
-The code fingerprint hashes the source of the timetravel package and of the scenario's module;
+The code fingerprint hashes the source of the timetravel package (its Python files and the kernel's
+optional compiled core, ``_speedups.c`` and its headers) and of the scenario's module;
 the platform fingerprint hashes what can change float results or hashing between machines (the
 Python version, numpy's version, the CPU architecture, the byte order). A recording carries both,
 so when a replay does not match, the report can say which of the three it is.
@@ -22,7 +23,8 @@ _PACKAGE_ROOT = Path(__file__).resolve().parent.parent
 @functools.cache
 def package_fingerprint() -> str:
     hasher = xxhash.xxh3_128()
-    for path in sorted(_PACKAGE_ROOT.rglob("*.py")):
+    sources = [*_PACKAGE_ROOT.rglob("*.py"), *_PACKAGE_ROOT.rglob("*.c"), *_PACKAGE_ROOT.rglob("*.h")]
+    for path in sorted(sources):
         hasher.update(str(path.relative_to(_PACKAGE_ROOT)).encode())
         hasher.update(path.read_bytes())
     return hasher.hexdigest()

@@ -1,0 +1,177 @@
+"""The compiled core (timetravel/sim/_speedups.c) gives the same bits as the pure-Python kernel.
+
+The pure-Python kernel is the reference and the fallback when no C compiler built the core. Both
+run ``tests/speedups_cases.py`` (whole and partial runs of every built-in scenario, seeks, pauses,
+small chain batches, every kind of choice, overrides and the choice log, keywords, every error a
+handler can make) in their own process, and the outputs must be equal: choice values, hash chain,
+state hash, the queue list's layout, failures and their messages.
+"""
+
+from __future__ import annotations
+
+import heapq
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from timetravel.sim import Context, Event, World, speedups
+
+TESTS = Path(__file__).resolve().parent
+CASES = TESTS / "speedups_cases.py"
+
+
+def run_cases(pure_python: bool) -> dict[str, Any]:
+    env = {key: value for key, value in os.environ.items() if key != speedups.PURE_PYTHON_ENV}
+    if pure_python:
+        env[speedups.PURE_PYTHON_ENV] = "1"
+    env["PYTHONPATH"] = str(TESTS.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    completed = subprocess.run(
+        [sys.executable, str(CASES)], capture_output=True, text=True, env=env, timeout=600, check=True
+    )
+    output: dict[str, Any] = json.loads(completed.stdout)
+    return output
+
+
+def test_compiled_core_and_pure_python_kernel_give_identical_results() -> None:
+    compiled, pure = run_cases(pure_python=False), run_cases(pure_python=True)
+    assert pure["implementation"] == "python"
+    assert compiled["implementation"] == speedups.kernel_implementation()
+    assert sorted(compiled["results"]) == sorted(pure["results"])
+    differing = [name for name in pure["results"] if compiled["results"][name] != pure["results"][name]]
+    assert differing == []
+    results = pure["results"]
+    assert results["bad:negative_timer"]["failures"][0]["message"].startswith(
+        "ValueError: timer delay must be a non-negative int"
+    )
+    assert results["bad:unhandled"]["failures"][0]["kind"] == "unhandled"
+    assert "event for unknown node 'ghost'" in results["bad:unknown_node"]["failures"][0]["message"]
+    assert results["needle:0:until"]["pauses"] and results["needle:0:until"]["digests"]
+    assert len(results["draws:overrides"]["log"]) > 100
+
+
+def test_ctx_deliver_and_timer_keep_heapqs_layout_of_the_queue() -> None:
+    """Handlers and fabric code push with heapq on the same list, so the layout must be heapq's."""
+    world = World("heap", {}, 0)
+    world.add_node("a", "node")
+    ctx = Context(world)
+    ctx.node = "a"
+    reference: list[Event] = []
+    for index in range(500):
+        t_ns = (index * 7919) % 61  # many equal times: the seq breaks the ties
+        seq = world.seq
+        if index % 2:
+            ctx.deliver(t_ns, "a", "tick", index)
+        else:
+            ctx.timer(t_ns, "tick", index)
+        heapq.heappush(reference, Event(t_ns, seq, "a", "tick", index))
+        assert world.queue == reference
+    assert all(type(event) is Event for event in world.queue)
+
+
+def test_the_environment_switch_selects_the_pure_python_kernel() -> None:
+    env = {**os.environ, speedups.PURE_PYTHON_ENV: "1"}
+    code = "from timetravel.sim import speedups; print(speedups.kernel_implementation())"
+    completed = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
+    )
+    assert completed.stdout.strip() == "python"
+
+
+def test_the_kernel_bench_says_which_kernel_ran() -> None:
+    from timetravel.bench.kernel import run_bench
+
+    figures = run_bench(quick=True)["figures"]
+    assert figures["kernel_implementation"] == speedups.kernel_implementation()
+    assert figures["timeout_ratio_vs_simpy"] > 0
+
+
+INT_EDGES = [
+    0,
+    1,
+    31,
+    32,
+    127,
+    128,
+    255,
+    256,
+    65535,
+    65536,
+    (1 << 32) - 1,
+    1 << 32,
+    (1 << 63) - 1,
+    1 << 63,
+    (1 << 64) - 1,
+    -1,
+    -32,
+    -33,
+    -128,
+    -129,
+    -32768,
+    -32769,
+    -(1 << 31),
+    -(1 << 31) - 1,
+    -(1 << 63),
+]
+STRINGS = ["", "a", "p12", "x" * 31, "x" * 32, "y" * 255, "y" * 256, "z" * 65535, "z" * 65536, "é∑🙂", "wake"]
+
+
+def test_chain_batches_pack_to_the_bytes_encoding_pack_gives() -> None:
+    """The chain's bytes are recorded and hashed: the compiled packer must match msgpack byte for byte."""
+    import random
+
+    import numpy as np
+
+    from timetravel.sim.encoding import pack
+    from timetravel.sim.kernel import pack_chain_batch
+
+    generator = random.Random(18)
+    payloads: list[Any] = [
+        None,
+        True,
+        False,
+        1.5,
+        b"raw",
+        [1, "two", None],
+        {"a": [1, 2]},
+        *INT_EDGES,
+        *STRINGS,
+    ]
+    payloads.append(np.arange(6, dtype=np.float32).reshape(2, 3))
+    for length in (0, 1, 15, 16, 300, 4096, 70_000):
+        batch = [
+            Event(
+                generator.choice(INT_EDGES[:15]) if index % 3 else index,
+                generator.choice(INT_EDGES[:15]),
+                generator.choice(STRINGS),
+                generator.choice(STRINGS[:6]),
+                generator.choice(payloads),
+            )
+            for index in range(length)
+        ]
+        assert pack_chain_batch(batch) == pack(batch)
+    # values msgpack refuses or that only Python's path handles: same result or same error
+    for odd in (1 << 64, -(1 << 63) - 1, "\ud800", object()):
+        for batch in ([Event(odd, 0, "a", "b", None)], [Event(0, 0, "a", "b", odd)]):  # type: ignore[arg-type]
+            try:
+                expected: Any = pack(batch)
+            except Exception as error:  # the same error type is what is checked
+                expected = type(error)
+            try:
+                got: Any = pack_chain_batch(batch)
+            except Exception as error:
+                got = type(error)
+            assert got == expected
+    assert pack_chain_batch([(1, 2, "a", "b", None)]) == pack([(1, 2, "a", "b", None)])  # type: ignore[list-item]
+
+
+def test_a_built_core_is_used_unless_switched_off() -> None:
+    """A build next to the sources that the loader refuses is stale: ``make install`` rebuilds it."""
+    built = sorted((TESTS.parent / "timetravel" / "sim").glob("_speedups*.so"))
+    switched_off = os.environ.get(speedups.PURE_PYTHON_ENV, "") not in ("", "0")
+    if built and not switched_off:
+        assert speedups.kernel_implementation() == "compiled", f"{built[0].name} is stale: run make install"
+    if speedups.compiled is not None:
+        assert speedups.compiled.INTERFACE_VERSION == speedups.INTERFACE_VERSION
