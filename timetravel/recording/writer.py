@@ -30,6 +30,7 @@ from timetravel.recording.format import (
     pack_trailer,
     payload_checksum,
 )
+from timetravel.recording.schema import schema_for
 from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack
 
 ZSTD_LEVEL_EVENTS = 1
@@ -100,9 +101,10 @@ class RecordingWriter:
         for the catalog)."""
         if self.closed:
             raise RecordingError(f"{self.path}: the recording is closed")
-        if len(raw) > FRAME_RAW_BYTES_MAX:
+        raw_bytes_max = min(FRAME_RAW_BYTES_MAX, schema_for(frame_type).raw_bytes_max)
+        if len(raw) > raw_bytes_max:
             raise RecordingError(
-                f"a {frame_type.name} frame of {len(raw)} bytes exceeds {FRAME_RAW_BYTES_MAX}"
+                f"a {frame_type.name} frame of {len(raw)} bytes exceeds {raw_bytes_max} (what a reader accepts)"
             )
         stored = self._compressors[level].compress(raw)
         flags = FLAG_ZSTD
