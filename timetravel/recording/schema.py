@@ -243,12 +243,12 @@ def _check_value(rule: FieldRule, value: Any) -> str | None:
             if problem is not None:
                 return f"is not a valid failure: {problem}"
         return None
-    expected = {"str": str, "bytes": bytes, "map": dict, "list": list, "container": (list, dict)}[kind]
+    expected = _KIND_TYPES[kind]
     if not isinstance(value, expected):
         return f"is not {_KIND_NAMES[kind]}"
     if rule.choices and value not in rule.choices:
         return f"is not one of {', '.join(rule.choices)}"
-    if kind not in ("map", "container") and len(value) > rule.high:
+    if isinstance(value, str | bytes | list) and len(value) > rule.high:
         return f"is longer than {rule.high}"
     return None
 
@@ -258,6 +258,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 40 else text[:37] + "..."
 
 
+_KIND_TYPES: dict[str, type | tuple[type, ...]] = {
+    "str": str,
+    "bytes": bytes,
+    "map": dict,
+    "list": list,
+    "container": (list, dict),
+}
 _KIND_NAMES = {
     "str": "a string",
     "bytes": "bytes",
