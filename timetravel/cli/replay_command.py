@@ -48,6 +48,8 @@ def _print_human(report: dict[str, Any]) -> None:
             f"replay of {report['recording']}: {report['events']:,} events verified ({checked}) "
             f"in {report['wall_s']:.2f} s; outcome {report['outcome']}"
         )
+        if report["not_verified"]:
+            print(f"  not verified: {'; '.join(report['not_verified'])}")
         return
     mismatch = report["first_mismatch"]
     print(f"replay of {report['recording']}: MISMATCH after checking {checked}")

@@ -372,6 +372,17 @@ class RecordingReader:
             raise RecordingError(f"{self._where(offset, None, frame_type)}: expected a {expected.name} frame")
         return payload
 
+    def where(self, offset: int, *, with_path: bool = True) -> str:
+        """``<path>: frame <n> (<TYPE>) at byte <offset>`` for a frame of the catalog."""
+        number = self._frame_number(offset)
+        frame_type = self.catalog.frames[number][1] if number is not None else None
+        where = self._where(offset, number, frame_type)
+        return where if with_path else where.removeprefix(f"{self.path}: ")
+
+    def frame_payload(self, offset: int, expected: FrameType) -> dict[str, Any]:
+        """The whole payload of the frame at ``offset`` (the catalog keeps only summaries)."""
+        return self._payload(offset, expected)
+
     def verify_frames(self, progress: Callable[[int, int], None] | None = None) -> int:
         """Read and check every frame (checksums, decompression, decoding); returns the count."""
         for number, (offset, _kind) in enumerate(self.catalog.frames):
@@ -392,8 +403,12 @@ class RecordingReader:
         return self.catalog.ends.get(branch)
 
     def describe_loss(self, branch: str = MAIN_BRANCH) -> list[str]:
-        """Plain sentences saying what this file lacks (empty for a complete recording)."""
-        lines = []
+        """Plain sentences saying what this file lacks or where its structure is inconsistent (event
+        batches with gaps, duplicates or out of order: recording/structure.py); empty for a complete
+        recording."""
+        from timetravel.recording.structure import structure_warnings
+
+        lines = structure_warnings(self)
         if self.truncation is not None:
             lines.append(
                 f"the file is truncated at byte {self.truncation['offset']}: "
