@@ -7,6 +7,7 @@ import json
 import sys
 from typing import Any, NoReturn
 
+from timetravel.recording.files import NotRegularFileError
 from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim.encoding import DecodeError
 from timetravel.sim.guard import MODES, ModeError
@@ -27,6 +28,8 @@ USER_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
     IsADirectoryError,
     PermissionError,
+    NotADirectoryError,
+    NotRegularFileError,
 )
 
 

@@ -22,6 +22,7 @@ from timetravel.cli import common
 from timetravel.cli.common import UsageError
 from timetravel.cli.recording_common import add_scenario_target
 from timetravel.explore.commands import CommandContext, open_context
+from timetravel.recording.files import NotRegularFileError, read_regular_text
 
 PROGRAM = "timetravel"
 STDIN_SOURCE = "stdin"
@@ -116,12 +117,12 @@ def _batch_input(args: argparse.Namespace, stdin: TextIO) -> tuple[str, str] | N
 
 
 def _read_script(path: Path) -> str:
-    if path.is_file() and path.stat().st_size > SCRIPT_BYTES_MAX:
-        raise UsageError(f"{path}: a script of more than {SCRIPT_BYTES_MAX:,} bytes")
+    """A script file's text: a regular file of at most SCRIPT_BYTES_MAX bytes (a link to /dev/zero
+    would read until memory ran out, /dev/urandom forever, and a FIFO block in open())."""
     try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError:
-        raise UsageError(f"{path}: not a UTF-8 text file") from None
+        return read_regular_text(path, SCRIPT_BYTES_MAX)
+    except NotRegularFileError as error:
+        raise UsageError(str(error)) from None
 
 
 def _read_bounded(stream: TextIO, source: str) -> str:
