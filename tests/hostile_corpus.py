@@ -78,7 +78,9 @@ def encode_frame(frame: Frame) -> bytes:
         raw = msgpack.packb(frame.payload, use_bin_type=True)
         stored = zstandard.ZstdCompressor(write_content_size=True).compress(raw)
         raw_length, flags = len(raw), FLAG_ZSTD
-    return pack_frame_header(frame.frame_type, flags, len(stored), raw_length, payload_checksum(stored)) + stored
+    return (
+        pack_frame_header(frame.frame_type, flags, len(stored), raw_length, payload_checksum(stored)) + stored
+    )
 
 
 def write_frames(path: Path, frames: list[Frame], *, index: bool = False) -> Path:
@@ -203,7 +205,10 @@ def corpus(source: Path, folder: Path) -> Iterator[tuple[str, Path]]:
     end = first_of(frames, FrameType.END)
     yield variant("end-without-events", edited(end, events=_DELETE))
     yield variant("end-events-string", edited(end, events="many"))
-    yield variant("end-outcome-forged", edited(end, outcome="fail" if (frames[end].payload or {}).get("outcome") == "pass" else "pass"))
+    yield variant(
+        "end-outcome-forged",
+        edited(end, outcome="fail" if (frames[end].payload or {}).get("outcome") == "pass" else "pass"),
+    )
     manifests = [i for i, frame in enumerate(frames) if frame.frame_type == FrameType.MANIFEST]
     yield variant("manifest-events-negative", edited(manifests[-1], events=-1))
     failure = {

@@ -36,8 +36,17 @@ def order_problems(
     """(batch, sentence) for each batch that does not follow the one before it in file order."""
     problems: list[tuple[EventBatchInfo, str]] = []
     expected = 0 if starts_at_zero else (batches[0].first if batches else 0)
+    last_position = {batch.first: position for position, batch in enumerate(batches)}
+    seen: set[int] = set()
     for position, batch in enumerate(batches):
-        if batch.first > expected:
+        if batch.first > expected and last_position.get(expected, -1) > position:
+            problems.append(
+                (
+                    batch,
+                    f"out of order: the batch of events #{batch.first + 1}.. comes before the one of #{expected + 1}..",
+                )
+            )
+        elif batch.first > expected:
             problems.append((batch, f"a gap: events #{expected + 1}..#{batch.first} have no EVENTS frame"))
         elif batch.first < expected:
             what = (
@@ -49,6 +58,7 @@ def order_problems(
         if batch.partial and position != len(batches) - 1:
             problems.append((batch, f"the partial batch of events #{batch.first + 1}.. is not the last"))
         expected = max(expected, batch.first + batch.count)
+        seen.add(batch.first)
     return problems
 
 
