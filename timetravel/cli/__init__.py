@@ -4,7 +4,8 @@ A command module defines ``register(subparsers)``, which adds its parser and set
 ``func=main`` where ``main(args) -> int`` returns the exit code: 0 done (a passing run), 1 a
 simulated failure (or a check that found one), 2 bad usage or input. Bad input is a one-line
 ``timetravel: error: ...`` on stderr, never a traceback: every error type that means "the user's
-input is wrong" is listed in ``USER_ERRORS``.
+input is wrong" is listed in ``USER_ERRORS``, and any other OSError (no space left on a device, a
+read-only folder, a parent path that is a file) is one line naming the path, exit code 2.
 """
 
 from __future__ import annotations
@@ -73,6 +74,18 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_INTERRUPTED
     except BrokenPipeError:
         return 0
+    except OSError as error:
+        return _error(describe_os_error(error))
+
+
+def describe_os_error(error: OSError) -> str:
+    """An OSError the environment raised (no space left, a read-only folder, a parent that is a file,
+    a directory where a file belongs) as one line naming the path, never a traceback."""
+    if error.strerror is None:
+        return str(error)
+    paths = [str(name) for name in (error.filename, error.filename2) if name is not None]
+    where = f"{' -> '.join(paths)}: " if paths else ""
+    return f"{where}{error.strerror}"
 
 
 def _error(message: str) -> int:

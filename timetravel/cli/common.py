@@ -14,6 +14,24 @@ from timetravel.sim.guard import MODES, ModeError
 from timetravel.sim.scenario import ConfigError, Scenario
 from timetravel.sim.timefmt import TimeFormatError
 
+SEED_MAX = 2**64 - 1
+"""Seeds are unsigned 64-bit integers (the world stores its seed as plain data, msgpack's range)."""
+
+
+def bounded_int(name: str, low: int, high: int) -> Any:
+    """An argparse ``type`` for an integer option in ``low..high`` (checked before any work)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{name} must be in {low}..{high}, got {value}")
+        return value
+
+    return parse
+
 
 class UsageError(Exception):
     """Bad usage or input: printed as one line, exit code 2."""
@@ -56,6 +74,8 @@ class _SeedAction(argparse.Action):
     """Store ``--seed`` and remember that it was given (a preset's own seed applies otherwise)."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if not 0 <= values <= SEED_MAX:
+            parser.error(f"--seed must be in 0..{SEED_MAX} (64 bits), got {values}")
         setattr(namespace, self.dest, values)
         namespace.seed_given = True
 

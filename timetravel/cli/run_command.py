@@ -15,6 +15,7 @@ from timetravel.cli.common import (
     print_json,
     resolve_scenario,
 )
+from timetravel.recording.files import check_output_path
 from timetravel.sim.runner import reproduce_command, run_report
 from timetravel.sim.timefmt import format_time_auto, parse_time
 
@@ -96,6 +97,7 @@ def _record(
     from timetravel.recording import SNAPSHOT_EVERY_EVENTS_DEFAULT, default_recording_path, record_run
 
     path = args.record or default_recording_path(scenario.name, args.seed)
+    check_output_path(path)
     interval = args.snapshot_every or SNAPSHOT_EVERY_EVENTS_DEFAULT
     try:
         report, _world = record_run(

@@ -22,7 +22,7 @@ from timetravel.cli import common
 from timetravel.cli.common import UsageError
 from timetravel.cli.recording_common import add_scenario_target
 from timetravel.explore.commands import CommandContext, open_context
-from timetravel.recording.files import NotRegularFileError, read_regular_text
+from timetravel.recording.files import NotRegularFileError, open_regular
 
 PROGRAM = "timetravel"
 STDIN_SOURCE = "stdin"
@@ -120,9 +120,17 @@ def _read_script(path: Path) -> str:
     """A script file's text: a regular file of at most SCRIPT_BYTES_MAX bytes (a link to /dev/zero
     would read until memory ran out, /dev/urandom forever, and a FIFO block in open())."""
     try:
-        return read_regular_text(path, SCRIPT_BYTES_MAX)
+        with open_regular(path) as file:
+            data = file.read(SCRIPT_BYTES_MAX + 1)
     except NotRegularFileError as error:
         raise UsageError(str(error)) from None
+    if len(data) > SCRIPT_BYTES_MAX:
+        raise UsageError(f"{path}: a script of more than {SCRIPT_BYTES_MAX:,} bytes")
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError:
+        raise UsageError(f"{path}: not a UTF-8 text file") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _read_bounded(stream: TextIO, source: str) -> str:

@@ -34,18 +34,6 @@ def open_regular(path: str | Path) -> IO[bytes]:
         raise
 
 
-def read_regular_text(path: str | Path, chars_max: int) -> str:
-    """The text of a regular file of at most ``chars_max`` bytes (UTF-8); refuses anything else."""
-    with open_regular(path) as file:
-        data = file.read(chars_max + 1)
-    if len(data) > chars_max:
-        raise NotRegularFileError(f"{path}: larger than {chars_max} bytes")
-    try:
-        return data.decode("utf-8")
-    except UnicodeDecodeError as error:
-        raise NotRegularFileError(f"{path}: not UTF-8 text ({error.reason} at byte {error.start})") from None
-
-
 def check_output_path(path: str | Path) -> None:
     """Refuse an output path that exists and is not a regular file (a FIFO would block the
     writer, a directory cannot be written); a missing path is fine (it will be created)."""
