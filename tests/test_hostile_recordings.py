@@ -185,3 +185,31 @@ def test_the_untouched_recording_still_verifies(hostile_files: dict[str, Path]) 
     source = next(iter(hostile_files.values())).parent.parent / "source.ttr"
     [result] = run_commands([["replay", str(source)]])
     assert result["code"] == 0 and "10,001 events verified" in result["stdout"], result
+
+
+def test_a_branch_does_not_leave_a_phantom_frame_in_the_index(
+    hostile_files: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """Appending a branch cut the old INDEX frame from the file but kept it in the catalog: the new
+    index listed one frame more than the file held, two of them at one offset."""
+    import shutil
+
+    from timetravel.cli import main
+    from timetravel.recording import RecordingReader
+    from timetravel.recording.format import FRAME_HEADER, FRAME_HEADER_BYTES, MAGIC, TRAILER_BYTES
+
+    source = next(iter(hostile_files.values())).parent.parent / "source.ttr"
+    path = tmp_path / "branched.ttr"
+    shutil.copy(source, path)
+    for seed in ("2", "3"):
+        assert main(["branch", str(path), "--at", "1ms", "--branch-seed", seed]) == 0
+    capsys.readouterr()
+    data = path.read_bytes()
+    offset, on_disk = len(MAGIC), []
+    while offset < len(data) - TRAILER_BYTES:
+        on_disk.append(offset)
+        offset += FRAME_HEADER_BYTES + FRAME_HEADER.unpack_from(data, offset)[3]
+    with RecordingReader.open(path) as reader:
+        assert reader.used_index
+        assert [frame_offset for frame_offset, _kind in reader.catalog.frames] == on_disk
+        assert reader.verify_frames() == len(on_disk)

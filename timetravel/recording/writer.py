@@ -86,6 +86,9 @@ class RecordingWriter:
         with RecordingReader.open(target) as reader:
             catalog = reader.catalog
             end = reader.frames_end
+        # The old INDEX frame (and any torn tail) is cut below: the catalog must not list it, or
+        # the new index would name a frame that is no longer there (and the next one at its offset twice).
+        catalog.frames = [(offset, kind) for offset, kind in catalog.frames if offset < end]
         file = open(target, "r+b")  # noqa: SIM115
         file.truncate(end)
         file.seek(end)
