@@ -180,3 +180,10 @@ def test_any_cut_or_flipped_file_is_a_recording_error_or_opens(
     path = tmp_path / "damaged.ttr"
     path.write_bytes(bytes(data[: max(1, int(cut * len(data)))]))
     _exercise(path)
+
+
+def test_docs_print_the_schema_table_the_reader_uses() -> None:
+    from timetravel.recording.schema import schema_table_markdown
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "recording-format.md").read_text()
+    assert schema_table_markdown() in text

@@ -272,3 +272,37 @@ _KIND_NAMES = {
     "list": "a list",
     "container": "a list or map",
 }
+
+
+def schema_table_markdown() -> str:
+    """The schema as the Markdown table docs/recording-format.md prints (a test keeps them equal)."""
+    lines = [
+        "| frame | decoded bytes max | items max | field | type | required | range / length |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for frame_type, schema in FRAME_SCHEMAS.items():
+        name = FrameType(frame_type).name
+        size = f"{schema.raw_bytes_max // MIB} MiB"
+        for position, rule in enumerate(schema.fields):
+            head = f"| {name} | {size} | {schema.items_max:,} |" if position == 0 else "| | | |"
+            lines.append(
+                f"{head} `{rule.name}` | {rule.kind} | {'yes' if rule.required else 'no'} | {_range(rule)} |"
+            )
+    return "\n".join(lines)
+
+
+def _range(rule: FieldRule) -> str:
+    if rule.choices:
+        return ", ".join(rule.choices)
+    if rule.kind == "int":
+        return f"{_number(rule.low)}..{_number(rule.high)}"
+    if rule.kind in ("str", "bytes", "list") or (rule.kind == "container" and rule.high != INT64_MAX):
+        return f"length <= {rule.high:,}" if rule.high != INT64_MAX else ""
+    if rule.kind == "failure":
+        return "`kind`, `node`, `t_ns`, `message`, `signature` checked the same way"
+    return ""
+
+
+def _number(value: int) -> str:
+    names = {INT64_MAX: "2^63-1", UINT64_MAX: "2^64-1"}
+    return names.get(value, f"{value:,}")
