@@ -75,9 +75,13 @@ def test_findings_and_merge_keep_the_stored_module_as_data(
     out_db = str(tmp_path / "merged.db")
     assert main(["findings", "merge", db, "--db", out_db]) == 0
     merged = capsys.readouterr().out
-    assert f"its sweeps name scenario code '{PLANTED_MODULE}:SCENARIO': kept as data, never imported" in merged
+    assert (
+        f"its sweeps name scenario code '{PLANTED_MODULE}:SCENARIO': kept as data, never imported" in merged
+    )
     with FindingsDatabase(out_db, create=False) as database:
-        assert {sweep.scenario_target for sweep in database.sweeps().values()} == {f"{PLANTED_MODULE}:SCENARIO"}
+        assert {sweep.scenario_target for sweep in database.sweeps().values()} == {
+            f"{PLANTED_MODULE}:SCENARIO"
+        }
     assert not planted.exists() and PLANTED_MODULE not in sys.modules
 
 
