@@ -18,16 +18,17 @@ SEED_MAX = 2**64 - 1
 """Seeds are unsigned 64-bit integers (the world stores its seed as plain data, msgpack's range)."""
 
 
-def bounded_int(name: str, low: int, high: int) -> Any:
-    """An argparse ``type`` for an integer option in ``low..high`` (checked before any work)."""
+def bounded_int(low: int, high: int) -> Any:
+    """An argparse ``type`` for an integer option in ``low..high``, checked before any work (argparse
+    names the option in its one-line error)."""
 
     def parse(text: str) -> int:
         try:
             value = int(text.replace("_", ""))
         except ValueError:
-            raise argparse.ArgumentTypeError(f"{name} takes an integer, got {text!r}") from None
+            raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
         if not low <= value <= high:
-            raise argparse.ArgumentTypeError(f"{name} must be in {low}..{high}, got {value}")
+            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, got {value}")
         return value
 
     return parse

@@ -11,6 +11,7 @@ from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
     add_scenario_arguments,
+    bounded_int,
     chosen_seed,
     print_json,
     resolve_scenario,
@@ -52,7 +53,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--snapshot-every",
-        type=int,
+        type=bounded_int(1, 2**40),
         metavar="N",
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
