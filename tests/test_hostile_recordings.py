@@ -1,6 +1,6 @@
 """Hostile recordings (tests/hostile_corpus.py) over inspect, replay, shell -c and tui --headless.
 
-Every command runs in one subprocess under a 1 GiB address-space limit (tests/hostile_runner.py)
+Every command runs in one subprocess under a 512 MiB address-space limit (so under 512 MiB RSS) (tests/hostile_runner.py)
 and must say one line: exit code 2 with ``timetravel: error: ...`` naming the frame and offset for
 a file it cannot read, exit code 1 from ``replay`` for a file whose frames contradict the run, and
 never a traceback. Opening commands warn about event batches with gaps, duplicates or reordering.
@@ -20,7 +20,7 @@ from hostile_corpus import corpus
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 
-MEMORY_BYTES_MAX = 1 << 30
+MEMORY_BYTES_MAX = 512 << 20
 COMMAND_SECONDS_MAX = 10.0
 RUNNER = Path(__file__).with_name("hostile_runner.py")
 
