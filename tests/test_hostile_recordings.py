@@ -213,3 +213,6 @@ def test_a_branch_does_not_leave_a_phantom_frame_in_the_index(
         assert reader.used_index
         assert [frame_offset for frame_offset, _kind in reader.catalog.frames] == on_disk
         assert reader.verify_frames() == len(on_disk)
+    assert main(["replay", str(path), "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["verified"] and report["not_verified"] == ["other branches: b1, b2"]

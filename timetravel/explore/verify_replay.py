@@ -346,14 +346,12 @@ def not_verified(session: Session, end: dict[str, Any] | None) -> list[str]:
         lines.append(f"{notes} NOTE frame{'s' if notes != 1 else ''} (the recorder's remarks)")
     if catalog.choices.get(session.branch):
         lines.append("the choice log (CHOICES frames; a replay draws the choices again)")
-    others = [name for name in [MAIN_BRANCH, *catalog.branches] if name != session.branch]
-    others = [name for name in others if name == MAIN_BRANCH or name in catalog.branches]
     if session.branch != MAIN_BRANCH:
-        others = [name for name in others if name != MAIN_BRANCH]
         lines.append(
-            f"the main run before the fork at event #{session.fork_events} (its snapshots are trusted)"
+            f"the main run (this replay starts from the branch's snapshot at its fork, event #{session.fork_events})"
         )
-    if others and len(catalog.branches) > 0:
+    others = [name for name in catalog.branches if name != session.branch]
+    if others:
         lines.append(f"other branches: {', '.join(others[:5])}{' ...' if len(others) > 5 else ''}")
     if end is None:
         lines.append("the run's end (no END frame: the file is truncated or was never closed)")

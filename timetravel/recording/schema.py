@@ -33,6 +33,9 @@ TEXT_CHARS_MAX = 64 * 1024
 """Failure and note messages (the catalog keeps at most SUMMARY_TEXT_CHARS_MAX of them)."""
 DIGEST_HEX_CHARS = 32
 DISPLAY_UNITS = ("ns", "us", "ms", "s")
+CONFIG_BYTES_MAX = 32 * MIB
+"""HEADER and BRANCH frames carry a config (a json key may be read from a file of up to 16 MiB:
+sim.scenario.JSON_FILE_BYTES_MAX), so their cap leaves room for two of those."""
 
 
 @dataclass(frozen=True)
@@ -71,8 +74,8 @@ def _count(name: str, *, required: bool = True, low: int = 0, high: int = INT64_
 
 FRAME_SCHEMAS: dict[int, FrameSchema] = {
     FrameType.HEADER: FrameSchema(
-        4 * MIB,
-        200_000,
+        CONFIG_BYTES_MAX,
+        4_000_000,
         (
             FieldRule("format", "list", high=2),
             FieldRule("timetravel", "str", required=False, high=NAME_CHARS_MAX),
@@ -131,8 +134,8 @@ FRAME_SCHEMAS: dict[int, FrameSchema] = {
         1 * MIB, 10_000, (_branch(), _count("event"), FieldRule("failure", "failure"))
     ),
     FrameType.BRANCH: FrameSchema(
-        4 * MIB,
-        200_000,
+        CONFIG_BYTES_MAX,
+        4_000_000,
         (
             FieldRule("name", "str", high=NAME_CHARS_MAX),
             FieldRule("parent", "str", required=False, high=NAME_CHARS_MAX),
