@@ -215,7 +215,7 @@ def test_a_decompression_bomb_is_refused(tmp_path: Path) -> None:
     bomb = zstandard.ZstdCompressor(level=19).compress(b"\x00" * (64 * 1024 * 1024))
     path = tmp_path / "bomb.ttr"
     _single_frame_file(path, FrameType.HEADER, bomb, 1000, FLAG_ZSTD)
-    with pytest.raises(RecordingError, match=r"does not decode|payload is"):
+    with pytest.raises(RecordingError, match=r"does not decode|payload is|declares"):
         RecordingReader.open(path)
 
 
@@ -257,8 +257,9 @@ def test_appending_a_branch_keeps_the_main_run_and_its_index(
     copy = tmp_path / "branched.ttr"
     shutil.copy(path, copy)
     writer = RecordingWriter.append(copy)
-    writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": 1000, "changes": {}})
-    writer.frame(FrameType.END, {"branch": "b1", "outcome": "pass", "events": 1000})
+    writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": 1000, "changes": []})
+    end = {"branch": "b1", "stop": "drained", "outcome": "pass", "failure": None, "events": 1000}
+    writer.frame(FrameType.END, {**end, "t_end_ns": 5, "state_hash": "0" * 32, "hash_chain": "0" * 32})
     writer.close()
     with RecordingReader.open(copy) as reader:
         assert reader.used_index

@@ -12,6 +12,9 @@ module of CMD. Importing every module cost 1.2-1.9 s before a command printed an
 ml_dtypes, the explore and farm layers); tests/test_cli_startup.py checks that ``--help`` loads
 none of numpy, textual, prompt_toolkit, dask or torch, and that this table says what the modules
 register.
+
+Any other OSError (no space left on a device, a
+read-only folder, a parent path that is a file) is one line naming the path, exit code 2.
 """
 
 from __future__ import annotations
@@ -204,7 +207,19 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as error:
         if isinstance(error, user_errors()):
             return _error(str(error))
+        if isinstance(error, OSError):
+            return _error(describe_os_error(error))
         raise
+
+
+def describe_os_error(error: OSError) -> str:
+    """An OSError the environment raised (no space left, a read-only folder, a parent that is a file,
+    a directory where a file belongs) as one line naming the path, never a traceback."""
+    if error.strerror is None:
+        return str(error)
+    paths = [str(name) for name in (error.filename, error.filename2) if name is not None]
+    where = f"{' -> '.join(paths)}: " if paths else ""
+    return f"{where}{error.strerror}"
 
 
 def _error(message: str) -> int:

@@ -15,6 +15,25 @@ from typing import TYPE_CHECKING, Any, NoReturn
 if TYPE_CHECKING:
     from timetravel.sim.scenario import Scenario
 
+SEED_MAX = 2**64 - 1
+"""Seeds are unsigned 64-bit integers (the world stores its seed as plain data, msgpack's range)."""
+
+
+def bounded_int(low: int, high: int) -> Any:
+    """An argparse ``type`` for an integer option in ``low..high``, checked before any work (argparse
+    names the option in its one-line error)."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text.replace("_", ""))
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"takes an integer, got {text!r}") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"must be in {low}..{high}, got {value}")
+        return value
+
+    return parse
+
 
 class UsageError(Exception):
     """Bad usage or input: printed as one line, exit code 2."""
@@ -37,13 +56,19 @@ _BASE_USER_ERRORS = (
     ("timetravel.farm.database", "FindingsDatabaseError"),
     ("timetravel.farm.executor", "FarmWorkerError"),
     ("timetravel.farm.dask_executor", "DaskSetupError"),
+    ("timetravel.recording.files", "NotRegularFileError"),
 )
 """Every layer's "bad input" errors, by module and name so that naming them imports nothing: an
 exception of one of them can only exist once its module is loaded, so ``user_errors()`` looks
 only at the modules already in ``sys.modules``. Listed here rather than registered by the command
 modules, because only the module of the command being run is imported (timetravel.cli), and its
 code may raise an error that another command's module used to register."""
-_REGISTERED_USER_ERRORS: list[type[BaseException]] = [FileNotFoundError, IsADirectoryError, PermissionError]
+_REGISTERED_USER_ERRORS: list[type[BaseException]] = [
+    FileNotFoundError,
+    IsADirectoryError,
+    PermissionError,
+    NotADirectoryError,
+]
 
 
 def register_user_error(error_type: type[BaseException]) -> None:
@@ -83,6 +108,8 @@ class _SeedAction(argparse.Action):
     """Store ``--seed`` and remember that it was given (a preset's own seed applies otherwise)."""
 
     def __call__(self, parser: Any, namespace: Any, values: Any, option_string: Any = None) -> None:
+        if not 0 <= values <= SEED_MAX:
+            parser.error(f"--seed must be in 0..{SEED_MAX} (64 bits), got {values}")
         setattr(namespace, self.dest, values)
         namespace.seed_given = True
 

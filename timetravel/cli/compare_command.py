@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from timetravel.cli.common import bounded_int
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.explore.compare import compare, diff
 from timetravel.explore.diff import CHANGES_MAX_DEFAULT
@@ -56,7 +57,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--max",
-        type=int,
+        type=bounded_int(1, 1_000_000),
         default=CHANGES_MAX_DEFAULT,
         metavar="N",
         help=f"paths shown (default {CHANGES_MAX_DEFAULT}; the rest are counted)",

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.common import SEED_MAX, UsageError, bounded_int, print_json
 from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training import demo
 from timetravel.sim.timefmt import format_time
@@ -33,14 +33,22 @@ def register(subparsers: Any) -> None:
         ),
     )
     parser.add_argument(
-        "--from", dest="first", type=int, default=0, metavar="SEED", help="first seed (default 0)"
+        "--from",
+        dest="first",
+        type=bounded_int(0, SEED_MAX),
+        default=0,
+        metavar="SEED",
+        help="first seed (default 0)",
     )
     parser.add_argument("--count", type=int, default=1000, help="seeds to try at most (default 1000)")
     parser.add_argument(
         "--all", action="store_true", help="list every demo seed in the range, not just the first"
     )
     parser.add_argument(
-        "--check", type=int, metavar="SEED", help="only say whether SEED is a demo seed, and why"
+        "--check",
+        type=bounded_int(0, SEED_MAX),
+        metavar="SEED",
+        help="only say whether SEED is a demo seed, and why",
     )
     parser.add_argument("--json", action="store_true", help="print the demo seeds as a JSON list")
     parser.set_defaults(func=main)

@@ -11,6 +11,7 @@ from timetravel.cli.recording_common import add_scenario_target, open_session
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.perfetto import export_perfetto
 from timetravel.explore.work import WorkProgress
+from timetravel.recording.files import check_output_path
 
 
 def register(subparsers: Any) -> None:
@@ -40,12 +41,18 @@ def register(subparsers: Any) -> None:
 def main(args: argparse.Namespace) -> int:
     if not args.perfetto.strip():
         raise UsageError("export: --perfetto needs a file name")
+    check_output_path(args.perfetto)
     with open_session(args.path, args.scenario_target, args.branch) as session, ProgressLine() as line:
 
         def progress(step: WorkProgress) -> None:
             line.update(step.done, step.total, "events exported")
 
-        result = export_perfetto(session, args.perfetto, progress=progress)
+        try:
+            result = export_perfetto(session, args.perfetto, progress=progress)
+        except OSError as error:
+            if error.filename is None and error.strerror is not None:
+                raise OSError(error.errno, error.strerror, args.perfetto) from None
+            raise
         unit = session.display_unit
     if args.json:
         print_json(result.to_data())

@@ -123,6 +123,11 @@ def _merge(args: argparse.Namespace, inputs: list[str]) -> int:
                     f"  {result['other_code']:,} of the rows already present were run by other code "
                     f"({result['other_code_changed']:,} with other results); the rows kept are the first ones"
                 )
+            for target in result["scenario_targets"]:
+                print(
+                    f"  its sweeps name scenario code {target!r}: kept as data, never imported "
+                    "(verify imports only a --scenario MODULE:ATTR you pass)"
+                )
             for conflict in result["conflicts"]:
                 differs = ", ".join(
                     f"{column} {kept} vs {other}" for column, (kept, other) in conflict["differs"].items()

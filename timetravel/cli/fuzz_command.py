@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 from pathlib import Path
@@ -23,6 +24,7 @@ from timetravel.farm import (
     run_sweep,
 )
 from timetravel.farm.dask_executor import DaskSetupError
+from timetravel.farm.local_pool import WORKERS_MAX
 from timetravel.farm.progress import ProgressBar
 from timetravel.farm.record import RECORDINGS_FOLDER_DEFAULT, RECORDINGS_PER_SIGNATURE_DEFAULT, RecordOptions
 from timetravel.farm.sweep import STOP_INTERRUPTED, STOP_TIME_BUDGET
@@ -168,9 +170,19 @@ def _interrupt(signal_number: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
+DASK_ADDRESS = re.compile(r"(tcp|tls|inproc|ucx|ws|wss)://[A-Za-z0-9.\-\[\]:_]+(:[0-9]{1,5})?/?")
+"""What ``--dask ADDRESS`` may be: a scheduler address, e.g. tcp://host:8786."""
+
+
 def _check_numbers(args: argparse.Namespace) -> None:
-    if args.workers is not None and args.workers < 1:
-        raise UsageError(f"--workers must be at least 1, got {args.workers}")
+    """Every option checked before any work starts (a sweep that fails after an hour on a typo is worse)."""
+    if args.workers is not None and not 1 <= args.workers <= WORKERS_MAX:
+        raise UsageError(f"--workers must be at least 1 and at most {WORKERS_MAX}, got {args.workers}")
+    if args.dask is not None and args.dask != DASK_LOCAL and not DASK_ADDRESS.fullmatch(args.dask):
+        raise UsageError(f"--dask {args.dask!r} is not a scheduler address (write tcp://host:8786)")
+    record_folder = Path(args.record_failures)
+    if record_folder.exists() and not record_folder.is_dir():
+        raise UsageError(f"--record-failures {record_folder}: not a folder")
     if args.recordings_per_signature < 0:
         raise UsageError(f"--recordings-per-signature must be 0 or more, got {args.recordings_per_signature}")
     for name in ("seed_timeout", "time_budget"):

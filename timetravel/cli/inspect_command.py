@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import print_json
+from timetravel.cli.common import bounded_int, print_json
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session
 from timetravel.explore.inspect_view import SUMMARY_DEPTH_DEFAULT, render, resolve, summarize
 from timetravel.explore.replay import ReplayDivergence
@@ -30,7 +30,10 @@ def register(subparsers: Any) -> None:
         "--path", dest="state_path", metavar="P", default="", help="a state path, e.g. nodes/n3"
     )
     parser.add_argument(
-        "--depth", type=int, default=SUMMARY_DEPTH_DEFAULT, help="levels of nested data to show (default 3)"
+        "--depth",
+        type=bounded_int(0, 64),
+        default=SUMMARY_DEPTH_DEFAULT,
+        help="levels of nested data to show (default 3)",
     )
     add_scenario_target(parser)
     parser.add_argument(

@@ -21,6 +21,7 @@ from timetravel.explore.minimize import (
     Progress,
 )
 from timetravel.explore.minimize_run import minimize_run
+from timetravel.recording.files import check_output_path
 
 register_user_error(NothingToMinimize)
 EXIT_INTERRUPTED = 130
@@ -115,6 +116,9 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"minimize: --{name.replace('_', '-')} must be at least 1")
     if not args.max_seconds > 0:
         raise UsageError("minimize: --max-seconds must be a positive number")
+    for output in (args.out, args.pytest):
+        if output:
+            check_output_path(output)  # refused now, not after minutes of minimizing
     budget = Budget(max_runs=args.max_runs, max_seconds=args.max_seconds, max_stall=args.max_stall)
     with (
         open_session(args.path, args.scenario_target, args.branch) as session,

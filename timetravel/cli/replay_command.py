@@ -48,11 +48,14 @@ def _print_human(report: dict[str, Any]) -> None:
             f"replay of {report['recording']}: {report['events']:,} events verified ({checked}) "
             f"in {report['wall_s']:.2f} s; outcome {report['outcome']}"
         )
+        if report["not_verified"]:
+            print(f"  not verified: {'; '.join(report['not_verified'])}")
         return
     mismatch = report["first_mismatch"]
     print(f"replay of {report['recording']}: MISMATCH after checking {checked}")
     where = f"event #{mismatch['event']}" if mismatch["event"] is not None else "the recording"
-    print(f"  first difference: {mismatch['what']} at {where}")
+    what = "the recording's own frames disagree" if mismatch["what"] == "recording" else mismatch["what"]
+    print(f"  first difference: {what} at {where}")
     print(f"  {mismatch['detail']}")
     if mismatch.get("recorded"):
         print(f"  recorded: {mismatch['recorded']}")

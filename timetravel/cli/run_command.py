@@ -12,10 +12,12 @@ from timetravel.cli.common import (
     add_determinism_argument,
     add_scenario_arguments,
     authorize_named_scripts,
+    bounded_int,
     chosen_seed,
     print_json,
     resolve_scenario,
 )
+from timetravel.recording.files import check_output_path
 from timetravel.sim.runner import reproduce_command, run_report
 from timetravel.sim.timefmt import format_time_auto, parse_time
 
@@ -52,7 +54,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--snapshot-every",
-        type=int,
+        type=bounded_int(1, 2**40),
         metavar="N",
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
@@ -109,6 +111,7 @@ def _record(
     )
 
     path = args.record or default_recording_path(scenario.name, args.seed)
+    check_output_path(path)
     interval = args.snapshot_every or SNAPSHOT_EVERY_EVENTS_DEFAULT
     try:
         report, _world = record_run(

@@ -22,6 +22,7 @@ from timetravel.cli import common
 from timetravel.cli.common import UsageError
 from timetravel.cli.recording_common import add_scenario_target
 from timetravel.explore.commands import CommandContext, open_context
+from timetravel.recording.files import NotRegularFileError, open_regular
 
 PROGRAM = "timetravel"
 STDIN_SOURCE = "stdin"
@@ -116,12 +117,20 @@ def _batch_input(args: argparse.Namespace, stdin: TextIO) -> tuple[str, str] | N
 
 
 def _read_script(path: Path) -> str:
-    if path.is_file() and path.stat().st_size > SCRIPT_BYTES_MAX:
+    """A script file's text: a regular file of at most SCRIPT_BYTES_MAX bytes (a link to /dev/zero
+    would read until memory ran out, /dev/urandom forever, and a FIFO block in open())."""
+    try:
+        with open_regular(path) as file:
+            data = file.read(SCRIPT_BYTES_MAX + 1)
+    except NotRegularFileError as error:
+        raise UsageError(str(error)) from None
+    if len(data) > SCRIPT_BYTES_MAX:
         raise UsageError(f"{path}: a script of more than {SCRIPT_BYTES_MAX:,} bytes")
     try:
-        return path.read_text(encoding="utf-8")
+        text = data.decode("utf-8")
     except UnicodeDecodeError:
         raise UsageError(f"{path}: not a UTF-8 text file") from None
+    return text.replace("\r\n", "\n").replace("\r", "\n")
 
 
 def _read_bounded(stream: TextIO, source: str) -> str:

@@ -17,6 +17,7 @@ from timetravel.farm import (
 from timetravel.farm.findings import find_bucket
 from timetravel.farm.progress import ProgressBar
 from timetravel.farm.verify import BucketNotFoundError, Verification
+from timetravel.scenarios import load_target
 
 EXIT_ALL_FIXED = 0
 EXIT_STILL_FAILING = 1
@@ -45,7 +46,12 @@ def register(subparsers: Any) -> None:
         metavar="PATH",
         help=f"findings database (default {DEFAULT_DATABASE})",
     )
-    parser.add_argument("--scenario", metavar="NAME", help="the scenario, when SIG occurs in several")
+    parser.add_argument(
+        "--scenario",
+        metavar="NAME|MODULE:ATTR",
+        help="the scenario, when SIG occurs in several; MODULE:ATTR also loads its code from there (a scenario "
+        "neither built in nor installed needs it: the module a database names is never imported)",
+    )
     parser.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
     parser.add_argument("--seed-timeout", type=float, metavar="S", help="wall seconds one seed may take")
     parser.add_argument(
@@ -66,10 +72,12 @@ def main(args: argparse.Namespace) -> int:
         raise UsageError(f"--seeds-max must be at least 1, got {args.seeds_max}")
     if args.seed_timeout is not None and not args.seed_timeout > 0:
         raise UsageError(f"--seed-timeout must be a positive number of seconds, got {args.seed_timeout}")
+    scenario_target = args.scenario if args.scenario and ":" in args.scenario else None
+    scenario_name = load_target(scenario_target).name if scenario_target else args.scenario
     with FindingsDatabase(args.db, create=False) as database:
         buckets = find_bucket(list_findings(database), args.bucket)
-        if args.scenario:
-            buckets = [bucket for bucket in buckets if bucket.scenario == args.scenario]
+        if scenario_name:
+            buckets = [bucket for bucket in buckets if bucket.scenario == scenario_name]
         if len(buckets) != 1:
             known = ", ".join(f"{bucket.signature} ({bucket.scenario})" for bucket in buckets)
             raise BucketNotFoundError(
@@ -78,7 +86,9 @@ def main(args: argparse.Namespace) -> int:
                 else f"{args.bucket!r} names {len(buckets)} buckets: {known} (give the full signature or --scenario)"
             )
         bucket = buckets[0]
-        jobs = bucket_jobs(database, bucket.scenario, bucket.signature, args.seed_timeout, args.seeds_max)
+        jobs = bucket_jobs(
+            database, bucket.scenario, bucket.signature, args.seed_timeout, args.seeds_max, scenario_target
+        )
     progress = ProgressBar.for_terminal(len(jobs), f"verify {bucket.scenario}")
     result = verify_bucket(jobs, bucket.scenario, bucket.signature, LocalPool(args.workers), progress)
     if args.json:

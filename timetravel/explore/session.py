@@ -76,7 +76,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
-import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -99,15 +98,14 @@ from timetravel.explore.results import (
     LikelihoodResult,
     RerunResult,
 )
+from timetravel.explore.verify_replay import ReplayReport, replay_session
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
 from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
 from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
-from timetravel.sim.encoding import digest
 from timetravel.sim.kernel import Simulation
-from timetravel.sim.runner import build_world
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.timefmt import parse_time
 from timetravel.sim.world import World
@@ -162,30 +160,6 @@ class RecordingInfo:
     in_progress: bool = False
     """A live recorder is still writing this branch (recording/lock.py): no outcome yet, and
     ``events``/``t_end_ns`` are where it has got to, not where the run ends."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-@dataclass
-class ReplayReport:
-    """What ``timetravel replay --json`` prints."""
-
-    recording: str
-    scenario: str
-    seed: int
-    events: int
-    events_recorded: int
-    verified: bool
-    first_mismatch: dict[str, Any] | None
-    cause: str | None
-    batches_checked: int
-    snapshots_checked: int
-    outcome: str
-    recorded_outcome: str | None
-    complete: bool
-    loss: list[str]
-    wall_s: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -625,134 +599,15 @@ class Session:
     # -- verification -----------------------------------------------------------------------------
 
     def replay(self, progress: Callable[[int, int], None] | None = None) -> ReplayReport:
-        """Re-execute the whole recording from the scenario's own build and verify everything:
-        every frame's checksum, the initial state, every chain batch, the state at every snapshot
-        (full hash, so a stale copy-on-write snapshot is caught too), and the end. A damaged frame
-        raises RecordingError; a difference is reported in ``first_mismatch``."""
-        started = time.perf_counter()
-        self.reader.verify_frames()
-        cause = self.cause_if_mismatch
-        mismatch: Mismatch | None = None
-        if self.fork_events:
-            start = next(info for info in self._manifests if info.events >= self.fork_events)
-            world = self.reader.restore(start, full_check=True)
-        else:
-            world = build_world(self.scenario, dict(self.header["config"]), int(self.header["seed"]))
-            world.branch_key = int(self.header.get("branch_key", 0))
-            first = self._manifests[0]
-            if first.events == 0 and world.state_hash() != first.state_hash:
-                mismatch = Mismatch(
-                    "initial_state", 0, 0, None, None, "the scenario builds another initial world", cause
-                )
-        verifier = ChainVerifier(self.reader, self._batches, cause)
-        simulation = Simulation(
-            self.scenario,
-            world,
-            overrides=self._overrides_at(world.events_processed),
-            chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
-            determinism=self.determinism,
-            on_chain_batch=verifier.on_chain_batch,
-        )
-        snapshots_checked = 0
-        for info in self._manifests[1:]:
-            if mismatch is not None or verifier.mismatch is not None:
-                break
-            if info.final or info.events <= world.events_processed:
-                continue
-            simulation.run(max_events=info.events - world.events_processed)
-            verifier.check_open_batch(world.chain_events, world.chain_batch)
-            if verifier.mismatch is None and world.events_processed == info.events:
-                snapshots_checked += 1
-                if world.state_hash() != info.state_hash:
-                    mismatch = self._state_mismatch(info, world, cause)
-            if progress is not None:
-                progress(world.events_processed, self._end.events)
-        end = self.reader.end(self.branch)
-        if mismatch is None and verifier.mismatch is None:
-            self._run_to_end(simulation, end)
-            verifier.check_open_batch(world.chain_events, world.chain_batch)
-        mismatch = mismatch or verifier.mismatch
-        final = self._manifests[-1] if self._manifests[-1].final else None
-        if mismatch is None and (end is not None or final is not None):
-            snapshots_checked += 1
-            mismatch = self._end_mismatch(world, end, final, cause)
-        if progress is not None:
-            progress(world.events_processed, self._end.events)
-        return ReplayReport(
-            recording=str(self.reader.path),
-            scenario=self.scenario.name,
-            seed=int(self.header["seed"]),
-            events=world.events_processed,
-            events_recorded=self._end.events,
-            verified=mismatch is None,
-            first_mismatch=mismatch.to_json() if mismatch is not None else None,
-            cause=mismatch.cause if mismatch is not None else None,
-            batches_checked=verifier.batches_checked,
-            snapshots_checked=snapshots_checked,
-            outcome="fail" if world.failures else "pass",
-            recorded_outcome=end["outcome"] if end else None,
-            complete=self.info.complete,
-            loss=self.info.loss,
-            wall_s=round(time.perf_counter() - started, 3),
-        )
+        """Re-execute the whole recording from the scenario's own build and verify every stored byte
+        that can be checked (explore/verify_replay.py says what); a damaged frame raises
+        RecordingError, a difference is reported in ``first_mismatch``."""
+        return replay_session(self, progress)
 
-    def _run_to_end(self, simulation: Simulation, end: dict[str, Any] | None) -> None:
-        """Run on the way the recorded run stopped (so end-of-run checks run when they did)."""
-        world = simulation.world
-        remaining = self._end.events - world.events_processed
-        stop = end.get("stop") if end is not None else None
-        if stop == "until":
-            simulation.run(until_ns=self._end.t_ns, max_events=remaining + 1)
-        elif stop in ("drained", "failure"):
-            simulation.run(max_events=remaining + 1)
-        elif remaining > 0:
-            simulation.run(max_events=remaining)
-
-    def _state_mismatch(self, info: ManifestInfo, world: World, cause: str) -> Mismatch:
-        """The events matched but the state at a snapshot did not: name the parts and nodes."""
-        manifest = self.reader.manifest(info)
-        recorded_nodes = {str(name): node_digest for name, node_digest in manifest["nodes"]}
-        differing = [name for name, state in world.nodes.items() if recorded_nodes.get(name) != digest(state)]
-        replayed_parts = dict(world.part_digests())
-        parts = [
-            name for name, part_digest in manifest["parts"].items() if replayed_parts.get(name) != part_digest
-        ]
-        what = ", ".join([*(f"node {name}" for name in differing[:5]), *(f"part {name}" for name in parts)])
-        return Mismatch(
-            what="state",
-            event=info.events,
-            t_ns=info.t_ns,
-            node=differing[0] if differing else None,
-            kind=None,
-            detail=(
-                f"the events match, but the state after event #{info.events} (snapshot {info.index}) differs in "
-                f"{what or 'the pending events or metrics'}; a handler may read state the kernel does not "
-                "control, or write outside its own node"
-            ),
-            cause=cause,
-        )
-
-    def _end_mismatch(
-        self, world: World, end: dict[str, Any] | None, final: ManifestInfo | None, cause: str
-    ) -> Mismatch | None:
-        expected_events = end["events"] if end is not None else final.events if final is not None else 0
-        expected_hash = (
-            end["state_hash"] if end is not None else final.state_hash if final is not None else ""
-        )
-        if world.events_processed == expected_events and world.state_hash() == expected_hash:
-            return None
-        return Mismatch(
-            what="outcome",
-            event=world.events_processed,
-            t_ns=world.t_ns,
-            node=None,
-            kind=None,
-            detail=(
-                f"the replay ends after {world.events_processed} events in state {world.state_hash()}, "
-                f"the recording after {expected_events} in {expected_hash}"
-            ),
-            cause=cause,
-        )
+    @property
+    def snapshots_info(self) -> list[ManifestInfo]:
+        """The recorded snapshots this branch sees (its parent's before the fork), as the catalog has them."""
+        return list(self._manifests)
 
 
 def _overrides(entries: Any) -> Overrides:

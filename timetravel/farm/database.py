@@ -18,11 +18,12 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from timetravel.farm.job import ROW_FIELDS, check_row
+from timetravel.recording.files import check_output_path
 
 SCHEMA_VERSION = "timetravel.findings/1"
 BUSY_TIMEOUT_MS = 30_000
@@ -91,6 +92,9 @@ class Sweep:
     swarm: bool
 
 
+SCENARIO_TARGET_CHARS_SHOWN = 200
+
+
 @dataclass(frozen=True)
 class MergeResult:
     """What a merge added and what it found where both databases had a row of the same seed."""
@@ -102,6 +106,9 @@ class MergeResult:
     """Examples (at most CONFLICTS_SHOWN_MAX): scenario, seed and ``differs`` {column: [kept, other]}."""
     other_code: int
     other_code_changed: int
+    scenario_targets: list[str] = field(default_factory=list)
+    """The ``MODULE:ATTR`` values the input's sweeps name: copied as data and shown, never imported
+    (``verify`` imports only the ``--scenario`` its user passes)."""
 
 
 class FindingsDatabase:
@@ -113,6 +120,7 @@ class FindingsDatabase:
             raise FileNotFoundError(f"no findings database at {self.path} (run `timetravel fuzz` first)")
         if self.path.is_dir():
             raise IsADirectoryError(f"{self.path} is a directory, not a findings database")
+        check_output_path(self.path)  # a FIFO or device would block sqlite or feed it garbage
         if create:
             self.path.parent.mkdir(parents=True, exist_ok=True)
         try:
@@ -250,9 +258,18 @@ class FindingsDatabase:
                 )
                 inserted = self.count() - before
                 total = connection.execute("SELECT count(*) FROM source.seeds").fetchone()[0]
+                targets = [
+                    str(row[0])[:SCENARIO_TARGET_CHARS_SHOWN]
+                    for row in connection.execute(
+                        "SELECT DISTINCT scenario_target FROM source.sweeps WHERE scenario_target IS NOT NULL "
+                        f"ORDER BY scenario_target LIMIT {CONFLICTS_SHOWN_MAX}"
+                    )
+                ]
         finally:
             connection.execute("DETACH DATABASE source")
-        return MergeResult(inserted=inserted, duplicates=int(total) - inserted, **comparison)
+        return MergeResult(
+            inserted=inserted, duplicates=int(total) - inserted, **comparison, scenario_targets=targets
+        )
 
     def _compare_with_source(self) -> dict[str, Any]:
         results = [column for column in COMPARED_COLUMNS if column != "code_fingerprint"]

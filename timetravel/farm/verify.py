@@ -4,6 +4,11 @@ Each seed is run again with the settings its sweep recorded, on the code checked
 *fixed* (passes), *still failing* (same signature) or fails with a *new signature* (the fix moved
 the bug, or uncovered another). The database is only read; a fixed bucket leaves history alone,
 and a fresh sweep into a new file is what a CI gate compares against (``findings --baseline``).
+
+**A database is untrusted input.** A sweep records the ``--scenario MODULE:ATTR`` it was run with,
+but a database can come from anyone, so that stored value is only shown, never imported: the
+scenario loads by its registered name, or from the ``scenario_target`` the user passes now (and
+then only that one).
 """
 
 from __future__ import annotations
@@ -15,8 +20,9 @@ from typing import Any
 from timetravel.farm.database import FindingsDatabase, Sweep
 from timetravel.farm.executor import Executor
 from timetravel.farm.job import SeedJob, config_hash
-from timetravel.farm.sweep import load_scenario
+from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim.fingerprint import code_fingerprint
+from timetravel.sim.scenario import Scenario
 
 SEEDS_LISTED_MAX = 50
 VERDICTS = ("fixed", "still_failing", "new_signature")
@@ -42,10 +48,18 @@ class Verification:
 
 
 def bucket_jobs(
-    database: FindingsDatabase, scenario: str, signature: str, seed_timeout_s: float | None, seeds_max: int
+    database: FindingsDatabase,
+    scenario: str,
+    signature: str,
+    seed_timeout_s: float | None,
+    seeds_max: int,
+    scenario_target: str | None = None,
 ) -> list[SeedJob]:
-    """Today's jobs for the bucket's seeds (the earliest seeds first when there are more than ``seeds_max``)."""
+    """Today's jobs for the bucket's seeds (the earliest seeds first when there are more than ``seeds_max``).
+
+    ``scenario_target``: the user's ``--scenario MODULE:ATTR``; the database's own is never imported."""
     sweeps = database.sweeps()
+    loaded: dict[str, Scenario] = {}
     rows = database.connection.execute(
         "SELECT config_hash, seed FROM seeds WHERE scenario = ? AND signature = ? ORDER BY seed LIMIT ?",
         (scenario, signature, seeds_max),
@@ -55,12 +69,34 @@ def bucket_jobs(
         sweep = sweeps.get((scenario, old_hash))
         if sweep is None:
             raise BucketNotFoundError(f"the database lacks the settings of config {old_hash[:12]}")
-        jobs.append(_job_today(sweep, seed, seed_timeout_s))
+        if sweep.scenario not in loaded:
+            loaded[sweep.scenario] = trusted_scenario(sweep, scenario_target)
+        jobs.append(_job_today(sweep, loaded[sweep.scenario], seed, seed_timeout_s, scenario_target))
     return jobs
 
 
-def _job_today(sweep: Sweep, seed: int, seed_timeout_s: float | None) -> SeedJob:
-    scenario = load_scenario(sweep.scenario, sweep.scenario_target)
+def trusted_scenario(sweep: Sweep, scenario_target: str | None) -> Scenario:
+    """The sweep's scenario from the user's target, else by registered name (never the stored target)."""
+    if scenario_target:
+        scenario = load_target(scenario_target)
+        if scenario.name != sweep.scenario:
+            raise UnknownScenarioError(
+                f"{scenario_target} is scenario {scenario.name!r}; the bucket is of {sweep.scenario!r}"
+            )
+        return scenario
+    try:
+        return get_scenario(sweep.scenario)
+    except UnknownScenarioError:
+        stored = f" (the database says it came from {sweep.scenario_target!r}, which is not imported automatically)"
+        raise UnknownScenarioError(
+            f"scenario {sweep.scenario!r} is neither built in nor installed; pass --scenario MODULE:ATTR to "
+            f"load its code{stored if sweep.scenario_target else ''}"
+        ) from None
+
+
+def _job_today(
+    sweep: Sweep, scenario: Scenario, seed: int, seed_timeout_s: float | None, scenario_target: str | None
+) -> SeedJob:
     config = scenario.resolve_config(sweep.settings)
     return SeedJob(
         scenario=sweep.scenario,
@@ -68,7 +104,7 @@ def _job_today(sweep: Sweep, seed: int, seed_timeout_s: float | None) -> SeedJob
         config_hash=config_hash(config),
         seed=seed,
         code_fingerprint=code_fingerprint(scenario.build.__module__),
-        scenario_target=sweep.scenario_target,
+        scenario_target=scenario_target,
         seed_timeout_s=seed_timeout_s,
     )
 

@@ -4,6 +4,12 @@ The writer builds it as it writes and stores it as the INDEX frame when it close
 it from there or, when the file was truncated or never closed, rebuilds it by scanning the
 frames. Both paths go through :meth:`Catalog.add`, so they agree. Everything read from an index
 is type-checked, because the file is untrusted.
+
+**Offsets and small summaries, never whole payloads.** Memory must not grow with what the frames
+hold: a catalog keeps each FAILURE, END and NOTE as a summary of bounded size (texts cut at
+SUMMARY_TEXT_CHARS_MAX) with the frame's offset, keeps at most NOTES_KEPT_MAX notes (counting the
+rest), and charges every summary and BRANCH record it keeps to SUMMARY_BYTES_MAX; a file that
+needs more is refused with one error. Whole payloads are read again by offset when needed.
 """
 
 from __future__ import annotations
@@ -12,9 +18,27 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any
 
+import msgpack
+
 from timetravel.recording.format import BLOB_KINDS, DIGEST_BYTES, FrameType, RecordingError
+from timetravel.recording.schema import (
+    CHAIN_BATCH_EVENTS_MAX,
+    DIGEST_HEX_CHARS,
+    FAILURE_FIELDS,
+    INT64_MAX,
+    NAME_CHARS_MAX,
+    check_field,
+    check_payload,
+)
 
 MAIN_BRANCH = "main"
+SUMMARY_TEXT_CHARS_MAX = 1000
+"""Failure and note messages as the catalog keeps them (the frame holds the whole text)."""
+NOTES_KEPT_MAX = 1000
+SUMMARY_BYTES_MAX = 64 * 1024 * 1024
+"""The catalog's records of failures, ends, branches and notes together (an estimate: a
+record's packed size plus 200 bytes of Python overhead)."""
+RECORD_OVERHEAD_BYTES = 200
 
 
 @dataclass(frozen=True)
@@ -49,7 +73,10 @@ class Catalog:
     branches: dict[str, dict[str, Any]] = field(default_factory=dict)
     ends: dict[str, dict[str, Any]] = field(default_factory=dict)
     notes: list[dict[str, Any]] = field(default_factory=list)
+    notes_dropped: int = 0
+    """NOTE frames counted but not kept (past NOTES_KEPT_MAX)."""
     blobs: dict[bytes, int] = field(default_factory=dict)
+    summary_bytes: int = 0
 
     def add(self, offset: int, frame_type: int, payload: dict[str, Any]) -> None:
         """Record a frame (its decoded payload) at ``offset``."""
@@ -86,13 +113,39 @@ class Catalog:
             count = len(entries) if isinstance(entries, list) else 0
             self.choices.setdefault(_branch(payload), []).append((_int(payload, "first"), count, offset))
         elif frame_type == FrameType.FAILURE:
-            self.failures.append({"branch": _branch(payload), "offset": offset, **_dict(payload, "failure")})
+            self.add_failure(failure_summary(payload, offset))
         elif frame_type == FrameType.BRANCH:
-            self.branches[_str(payload, "name")] = {**payload, "offset": offset}
+            self.add_branch(branch_record(payload, offset))
         elif frame_type == FrameType.END:
-            self.ends[_branch(payload)] = {**payload, "offset": offset}
+            self.add_end(end_summary(payload, offset))
         elif frame_type == FrameType.NOTE:
-            self.notes.append({**payload, "offset": offset})
+            self.add_note(note_summary(payload, offset))
+
+    def _keep(self, record: dict[str, Any]) -> None:
+        self.summary_bytes += len(pack_record(record)) + RECORD_OVERHEAD_BYTES
+        if self.summary_bytes > SUMMARY_BYTES_MAX:
+            raise RecordingError(
+                f"the recording's failure, end, branch and note records exceed {SUMMARY_BYTES_MAX} bytes"
+            )
+
+    def add_failure(self, record: dict[str, Any]) -> None:
+        self._keep(record)
+        self.failures.append(record)
+
+    def add_branch(self, record: dict[str, Any]) -> None:
+        self._keep(record)
+        self.branches[record["name"]] = record
+
+    def add_end(self, record: dict[str, Any]) -> None:
+        self._keep(record)
+        self.ends[record["branch"]] = record
+
+    def add_note(self, record: dict[str, Any]) -> None:
+        if len(self.notes) >= NOTES_KEPT_MAX:
+            self.notes_dropped += 1
+            return
+        self._keep(record)
+        self.notes.append(record)
 
     # -- the INDEX frame --------------------------------------------------------------------------
 
@@ -131,25 +184,48 @@ class Catalog:
     @classmethod
     def _from_index(cls, index: dict[str, Any]) -> Catalog:
         catalog = cls()
-        catalog.frames = [(int(offset), int(kind)) for offset, kind in index["frames"]]
+        catalog.frames = [(_count(offset), _count(kind, 255)) for offset, kind in index["frames"]]
         for branch, batches in _dict(index, "events").items():
-            catalog.events[branch] = [
-                EventBatchInfo(int(first), int(count), int(offset), _digest(digest), bool(partial))
+            catalog.events[_name(branch)] = [
+                EventBatchInfo(
+                    _count(first),
+                    _count(count, CHAIN_BATCH_EVENTS_MAX),
+                    _count(offset),
+                    _digest(digest),
+                    _bool(partial),
+                )
                 for first, count, offset, digest, partial in batches
             ]
         for branch, infos in _dict(index, "manifests").items():
-            catalog.manifests[branch] = [
-                ManifestInfo(int(number), int(events), int(t_ns), int(offset), str(state_hash), bool(final))
+            catalog.manifests[_name(branch)] = [
+                ManifestInfo(
+                    _count(number),
+                    _count(events),
+                    _count(t_ns),
+                    _count(offset),
+                    _hex(state_hash),
+                    _bool(final),
+                )
                 for number, events, t_ns, offset, state_hash, final in infos
             ]
         for branch, entries in _dict(index, "choices").items():
-            catalog.choices[branch] = [
-                (int(first), int(count), int(offset)) for first, count, offset in entries
+            catalog.choices[_name(branch)] = [
+                (_count(first), _count(count), _count(offset)) for first, count, offset in entries
             ]
-        catalog.failures = [dict(failure) for failure in index["failures"]]
-        catalog.branches = {str(name): dict(info) for name, info in _dict(index, "branches").items()}
-        catalog.ends = {str(name): dict(info) for name, info in _dict(index, "ends").items()}
-        catalog.notes = [dict(note) for note in index["notes"]]
+        for failure in index["failures"]:
+            catalog.add_failure(failure_summary_from_index(failure))
+        for name, info in _dict(index, "branches").items():
+            record = branch_record(_checked_map(FrameType.BRANCH, info), _offset(info))
+            if record["name"] != name:
+                raise ValueError(f"branch record {name!r} is named {record['name']!r}")
+            catalog.add_branch(record)
+        for name, info in _dict(index, "ends").items():
+            record = end_summary(_checked_map(FrameType.END, info), _offset(info))
+            if record["branch"] != name:
+                raise ValueError(f"end record {name!r} is of branch {record['branch']!r}")
+            catalog.add_end(record)
+        for note in index["notes"]:
+            catalog.add_note(note_summary(_checked_map(FrameType.NOTE, note), _offset(note)))
         digests = index["blob_digests"]
         offsets_bytes = index["blob_offsets"]
         if not isinstance(digests, bytes) or not isinstance(offsets_bytes, bytes):
@@ -160,6 +236,119 @@ class Catalog:
         offsets = struct.unpack(f"<{count}Q", offsets_bytes)
         catalog.blobs = {digests[i * DIGEST_BYTES : (i + 1) * DIGEST_BYTES]: offsets[i] for i in range(count)}
         return catalog
+
+
+def pack_record(record: dict[str, Any]) -> bytes:
+    return msgpack.packb(record, use_bin_type=True)
+
+
+def _cut(text: Any) -> Any:
+    if isinstance(text, str) and len(text) > SUMMARY_TEXT_CHARS_MAX:
+        return text[: SUMMARY_TEXT_CHARS_MAX - 3] + "..."
+    return text
+
+
+def _failure_fields(failure: Any) -> dict[str, Any] | None:
+    """The public failure fields, texts cut to SUMMARY_TEXT_CHARS_MAX (schema-checked already)."""
+    if not isinstance(failure, dict):
+        return None
+    return {key: _cut(failure.get(key)) for key in ("kind", "node", "t_ns", "message", "signature")}
+
+
+def failure_summary(payload: dict[str, Any], offset: int) -> dict[str, Any]:
+    """A FAILURE frame as the catalog keeps it: branch, offset, event and the failure's fields."""
+    fields = _failure_fields(payload.get("failure"))
+    if fields is None:
+        raise RecordingError("frame field 'failure' is not a map")
+    event = payload.get("event")
+    return {"branch": _branch(payload), "offset": offset, "event": event, **fields}
+
+
+def failure_summary_from_index(record: Any) -> dict[str, Any]:
+    """A failure record of an INDEX frame, checked like the FAILURE frame it summarizes."""
+    if not isinstance(record, dict):
+        raise ValueError("a failure record is not a map")
+    for rule in FAILURE_FIELDS:
+        problem = check_field(rule, record)
+        if problem is not None:
+            raise ValueError(f"a failure record's {problem}")
+    summary = failure_summary(
+        {"branch": record.get("branch", MAIN_BRANCH), "failure": record}, _offset(record)
+    )
+    if record.get("event") is not None:
+        summary["event"] = _count(record["event"])
+    return summary
+
+
+def end_summary(payload: dict[str, Any], offset: int) -> dict[str, Any]:
+    """An END frame as the catalog keeps it (every field is small; the failure's texts are cut)."""
+    keys = ("stop", "outcome", "events", "t_end_ns", "state_hash", "hash_chain")
+    record = {key: payload[key] for key in keys if key in payload}
+    record["failure"] = _failure_fields(payload.get("failure"))
+    record["branch"] = _branch(payload)
+    record["offset"] = offset
+    return record
+
+
+def note_summary(payload: dict[str, Any], offset: int) -> dict[str, Any]:
+    return {
+        "branch": _branch(payload),
+        "level": _cut(payload.get("level", "warning")),
+        "message": _cut(payload.get("message")),
+        "offset": offset,
+    }
+
+
+def branch_record(payload: dict[str, Any], offset: int) -> dict[str, Any]:
+    """A BRANCH frame as the catalog keeps it: whole (its size is capped by the schema and charged
+    to SUMMARY_BYTES_MAX), because seeking a branch needs its overrides and fork point."""
+    return {**payload, "offset": offset}
+
+
+def _schema_problem(frame_type: int, payload: dict[str, Any]) -> str | None:
+    return check_payload(frame_type, payload)
+
+
+def _checked_map(frame_type: int, value: Any) -> dict[str, Any]:
+    """An index record checked like the frame it summarizes (ValueError when it is not)."""
+    if not isinstance(value, dict):
+        raise ValueError("a record is not a map")
+    problem = _schema_problem(frame_type, value)
+    if problem is not None:
+        raise ValueError(f"a {FrameType(frame_type).name} record's {problem}")
+    return value
+
+
+def _offset(record: Any) -> int:
+    offset = record.get("offset") if isinstance(record, dict) else None
+    if not isinstance(offset, int) or isinstance(offset, bool) or not 0 <= offset < 2**63:
+        raise ValueError("a record's offset is not a file offset")
+    return offset
+
+
+def _count(value: Any, high: int = INT64_MAX) -> int:
+    """An index integer: a count or an offset in 0..high (ValueError otherwise; int() would take "5")."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= high:
+        raise ValueError(f"{value!r} is not an integer in 0..{high}")
+    return value
+
+
+def _bool(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"{value!r} is not a boolean")
+    return value
+
+
+def _name(value: Any) -> str:
+    if not isinstance(value, str) or len(value) > NAME_CHARS_MAX:
+        raise ValueError("a branch name is not a short string")
+    return value
+
+
+def _hex(value: Any) -> str:
+    if not isinstance(value, str) or len(value) != DIGEST_HEX_CHARS:
+        raise ValueError(f"{value!r:.40} is not a 32-digit hex digest")
+    return value
 
 
 def _branch(payload: dict[str, Any]) -> str:

@@ -11,6 +11,7 @@ it holds an flock on the file, which is how readers tell "in progress" from "inc
 
 from __future__ import annotations
 
+import contextlib
 import os
 from pathlib import Path
 from typing import IO, Any
@@ -19,6 +20,7 @@ import msgpack
 import zstandard
 
 from timetravel.recording.catalog import Catalog
+from timetravel.recording.files import check_output_path
 from timetravel.recording.format import (
     BLOB_FRAME_BYTES,
     FLAG_ZSTD,
@@ -33,6 +35,7 @@ from timetravel.recording.format import (
     payload_checksum,
 )
 from timetravel.recording.lock import hold_writer_lock
+from timetravel.recording.schema import schema_for
 from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack
 
 ZSTD_LEVEL_EVENTS = 1
@@ -62,12 +65,15 @@ class RecordingWriter:
         self.packer = msgpack.Packer(use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
         """A Packer for small values the writer encodes often (array headers)."""
         self.closed = False
+        self.write_error: OSError | None = None
+        """The write that failed (later writes raise it again: the kernel may have swallowed it)."""
 
     @classmethod
     def create(cls, path: str | Path, header: dict[str, Any]) -> RecordingWriter:
         """Start a new recording at ``path`` (its folder is created; an existing file is replaced,
         but only once this writer holds its lock: a recording in progress is never cut)."""
         target = Path(path)
+        check_output_path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
         file = os.fdopen(os.open(target, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
         try:
@@ -96,6 +102,9 @@ class RecordingWriter:
         except BaseException:
             file.close()
             raise
+        # The old INDEX frame (and any torn tail) is cut below: the catalog must not list it, or
+        # the new index would name a frame that is no longer there (and the next one at its offset twice).
+        catalog.frames = [(offset, kind) for offset, kind in catalog.frames if offset < end]
         file.truncate(end)
         file.seek(end)
         return cls(file, target, catalog)
@@ -114,18 +123,26 @@ class RecordingWriter:
         """Write a frame whose msgpack payload ``raw`` is already encoded (``payload`` is its value,
         for the catalog)."""
         if self.closed:
+            if self.write_error is not None:
+                raise self.write_error
             raise RecordingError(f"{self.path}: the recording is closed")
-        if len(raw) > FRAME_RAW_BYTES_MAX:
+        raw_bytes_max = min(FRAME_RAW_BYTES_MAX, schema_for(frame_type).raw_bytes_max)
+        if len(raw) > raw_bytes_max:
             raise RecordingError(
-                f"a {frame_type.name} frame of {len(raw)} bytes exceeds {FRAME_RAW_BYTES_MAX}"
+                f"a {frame_type.name} frame of {len(raw)} bytes exceeds {raw_bytes_max} (what a reader accepts)"
             )
         stored = self._compressors[level].compress(raw)
         flags = FLAG_ZSTD
         if len(stored) >= len(raw):
             stored, flags = raw, 0
         offset = self.offset
-        self.file.write(pack_frame_header(frame_type, flags, len(stored), len(raw), payload_checksum(stored)))
-        self.file.write(stored)
+        try:
+            self.file.write(
+                pack_frame_header(frame_type, flags, len(stored), len(raw), payload_checksum(stored))
+            )
+            self.file.write(stored)
+        except OSError as error:
+            raise self._failed(error) from None
         self.offset += FRAME_HEADER_BYTES + len(stored)
         self.catalog.add(offset, frame_type, payload)
         return offset
@@ -160,11 +177,25 @@ class RecordingWriter:
 
     # -- durability -------------------------------------------------------------------------------
 
+    def _failed(self, error: OSError) -> OSError:
+        """A write error (no space left, a file size limit) naming the recording. The frames written
+        before it stay: the file opens as a truncated recording up to its last complete frame."""
+        self.closed = True
+        with contextlib.suppress(OSError):
+            self.file.close()
+        self.write_error = OSError(
+            error.errno, f"{error.strerror} (the recording stops at its last complete frame)", str(self.path)
+        )
+        return self.write_error
+
     def sync(self) -> None:
         """Flush and fsync: everything written so far survives a crash."""
         self.flush_blobs()
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        try:
+            self.file.flush()
+            os.fsync(self.file.fileno())
+        except OSError as error:
+            raise self._failed(error) from None
 
     def close(self) -> None:
         """Write the index footer and the trailer, fsync and close."""
@@ -172,9 +203,12 @@ class RecordingWriter:
             return
         self.flush_blobs()
         index_offset = self.frame(FrameType.INDEX, self.catalog.to_index())
-        self.file.write(pack_trailer(index_offset))
-        self.offset += TRAILER_BYTES
-        self.file.flush()
-        os.fsync(self.file.fileno())
+        try:
+            self.file.write(pack_trailer(index_offset))
+            self.offset += TRAILER_BYTES
+            self.file.flush()
+            os.fsync(self.file.fileno())
+        except OSError as error:
+            raise self._failed(error) from None
         self.file.close()
         self.closed = True

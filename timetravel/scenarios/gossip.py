@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.sim import Context, Event, Param, Scenario, World
+from timetravel.sim.world import NODES_MAX
 
 MESSAGE_BYTES = 256
 
@@ -93,7 +94,7 @@ SCENARIO = Scenario(
     name="gossip",
     summary="rumors spread by seeded random fan-out; a load generator that reaches millions of events",
     params=(
-        Param("nodes", "int", 64, "number of peers", minimum=2),
+        Param("nodes", "int", 64, "number of peers", minimum=2, maximum=NODES_MAX - 1),
         Param("fanout", "int", 3, "peers a rumor is forwarded to on first hearing", minimum=1),
         Param("rumors", "int", 100, "rumors injected by the load generator", minimum=1),
         Param("interval", "time", 1_000_000, "time between two injected rumors"),

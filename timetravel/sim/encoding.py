@@ -14,6 +14,7 @@ compute the same digest from pages it already holds, and a snapshot's Merkle roo
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import msgpack
@@ -136,15 +137,48 @@ def _decode_array(data: bytes) -> np.ndarray:
     name, shape, raw = header
     if not isinstance(name, str) or not isinstance(shape, list) or not isinstance(raw, bytes):
         raise DecodeError("array extension has fields of the wrong types")
-    if len(shape) > ARRAY_DIMENSIONS_MAX or not all(isinstance(size, int) and size >= 0 for size in shape):
-        raise DecodeError(f"array shape {shape!r} is not valid")
+    check_shape(shape)
     dtype = dtype_from_name(name)
-    count = int(np.prod(shape, dtype=np.int64)) if shape else 1
+    count = math.prod(shape)
     if count * dtype.itemsize != len(raw):
         raise DecodeError(
             f"array of shape {shape} and dtype {name} needs {count * dtype.itemsize} bytes, got {len(raw)}"
         )
     return np.frombuffer(raw, dtype=dtype).reshape(shape).copy()
+
+
+def check_shape(shape: Any) -> None:
+    """A decoded array shape: at most ARRAY_DIMENSIONS_MAX sizes, each 0..ARRAY_BYTES_MAX (checked in
+    Python integers, before numpy sees it: numpy's own product overflows and warns)."""
+    if (
+        not isinstance(shape, list | tuple)
+        or len(shape) > ARRAY_DIMENSIONS_MAX
+        or not all(
+            isinstance(size, int) and not isinstance(size, bool) and 0 <= size <= ARRAY_BYTES_MAX
+            for size in shape
+        )
+    ):
+        raise DecodeError(
+            f"array shape {list(shape) if isinstance(shape, list | tuple) else shape!r} is not valid"
+        )
+    if math.prod(shape) > ARRAY_BYTES_MAX:
+        raise DecodeError(f"array shape {list(shape)} has more than {ARRAY_BYTES_MAX} elements")
+
+
+class ItemBudget:
+    """Counts the containers and container entries a decode builds (msgpack's list and map hooks
+    run once per container, innermost first), so that a payload of millions of empty lists stops
+    at ``items_max`` instead of filling memory with them."""
+
+    def __init__(self, items_max: int) -> None:
+        self.left = items_max
+        self.items_max = items_max
+
+    def take(self, value: Any) -> Any:
+        self.left -= len(value) + 1
+        if self.left < 0:
+            raise DecodeError(f"decodes to more than {self.items_max} containers and entries")
+        return value
 
 
 def _ext_hook(code: int, data: bytes) -> Any:
@@ -153,10 +187,18 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise DecodeError(f"unknown msgpack extension type {code}")
 
 
-def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX) -> Any:
-    """Decode bytes made by :func:`pack`, with size limits on everything; raises DecodeError."""
+def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX, items_max: int | None = None) -> Any:
+    """Decode bytes made by :func:`pack`, with size limits on everything; raises DecodeError.
+
+    ``items_max``: also cap the containers and container entries decoded (untrusted input)."""
     if len(data) > bytes_max:
         raise DecodeError(f"encoded value of {len(data)} bytes exceeds the limit of {bytes_max}")
+    hooks: dict[str, Any] = {}
+    length_max = DECODE_CONTAINER_LENGTH_MAX
+    if items_max is not None:
+        budget = ItemBudget(items_max)
+        hooks = {"list_hook": budget.take, "object_hook": budget.take}
+        length_max = min(length_max, items_max)
     try:
         return msgpack.unpackb(
             data,
@@ -165,9 +207,10 @@ def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX) -> Any:
             ext_hook=_ext_hook,
             max_bin_len=bytes_max,
             max_str_len=bytes_max,
-            max_array_len=DECODE_CONTAINER_LENGTH_MAX,
-            max_map_len=DECODE_CONTAINER_LENGTH_MAX,
+            max_array_len=length_max,
+            max_map_len=length_max,
             max_ext_len=bytes_max,
+            **hooks,
         )
     except DecodeError:
         raise

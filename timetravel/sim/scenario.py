@@ -51,6 +51,9 @@ class Param:
     choices: tuple[str, ...] = ()
     minimum: float | None = None
     branchable: bool = False
+    maximum: float | None = None
+    """The largest value that makes sense (checked before the world is built, so a typo such as
+    nodes=10**26 is one error, not minutes of allocation)."""
     shrinkable: bool = False
 
     def __post_init__(self) -> None:
@@ -104,6 +107,10 @@ class Param:
             raise ConfigError(f"config key {self.name!r}: {value!r} is not one of {', '.join(self.choices)}")
         if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
             raise ConfigError(f"config key {self.name!r}: {value!r} is below the minimum {self.minimum}")
+        if self.maximum is not None and isinstance(value, (int, float)) and value > self.maximum:
+            raise ConfigError(f"config key {self.name!r}: {value!r} is above the maximum {self.maximum}")
+        if isinstance(value, int) and not -(2**63) <= value < 2**63:
+            raise ConfigError(f"config key {self.name!r}: {value!r} does not fit in 64 bits")
         return value
 
 

@@ -24,12 +24,13 @@ import numpy as np
 import xxhash
 
 from timetravel.sim.encoding import (
-    ARRAY_DIMENSIONS_MAX,
     DECODE_CONTAINER_LENGTH_MAX,
     EXT_ARRAY_DIGEST,
     PACKER_BUFFER_BYTES,
     PAGE_BYTES,
     DecodeError,
+    ItemBudget,
+    check_shape,
     dtype_from_name,
     dtype_name,
 )
@@ -166,14 +167,23 @@ ArrayFactory = Callable[[bytes], np.ndarray]
 """``factory(array_digest) -> ndarray``: how a decoder turns an array reference into an array."""
 
 
-def decode_value(data: bytes, array_factory: ArrayFactory, *, bytes_max: int) -> Any:
-    """Decode a hash-form blob, rebuilding each array with ``array_factory`` (limits enforced)."""
+def decode_value(
+    data: bytes, array_factory: ArrayFactory, *, bytes_max: int, items_max: int | None = None
+) -> Any:
+    """Decode a hash-form blob, rebuilding each array with ``array_factory`` (limits enforced;
+    ``items_max`` caps the containers and entries built, for untrusted input)."""
 
     def ext_hook(code: int, payload: bytes) -> Any:
         if code != EXT_ARRAY_DIGEST or len(payload) != 16:
             raise DecodeError(f"unexpected msgpack extension {code} in a stored value")
         return array_factory(payload)
 
+    hooks: dict[str, Any] = {}
+    length_max = DECODE_CONTAINER_LENGTH_MAX
+    if items_max is not None:
+        budget = ItemBudget(items_max)
+        hooks = {"list_hook": budget.take, "object_hook": budget.take}
+        length_max = min(length_max, items_max)
     try:
         return msgpack.unpackb(
             data,
@@ -182,9 +192,10 @@ def decode_value(data: bytes, array_factory: ArrayFactory, *, bytes_max: int) ->
             ext_hook=ext_hook,
             max_bin_len=bytes_max,
             max_str_len=bytes_max,
-            max_array_len=DECODE_CONTAINER_LENGTH_MAX,
-            max_map_len=DECODE_CONTAINER_LENGTH_MAX,
+            max_array_len=length_max,
+            max_map_len=length_max,
             max_ext_len=bytes_max,
+            **hooks,
         )
     except DecodeError:
         raise
@@ -194,8 +205,7 @@ def decode_value(data: bytes, array_factory: ArrayFactory, *, bytes_max: int) ->
 
 def build_array(dtype: str, shape: Sequence[int], pages: Sequence[bytes], *, writeable: bool) -> np.ndarray:
     """An array from its dtype name, shape and page bytes (checked against each other)."""
-    if len(shape) > ARRAY_DIMENSIONS_MAX or not all(isinstance(size, int) and size >= 0 for size in shape):
-        raise DecodeError(f"array shape {list(shape)!r} is not valid")
+    check_shape(shape)
     kind = dtype_from_name(dtype)
     count = 1
     for size in shape:
