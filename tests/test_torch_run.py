@@ -305,7 +305,8 @@ def test_a_torch_recording_opens_for_inspection_but_never_runs_its_script(tmp_pa
 
 
 @pytest.mark.slow
-def test_fuzz_sweeps_a_torch_script_on_the_local_pool(tmp_path: Path) -> None:
+def test_fuzz_sweeps_a_torch_script_and_verify_runs_only_the_script_you_name(tmp_path: Path) -> None:
+    database = str(tmp_path / "f.db")
     result = subprocess.run(
         [
             *TIMETRAVEL,
@@ -325,7 +326,7 @@ def test_fuzz_sweeps_a_torch_script_on_the_local_pool(tmp_path: Path) -> None:
             "1",
             "--no-swarm",
             "--db",
-            str(tmp_path / "f.db"),
+            database,
             "--json",
         ],
         capture_output=True,
@@ -337,6 +338,26 @@ def test_fuzz_sweeps_a_torch_script_on_the_local_pool(tmp_path: Path) -> None:
     summary = json.loads(result.stdout)
     assert summary["outcomes"] == {"fail": 2}
     assert list(summary["signatures"]) == ["nan:torch.collective.nonfinite"]
+    verify = [
+        *TIMETRAVEL,
+        "verify",
+        "--bucket",
+        "nan:torch.collective.nonfinite",
+        "--db",
+        database,
+        "--workers",
+        "1",
+    ]
+    refused = subprocess.run(verify, capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert refused.returncode == 2
+    assert "pass --script PATH" in refused.stderr
+    fixed = tmp_path / "ddp_mlp_fixed.py"
+    fixed.write_text(DDP_MLP.read_text().replace('inputs[0, 0] = float("nan")', "pass"))
+    verified = subprocess.run(
+        [*verify, "--script", str(fixed), "--json"], capture_output=True, text=True, timeout=600, cwd=ROOT
+    )
+    assert verified.returncode == 0, verified.stderr
+    assert json.loads(verified.stdout)["fixed"] == 2
 
 
 def test_fsdp2_and_functional_collectives_run_through_the_simulator() -> None:

@@ -61,6 +61,12 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"re-run at most N seeds, the lowest first (default {SEEDS_MAX_DEFAULT:,})",
     )
+    parser.add_argument(
+        "--script",
+        metavar="PATH",
+        help="a torch bucket: the training script to run (your fixed version, say); a database never names "
+        "code to run, so a torch bucket needs it",
+    )
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.set_defaults(func=main)
 
@@ -89,6 +95,8 @@ def main(args: argparse.Namespace) -> int:
         jobs = bucket_jobs(
             database, bucket.scenario, bucket.signature, args.seed_timeout, args.seeds_max, scenario_target
         )
+    if bucket.scenario == "torch":
+        jobs = _with_script(jobs, args.script)
     progress = ProgressBar.for_terminal(len(jobs), f"verify {bucket.scenario}")
     result = verify_bucket(jobs, bucket.scenario, bucket.signature, LocalPool(args.workers), progress)
     if args.json:
@@ -96,6 +104,31 @@ def main(args: argparse.Namespace) -> int:
     else:
         _print_human(result)
     return EXIT_ALL_FIXED if result.fixed == result.seeds else EXIT_STILL_FAILING
+
+
+def _with_script(jobs: list[Any], script: str | None) -> list[Any]:
+    """The bucket's torch jobs running the script the user named (never the one the database names)."""
+    import dataclasses
+
+    from timetravel.farm.job import config_hash
+    from timetravel.scenarios import get_scenario
+    from timetravel.torch.scenario import authorize_script
+
+    if not script:
+        raise UsageError(
+            "this bucket runs a torch script: pass --script PATH (a database never names code to run)"
+        )
+    authorize_script(script)
+    scenario = get_scenario("torch")
+    named = []
+    for job in jobs:
+        settings = (
+            *(setting for setting in job.settings if not setting.startswith("script=")),
+            f"script={script}",
+        )
+        digest = config_hash(scenario.resolve_config(settings))
+        named.append(dataclasses.replace(job, settings=settings, config_hash=digest, scripts_named=(script,)))
+    return named
 
 
 def _print_human(result: Verification) -> None:
