@@ -90,12 +90,18 @@ def main(args: argparse.Namespace) -> int:
     command = reproduce_command(
         scenario.name, args.seed, args.settings, args.until, args.scenario_target, args.determinism
     )
-    if args.json:
+    return print_outcome(report, command, as_json=args.json)
+
+
+def print_outcome(report: dict[str, Any], command: str, *, as_json: bool) -> int:
+    """Print a run's report (one JSON object, or the human summary) and, for a failure, the command
+    that reproduces it (on stderr under --json); returns the exit code. Shared with torchrun."""
+    if as_json:
         print_json(report)
     else:
         _print_human(report)
     if report["outcome"] == "fail":
-        print(f"reproduce: {command}", file=sys.stderr if args.json else sys.stdout)
+        print(f"reproduce: {command}", file=sys.stderr if as_json else sys.stdout)
         return EXIT_SIMULATED_FAILURE
     return EXIT_PASS
 

@@ -13,11 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.common import UsageError
 from timetravel.torch.limits import NPROC_MAX
-
-EXIT_PASS = 0
-EXIT_SIMULATED_FAILURE = 1
 
 
 def register(subparsers: Any) -> None:
@@ -146,13 +143,6 @@ def main(args: argparse.Namespace) -> int:
             *map(shlex.quote, args.script_args),
         ]
     )
-    if args.json:
-        print_json(report)
-    else:
-        from timetravel.cli.run_command import _print_human
+    from timetravel.cli.run_command import print_outcome
 
-        _print_human(report)
-    if report["outcome"] == "fail":
-        print(f"reproduce: {command}", file=sys.stderr if args.json else sys.stdout)
-        return EXIT_SIMULATED_FAILURE
-    return EXIT_PASS
+    return print_outcome(report, command, as_json=args.json)

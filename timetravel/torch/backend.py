@@ -190,21 +190,25 @@ class SimulatedProcessGroup(dist.ProcessGroup):
     ) -> SimulatedWork:
         key, members = self._identity()
         self._sequence += 1
+        message = {"op": op, "group": key, "members": members, "seq": self._sequence, "opts": opts}
+        return self._call(message, inputs, deliver)
+
+    def _call(
+        self,
+        message: dict[str, Any],
+        inputs: list[torch.Tensor],
+        deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+    ) -> SimulatedWork:
+        """Post one call to the World (its inputs as raw bytes) and return its work at once."""
         rank_channel = channel()
         work_id = rank_channel.next_work_id()
-        rank_channel.post(
-            {
-                "kind": "call",
-                "id": work_id,
-                "op": op,
-                "group": key,
-                "members": members,
-                "seq": self._sequence,
-                "inputs": [tensor_to_wire(tensor) for tensor in inputs],
-                "opts": opts,
-                "timeout_ns": self._timeout_ns,
-            }
+        message.update(
+            kind="call",
+            id=work_id,
+            inputs=[tensor_to_wire(tensor) for tensor in inputs],
+            timeout_ns=self._timeout_ns,
         )
+        rank_channel.post(message)
         return SimulatedWork(work_id, deliver)
 
     # -- collectives -----------------------------------------------------------------------------
@@ -359,27 +363,17 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         source, destination = (me, other) if op == "send" else (other, me)
         pair = f"{key}:{source}>{destination}:{tag}"
         self._p2p_counts[pair] = self._p2p_counts.get(pair, 0) + 1
-        rank_channel = channel()
-        work_id = rank_channel.next_work_id()
-        rank_channel.post(
-            {
-                "kind": "call",
-                "id": work_id,
-                "op": op,
-                "group": key,
-                "members": members,
-                "seq": self._p2p_counts[pair],
-                "pair": pair,
-                "peer": other,
-                "inputs": [tensor_to_wire(tensor) for tensor in inputs],
-                "expect": [
-                    [_TORCH_DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape)] for t in shapes or []
-                ],
-                "opts": {"tag": tag},
-                "timeout_ns": self._timeout_ns,
-            }
-        )
-        return SimulatedWork(work_id, deliver)
+        message = {
+            "op": op,
+            "group": key,
+            "members": members,
+            "seq": self._p2p_counts[pair],
+            "pair": pair,
+            "peer": other,
+            "expect": [[_TORCH_DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape)] for t in shapes or []],
+            "opts": {"tag": tag},
+        }
+        return self._call(message, inputs, deliver)
 
 
 def _split(tensor: torch.Tensor, sizes: list[int] | None, parts: int) -> list[torch.Tensor]:
