@@ -18,6 +18,7 @@ from timetravel.explore.commands import CommandContext, render_text, run_line
 from timetravel.explore.explain_results import LINK_DETECTOR, LINK_FAULT, LINK_ROOT, LINK_WRITE
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
+from timetravel.scenarios.dp_training.params import DEMO_SEED
 
 LINES_MAX = 20
 
@@ -26,7 +27,7 @@ LINES_MAX = 20
 def demo(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
     scenario = get_scenario("dp_training")
     path = tmp_path_factory.mktemp("demo") / "demo.ttr"
-    report, world = record_run(scenario, scenario.resolve_config({"preset": "demo"}), 65, path)
+    report, world = record_run(scenario, scenario.resolve_config({"preset": "demo"}), DEMO_SEED, path)
     flip = next(record for record in world.faults if record["id"] == "f2")
     assert (flip["kind"], flip["target"], report["failure"]["node"]) == ("corrupt", "r3", "r3")
     flipped = [entry[-1] for entry in world.log if "flipped bit" in str(entry[-1]) and "f2" in str(entry[-1])]

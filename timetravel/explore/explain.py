@@ -144,7 +144,13 @@ class _Explainer:
                 _link_changes(detector)[:1],
             )
         )
-        self.inputs(detector, failure.get("node"))
+        node = failure.get("node")
+        sender = self.seqs.scheduled_by(detector.event.seq)
+        reporter = self.trace(sender).event.dst if sender is not None else None
+        if node and node not in (detector.event.dst, reporter) and self.onset(node, detector.number):
+            return  # the detector heard the last report from another rank (one merely a step ahead):
+            # the node the failure names went its own way first, and its onset is the cause
+        self.inputs(detector, node)
 
     def inputs(self, trace: EventTrace, failure_node: str | None) -> None:
         """Follow ``trace``'s unusual reads, else its messages, else stop at a root."""
@@ -257,7 +263,9 @@ class _Explainer:
             stayed,
             f"{node} alone: from here on its {', '.join(stayed)} unlike every peer's",
         )
-        self.add(dataclasses.replace(link, changes=self.unusual_changes(writer) or link.changes))
+        stayed_paths = {change.path for change in link.changes}
+        others = tuple(change for change in self.unusual_changes(writer) if change.path not in stayed_paths)
+        self.add(dataclasses.replace(link, changes=(*link.changes, *others)))
         self.inputs_of_onset(writer, node)
 
     def inputs_of_onset(self, writer: EventTrace, node: str) -> None:
