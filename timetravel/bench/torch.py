@@ -33,14 +33,23 @@ LOOP_CALLS = 200
 REPEATS = 3
 
 
+ATTEMPTS = 3
+"""Real gloo on torch 2.13 (CPU) aborts at teardown about one run in six ("terminate called without an
+active exception" after the script's last line): such a run is tried again, and only whole runs count."""
+
+
 def _command_s(command: list[str]) -> float:
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
-    started = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True, timeout=600, env=environment, cwd=ROOT)
-    wall_s = time.perf_counter() - started
-    if result.returncode != 0:
-        raise RuntimeError(f"{' '.join(command[:4])} failed: {result.stderr.strip()[-500:]}")
-    return wall_s
+    for _attempt in range(ATTEMPTS):
+        started = time.perf_counter()
+        result = subprocess.run(
+            command, capture_output=True, text=True, timeout=600, env=environment, cwd=ROOT
+        )
+        wall_s = time.perf_counter() - started
+        if result.returncode == 0:
+            return wall_s
+    last_line = (result.stderr.strip().splitlines() or ["no output"])[-1]
+    raise RuntimeError(f"{' '.join(command[2:4])} failed {ATTEMPTS} times: {last_line}")
 
 
 def _gloo(script: Path, *arguments: str) -> list[str]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 
 from timetravel.bench import get_suite, suite_names
@@ -22,7 +23,11 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    result = get_suite(args.suite)(quick=args.quick)
+    try:
+        result = get_suite(args.suite)(quick=args.quick)
+    except RuntimeError as error:  # a reference the suite starts (real torchrun, SimPy) failed
+        print(f"timetravel: bench {args.suite}: {error}", file=sys.stderr)
+        return 1
     if args.json:
         print_json(result)
     else:
