@@ -62,6 +62,15 @@ def register(subparsers: Any) -> None:
         help=f"re-run at most N seeds, the lowest first (default {SEEDS_MAX_DEFAULT:,})",
     )
     parser.add_argument(
+        "--set",
+        dest="settings",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="re-run with this config key changed (repeatable): prove a fix that is a setting "
+        "(launch=posix_spawn, bug=none) on every seed of the bucket",
+    )
+    parser.add_argument(
         "--script",
         metavar="PATH",
         help="a torch bucket: the training script to run (your fixed version, say); a database never names "
@@ -97,6 +106,8 @@ def main(args: argparse.Namespace) -> int:
         )
     if bucket.scenario == "torch":
         jobs = _with_script(jobs, args.script)
+    if args.settings:
+        jobs = _with_settings(jobs, args.settings)
     progress = ProgressBar.for_terminal(len(jobs), f"verify {bucket.scenario}")
     result = verify_bucket(jobs, bucket.scenario, bucket.signature, LocalPool(args.workers), progress)
     if args.json:
@@ -129,6 +140,21 @@ def _with_script(jobs: list[Any], script: str | None) -> list[Any]:
         digest = config_hash(scenario.resolve_config(settings))
         named.append(dataclasses.replace(job, settings=settings, config_hash=digest, scripts_named=(script,)))
     return named
+
+
+def _with_settings(jobs: list[Any], settings: list[str]) -> list[Any]:
+    """The bucket's jobs with ``--set`` keys applied after the sweep's own (checked before any run)."""
+    import dataclasses
+
+    from timetravel.farm.job import config_hash, resolve
+
+    changed = []
+    for job in jobs:
+        merged = (*job.settings, *settings)
+        scenario, _digest = resolve(job.scenario, job.scenario_target, tuple(job.settings))
+        digest = config_hash(scenario.resolve_config(merged))
+        changed.append(dataclasses.replace(job, settings=merged, config_hash=digest))
+    return changed
 
 
 def _print_human(result: Verification) -> None:
