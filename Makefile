@@ -20,7 +20,7 @@ tools:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && apt-get install -y -qq tmux >/dev/null; \
 	  else sudo apt-get update -qq && sudo apt-get install -y -qq tmux >/dev/null; fi; }
 
-# The demo: a 16-rank training job whose replicas drift apart after a bit flip at 975 ms (exit 1 is
+# The demo: a 16-rank training job whose replicas drift apart after a bit flip at 984.8 ms (exit 1 is
 # the expected failure; anything else means the demo seed needs re-finding: docs/scenarios/dp_training.md),
 # recorded, then opened in the time-travel debugger (a summary instead when stdout is not a terminal).
 # Once you have branched the demo recording, `make demo` refuses to record over it (the branches would
