@@ -9,19 +9,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from timetravel.explore.results import public_failure
+from timetravel.explore.results import DiffEntry, public_failure
 
-
-@dataclass(frozen=True)
-class StateChange:
-    """One change an event made: a path, the change kind and a one-line summary (old -> new)."""
-
-    path: str
-    change: str
-    summary: str
-
-    def to_data(self) -> dict[str, Any]:
-        return {"path": self.path, "change": self.change, "summary": self.summary}
+StateChange = DiffEntry
+"""One change an event made: a path, the change kind and a one-line summary (old -> new) — the same
+record a diff lists, so the front ends render both alike."""
 
 
 @dataclass(frozen=True)
