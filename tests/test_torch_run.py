@@ -328,6 +328,8 @@ def test_fuzz_sweeps_a_torch_script_and_verify_runs_only_the_script_you_name(tmp
             "--db",
             database,
             "--json",
+            "--record-failures",
+            str(tmp_path / "recs"),
         ],
         capture_output=True,
         text=True,
@@ -338,6 +340,9 @@ def test_fuzz_sweeps_a_torch_script_and_verify_runs_only_the_script_you_name(tmp
     summary = json.loads(result.stdout)
     assert summary["outcomes"] == {"fail": 2}
     assert list(summary["signatures"]) == ["nan:torch.collective.nonfinite"]
+    # the earliest failing seeds, recorded by workers that may run the script the command line named
+    recorded = summary["recordings"]
+    assert recorded and all(entry["path"] is not None for entry in recorded), recorded
     verify = [
         *TIMETRAVEL,
         "verify",
@@ -444,3 +449,42 @@ def test_a_script_written_for_gpus_runs_unchanged_and_its_inf_is_traced_to_the_r
     assert simulate(GPU_STYLE, 2, 0, "args=--steps 3")["outcome"] == "pass"
     failure = simulate(GPU_STYLE, 2, 0, "args=--steps 6 --bug nan_scale")["failure"]
     assert (failure["kind"], failure["node"]) == ("nan", "r1")
+
+
+@pytest.mark.slow
+def test_a_dask_sweep_runs_and_records_the_script_the_command_line_named(tmp_path: Path) -> None:
+    # Dask workers are not forked from the command: the script's opt-in travels in each job
+    result = subprocess.run(
+        [
+            *TIMETRAVEL,
+            "fuzz",
+            "torch",
+            "--set",
+            f"script={DDP_MLP}",
+            "--set",
+            "nproc=3",
+            "--set",
+            "args=--steps 9 --bug nan_data",
+            "--set",
+            "rank_output=quiet",
+            "--seeds",
+            "0:2",
+            "--dask",
+            "local",
+            "--no-swarm",
+            "--db",
+            str(tmp_path / "d.db"),
+            "--json",
+            "--record-failures",
+            str(tmp_path / "recs"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=ROOT,
+    )
+    summary = json.loads(result.stdout)
+    assert summary["outcomes"] == {"fail": 2}, result.stderr[-2000:]
+    assert summary["recordings"] and all(entry["path"] for entry in summary["recordings"]), summary[
+        "recordings"
+    ]

@@ -101,13 +101,18 @@ def resolve(scenario_name: str, target: str | None, settings: tuple[str, ...]) -
     return scenario, config_hash(scenario.resolve_config(settings))
 
 
-def run_seed(job: SeedJob) -> dict[str, Any]:
-    """Run one seed without recording and return its row (every field of ``ROW_FIELDS``)."""
+def authorize_named_scripts(job: SeedJob) -> None:
+    """In a worker: the scripts the planning command line named may run here (a torch sweep)."""
     if job.scripts_named:
         from timetravel.torch.scenario import authorize_script
 
         for path in job.scripts_named:
             authorize_script(path)
+
+
+def run_seed(job: SeedJob) -> dict[str, Any]:
+    """Run one seed without recording and return its row (every field of ``ROW_FIELDS``)."""
+    authorize_named_scripts(job)
     scenario, resolved_hash = resolve(job.scenario, job.scenario_target, job.settings)
     if resolved_hash != job.config_hash:
         raise WorkerMismatchError(
