@@ -304,27 +304,33 @@ def test_a_torch_recording_opens_for_inspection_but_never_runs_its_script(tmp_pa
     assert len(replayed.stderr.strip().splitlines()) == 1
 
 
+NAN_DATA_SWEEP = [
+    *TIMETRAVEL,
+    "fuzz",
+    "torch",
+    "--set",
+    f"script={DDP_MLP}",
+    "--set",
+    "nproc=3",
+    "--set",
+    "args=--steps 9 --bug nan_data",
+    "--set",
+    "rank_output=quiet",
+    "--seeds",
+    "0:2",
+    "--no-swarm",
+]
+"""Two seeds of the DDP example with its NaN planted on rank 2: both fail, in one bucket."""
+
+
 @pytest.mark.slow
 def test_fuzz_sweeps_a_torch_script_and_verify_runs_only_the_script_you_name(tmp_path: Path) -> None:
     database = str(tmp_path / "f.db")
     result = subprocess.run(
         [
-            *TIMETRAVEL,
-            "fuzz",
-            "torch",
-            "--set",
-            f"script={DDP_MLP}",
-            "--set",
-            "nproc=3",
-            "--set",
-            "args=--steps 9 --bug nan_data",
-            "--set",
-            "rank_output=quiet",
-            "--seeds",
-            "0:2",
+            *NAN_DATA_SWEEP,
             "--workers",
             "1",
-            "--no-swarm",
             "--db",
             database,
             "--json",
@@ -456,22 +462,9 @@ def test_a_dask_sweep_runs_and_records_the_script_the_command_line_named(tmp_pat
     # Dask workers are not forked from the command: the script's opt-in travels in each job
     result = subprocess.run(
         [
-            *TIMETRAVEL,
-            "fuzz",
-            "torch",
-            "--set",
-            f"script={DDP_MLP}",
-            "--set",
-            "nproc=3",
-            "--set",
-            "args=--steps 9 --bug nan_data",
-            "--set",
-            "rank_output=quiet",
-            "--seeds",
-            "0:2",
+            *NAN_DATA_SWEEP,
             "--dask",
             "local",
-            "--no-swarm",
             "--db",
             str(tmp_path / "d.db"),
             "--json",
