@@ -256,6 +256,8 @@ class Session:
         self._batch_firsts = [batch.first for batch in self._batches]
         self._end = self._find_end()
         self.info = self._info()
+        factory = getattr(scenario, "world_source", None)
+        self.source: Any = factory(self) if factory is not None else None
         self.world: World = reader.restore(self._manifests[0], full_check=True)
         self.last_replay_events = 0
 
@@ -285,6 +287,8 @@ class Session:
             raise
 
     def close(self) -> None:
+        if self.source is not None:
+            self.source.close()
         self.reader.close()
 
     def reload(self) -> None:
@@ -440,6 +444,8 @@ class Session:
         if t_ns < 0:
             return self.goto_event(0)
         position = bisect.bisect_right([m.t_ns for m in self._manifests], t_ns) - 1
+        while position > 0 and self.source is not None and not self.source.can_start_at(self._manifests[position]):
+            position -= 1
         snapshot = self._manifests[max(position, 0)]
         world = self.world
         if not (world.t_ns <= t_ns and world.events_processed >= snapshot.events and not world.failures):
@@ -454,6 +460,8 @@ class Session:
             return self._to_end()
         number = max(number, 0)
         position = bisect.bisect_right([m.events for m in self._manifests], number) - 1
+        while position > 0 and self.source is not None and not self.source.can_start_at(self._manifests[position]):
+            position -= 1
         snapshot = self._manifests[max(position, 0)]
         world = self.world
         if not (snapshot.events <= world.events_processed <= number and not world.failures):
@@ -490,8 +498,9 @@ class Session:
     def _replay(self, world: World, *, until_ns: int | None, events_max: int) -> None:
         """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain."""
         verifier = ChainVerifier(self.reader, self._batches, self.cause_if_mismatch)
-        simulation = Simulation(
-            self.scenario,
+        make = Simulation if self.source is None else self.source.simulation
+        simulation = make(
+            *(() if self.source is not None else (self.scenario,)),
             world,
             overrides=self._overrides_at(world.events_processed),
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),

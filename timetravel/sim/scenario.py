@@ -157,6 +157,10 @@ class Scenario:
     determinism: str = MODE_DEFAULT
     """The determinism guard's mode for this scenario's handlers: virtualize, forbid or off
     (``Simulation(determinism=...)`` and ``--determinism`` override it; docs/determinism.md)."""
+    world_source: Callable[[Any], Any] | None = None
+    """For scenarios whose worlds own external processes (the torch scenario's ranks): called with
+    a Session, returns the source it restores and re-executes worlds through
+    (explore/world_source.py). None: plain-data worlds, restored and re-run by the kernel."""
 
     def __post_init__(self) -> None:
         check_mode(self.determinism)

@@ -39,6 +39,7 @@ def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
         "steps_checked": 0,
         "restarts": 0,
         "incarnation": 0,
+        "deliveries": {},
     }
 
 
@@ -278,15 +279,17 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
     t_release = max([ctx.now, *(result["t_ns"] for result in results.values())])
     from timetravel.torch.scenario import _driver
 
-    _driver(ctx).send(
-        rank,
-        {
-            "kind": "result",
-            "t_ns": t_release,
-            "results": {work: result["outputs"] for work, result in results.items()},
-        },
-    )
-    ctx.deliver(t_release, f"r{rank}", "poll", state["incarnation"])
+    state["deliveries"][str(rank)] = number = state["deliveries"].get(str(rank), 0) + 1
+    message = {
+        "kind": "result",
+        "t_ns": t_release,
+        "results": {work: result["outputs"] for work, result in results.items()},
+    }
+    _driver(ctx).offer(rank, number, message)
+    # the result travels in the poll event itself: a world restored between now and then still
+    # holds it, and hands it to a rank resumed from a checkpoint (torch/checkpoints.py)
+    poll = {"incarnation": state["incarnation"], "delivery": number, "result": message}
+    ctx.deliver(t_release, f"r{rank}", "poll", poll)
 
 
 # -- steps, exits, hangs ----------------------------------------------------------------------------

@@ -35,6 +35,11 @@ class Channel:
         """Send and wait for the coordinator's reply; the clock moves to the reply's time."""
         self.post(message)
         reply = receive_message(self.sock)
+        while reply.get("kind") == "checkpoint":  # a quiescent point: fork a copy, then keep waiting
+            from timetravel.torch import rank_checkpoint
+
+            rank_checkpoint.take(self, reply)
+            reply = receive_message(self.sock)
         if reply.get("kind") == "stop":
             raise StopRank()
         self.clock.set(max(self.clock.now_ns(), int(reply["t_ns"])))

@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+from collections.abc import Callable
 from typing import Any, TextIO
 
 from timetravel.torch.limits import RANK_START_TIMEOUT_S
@@ -86,6 +87,11 @@ class Zygote:
 
 _zygote: Zygote | None = None
 _active: RankDriver | None = None
+lockstep = [False]
+"""When set, a result reaches its rank at the rank's ``poll`` event, never earlier: every moment
+between two events is then quiescent (each rank blocked in a wait, nothing in flight), which rank
+checkpoints need. A run without checkpoints sends results as soon as the World knows them, so
+ranks compute in parallel; the World is the same bits either way (the result is in the event)."""
 
 
 def zygote() -> Zygote:
@@ -99,6 +105,25 @@ def active() -> RankDriver | None:
     return _active
 
 
+_attachments: dict[int, tuple[Any, Callable[[], RankDriver]]] = {}
+"""World id -> (the world, how to bring up its ranks): registered by the torch world source for a
+world whose ranks must come from a checkpoint; consumed when a handler first needs them."""
+ATTACHMENTS_MAX = 256
+
+
+def attach(world: Any, bring_up: Callable[[], RankDriver]) -> None:
+    if len(_attachments) >= ATTACHMENTS_MAX:
+        _attachments.pop(next(iter(_attachments)))
+    _attachments[id(world)] = (world, bring_up)
+
+
+def take_attachment(world: Any) -> Callable[[], RankDriver] | None:
+    entry = _attachments.pop(id(world), None)
+    if entry is None or entry[0] is not world:
+        return None
+    return entry[1]
+
+
 class RankDriver:
     """The live rank processes of one run; see the module docstring."""
 
@@ -110,24 +135,58 @@ class RankDriver:
         """Which world this driver serves (the kernel runs one at a time; a new world gets new ranks)."""
         self.pids: dict[int, int] = {}
         self.sockets: dict[int, socket.socket] = {}
+        self.delivered: dict[int, int] = {}
+        """Per rank: the number of the last result its process has received."""
         self.folder = tempfile.mkdtemp(prefix="timetravel-ranks-")
         self.address = os.path.join(self.folder, "coordinator.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         self.listener.bind(self.address)
         self.listener.listen(len(specs))
 
-    def start(self) -> None:
+    def start(self, spawn: bool = True) -> None:
+        """Become the live driver; ``spawn=False`` for ranks resumed from checkpoints instead."""
         global _active
         if _active is not None and _active is not self:
             _active.stop()
         _active = self
-        self._spawn()
+        if spawn:
+            self._spawn()
+
+    def accept_resumed(self, ranks: list[int], token: int) -> None:
+        """Take the channels of ranks resumed from checkpoint set ``token`` (checkpoints.py)."""
+        self.listener.settimeout(RANK_START_TIMEOUT_S)
+        for _ in ranks:
+            try:
+                connection, _address = self.listener.accept()
+            except TimeoutError:
+                raise RankStartError("a resumed rank did not connect to the coordinator in time") from None
+            connection.settimeout(RANK_START_TIMEOUT_S)
+            hello = receive_message(connection)
+            connection.settimeout(None)
+            if hello.get("resumed") != token or int(hello["rank"]) not in ranks:
+                connection.close()
+                raise RankStartError(f"an unexpected rank connected while resuming: {hello.get('rank')}")
+            self.sockets[int(hello["rank"])] = connection
+            self.pids[int(hello["rank"])] = int(hello["pid"])
+
+    def offer(self, rank: int, number: int, message: dict[str, Any]) -> None:
+        """Result number ``number`` is known: send it now unless in lockstep (see ``lockstep``)."""
+        if not lockstep[0]:
+            self.deliver(rank, number, message)
+
+    def deliver(self, rank: int, number: int, message: dict[str, Any]) -> None:
+        """Make sure the rank's process has result ``number`` (sent once, whoever asks first)."""
+        if self.delivered.get(rank, 0) >= number:
+            return
+        self.delivered[rank] = number
+        self.send(rank, message)
 
     def restart(self, specs: list[dict[str, Any]]) -> None:
         """Kill every rank and fork them again from ``specs`` (a torchelastic restart)."""
         for rank in list(self.pids):
             self.kill(rank)
         self.pids.clear()
+        self.delivered.clear()
         self.specs = specs
         self._spawn()
 
@@ -201,6 +260,9 @@ def stop_active() -> None:
 
 def _stop_everything() -> None:
     stop_active()
+    from timetravel.torch.checkpoints import close_keeper
+
+    close_keeper()
     if _zygote is not None:
         _zygote.close()
 

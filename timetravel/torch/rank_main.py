@@ -25,6 +25,18 @@ from timetravel.torch.limits import OUTPUT_LINE_CHARS_MAX, TRACEBACK_CHARS_MAX
 from timetravel.torch.wire import send_message
 
 _PR_SET_PDEATHSIG = 1
+_PR_SET_CHILD_SUBREAPER = 36
+
+
+def become_subreaper() -> None:
+    """Orphans below this process (rank checkpoints, after their double fork) become its children."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass
 
 
 def die_with_parent() -> None:
@@ -71,6 +83,9 @@ def run_rank(spec: dict[str, Any]) -> None:
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
     die_with_parent()
+    from timetravel.torch.rank_checkpoint import remember_zygote
+
+    remember_zygote(os.getppid())
     os.environ.clear()
     os.environ.update(spec["env"])
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -88,12 +88,18 @@ def _watch_forks(rank_channel: Channel) -> None:
     import sys
     import traceback
 
+    from timetravel.torch.rank_checkpoint import forking
+
     def before_fork() -> None:
+        if forking[0]:
+            return  # a checkpoint of this rank, not the script's fork
         if dist.is_initialized():
             where = "".join(traceback.format_stack(limit=6)[:-1])
             rank_channel.post({"kind": "warning", "name": "fork_after_init", "detail": where[-2000:]})
 
     def in_child() -> None:
+        if forking[0]:
+            return
         backend.unbind()
         sys.stdout = os.fdopen(os.dup(2), "w", buffering=1)
         sys.stderr = sys.stdout

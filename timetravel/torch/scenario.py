@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 from timetravel.fabric.params import FABRIC_PARAMS
 from timetravel.sim.context import Context
 from timetravel.sim.event import Event
@@ -178,12 +180,34 @@ def build(config: dict[str, Any], seed: int) -> World:
     world.faults = parse_faults(config["faults"], ranks)
     world.fabric = {"fault_hits": {}}
     for rank in range(ranks):
-        world.add_node(f"r{rank}", "rank", {"status": "new", "t_ns": 0, "calls": 0, "incarnation": 0})
+        world.add_node(f"r{rank}", "rank", _rank_state(0, 0))
     digest = script_digest(str(script)) if script is not None else config["function"]
     world.add_node(C10D_NODE, "collectives", c10d.initial_state(ranks, digest))
     for rank in range(ranks):
         world.schedule(0, f"r{rank}", "poll", 0)
     return world
+
+
+def _rank_state(t_ns: int, incarnation: int) -> dict[str, Any]:
+    """A rank node: where its process is, and a digest of everything the World ever handed it.
+
+    ``received`` chains every result delivered to this incarnation, so two worlds with the same
+    state hash also gave their rank processes the same inputs: a rank checkpoint taken at one
+    of them is valid for the other (the process is a deterministic function of its inputs)."""
+    return {
+        "status": "new",
+        "t_ns": t_ns,
+        "calls": 0,
+        "incarnation": incarnation,
+        "delivered": 0,
+        "received": "",
+    }
+
+
+def received_digest(previous: str, result: dict[str, Any]) -> str:
+    from timetravel.sim.encoding import pack
+
+    return xxhash.xxh3_64_hexdigest(previous.encode() + pack(result))
 
 
 def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dict[str, Any]]:
@@ -246,26 +270,63 @@ def set_rank_output(stream: Any) -> None:
 
 
 def _driver(ctx: Context) -> Any:
+    """The live ranks of this world: already bound, resumed from a checkpoint, or started fresh."""
     from timetravel.torch import driver
 
     live = driver.active()
-    if live is None or live.run_token != id(ctx.world):
-        config = ctx.world.config
-        stream = None if config["rank_output"] == "quiet" else (_output_stream or sys.stdout)
-        live = driver.RankDriver(
-            rank_specs(config, ctx.world.seed), output=stream, stuck_timeout_s=config["stuck_timeout"]
+    if live is not None and live.run_token == id(ctx.world):
+        return live
+    attached = driver.take_attachment(ctx.world)
+    if attached is not None:
+        return attached()
+    if any(state["status"] != "new" for state in _rank_states(ctx.world)):
+        raise driver.RankStartError(
+            f"no rank processes for this world at #{ctx.world.events_processed}: its ranks already ran, "
+            "and nothing can resume them here (re-execute from the start, or from a checkpoint)"
         )
-        live.run_token = id(ctx.world)
-        live.start()
+    return new_driver(ctx.world, spawn=True)
+
+
+def new_driver(world: World, *, spawn: bool) -> Any:
+    """A RankDriver bound to ``world`` (``spawn=False``: the caller resumes ranks into it)."""
+    from timetravel.torch import driver
+
+    config = world.config
+    stream = None if config["rank_output"] == "quiet" else (_output_stream or sys.stdout)
+    restarts = world.nodes[C10D_NODE]["restarts"]
+    live = driver.RankDriver(
+        rank_specs(config, world.seed, restarts), output=stream, stuck_timeout_s=config["stuck_timeout"]
+    )
+    live.run_token = id(world)
+    live.start(spawn=spawn)
     return live
+
+
+def _rank_states(world: World) -> list[dict[str, Any]]:
+    return [world.nodes[f"r{rank}"] for rank in range(world.nodes[C10D_NODE]["ranks"])]
+
+
+def rank_key(world: World) -> str:
+    """What the rank processes of ``world`` are: the seed and, per rank, its incarnation and the
+    digest of every result handed to it (see :func:`_rank_state`). Config that a branch may change
+    is not part of it: until a change reaches a rank as a different result, the process is the same."""
+    parts = [str(world.seed), str(world.nodes[C10D_NODE]["script_sha256"])]
+    for state in _rank_states(world):
+        parts.append(f"{state['incarnation']}:{state['delivered']}:{state['received']}:{state['status']}")
+    return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
 
 def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     """Read the rank's calls until it blocks; each becomes an event at its logical time."""
     rank = int(ctx.node[1:])
-    if event.payload != state["incarnation"]:
+    poll = event.payload if isinstance(event.payload, dict) else {"incarnation": event.payload}
+    if poll["incarnation"] != state["incarnation"]:
         return  # a poll of a rank process a restart has replaced
     live = _driver(ctx)
+    if "result" in poll:
+        live.deliver(rank, poll["delivery"], poll["result"])
+        state["delivered"] = poll["delivery"]
+        state["received"] = received_digest(state["received"], poll["result"])
     state["status"] = "running"
     state["t_ns"] = max(state["t_ns"], ctx.now)
     while True:
@@ -321,7 +382,7 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 def on_restart(state: dict[str, Any], event: Event, ctx: Context) -> None:
     """A torchelastic restart reached this rank: a fresh process, a fresh state, then run it."""
-    state.update(status="new", t_ns=ctx.now, calls=0, incarnation=event.payload)
+    state.update(_rank_state(ctx.now, event.payload))
     on_poll(state, event, ctx)
 
 
@@ -352,6 +413,12 @@ def summarize(world: World) -> dict[str, Any]:
     }
 
 
+def _torch_worlds(session: Any) -> Any:
+    from timetravel.torch.world_source import TorchWorlds
+
+    return TorchWorlds(session)
+
+
 SCENARIO = Scenario(
     name="torch",
     summary="your torch.distributed script as N ranks: time, network, arrival order and faults from the World",
@@ -364,4 +431,5 @@ SCENARIO = Scenario(
     on_end=on_end,
     summarize=summarize,
     determinism=MODE_OFF,
+    world_source=_torch_worlds,
 )

@@ -39,9 +39,10 @@ def write_frame(stream: BinaryIO, value: Any) -> None:
 
 
 def main() -> None:
-    from timetravel.torch.rank_main import die_with_parent
+    from timetravel.torch.rank_main import become_subreaper, die_with_parent
 
     die_with_parent()
+    become_subreaper()  # rank checkpoints are handed to the zygote (rank_checkpoint.py)
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # reap ranks automatically
     requests, replies = sys.stdin.buffer, sys.stdout.buffer

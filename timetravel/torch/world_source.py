@@ -1,0 +1,259 @@
+"""The torch world source: worlds whose ranks are processes, rewound by fork checkpoints.
+
+A Session re-executes a recording by restoring a World snapshot and running the kernel from it.
+For the ``torch`` scenario that is not enough: the World's rank nodes stand for processes running
+the user's script, and those must be exactly where the snapshot says. :class:`TorchWorlds` is the
+session's world source for such recordings (explore/world_source.py defines the seam): it
+
+* runs every re-execution in **lockstep** (a result reaches its rank at the rank's poll), so the
+  moment between two events is quiescent and rank processes can be forked there;
+* keeps **checkpoints** — a forked copy of every live rank (checkpoints.py) — at the recording's
+  snapshot points it re-executes through, and at the end of every seek (where branches and
+  fan-outs copy the cursor's world from), keyed by :func:`scenario.rank_key` (what the processes
+  have been handed, which is what they are);
+* attaches a world to ranks **resumed** from the matching checkpoint when a handler first needs
+  them, or, when none is kept (a recording opened in a new process), **rebuilds** them by
+  deterministic re-execution from the nearest earlier checkpoint or from the start, as rr does;
+* bounds the live checkpoints (``checkpoints_max``, from a byte budget and the measured private
+  memory of the first set) and thins them exponentially towards the past.
+
+It imports nothing from explore/: the Session is passed in and used through its public methods.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from typing import Any
+
+from timetravel.sim.kernel import STOP_MAX_EVENTS, STOP_UNTIL, RunResult, Simulation
+from timetravel.sim.world import World
+from timetravel.torch import checkpoints, driver, scenario
+
+CHECKPOINT_BYTES_BUDGET_DEFAULT = 2 * 1024**3
+"""Private memory all live checkpoints of a session may hold (TIMETRAVEL_CHECKPOINT_BYTES)."""
+CHECKPOINTS_MAX_CEILING = 64
+CHECKPOINTS_MIN = 2
+
+
+@dataclass
+class KeptCheckpoint:
+    events: int
+    t_ns: int
+    state_hash: str
+    rank_key: str
+    ranks: checkpoints.RankCheckpoints
+
+
+class _NullOutput:
+    """Where re-executed ranks' output goes: it was shown when the run was recorded."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def budget_bytes() -> int:
+    text = os.environ.get("TIMETRAVEL_CHECKPOINT_BYTES", "")
+    return int(text) if text.isdigit() and int(text) > 0 else CHECKPOINT_BYTES_BUDGET_DEFAULT
+
+
+class TorchWorlds:
+    """The world source of a torch recording's Session; see the module docstring."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.kept: list[KeptCheckpoint] = []
+        self.checkpoints_max: int | None = None
+        """Derived from the budget once the first set's size is known (None until then)."""
+        self.reexecuted_events = 0
+        self.refused: str | None = None
+        """Why the last checkpoint was refused (threads, shared memory), if one was."""
+        driver.lockstep[0] = True
+        scenario.set_rank_output(_NullOutput())
+
+    # -- the seam ----------------------------------------------------------------------------------
+
+    def restore(self, manifest: Any, full_check: bool = False) -> World:
+        return self.session.reader.restore(manifest, full_check=full_check)
+
+    def can_start_at(self, manifest: Any) -> bool:
+        """From the start, or from a snapshot with a live checkpoint of its ranks."""
+        return manifest.events == 0 or self._find(manifest.events, manifest.state_hash) is not None
+
+    def simulation(self, world: World, **options: Any) -> Simulation:
+        self._attach(world)
+        return CheckpointingSimulation(self, self.session.scenario, world, **options)
+
+    def close(self) -> None:
+        for kept in self.kept:
+            checkpoints.keeper().discard(kept.ranks)
+        self.kept.clear()
+        driver.stop_active()
+        driver.lockstep[0] = False
+        scenario.set_rank_output(None)
+
+    def memory(self) -> dict[str, Any]:
+        """What the live checkpoints hold: sets, processes, private bytes (USS), the bound."""
+        return {
+            "checkpoints": len(self.kept),
+            "checkpoints_max": self.checkpoints_max,
+            "processes": sum(len(kept.ranks.ranks) for kept in self.kept),
+            "uss_bytes": sum(kept.ranks.uss_bytes for kept in self.kept),
+            "budget_bytes": budget_bytes(),
+            "reexecuted_events": self.reexecuted_events,
+            "refused": self.refused,
+        }
+
+    # -- attaching a world to its ranks ------------------------------------------------------------
+
+    def _attach(self, world: World) -> None:
+        live = driver.active()
+        if live is not None and live.run_token == id(world):
+            return
+        if all(state["status"] == "new" for state in scenario._rank_states(world)):
+            return  # nothing ran yet: fresh ranks, started by the first handler that needs them
+        key = scenario.rank_key(world)
+        driver.attach(world, lambda: self._bring_up(world, key))
+
+    def _bring_up(self, world: World, key: str) -> Any:
+        kept = self._find_key(key)
+        if kept is None:
+            kept = self._rebuild(world, key)
+        live = scenario.new_driver(world, spawn=False)
+        try:
+            checkpoints.keeper().resume(kept.ranks, live)
+        except (checkpoints.CheckpointUnusable, driver.RankStartError):
+            self._forget(kept)
+            live.stop()
+            kept = self._rebuild(world, key)
+            live = scenario.new_driver(world, spawn=False)
+            checkpoints.keeper().resume(kept.ranks, live)
+        return live
+
+    def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
+        """Re-execute this branch from the nearest earlier start up to ``world``'s event, and keep a
+        checkpoint there. The replayed world must reach the same rank key, or nothing is resumed."""
+        target = world.events_processed
+        start = self._start_manifest(target)
+        replayed = self.session.reader.restore(start)
+        simulation = self.simulation(replayed, overrides=self.session.overrides_at(start.events))
+        simulation.run(max_events=target - start.events)
+        self.reexecuted_events += replayed.events_processed - start.events
+        kept = self._find_key(key)
+        if kept is None:
+            raise driver.RankStartError(
+                f"re-executing to #{target} did not reach the ranks this world describes "
+                f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
+            )
+        return kept
+
+    def _start_manifest(self, events: int) -> Any:
+        manifests = [m for m in self.session.snapshots_info if m.events <= events and not m.final]
+        usable = [m for m in manifests if self.can_start_at(m)]
+        return max(usable, key=lambda m: m.events)
+
+    # -- keeping checkpoints -------------------------------------------------------------------------
+
+    def keep(self, world: World) -> None:
+        """Fork the live ranks of ``world`` now, if they are quiescent and not kept already."""
+        live = driver.active()
+        if live is None or live.run_token != id(world) or world.failures:
+            return
+        states = scenario._rank_states(world)
+        if any(state["status"] not in ("waiting", "exited", "crashed") for state in states):
+            return  # a rank that has not been polled yet still holds unread messages
+        key = scenario.rank_key(world)
+        if self._find_key(key) is not None:
+            return
+        waiting = [rank for rank, state in enumerate(states) if state["status"] == "waiting"]
+        try:
+            ranks = checkpoints.keeper().take(live, waiting)
+        except checkpoints.CheckpointUnusable as error:
+            self.refused = str(error)
+            return
+        kept = KeptCheckpoint(world.events_processed, world.t_ns, world.state_hash(), key, ranks)
+        self.kept.append(kept)
+        if self.checkpoints_max is None and ranks.uss_bytes:
+            self.checkpoints_max = max(
+                CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // ranks.uss_bytes)
+            )
+        self._thin()
+
+    def _thin(self) -> None:
+        """Drop checkpoints until the bound holds: keep the newest, and space the rest
+        exponentially towards the past (drop the one whose loss leaves the smallest gap for its age)."""
+        bound = self.checkpoints_max or CHECKPOINTS_MAX_CEILING
+        while len(self.kept) > bound:
+            ordered = sorted(self.kept, key=lambda kept: kept.events)
+            newest = ordered[-1].events
+            best, best_cost = None, None
+            for index in range(len(ordered) - 1):
+                before = ordered[index - 1].events if index else 0
+                after = ordered[index + 1].events
+                age = max(newest - ordered[index].events, 1)
+                cost = (after - before) / age
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = ordered[index], cost
+            assert best is not None
+            self._forget(best)
+
+    def _forget(self, kept: KeptCheckpoint) -> None:
+        checkpoints.keeper().discard(kept.ranks)
+        if kept in self.kept:
+            self.kept.remove(kept)
+
+    def _find(self, events: int, state_hash: str) -> KeptCheckpoint | None:
+        for kept in self.kept:
+            if kept.events == events and kept.state_hash == state_hash:
+                return self._alive(kept)
+        return None
+
+    def _find_key(self, key: str) -> KeptCheckpoint | None:
+        for kept in self.kept:
+            if kept.rank_key == key:
+                return self._alive(kept)
+        return None
+
+    def _alive(self, kept: KeptCheckpoint) -> KeptCheckpoint | None:
+        if kept.ranks.alive():
+            return kept
+        self._forget(kept)  # killed by the user or the OOM killer: rebuilt by re-execution instead
+        return None
+
+
+class CheckpointingSimulation(Simulation):
+    """A Simulation that keeps rank checkpoints at the recording's snapshot points it passes and
+    where it stops. Runs that pause (steppers, recorders) keep their own rhythm and no checkpoints."""
+
+    def __init__(self, source: TorchWorlds, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.source = source
+
+    def run(
+        self,
+        until_ns: int | None = None,
+        max_events: int | None = None,
+        *,
+        pause_every_events: int | None = None,
+        on_pause: Any = None,
+    ) -> RunResult:
+        if pause_every_events or on_pause is not None:
+            return super().run(until_ns, max_events, pause_every_events=pause_every_events, on_pause=on_pause)
+        world = self.world
+        limit = None if max_events is None else world.events_processed + max_events
+        boundaries = sorted({m.events for m in self.source.session.snapshots_info if not m.final})
+        while True:
+            following = [b for b in boundaries if b > world.events_processed and (limit is None or b < limit)]
+            segment_end = following[0] if following else limit
+            budget = None if segment_end is None else segment_end - world.events_processed
+            result = super().run(until_ns, budget)
+            at_boundary = result.stop == STOP_MAX_EVENTS and world.events_processed == segment_end
+            if at_boundary and following:
+                self.source.keep(world)
+                continue
+            if result.stop in (STOP_MAX_EVENTS, STOP_UNTIL):
+                self.source.keep(world)  # where a seek stops, branches and fan-outs copy the world
+            return result
