@@ -118,7 +118,7 @@ def _record(
 
     path = args.record or default_recording_path(scenario.name, args.seed)
     check_output_path(path)
-    interval = args.snapshot_every or SNAPSHOT_EVERY_EVENTS_DEFAULT
+    interval = args.snapshot_every or scenario.snapshot_every_events or SNAPSHOT_EVERY_EVENTS_DEFAULT
     try:
         report, _world = record_run(
             scenario,

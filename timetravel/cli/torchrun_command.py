@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import UsageError
-from timetravel.torch.limits import NPROC_MAX
+from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
 def register(subparsers: Any) -> None:
@@ -72,6 +72,14 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
     parser.add_argument(
+        "--snapshot-every",
+        type=int,
+        metavar="N",
+        default=SNAPSHOT_EVERY_EVENTS_TORCH,
+        help=f"with --record: a snapshot every N events (default {SNAPSHOT_EVERY_EVENTS_TORCH}; a seek "
+        "re-executes at most N events from the nearest rank checkpoint)",
+    )
+    parser.add_argument(
         "--json",
         action="store_true",
         help="print one JSON object (the keys of run --json); rank output goes to stderr",
@@ -121,8 +129,13 @@ def main(args: argparse.Namespace) -> int:
     try:
         if args.record:
             from timetravel.recording import record_run
+            from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_MIN
 
-            report, _world = record_run(scenario, config, args.seed, args.record)
+            if args.snapshot_every < SNAPSHOT_EVERY_EVENTS_MIN:
+                raise UsageError(f"--snapshot-every must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+            report, _world = record_run(
+                scenario, config, args.seed, args.record, snapshot_every_events=args.snapshot_every
+            )
         else:
             report, _world = run_report(scenario, config, args.seed)
     finally:

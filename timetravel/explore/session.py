@@ -444,7 +444,11 @@ class Session:
         if t_ns < 0:
             return self.goto_event(0)
         position = bisect.bisect_right([m.t_ns for m in self._manifests], t_ns) - 1
-        while position > 0 and self.source is not None and not self.source.can_start_at(self._manifests[position]):
+        while (
+            position > 0
+            and self.source is not None
+            and not self.source.can_start_at(self._manifests[position])
+        ):
             position -= 1
         snapshot = self._manifests[max(position, 0)]
         world = self.world
@@ -460,7 +464,11 @@ class Session:
             return self._to_end()
         number = max(number, 0)
         position = bisect.bisect_right([m.events for m in self._manifests], number) - 1
-        while position > 0 and self.source is not None and not self.source.can_start_at(self._manifests[position]):
+        while (
+            position > 0
+            and self.source is not None
+            and not self.source.can_start_at(self._manifests[position])
+        ):
             position -= 1
         snapshot = self._manifests[max(position, 0)]
         world = self.world

@@ -157,6 +157,9 @@ class Scenario:
     determinism: str = MODE_DEFAULT
     """The determinism guard's mode for this scenario's handlers: virtualize, forbid or off
     (``Simulation(determinism=...)`` and ``--determinism`` override it; docs/determinism.md)."""
+    snapshot_every_events: int | None = None
+    """The snapshot interval its recordings want by default (None: the recorder's 8192). A seek
+    re-executes up to this many events; the torch scenario's events run user code, so it asks less."""
     world_source: Callable[[Any], Any] | None = None
     """For scenarios whose worlds own external processes (the torch scenario's ranks): called with
     a Session, returns the source it restores and re-executes worlds through

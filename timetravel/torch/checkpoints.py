@@ -43,6 +43,9 @@ class RankCheckpoints:
 
     token: int
     ranks: dict[int, RankCheckpoint] = field(default_factory=dict)
+    fresh: list[int] = field(default_factory=list)
+    """Ranks not polled yet: nothing to fork (their unread first messages would be lost); a resume
+    starts them again from the zygote, which is what they are — a function of their spec."""
     delivered: dict[int, int] = field(default_factory=dict)
     """Per rank: how many results the process had received (the World's count at that moment)."""
     uss_bytes: int = 0
@@ -97,10 +100,12 @@ class CheckpointKeeper:
         self.tokens = 0
         self.live: dict[int, RankCheckpoints] = {}
 
-    def take(self, driver: Any, ranks: list[int]) -> RankCheckpoints:
-        """Fork ``ranks`` of ``driver`` (each blocked in a wait: the caller knows it is)."""
+    def take(self, driver: Any, ranks: list[int], fresh: list[int]) -> RankCheckpoints:
+        """Fork ``ranks`` of ``driver`` (each blocked in a wait: the caller knows it is); ``fresh``
+        ranks have not run yet and are started anew on resume."""
         self.tokens += 1
-        taken = RankCheckpoints(self.tokens, delivered={rank: driver.delivered.get(rank, 0) for rank in ranks})
+        delivered = {rank: driver.delivered.get(rank, 0) for rank in ranks}
+        taken = RankCheckpoints(self.tokens, fresh=list(fresh), delivered=delivered)
         for rank in ranks:
             driver.send(rank, {"kind": "checkpoint", "token": taken.token, "keeper": self.address})
         try:
@@ -143,12 +148,17 @@ class CheckpointKeeper:
             raise CheckpointUnusable("a checkpoint process died (killed, or out of memory)")
         for rank in sorted(taken.ranks):
             try:
-                send_message(taken.ranks[rank].control, {"kind": "resume", "token": taken.token, "socket": driver.address})
+                send_message(
+                    taken.ranks[rank].control,
+                    {"kind": "resume", "token": taken.token, "socket": driver.address},
+                )
             except OSError:
                 self.discard(taken)
                 raise CheckpointUnusable(f"the checkpoint of r{rank} stopped answering") from None
         driver.accept_resumed(sorted(taken.ranks), taken.token)
         driver.delivered.update(taken.delivered)
+        if taken.fresh:
+            driver.spawn(taken.fresh)
 
     def discard(self, taken: RankCheckpoints) -> None:
         """End the checkpoint processes of a set (thinning, or the session closing)."""

@@ -191,12 +191,17 @@ class RankDriver:
         self._spawn()
 
     def _spawn(self) -> None:
+        self.spawn([spec["rank"] for spec in self.specs])
+
+    def spawn(self, ranks: list[int]) -> None:
+        """Fork ``ranks`` fresh from the zygote and take their channels."""
         source = zygote()
         for spec in self.specs:
-            spec["socket"] = self.address
-            self.pids[spec["rank"]] = source.fork(spec)
+            if spec["rank"] in ranks:
+                spec["socket"] = self.address
+                self.pids[spec["rank"]] = source.fork(spec)
         self.listener.settimeout(RANK_START_TIMEOUT_S)
-        for _ in self.specs:
+        for _ in ranks:
             try:
                 connection, _address = self.listener.accept()
             except TimeoutError:

@@ -31,3 +31,7 @@ OUTPUT_LINE_CHARS_MAX = 10_000
 
 TRACEBACK_CHARS_MAX = 20_000
 """A rank's traceback kept in its failure record."""
+
+SNAPSHOT_EVERY_EVENTS_TORCH = 96
+"""A torch recording's snapshot interval: a seek from a rank checkpoint re-executes at most this
+many events, each of which may run the user's code (a training step between two collectives)."""

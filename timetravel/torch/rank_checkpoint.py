@@ -72,7 +72,9 @@ def take(channel: Any, request: dict[str, Any]) -> None:
     """Fork a checkpoint of this rank (called while it waits for a result); see the module docstring."""
     why = refusal()
     if why is not None:
-        _tell_keeper(request, {"kind": "refused", "rank": channel.rank, "token": request["token"], "why": why})
+        _tell_keeper(
+            request, {"kind": "refused", "rank": channel.rank, "token": request["token"], "why": why}
+        )
         return
     _reap_checkpoints()
     child = _fork()

@@ -33,7 +33,7 @@ from timetravel.sim.scenario import ConfigError, Param, Scenario
 from timetravel.sim.world import World
 from timetravel.torch import c10d
 from timetravel.torch.faults import active, hit, parse_faults
-from timetravel.torch.limits import NPROC_MAX, STUCK_TIMEOUT_S_DEFAULT
+from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH, STUCK_TIMEOUT_S_DEFAULT
 from timetravel.torch.wire import ChannelClosed, ProtocolError
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
@@ -432,4 +432,5 @@ SCENARIO = Scenario(
     summarize=summarize,
     determinism=MODE_OFF,
     world_source=_torch_worlds,
+    snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
 )

@@ -163,14 +163,15 @@ class TorchWorlds:
         if live is None or live.run_token != id(world) or world.failures:
             return
         states = scenario._rank_states(world)
-        if any(state["status"] not in ("waiting", "exited", "crashed") for state in states):
-            return  # a rank that has not been polled yet still holds unread messages
+        if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
+            return  # a rank stopped mid-poll (stuck, a protocol error): the world has failed
         key = scenario.rank_key(world)
         if self._find_key(key) is not None:
             return
         waiting = [rank for rank, state in enumerate(states) if state["status"] == "waiting"]
+        fresh = [rank for rank, state in enumerate(states) if state["status"] == "new"]
         try:
-            ranks = checkpoints.keeper().take(live, waiting)
+            ranks = checkpoints.keeper().take(live, waiting, fresh)
         except checkpoints.CheckpointUnusable as error:
             self.refused = str(error)
             return

@@ -1,0 +1,161 @@
+"""Rewinding a recording of the user's own torch script: fork checkpoints of the rank processes.
+
+A seek restores the World's snapshot and resumes the ranks from a forked checkpoint taken there
+(or re-executes from the start when none is kept); every re-executed event is checked against the
+recorded hash chain, so a resumed rank that computed one different bit fails these tests.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+
+from timetravel.explore import Session
+from timetravel.recording import record_run
+from timetravel.scenarios import get_scenario
+from timetravel.torch.scenario import authorize_script
+
+ROOT = Path(__file__).resolve().parent.parent
+DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
+THREADS = ROOT / "tests" / "torch_scripts" / "thread_keeper.py"
+
+
+def record(path: Path, script: Path, args: str, nproc: int = 3, seed: int = 5) -> dict:
+    authorize_script(str(script))
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", f"args={args}", "rank_output=quiet"])
+    report, world = record_run(scenario, config, seed, path, snapshot_every_events=64, force=True)
+    report["final_hash"] = world.state_hash()
+    return report
+
+
+@pytest.fixture(scope="module")
+def ddp_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    path = tmp_path_factory.mktemp("rewind") / "ddp.ttr"
+    return path, record(path, DDP_MLP, "--steps 10")
+
+
+def hashes_along(session: Session, targets: list[int]) -> dict[int, str]:
+    found = {}
+    for target in targets:
+        session.goto_event(target)
+        assert session.position.events == target
+        found[target] = session.state_hash()
+    return found
+
+
+def test_seeks_back_and_forth_resume_checkpoints_bit_for_bit(ddp_recording: tuple[Path, dict]) -> None:
+    path, report = ddp_recording
+    assert report["outcome"] == "pass"
+    with Session.open(path) as session:
+        snapshots = {info.events: info.state_hash for info in session.snapshots()}
+        forward = hashes_along(session, [70, 140, 200])
+        assert session.source.memory()["checkpoints"] >= 3  # 64, 128, 192 (and where seeks stopped)
+        backward = hashes_along(session, [200, 140, 70])
+        assert backward == forward
+        session.goto_event(130)
+        assert session.last_replay_events == 2  # from the checkpoint at #128, not from the start
+        session.goto_event(128)
+        assert session.state_hash() == snapshots[128]
+        session.goto("end")
+        assert session.state_hash() == report["final_hash"]
+        session.goto_event(150)
+        session.back(10)
+        assert session.position.events == 140 and session.state_hash() == forward[140]
+
+
+def test_a_killed_checkpoint_is_rebuilt_by_re_execution(ddp_recording: tuple[Path, dict]) -> None:
+    path, _report = ddp_recording
+    with Session.open(path) as session:
+        expected = hashes_along(session, [100, 180])[180]
+        for kept in session.source.kept:
+            for checkpoint in kept.ranks.ranks.values():
+                os.kill(checkpoint.pid, signal.SIGKILL)  # the user, or the OOM killer
+        session.goto_event(60)
+        session.goto_event(180)
+        assert session.state_hash() == expected
+        assert session.source.memory()["checkpoints"] >= 1
+
+
+def test_closing_the_session_leaves_no_process_behind(ddp_recording: tuple[Path, dict]) -> None:
+    path, _report = ddp_recording
+    with Session.open(path) as session:
+        session.goto_event(150)
+        pids = [c.pid for kept in session.source.kept for c in kept.ranks.ranks.values()]
+        assert pids
+    for pid in pids:
+        assert _ends_within(pid, polls=500), f"checkpoint {pid} outlived its session"
+
+
+def _ends_within(pid: int, polls: int) -> bool:
+    """SIGKILL is delivered asynchronously: give the kernel up to ``polls`` x 10 ms to end it."""
+    import select
+
+    for _ in range(polls):
+        if _is_zombie(pid):
+            return True
+        select.select([], [], [], 0.01)
+    return False
+
+
+def _is_zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split()[2] in ("Z", "X")
+    except (OSError, IndexError):
+        return True
+
+
+COLD_SEEK = """
+import json, sys
+from timetravel.explore import Session
+from timetravel.torch.scenario import authorize_script
+authorize_script(sys.argv[2])
+with Session.open(sys.argv[1]) as session:
+    session.goto_event(int(sys.argv[3]))
+    print(json.dumps({"hash": session.state_hash(), "memory": session.source.memory()}))
+"""
+
+
+def test_a_new_process_rebuilds_checkpoints_and_reaches_the_same_bits(ddp_recording: tuple[Path, dict]) -> None:
+    path, _report = ddp_recording
+    with Session.open(path) as session:
+        session.goto_event(170)
+        here = session.state_hash()
+    for hash_seed in ("0", "4242"):
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        completed = subprocess.run(
+            [sys.executable, "-c", COLD_SEEK, str(path), str(DDP_MLP), "170"],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=300,
+            check=True,
+        )
+        cold = json.loads(completed.stdout.strip().splitlines()[-1])
+        assert cold["hash"] == here
+        assert cold["memory"]["checkpoints"] >= 2  # kept on the way, for the next seek
+
+
+@pytest.mark.parametrize(("mode", "reason"), [("thread", "threads"), ("shared", "shared memory")])
+def test_a_rank_that_cannot_be_forked_is_re_executed_instead(tmp_path: Path, mode: str, reason: str) -> None:
+    path = tmp_path / f"{mode}.ttr"
+    report = record(path, THREADS, mode, nproc=2)
+    assert report["outcome"] == "pass", report["failure"]
+    with Session.open(path) as session:
+        session.goto("end")
+        end = session.position.events
+        session.goto_event(end // 2)
+        middle = session.state_hash()
+        memory = session.source.memory()
+        assert memory["checkpoints"] == 0
+        assert reason in (memory["refused"] or "")
+        session.goto_event(end - 1)
+        session.goto_event(end // 2)
+        assert session.state_hash() == middle
