@@ -46,7 +46,7 @@ def hashes_along(session: Session, targets: list[int]) -> dict[int, str]:
     found = {}
     for target in targets:
         session.goto_event(target)
-        assert session.position.events == target
+        assert session.position.events == target, session.world.failures
         found[target] = session.state_hash()
     return found
 
@@ -67,6 +67,7 @@ def test_seeks_back_and_forth_resume_checkpoints_bit_for_bit(ddp_recording: tupl
         session.goto("end")
         assert session.state_hash() == report["final_hash"]
         session.goto_event(150)
+        assert session.position.events == 150, session.world.failures
         session.back(10)
         assert session.position.events == 140 and session.state_hash() == forward[140]
 

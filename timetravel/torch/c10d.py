@@ -17,7 +17,10 @@ from __future__ import annotations
 
 from typing import Any
 
+import xxhash
+
 from timetravel.sim.context import Context
+from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
 from timetravel.torch import arrays, collectives, elastic, faults
@@ -40,6 +43,8 @@ def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
         "restarts": 0,
         "incarnation": 0,
         "deliveries": {},
+        "delivering": {},
+        "received": {},
     }
 
 
@@ -51,11 +56,9 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         return
     message = event.payload
     rank = message["rank"]
-    try:
-        inputs = [arrays.decode(wire) for wire in message["inputs"]]
-    except arrays.TensorFormatError as error:
-        ctx.fail("exception", f"r{rank}: {error}", "torch.collective.tensor", node=f"r{rank}")
-        return
+    _delivered(state, rank)
+    # the sender's outbox (scenario._post_inputs): read here, copied into c10d's own entry
+    inputs = list(ctx.world.nodes[f"r{rank}"]["outbox"][str(message["id"])])
     op = message["op"]
     members = [int(member) for member in message["members"]]
     if rank not in members:
@@ -260,11 +263,17 @@ def _shapes_differ(sender: dict[str, Any], receiver: dict[str, Any]) -> bool:
 # -- waits and releases ---------------------------------------------------------------------------
 
 
+def _delivered(state: dict[str, Any], rank: int) -> None:
+    """The rank called again: the result it was being handed has arrived."""
+    state["delivering"].pop(str(rank), None)
+
+
 def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if not elastic.current(state, event.payload):
         return
     message = event.payload
     rank = message["rank"]
+    _delivered(state, rank)
     state["waiting"][str(rank)] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
     _try_release(state, rank, ctx)
 
@@ -285,10 +294,14 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
         "t_ns": t_release,
         "results": {work: result["outputs"] for work, result in results.items()},
     }
+    # kept here until the rank's next call shows it arrived: a world restored before its poll
+    # still holds it, for a rank resumed from a checkpoint (torch/checkpoints.py)
+    state["delivering"][str(rank)] = {"number": number, "message": message}
+    chain = state["received"].setdefault(str(rank), {})
+    chain[str(number)] = xxhash.xxh3_64_hexdigest(chain.get(str(number - 1), "").encode() + pack(message))
+    chain.pop(str(number - 2), None)
     _driver(ctx).offer(rank, number, message)
-    # the result travels in the poll event itself: a world restored between now and then still
-    # holds it, and hands it to a rank resumed from a checkpoint (torch/checkpoints.py)
-    poll = {"incarnation": state["incarnation"], "delivery": number, "result": message}
+    poll = {"incarnation": state["incarnation"], "delivery": number}
     ctx.deliver(t_release, f"r{rank}", "poll", poll)
 
 
@@ -299,6 +312,7 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if not elastic.current(state, event.payload):
         return
     message = event.payload
+    _delivered(state, message["rank"])
     step = str(message["step"])
     reports = state["steps"].setdefault(step, {})
     reports[str(message["rank"])] = message["params"]
@@ -340,6 +354,7 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if not elastic.current(state, event.payload):
         return
     message = event.payload
+    _delivered(state, message["rank"])
     rank = message["rank"]
     state["exited"][str(rank)] = int(message["code"])
     if "result" in message:

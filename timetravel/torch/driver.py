@@ -137,6 +137,8 @@ class RankDriver:
         self.sockets: dict[int, socket.socket] = {}
         self.delivered: dict[int, int] = {}
         """Per rank: the number of the last result its process has received."""
+        self.pending: dict[int, tuple[int, dict[str, Any]]] = {}
+        """Per rank: the result it will be handed at its poll (lockstep), with its number."""
         self.folder = tempfile.mkdtemp(prefix="timetravel-ranks-")
         self.address = os.path.join(self.folder, "coordinator.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -170,25 +172,20 @@ class RankDriver:
             self.pids[int(hello["rank"])] = int(hello["pid"])
 
     def offer(self, rank: int, number: int, message: dict[str, Any]) -> None:
-        """Result number ``number`` is known: send it now unless in lockstep (see ``lockstep``)."""
+        """Result ``number`` is known: keep it, and send it now unless in lockstep (``lockstep``)."""
+        self.pending[rank] = (number, message)
         if not lockstep[0]:
-            self.deliver(rank, number, message)
+            self.deliver(rank, number)
 
-    def deliver(self, rank: int, number: int, message: dict[str, Any]) -> None:
+    def deliver(self, rank: int, number: int) -> None:
         """Make sure the rank's process has result ``number`` (sent once, whoever asks first)."""
         if self.delivered.get(rank, 0) >= number:
             return
+        entry = self.pending.pop(rank, None)
+        if entry is None or entry[0] != number:
+            raise RankStartError(f"result {number} of r{rank} is not known to the coordinator")
         self.delivered[rank] = number
-        self.send(rank, message)
-
-    def restart(self, specs: list[dict[str, Any]]) -> None:
-        """Kill every rank and fork them again from ``specs`` (a torchelastic restart)."""
-        for rank in list(self.pids):
-            self.kill(rank)
-        self.pids.clear()
-        self.delivered.clear()
-        self.specs = specs
-        self._spawn()
+        self.send(rank, entry[1])
 
     def _spawn(self) -> None:
         self.spawn([spec["rank"] for spec in self.specs])

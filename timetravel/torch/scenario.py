@@ -191,23 +191,16 @@ def build(config: dict[str, Any], seed: int) -> World:
 def _rank_state(t_ns: int, incarnation: int) -> dict[str, Any]:
     """A rank node: where its process is, and a digest of everything the World ever handed it.
 
-    ``received`` chains every result delivered to this incarnation, so two worlds with the same
-    state hash also gave their rank processes the same inputs: a rank checkpoint taken at one
-    of them is valid for the other (the process is a deterministic function of its inputs)."""
+    ``delivered`` counts the results its process has been handed; c10d chains their digests
+    (``received``), so two worlds that agree on both gave their rank processes the same inputs."""
     return {
         "status": "new",
         "t_ns": t_ns,
         "calls": 0,
         "incarnation": incarnation,
         "delivered": 0,
-        "received": "",
+        "outbox": {},
     }
-
-
-def received_digest(previous: str, result: dict[str, Any]) -> str:
-    from timetravel.sim.encoding import pack
-
-    return xxhash.xxh3_64_hexdigest(previous.encode() + pack(result))
 
 
 def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dict[str, Any]]:
@@ -310,9 +303,12 @@ def rank_key(world: World) -> str:
     """What the rank processes of ``world`` are: the seed and, per rank, its incarnation and the
     digest of every result handed to it (see :func:`_rank_state`). Config that a branch may change
     is not part of it: until a change reaches a rank as a different result, the process is the same."""
-    parts = [str(world.seed), str(world.nodes[C10D_NODE]["script_sha256"])]
-    for state in _rank_states(world):
-        parts.append(f"{state['incarnation']}:{state['delivered']}:{state['received']}:{state['status']}")
+    c10d_state = world.nodes[C10D_NODE]
+    parts = [str(world.seed), str(c10d_state["script_sha256"])]
+    for rank, state in enumerate(_rank_states(world)):
+        chain = c10d_state["received"].get(str(rank), {})
+        parts.append(f"{state['incarnation']}:{state['delivered']}:{chain.get(str(state['delivered']), '')}")
+        parts.append(str(state["status"]))
     return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
 
 
@@ -323,10 +319,10 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if poll["incarnation"] != state["incarnation"]:
         return  # a poll of a rank process a restart has replaced
     live = _driver(ctx)
-    if "result" in poll:
-        live.deliver(rank, poll["delivery"], poll["result"])
+    if "delivery" in poll:
+        live.deliver(rank, poll["delivery"])
         state["delivered"] = poll["delivery"]
-        state["received"] = received_digest(state["received"], poll["result"])
+        state["outbox"] = {}  # every call sent before the wait was taken by c10d (earlier events)
     state["status"] = "running"
     state["t_ns"] = max(state["t_ns"], ctx.now)
     while True:
@@ -371,6 +367,8 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if kind not in ("call", "wait", "step", "exit"):
             ctx.fail("exception", f"{ctx.node} sent an unknown message kind {kind!r}", "torch.rank.protocol")
             return
+        if kind == "call" and not _post_inputs(state, message, ctx):
+            return
         ctx.deliver(t_ns, C10D_NODE, kind, message)
         if kind == "wait":
             state["status"] = "waiting"
@@ -378,6 +376,23 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if kind == "exit":
             state["status"] = "exited"
             return
+
+
+def _post_inputs(state: dict[str, Any], message: dict[str, Any], ctx: Context) -> bool:
+    """Keep a call's tensors in this rank's own ``outbox`` until c10d takes them, not in the event.
+
+    Events are hashed into the chain and stored in batches of thousands; a bucket of gradients in
+    every call event would make a batch of a 1M-parameter model's run hundreds of megabytes. In
+    the node state they are arrays, paged and deduplicated by the snapshot store."""
+    from timetravel.torch import arrays
+
+    try:
+        inputs = [arrays.decode(wire) for wire in message.pop("inputs")]
+    except arrays.TensorFormatError as error:
+        ctx.fail("exception", f"{ctx.node}: {error}", "torch.collective.tensor")
+        return False
+    state.setdefault("outbox", {})[str(message["id"])] = inputs
+    return True
 
 
 def on_restart(state: dict[str, Any], event: Event, ctx: Context) -> None:

@@ -131,6 +131,7 @@ class TorchWorlds:
             kept = self._rebuild(world, key)
             live = scenario.new_driver(world, spawn=False)
             checkpoints.keeper().resume(kept.ranks, live)
+        _hand_over_pending(world, live)
         return live
 
     def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
@@ -223,6 +224,15 @@ class TorchWorlds:
             return kept
         self._forget(kept)  # killed by the user or the OOM killer: rebuilt by re-execution instead
         return None
+
+
+def _hand_over_pending(world: World, live: Any) -> None:
+    """Results the World released but the ranks' polls have not handed over yet (c10d keeps them)."""
+    delivering = world.nodes[scenario.C10D_NODE]["delivering"]
+    for rank, state in enumerate(scenario._rank_states(world)):
+        entry = delivering.get(str(rank))
+        if entry is not None and entry["number"] > state["delivered"]:
+            live.pending[rank] = (entry["number"], entry["message"])
 
 
 class CheckpointingSimulation(Simulation):

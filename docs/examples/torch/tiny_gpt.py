@@ -80,6 +80,9 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--batch", type=int, default=8)
     parser.add_argument("--context", type=int, default=32)
+    parser.add_argument("--width", type=int, default=64, help="embedding width (160 and 4 layers: 1.2M parameters)")
+    parser.add_argument("--layers", type=int, default=2)
+    parser.add_argument("--bucket-mb", type=float, default=25.0, help="DDP's bucket_cap_mb (smaller: more all_reduces)")
     parser.add_argument("--bug", choices=("none", "broadcast_loss", "lr_per_rank"), default="none")
     args = parser.parse_args()
     dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
@@ -88,7 +91,9 @@ def main() -> None:
     alphabet = sorted(set(text))
     data = torch.tensor([alphabet.index(character) for character in text], dtype=torch.long)
     torch.manual_seed(0)
-    model = DistributedDataParallel(TinyGPT(len(alphabet), args.context))
+    model = DistributedDataParallel(
+        TinyGPT(len(alphabet), args.context, width=args.width, layers=args.layers), bucket_cap_mb=args.bucket_mb
+    )
     optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3, weight_decay=0.1)
     sampler = torch.Generator().manual_seed(42)
     for step in range(args.steps):
