@@ -410,6 +410,8 @@ class Session:
 
     def world_copy(self) -> World:
         """An independent copy of the world at the cursor."""
+        if self.source is not None:
+            self.source.before_copy(self.world)
         store = SnapshotStore(bytes_max=0)
         from timetravel.snapshot.store import restore
 

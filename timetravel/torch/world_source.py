@@ -26,7 +26,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from timetravel.sim.kernel import STOP_MAX_EVENTS, STOP_UNTIL, RunResult, Simulation
+from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
 from timetravel.sim.world import World
 from timetravel.torch import checkpoints, driver, scenario
 
@@ -34,6 +34,9 @@ CHECKPOINT_BYTES_BUDGET_DEFAULT = 2 * 1024**3
 """Private memory all live checkpoints of a session may hold (TIMETRAVEL_CHECKPOINT_BYTES)."""
 CHECKPOINTS_MAX_CEILING = 64
 CHECKPOINTS_MIN = 2
+BOUND_MEASURE_EVERY = 8
+"""Re-derive ``checkpoints_max`` from measured memory every this many checkpoints taken."""
+BOUND_SAMPLE_SETS = 3
 
 
 @dataclass
@@ -69,6 +72,7 @@ class TorchWorlds:
         self.checkpoints_max: int | None = None
         """Derived from the budget once the first set's size is known (None until then)."""
         self.reexecuted_events = 0
+        self.taken = 0
         self.refused: str | None = None
         """Why the last checkpoint was refused (threads, shared memory), if one was."""
         driver.lockstep[0] = True
@@ -87,6 +91,11 @@ class TorchWorlds:
         self._attach(world)
         return CheckpointingSimulation(self, self.session.scenario, world, **options)
 
+    def before_copy(self, world: World) -> None:
+        """``world`` is about to be copied (a branch, a fan-out, a divergence search starts from
+        the cursor): fork its live ranks now, so the copy can resume them after the original moves."""
+        self.keep(world)
+
     def close(self) -> None:
         for kept in self.kept:
             checkpoints.keeper().discard(kept.ranks)
@@ -96,12 +105,16 @@ class TorchWorlds:
         scenario.set_rank_output(None)
 
     def memory(self) -> dict[str, Any]:
-        """What the live checkpoints hold: sets, processes, private bytes (USS), the bound."""
+        """What the live checkpoints hold: sets, processes, private bytes (USS, measured now: a
+        checkpoint's own pages grow as the live rank writes over what they shared), the bound."""
+        uss = sum(checkpoints.uss_bytes(c.pid) for kept in self.kept for c in kept.ranks.ranks.values())
+        processes = sum(len(kept.ranks.ranks) for kept in self.kept)
         return {
             "checkpoints": len(self.kept),
             "checkpoints_max": self.checkpoints_max,
-            "processes": sum(len(kept.ranks.ranks) for kept in self.kept),
-            "uss_bytes": sum(kept.ranks.uss_bytes for kept in self.kept),
+            "processes": processes,
+            "uss_bytes": uss,
+            "uss_bytes_per_process": uss // processes if processes else 0,
             "budget_bytes": budget_bytes(),
             "reexecuted_events": self.reexecuted_events,
             "refused": self.refused,
@@ -178,11 +191,19 @@ class TorchWorlds:
             return
         kept = KeptCheckpoint(world.events_processed, world.t_ns, world.state_hash(), key, ranks)
         self.kept.append(kept)
-        if self.checkpoints_max is None and ranks.uss_bytes:
-            self.checkpoints_max = max(
-                CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // ranks.uss_bytes)
-            )
+        self.taken += 1
+        if self.taken % BOUND_MEASURE_EVERY == 0:
+            self._size_bound()
         self._thin()
+
+    def _size_bound(self) -> None:
+        """``checkpoints_max`` from the budget and what a set holds *now*: right after the fork a
+        checkpoint owns almost nothing; its private pages grow as the live rank writes (44 MiB a
+        rank for a small model once it has trained on). The mean of the oldest sets is the measure."""
+        oldest = sorted(self.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
+        sizes = [sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) for kept in oldest]
+        per_set = max(sum(sizes) // max(len(sizes), 1), 1)
+        self.checkpoints_max = max(CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set))
 
     def _thin(self) -> None:
         """Drop checkpoints until the bound holds: keep the newest, and space the rest
@@ -265,6 +286,4 @@ class CheckpointingSimulation(Simulation):
             if at_boundary and following:
                 self.source.keep(world)
                 continue
-            if result.stop in (STOP_MAX_EVENTS, STOP_UNTIL):
-                self.source.keep(world)  # where a seek stops, branches and fan-outs copy the world
             return result
