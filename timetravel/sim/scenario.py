@@ -157,6 +157,11 @@ class Scenario:
     determinism: str = MODE_DEFAULT
     """The determinism guard's mode for this scenario's handlers: virtualize, forbid or off
     (``Simulation(determinism=...)`` and ``--determinism`` override it; docs/determinism.md)."""
+    world_source: Callable[[Any], Any] | None = None
+    """For scenarios whose worlds own external processes (explore/world_source.py): called as
+    ``world_source(session)`` when a recording of this scenario is opened, it returns the object
+    that restores the session's worlds and re-executes them. None (every plain-data scenario): the
+    worlds are restored from the recording and re-executed by the kernel."""
 
     def __post_init__(self) -> None:
         check_mode(self.determinism)
