@@ -41,7 +41,15 @@ class OpenRecording(Protocol):
 
 
 class WorldSource(Protocol):
-    """What a Session needs from the worlds of one kind of scenario (see the module docstring)."""
+    """What a Session needs from the worlds of one kind of scenario (see the module docstring).
+
+    One source serves one Session (an action that opens another branch opens another Session, with
+    its own source). ``Session.reload`` replaces the session's reader: read ``session.reader`` when
+    it is needed rather than keeping it. The worlds ``simulation`` receives are ones this source
+    restored, copies of the cursor's world (``session.world_copy()``: a branch's fork, a fan-out's
+    samples) or fresh builds of the scenario (``replay``, ``rerun``, a repro recording): a source
+    whose worlds carry external state finds it by the world's position (``events_processed``).
+    """
 
     def restore(self, manifest: ManifestInfo, full_check: bool) -> World:
         """The World recorded at ``manifest`` (``full_check``: also recompute its state hash)."""
