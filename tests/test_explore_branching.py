@@ -15,6 +15,7 @@ from timetravel.explore.branch_tree import branch_tree
 from timetravel.explore.branching import BranchChanges, branch
 from timetravel.explore.fault_changes import FaultSpecError, parse_fault_edit, parse_fault_spec
 from timetravel.explore.tracks import shared_events
+from timetravel.explore.verify_replay import replay_session
 from timetravel.explore.work import ExploreError
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
@@ -118,7 +119,7 @@ def test_a_branch_with_the_fix_passes_and_equals_a_straight_run(needle: Any) -> 
     with Session.open(path, branch="b1") as stored:
         assert stored.goto("end").events == result.events == expected.events_processed
         assert stored.state_hash() == expected.state_hash()
-        assert stored.replay().verified
+        assert replay_session(stored).verified
     with Session.open(path) as main:
         assert main.goto("end").events == report["events"]
         assert main.state_hash() == report["state_hash"]
@@ -128,22 +129,22 @@ def test_branch_names_parents_and_branches_of_branches(needle: Any) -> None:
     path, _report, faults = needle
     restart = planted(faults, "restart")
     with Session.open(path) as session:
-        first = session.fork("19ms", {"branch_key": 7})
-        named = session.fork("#10", BranchChanges(drop_faults=(restart["id"],)), name="no-restart")
-        nested = session.fork("19.5ms", {"settings": ["bug=none"]}, parent="b1")
+        first = branch(session, "19ms", {"branch_key": 7})
+        named = branch(session, "#10", BranchChanges(drop_faults=(restart["id"],)), name="no-restart")
+        nested = branch(session, "19.5ms", {"settings": ["bug=none"]}, parent="b1")
         assert (first.name, named.name, nested.name) == ("b1", "no-restart", "b2")
         assert nested.parent == "b1" and named.outcome == "pass"
         assert shared_events(session.reader, "b2", "b1") == session.reader.catalog.branches["b2"]["at_events"]
         assert shared_events(session.reader, "b2", "no-restart") == 10
         assert shared_events(session.reader, "b1", "b1") is None
         with pytest.raises(ExploreError, match="exists already"):
-            session.fork("19ms", {"branch_key": 1}, name="b1")
+            branch(session, "19ms", {"branch_key": 1}, name="b1")
         with pytest.raises(ExploreError, match="branch name"):
-            session.fork("19ms", {"branch_key": 1}, name="no spaces")
+            branch(session, "19ms", {"branch_key": 1}, name="no spaces")
         with pytest.raises(ExploreError, match="no branch 'b9'"):
-            session.fork("19ms", {"branch_key": 1}, parent="b9")
+            branch(session, "19ms", {"branch_key": 1}, parent="b9")
     with Session.open(path, branch="b2") as stored:
-        assert stored.replay().verified
+        assert replay_session(stored).verified
 
 
 def test_a_new_branch_key_changes_only_the_future(needle: Any) -> None:
@@ -231,8 +232,8 @@ def test_coin_branches_fail_exactly_when_their_own_draw_is_odd(tmp_path: Path, c
     assert report["failure"]["signature"] == "assertion:coin.end"
     with Session.open(path, scenario=COIN) as session:
         for key in range(1, 6):
-            before = session.fork("9ms", {"branch_key": key})
+            before = branch(session, "9ms", {"branch_key": key})
             assert before.outcome == ("fail" if face(coin_seed, key) == 1 else "pass")
-        after = session.fork("11ms", {"branch_key": 1})
+        after = branch(session, "11ms", {"branch_key": 1})
         assert after.outcome == "fail"
-        assert session.fork("9ms", {"settings": ["strict=on"]}).outcome == "fail"
+        assert branch(session, "9ms", {"settings": ["strict=on"]}).outcome == "fail"

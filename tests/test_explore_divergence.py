@@ -12,10 +12,14 @@ from explore_scenarios import SCENARIO as COIN
 
 from timetravel.explore import Session
 from timetravel.explore import rerun as rerun_module
+from timetravel.explore.branching import branch
 from timetravel.explore.commands import render_text
+from timetravel.explore.compare import compare, diff
+from timetravel.explore.divergence import first_divergence
 from timetravel.explore.effects import effects_key
-from timetravel.explore.fanout import point_of_no_return
+from timetravel.explore.fanout import fanout, likelihood, point_of_no_return
 from timetravel.explore.replay import CAUSE_CODE_CHANGED
+from timetravel.explore.rerun import rerun
 from timetravel.explore.results import FanoutResult
 from timetravel.explore.work import ExploreError, WorkStopped
 from timetravel.recording import record_run
@@ -72,8 +76,8 @@ def test_the_fix_diverges_at_the_restart_that_it_changes(needle: Any) -> None:
     path, _report, faults = needle
     restart = planted(faults, "restart")
     with Session.open(path) as session:
-        session.fork("19ms", {"settings": ["bug=none"]})
-        found = session.first_divergence("main", "b1")
+        branch(session, "19ms", {"settings": ["bug=none"]})
+        found = first_divergence(session, "main", "b1")
     assert found is not None
     assert (found.t_ns, found.node, found.kind) == (restart["t_start"], restart["target"], "fault")
     assert found.seq_a == found.seq_b and found.event_a == found.event_b
@@ -85,9 +89,9 @@ def test_a_dropped_fault_diverges_where_its_event_no_longer_runs(needle: Any) ->
     path, _report, faults = needle
     restart = planted(faults, "restart")
     with Session.open(path) as session:
-        session.fork("19ms", {"drop_faults": [restart["id"]]})
-        found = session.first_divergence("main", "b1")
-        assert session.first_divergence("b1", "b1") is None
+        branch(session, "19ms", {"drop_faults": [restart["id"]]})
+        found = first_divergence(session, "main", "b1")
+        assert first_divergence(session, "b1", "b1") is None
     assert found is not None
     assert (found.t_ns, found.node, found.kind, found.seq_b, found.event_b) == (
         restart["t_start"],
@@ -109,8 +113,8 @@ def test_a_new_branch_key_diverges_at_the_first_event_that_behaves_differently(
     path = tmp_path / "gossip.ttr"
     shutil.copy(source, path)
     with Session.open(path) as session:
-        fork = session.fork("#1500", {"branch_key": 9})
-        found = session.first_divergence("main", "b1")
+        fork = branch(session, "#1500", {"branch_key": 9})
+        found = first_divergence(session, "main", "b1")
         assert found is not None and found.event_a == found.event_b and found.seq_a == found.seq_b
         assert found.event_a is not None and found.event_a > 1500
         main, other = Session.open(path), Session.open(path, branch="b1")
@@ -131,8 +135,8 @@ def test_compare_gives_outcomes_curves_and_the_divergence(
     path, report = coin
     key = next(key for key in range(1, 50) if face(coin_seed, key) == 0)
     with Session.open(path, scenario=COIN) as session:
-        session.fork("9ms", {"branch_key": key})
-        result = session.compare("main", "b1")
+        branch(session, "9ms", {"branch_key": key})
+        result = compare(session, "main", "b1")
     assert (result.a.outcome, result.b.outcome) == ("fail", "pass")
     assert result.a.failure is not None and result.a.failure["signature"] == "assertion:coin.end"
     divergence = result.first_divergence
@@ -156,9 +160,9 @@ def test_the_end_of_run_check_is_a_divergence_of_its_own(coin: Any, coin_seed: i
     """``strict`` is read by nobody, so the only difference of a branch that sets it is none."""
     path, _report = coin
     with Session.open(path, scenario=COIN) as session:
-        session.fork("9ms", {"settings": ["strict=on"]})
-        assert session.first_divergence("main", "b1") is None
-        assert session.compare("main", "b1").first_divergence is None
+        branch(session, "9ms", {"settings": ["strict=on"]})
+        assert first_divergence(session, "main", "b1") is None
+        assert compare(session, "main", "b1").first_divergence is None
 
 
 def test_diff_at_the_divergence_at_a_time_and_under_a_path(needle: Any) -> None:
@@ -166,14 +170,14 @@ def test_diff_at_the_divergence_at_a_time_and_under_a_path(needle: Any) -> None:
     restart = planted(faults, "restart")
     victim = restart["target"]
     with Session.open(path) as session:
-        session.fork("19ms", {"settings": ["bug=none"]})
-        at_divergence = session.diff("main", "b1")
+        branch(session, "19ms", {"settings": ["bug=none"]})
+        at_divergence = diff(session, "main", "b1")
         assert at_divergence.at_ns == restart["t_start"] and at_divergence.first_divergence is not None
         assert [entry.path for entry in at_divergence.paths] == [
             "config/bug",
             f"nodes/{victim}/applied_round",
         ]
-        later = session.diff("main", "b1", at="25ms", path="nodes/*/total")
+        later = diff(session, "main", "b1", at="25ms", path="nodes/*/total")
         assert later.first_divergence is None and later.at_ns == 25 * MS
         main, fixed = Session.open(path), Session.open(path, branch="b1")
         with main, fixed:
@@ -187,10 +191,10 @@ def test_diff_at_the_divergence_at_a_time_and_under_a_path(needle: Any) -> None:
             ]
         assert [entry.path for entry in later.paths] == expected
         assert all(entry.change == "changed" for entry in later.paths)
-        limited = session.diff("main", "b1", at="25ms", changes_max=1)
+        limited = diff(session, "main", "b1", at="25ms", changes_max=1)
         assert len(limited.paths) == 1 and limited.omitted > 0
         with pytest.raises(ExploreError, match="no branch"):
-            session.diff("main", "b7")
+            diff(session, "main", "b7")
 
 
 # -- fanout and likelihood --------------------------------------------------------------------------
@@ -201,7 +205,7 @@ def test_fanout_counts_what_each_branch_key_draws(coin: Any, coin_seed: int) -> 
     samples = 12
     odd = sum(face(coin_seed, key) for key in range(1, samples + 1))
     with Session.open(path, scenario=COIN) as session:
-        result = session.fanout("9ms", samples)
+        result = fanout(session, "9ms", samples)
         assert result.samples == samples and result.at_ns == 9 * MS
         assert result.failure_rate == odd / samples
         assert result.by_signature == {
@@ -218,9 +222,9 @@ def test_fanout_counts_what_each_branch_key_draws(coin: Any, coin_seed: int) -> 
         if passing:
             keys_text = ", ".join(str(key) for key in passing[:10]) + (", ..." if len(passing) > 10 else "")
             assert f"  {len(passing):>5}  pass  (branch keys {keys_text})" in render_text(result)
-        after = session.fanout("11ms", 4)
+        after = fanout(session, "11ms", 4)
         assert after.by_signature == {"assertion:coin.end": 4}
-        kept = session.fanout("9ms", 3, store=True)
+        kept = fanout(session, "9ms", 3, store=True)
         assert kept.samples == 3
         assert kept.failure_rate == sum(face(coin_seed, key) for key in (1, 2, 3)) / 3
         assert list(session.reader.catalog.branches) == ["b1", "b2", "b3"]
@@ -230,16 +234,16 @@ def test_fanout_counts_what_each_branch_key_draws(coin: Any, coin_seed: int) -> 
             3,
         ]
         with pytest.raises(ExploreError, match="samples must be"):
-            session.fanout("9ms", 0)
+            fanout(session, "9ms", 0)
         with pytest.raises(WorkStopped):
-            session.fanout("9ms", 3, should_stop=lambda: True)
+            fanout(session, "9ms", 3, should_stop=lambda: True)
 
 
 def test_fanout_skips_the_parents_own_key(coin: Any, coin_seed: int) -> None:
     path, _report = coin
     with Session.open(path, scenario=COIN) as session:
-        session.fork("1ms", {"branch_key": 1})
-        result = session.fanout("9ms", 2, parent="b1", progress=(seen := []).append)
+        branch(session, "1ms", {"branch_key": 1})
+        result = fanout(session, "9ms", 2, parent="b1", progress=(seen := []).append)
     assert [progress.detail.split(":")[0] for progress in seen] == ["key 2", "key 3"]
     assert result.failure_rate == (face(coin_seed, 2) + face(coin_seed, 3)) / 2
 
@@ -250,7 +254,7 @@ def test_likelihood_jumps_to_one_at_the_flip(coin: Any, coin_seed: int) -> None:
     rate_before = sum(face(coin_seed, key) for key in range(1, samples + 1)) / samples
     with Session.open(path, scenario=COIN) as session:
         snapshots = [info for info in session.snapshots() if info.events < session.end.events]
-        result = session.likelihood(samples)
+        result = likelihood(session, samples)
     assert [point.at_ns for point in result.points] == [info.t_ns for info in snapshots]
     assert [point.failure_rate for point in result.points] == [
         rate_before if info.t_ns < FLIP_NS else 1.0 for info in snapshots
@@ -258,12 +262,12 @@ def test_likelihood_jumps_to_one_at_the_flip(coin: Any, coin_seed: int) -> None:
     first_after = min(info.t_ns for info in snapshots if info.t_ns >= FLIP_NS)
     assert result.point_of_no_return_ns == (first_after if rate_before < 1.0 else 0)
     with Session.open(path, scenario=COIN) as session:
-        window = session.likelihood(2, start="5ms", end=first_after)
+        window = likelihood(session, 2, start="5ms", end=first_after)
         assert [point.at_ns for point in window.points] == [
             info.t_ns for info in snapshots if 5 * MS <= info.t_ns <= first_after
         ]
         with pytest.raises(ExploreError, match="no snapshot of main before its end in that window"):
-            session.likelihood(2, start="19.9ms")
+            likelihood(session, 2, start="19.9ms")
 
 
 def test_point_of_no_return_is_where_the_rate_reaches_one_and_stays() -> None:
@@ -283,8 +287,8 @@ def test_rerun_with_the_fix_passes_and_names_the_divergence(needle: Any) -> None
     path, report, faults = needle
     restart = planted(faults, "restart")
     with Session.open(path) as session:
-        fixed = session.rerun(["bug=none"])
-        same = session.rerun()
+        fixed = rerun(session, ["bug=none"])
+        same = rerun(session)
     assert (fixed.outcome, fixed.recorded_outcome, fixed.settings) == ("pass", "fail", ("bug=none",))
     assert fixed.choices == "seed" and fixed.faults_pinned == len(faults)
     divergence = fixed.first_divergence
@@ -304,9 +308,9 @@ def test_rerun_pins_logged_choices_by_site(tmp_path: Path, coin_seed: int) -> No
     record_run(COIN, config, coin_seed, logged, snapshot_every_events=64, record_choices=True)
     record_run(COIN, config, coin_seed, plain, snapshot_every_events=64)
     with Session.open(logged, scenario=COIN) as session:
-        from_log = session.rerun(["sides=4"])
+        from_log = rerun(session, ["sides=4"])
     with Session.open(plain, scenario=COIN) as session:
-        from_seed = session.rerun(["sides=4"])
+        from_seed = rerun(session, ["sides=4"])
     assert (from_log.choices, from_seed.choices) == ("log", "seed")
     assert from_log.outcome == "fail"
     assert from_seed.outcome == ("fail" if face(coin_seed, 0, 4) % 2 == 1 else "pass")
@@ -321,13 +325,13 @@ def test_rerun_on_changed_code_compares_with_the_recorded_data(
     path, _report = coin
     monkeypatch.setattr(rerun_module, "classify", lambda header, scenario: CAUSE_CODE_CHANGED)
     with Session.open(path, scenario=TICK_TWICE) as session:
-        state_only = session.rerun()
+        state_only = rerun(session)
     divergence = state_only.first_divergence
     assert divergence is not None
     assert (divergence.t_ns, divergence.node, divergence.kind, divergence.event_a) == (0, CLOCK, "tick", 1)
     assert "the state of clock differs at snapshot #64" in divergence.reason
     with Session.open(path, scenario=LATE_FLIP) as session:
-        late = session.rerun()
+        late = rerun(session)
     divergence = late.first_divergence
     assert divergence is not None
     flips_at = FLIP_NS // TICK_NS + 1
@@ -352,7 +356,7 @@ def test_rerun_bisects_the_recorded_snapshots_before_stepping(
     seen: list[Any] = []
     with Session.open(path) as session:
         last = max(info.events for info in session.snapshots() if info.events < report["events"])
-        result = session.rerun(["coverage_min=0.5"], progress=seen.append)
+        result = rerun(session, ["coverage_min=0.5"], progress=seen.append)
     assert (result.outcome, result.recorded_outcome) == ("pass", "fail")
     divergence = result.first_divergence
     assert divergence is not None and (divergence.kind, divergence.node, divergence.t_ns) == (

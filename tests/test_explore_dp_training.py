@@ -15,6 +15,11 @@ from typing import Any
 import pytest
 
 from timetravel.explore import Session
+from timetravel.explore.branching import branch
+from timetravel.explore.compare import compare
+from timetravel.explore.fanout import fanout, likelihood
+from timetravel.explore.rerun import rerun
+from timetravel.explore.verify_replay import replay_session
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training.demo import DemoSeed, check_seed
@@ -56,23 +61,23 @@ def test_a_new_future_from_950ms_passes(recording: Any) -> None:
     and the stored branch with that key passes, as the fan-out said it would."""
     path, _report, _evidence = recording
     with Session.open(path) as session:
-        futures = session.fanout(FORK, FANOUT_SAMPLES, progress=(seen := []).append)
+        futures = fanout(session, FORK, FANOUT_SAMPLES, progress=(seen := []).append)
         passing = [
             int(p.detail.split(":")[0].removeprefix("key ")) for p in seen if p.detail.endswith(": pass")
         ]
         assert futures.by_signature.get("pass", 0) == len(passing) > 0
-        result = session.fork(FORK, {"branch_key": passing[0]})
+        result = branch(session, FORK, {"branch_key": passing[0]})
     assert (result.name, result.at_ns, result.outcome, result.failure) == ("b1", 950 * MS, "pass", None)
     with Session.open(path, branch="b1") as stored:
-        assert stored.replay().verified
+        assert replay_session(stored).verified
 
 
 def test_compare_names_the_corrupting_fault(recording: Any) -> None:
     path, report, evidence = recording
     root = evidence.root_cause
     with Session.open(path) as session:
-        session.fork(FORK, {"drop_faults": [root["id"]]}, name="without-root")
-        result = session.compare("main", "without-root")
+        branch(session, FORK, {"drop_faults": [root["id"]]}, name="without-root")
+        result = compare(session, "main", "without-root")
     assert (result.a.outcome, result.b.outcome) == ("fail", "pass")
     assert result.a.failure is not None and result.a.failure["signature"] == report["failure"]["signature"]
     divergence = result.first_divergence
@@ -85,8 +90,11 @@ def test_likelihood_jumps_to_one_at_the_fault(recording: Any) -> None:
     path, report, evidence = recording
     root = evidence.root_cause
     with Session.open(path) as session:
-        result = session.likelihood(
-            LIKELIHOOD_SAMPLES, start=root["t_start"] - LIKELIHOOD_BEFORE_NS, end=report["failure"]["t_ns"]
+        result = likelihood(
+            session,
+            LIKELIHOOD_SAMPLES,
+            start=root["t_start"] - LIKELIHOOD_BEFORE_NS,
+            end=report["failure"]["t_ns"],
         )
     before = [point for point in result.points if point.at_ns < root["t_start"]]
     after = [point for point in result.points if point.at_ns >= root["t_start"]]
@@ -99,7 +107,7 @@ def test_likelihood_jumps_to_one_at_the_fault(recording: Any) -> None:
 def test_rerun_with_the_bug_fixed_passes(recording: Any) -> None:
     path, report, _evidence = recording
     with Session.open(path) as session:
-        result = session.rerun(["bug=none"])
+        result = rerun(session, ["bug=none"])
         schedule = session.goto("start") and session.world.faults
     assert (result.outcome, result.recorded_outcome) == ("pass", "fail")
     assert result.choices == "seed" and result.faults_pinned == len(schedule)

@@ -11,6 +11,9 @@ import pytest
 from fabric_example import SCENARIO
 
 from timetravel.explore import Session
+from timetravel.explore.branching import branch
+from timetravel.explore.divergence import first_divergence
+from timetravel.explore.verify_replay import replay_session
 from timetravel.explore.work import ExploreError
 from timetravel.fabric.edit import pending_phases
 from timetravel.recording import record_run
@@ -53,21 +56,21 @@ def test_dropping_the_bit_flip_before_it_fires_passes_and_diverges_at_it(recordi
     passes; the first divergence is the flip's own fault event on r2, kept as a no-op."""
     path, _report = recording
     with Session.open(path, scenario=SCENARIO) as session:
-        result = session.fork("90us", {"drop_faults": ["f1"]})
-        found = session.first_divergence("main", "b1")
+        result = branch(session, "90us", {"drop_faults": ["f1"]})
+        found = first_divergence(session, "main", "b1")
     assert result.outcome == "pass"
     assert found is not None
     assert (found.t_ns, found.node, found.kind, found.seq_a) == (100 * US, "r2", "fault", found.seq_b)
     assert found.reason == "the state of r2 differs after it"
     assert "nodes/r2/buffers/weights" in [change["path"] for change in found.changes]
     with Session.open(path, scenario=SCENARIO, branch="b1") as stored:
-        assert stored.replay().verified
+        assert replay_session(stored).verified
 
 
 def test_editing_a_pending_fault_moves_its_events(recording: Any) -> None:
     path, _report = recording
     with Session.open(path, scenario=SCENARIO) as session:
-        result = session.fork("90us", {"edit_faults": ["f1:t_start=400us"]})
+        result = branch(session, "90us", {"edit_faults": ["f1:t_start=400us"]})
     assert result.changes[0].startswith("edit-fault f1 corrupt r2 400000..None ns")
     with Session.open(path, scenario=SCENARIO, branch="b1") as stored:
         stored.goto("90us")
@@ -75,13 +78,13 @@ def test_editing_a_pending_fault_moves_its_events(recording: Any) -> None:
         assert [
             event.t for event in stored.world.queue if event.kind == "fault" and event.payload[0] == "f1"
         ] == [400 * US]
-        assert stored.replay().verified
+        assert replay_session(stored).verified
 
 
 def test_editing_an_active_fault_rebuilds_its_rule(recording: Any) -> None:
     path, _report = recording
     with Session.open(path, scenario=SCENARIO) as session:
-        session.fork("90us", {"edit_faults": ["f2:t_end=120us,probability=0.5"]})
+        branch(session, "90us", {"edit_faults": ["f2:t_end=120us,probability=0.5"]})
     with Session.open(path, scenario=SCENARIO, branch="b1") as stored:
         stored.goto("90us")
         rule = stored.world.fabric["message_rules"]["f2"]
@@ -111,19 +114,19 @@ def test_edits_that_contradict_what_happened_are_refused(
 ) -> None:
     path, _report = recording
     with Session.open(path, scenario=SCENARIO) as session, pytest.raises(ExploreError, match=message):
-        session.fork(at, {"edit_faults": [edit]})
+        branch(session, at, {"edit_faults": [edit]})
 
 
 def test_an_added_fault_gets_the_next_id_and_diverges_where_it_starts(recording: Any) -> None:
     """Dropping every gradient r3 sends, forever (pulls included), leaves its peers waiting: a hang."""
     path, _report = recording
     with Session.open(path, scenario=SCENARIO) as session:
-        result = session.fork("90us", {"add_faults": ["kind=drop,target=r3,t_start=95us,kinds=grad"]})
-        found = session.first_divergence("main", "b1")
+        result = branch(session, "90us", {"add_faults": ["kind=drop,target=r3,t_start=95us,kinds=grad"]})
+        found = first_divergence(session, "main", "b1")
         with pytest.raises(ExploreError, match="starts before now"):
-            session.fork("90us", {"add_faults": ["kind=drop,target=r3,t_start=80us"]})
+            branch(session, "90us", {"add_faults": ["kind=drop,target=r3,t_start=80us"]})
         with pytest.raises(ExploreError, match="target must be a node name"):
-            session.fork("90us", {"add_faults": ["kind=drop,target=r99,t_start=95us"]})
+            branch(session, "90us", {"add_faults": ["kind=drop,target=r99,t_start=95us"]})
     assert result.changes == (
         "add-fault f3 drop r3 95000..None ns {'direction': 'out', 'kinds': ['grad'], 'probability': 1.0}",
     )
@@ -137,4 +140,4 @@ def test_an_added_fault_gets_the_next_id_and_diverges_where_it_starts(recording:
         None,
     )
     with Session.open(path, scenario=SCENARIO, branch="b1") as stored:
-        assert stored.replay().verified
+        assert replay_session(stored).verified

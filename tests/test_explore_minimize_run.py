@@ -21,6 +21,7 @@ from timetravel.explore.commands import CommandContext, CommandError, render_tex
 from timetravel.explore.minimize import Budget, NothingToMinimize
 from timetravel.explore.minimize_branch import pending_fault_ids
 from timetravel.explore.minimize_run import CHECK_NO_FAULT, CHECK_PASSED, minimize_run
+from timetravel.explore.verify_replay import replay_session
 from timetravel.recording import Recorder, RecordingWriter, record_run
 from timetravel.recording.format import FrameType
 from timetravel.scenarios import get_scenario
@@ -84,7 +85,7 @@ def test_a_recorded_failure_shrinks_to_the_planted_pair_and_a_repro_that_replays
         assert repro.info.config["workers"] == result.config["workers"] < report["config"]["workers"]
         assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
         assert repro.end.events == result.events
-        assert repro.replay().verified
+        assert replay_session(repro).verified
         positions = {snapshot.events: index for index, snapshot in enumerate(repro.snapshots())}
         start_world = repro.snapshot_world(positions[result.start_events])
         later = [s.events for s in repro.snapshots() if s.events > result.start_events and not s.final]
@@ -145,7 +146,7 @@ def test_a_spent_budget_still_writes_the_best_repro_so_far_and_says_it_is_partia
     )
     with Session.open(tmp_path / "small.ttr") as repro:
         assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
-        assert repro.replay().verified
+        assert replay_session(repro).verified
 
 
 # -- a run that depends on state outside the world: no snapshot reproduces it ----------------------
@@ -252,7 +253,7 @@ def test_a_branch_is_minimized_from_its_fork_into_a_new_branch_of_the_repro(
     with Session.open(out, branch="b1-min") as repro:
         assert repro.fork_events == FORK
         assert repro.info.failure is not None and repro.info.failure["signature"] == result.signature
-        assert repro.replay().verified
+        assert replay_session(repro).verified
         assert FORK < result.start_events < repro.end.events
     assert result.start_check == CHECK_PASSED
     with Session.open(out, branch="b1") as original:  # the recording's own branches are all there

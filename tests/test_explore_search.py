@@ -461,20 +461,6 @@ def _events_by(session: Session, t_ns: int) -> int:
     )  # type: ignore[union-attr]
 
 
-def test_the_session_s_doors_give_the_same_answers(
-    gossip: tuple[Session, dict[str, Any]], tmp_path: Path
-) -> None:
-    session, _ = gossip
-    assert session.find_first("nodes/*/received >= 5") == find_first(session, "nodes/*/received >= 5")
-    assert session.last_change("nodes/n3", start_events=900) == last_change(
-        session, "nodes/n3", start_events=900
-    )
-    assert session.next_change("nodes/n3", start_events=900) == next_change(
-        session, "nodes/n3", start_events=900
-    )
-    assert session.export_perfetto(tmp_path / "t.json").events == session.end.events
-
-
 def test_a_search_on_code_that_replays_differently_raises_instead_of_answering(tmp_path: Path) -> None:
     """Searches re-execute; when today's code departs from the recording they say so (the
     first differing event), never answer about a history that was not recorded."""

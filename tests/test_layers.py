@@ -8,6 +8,7 @@ lazily, inside a function) is a design bug that this test names by file and line
 from __future__ import annotations
 
 import ast
+import itertools
 from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "timetravel"
@@ -82,3 +83,118 @@ def violations() -> list[str]:
 
 def test_imports_only_go_down_the_layers() -> None:
     assert violations() == []
+
+
+# -- inside explore/: actions are functions over a Session, and Session imports none of them ---------
+
+EXPLORE = PACKAGE / "explore"
+ACTION_MODULES = (
+    "branching",
+    "compare",
+    "divergence",
+    "fanout",
+    "minimize_run",
+    "perfetto",
+    "rerun",
+    "search",
+    "verify_replay",
+)
+"""The modules whose functions act on a Session (issue 14, part 4: they were Session's door methods)."""
+
+
+def module_names(root: Path, package: str) -> dict[str, Path]:
+    """Dotted name -> file of every module under ``root`` (a package's ``__init__`` as the package)."""
+    names = {}
+    for path in sorted(root.rglob("*.py")):
+        parts = [package, *path.relative_to(root).with_suffix("").parts]
+        if parts[-1] == "__init__":
+            parts.pop()
+        names[".".join(parts)] = path
+    return names
+
+
+def import_graph(root: Path, package: str) -> dict[str, dict[str, int]]:
+    """Module -> {module it imports: line}, over the modules under ``root`` only. Every import
+    counts: at the top, inside a function (a lazy import) and under ``if TYPE_CHECKING``."""
+    modules = module_names(root, package)
+    graph: dict[str, dict[str, int]] = {}
+    for name, path in modules.items():
+        own_package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+        edges: dict[str, int] = {}
+        for node in ast.walk(ast.parse(path.read_text(), filename=str(path))):
+            targets: list[str] = []
+            if isinstance(node, ast.Import):
+                targets = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    anchor = own_package.split(".")[: len(own_package.split(".")) - node.level + 1]
+                    base = ".".join([*anchor, *([node.module] if node.module else [])])
+                submodules = [f"{base}.{alias.name}" for alias in node.names]
+                targets = [target for target in submodules if target in modules] or [base]
+            for target in targets:
+                if target in modules and target != name:
+                    edges.setdefault(target, node.lineno)
+        graph[name] = edges
+    return graph
+
+
+def import_cycle(graph: dict[str, dict[str, int]]) -> list[str] | None:
+    """One cycle of the graph as [a, b, ..., a] (None: it is acyclic)."""
+    state: dict[str, int] = {}
+    stack: list[str] = []
+
+    def visit(name: str) -> list[str] | None:
+        state[name] = 1
+        stack.append(name)
+        for target in sorted(graph[name]):
+            if state.get(target) == 1:
+                return [*stack[stack.index(target) :], target]
+            if target not in state and (found := visit(target)) is not None:
+                return found
+        stack.pop()
+        state[name] = 2
+        return None
+
+    for name in sorted(graph):
+        if name not in state and (found := visit(name)) is not None:
+            return found
+    return None
+
+
+def describe(graph: dict[str, dict[str, int]], cycle: list[str]) -> str:
+    return " -> ".join(f"{a} (line {graph[a][b]})" for a, b in itertools.pairwise(cycle)) + f" -> {cycle[-1]}"
+
+
+def test_no_module_in_explore_imports_a_module_that_imports_it_back() -> None:
+    graph = import_graph(EXPLORE, "timetravel.explore")
+    cycle = import_cycle(graph)
+    assert cycle is None, f"import circle inside explore/: {describe(graph, cycle)}"
+
+
+def test_session_imports_no_action_over_a_session() -> None:
+    graph = import_graph(EXPLORE, "timetravel.explore")
+    session_imports = graph["timetravel.explore.session"]
+    actions = [f"timetravel.explore.{name}" for name in ACTION_MODULES]
+    assert all(action in graph for action in actions), "an action module was renamed: update ACTION_MODULES"
+    assert [a for a in actions if a in session_imports] == []
+    takes_a_session = sorted(name for name, edges in graph.items() if "timetravel.explore.session" in edges)
+    assert set(actions) <= set(takes_a_session)
+    assert [name for name in takes_a_session if name in session_imports] == []
+
+
+def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path: Path) -> None:
+    """The check above is only worth its name if a lazy import counts: a circle through a function
+    body (how Session's door methods imported the actions) is found and named with its line."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "session.py").write_text("def fork():\n    from pkg.branching import branch\n")
+    (package / "branching.py").write_text("from pkg import session\n")
+    (package / "plain.py").write_text("from pkg.session import fork\n")
+    graph = import_graph(package, "pkg")
+    assert graph["pkg.session"] == {"pkg.branching": 2} and graph["pkg.branching"] == {"pkg.session": 1}
+    cycle = import_cycle(graph)
+    assert cycle is not None and set(cycle) == {"pkg.session", "pkg.branching"}
+    (package / "session.py").write_text("def fork():\n    return None\n")
+    assert import_cycle(import_graph(package, "pkg")) is None

@@ -13,6 +13,7 @@ from scenario_fixtures import FLOATS, NONDETERMINISTIC, TRESPASSER
 
 from timetravel.explore import ReplayDivergence, Session
 from timetravel.explore import replay as replay_module
+from timetravel.explore.verify_replay import replay_session
 from timetravel.recording import Recorder, RecordingWriter, record_run
 from timetravel.recording.format import FrameType
 from timetravel.scenarios import get_scenario
@@ -119,7 +120,7 @@ def test_a_nondeterministic_scenario_is_caught_and_classified(tmp_path: Path) ->
     config = NONDETERMINISTIC.resolve_config({})
     record_run(NONDETERMINISTIC, config, 1, path, snapshot_every_events=512)
     with Session.open(path, scenario=NONDETERMINISTIC) as session:
-        report = session.replay()
+        report = replay_session(session)
         assert not report.verified
         assert report.cause == "determinism_bug"
         mismatch = report.first_mismatch
@@ -134,7 +135,7 @@ def test_a_nondeterministic_scenario_is_caught_and_classified(tmp_path: Path) ->
 def test_a_deterministic_recording_replays_verified(floats_recording: tuple[Path, dict[str, Any]]) -> None:
     path, report = floats_recording
     with Session.open(path, scenario=FLOATS) as session:
-        result = session.replay()
+        result = replay_session(session)
     assert result.verified and result.first_mismatch is None and result.cause is None
     assert result.events == result.events_recorded == report["events"]
     assert result.snapshots_checked == report["recording"]["snapshots"] - 1
@@ -148,10 +149,10 @@ def test_a_mismatch_is_blamed_on_changed_code_or_platform_first(
     record_run(NONDETERMINISTIC, NONDETERMINISTIC.resolve_config({"ticks": 300}), 1, path)
     monkeypatch.setattr(replay_module, "platform_fingerprint", lambda: "another-platform")
     with Session.open(path, scenario=NONDETERMINISTIC) as session:
-        assert session.replay().cause == "platform"
+        assert replay_session(session).cause == "platform"
     monkeypatch.setattr(replay_module, "code_fingerprint", lambda _module=None: "changed-code")
     with Session.open(path, scenario=NONDETERMINISTIC) as session:
-        assert session.replay().cause == "code_changed"
+        assert replay_session(session).cause == "code_changed"
 
 
 def test_a_handler_that_writes_another_node_is_reported(tmp_path: Path) -> None:
@@ -159,7 +160,7 @@ def test_a_handler_that_writes_another_node_is_reported(tmp_path: Path) -> None:
     report, _world = record_run(TRESPASSER, {}, 1, path, snapshot_every_events=64)
     assert any("copy-on-write check failed" in note for note in report["recording"]["notes"])
     with Session.open(path, scenario=TRESPASSER) as session:
-        result = session.replay()
+        result = replay_session(session)
     assert not result.verified
     assert result.first_mismatch is not None and result.first_mismatch["what"] == "state"
     assert result.first_mismatch["node"] == "b"
@@ -179,7 +180,7 @@ def test_goto_on_a_larger_gossip_recording(tmp_path: Path) -> None:
             t_ns = rng.randrange(0, report["t_end_ns"])
             session.goto(t_ns)
             assert session.state_hash() == straight(scenario, config, 11, until_ns=t_ns).state_hash()
-        assert session.replay().verified
+        assert replay_session(session).verified
 
 
 def test_a_branch_appended_to_the_recording_shares_the_prefix(
@@ -231,7 +232,7 @@ def test_a_branch_appended_to_the_recording_shares_the_prefix(
         replayed.branch_key = 1
         Simulation(scenario, replayed).run(max_events=after - fork)
         assert branch.state_hash() == replayed.state_hash()
-        assert branch.replay().verified
+        assert replay_session(branch).verified
     with Session.open(path) as main:
         assert main.goto("end").events == report["events"]
         assert main.state_hash() == report["state_hash"]

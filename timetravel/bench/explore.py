@@ -24,6 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.bench.timing import best_of
+from timetravel.explore.branching import branch
+from timetravel.explore.compare import compare
+from timetravel.explore.divergence import first_divergence
+from timetravel.explore.fanout import fanout, likelihood
 from timetravel.explore.session import Session
 from timetravel.recording import record_run
 from timetravel.scenarios import UnknownScenarioError, get_scenario
@@ -65,18 +69,18 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
             shutil.copy(source, path)
             size = path.stat().st_size
             with Session.open(path, scenario=scenario) as session:
-                result = session.fork(fork_ns, {"branch_key": 1})
+                result = branch(session, fork_ns, {"branch_key": 1})
             return path, result, path.stat().st_size - size
 
         repeats = 1 if quick else 3
         branch_s, (path, branched, added) = best_of(one_branch, repeats)
         with Session.open(path, scenario=scenario) as session:
             fork_events = session.reader.catalog.branches["b1"]["at_events"]
-            divergence_s, _ = best_of(lambda: session.first_divergence("main", "b1"), repeats)
-            compare_s, _ = best_of(lambda: session.compare("main", "b1"), repeats)
-            fanout_s, _ = best_of(lambda: session.fanout(fork_ns, FANOUT_SAMPLES), 1)
+            divergence_s, _ = best_of(lambda: first_divergence(session, "main", "b1"), repeats)
+            compare_s, _ = best_of(lambda: compare(session, "main", "b1"), repeats)
+            fanout_s, _ = best_of(lambda: fanout(session, fork_ns, FANOUT_SAMPLES), 1)
             likelihood_s, walked = best_of(
-                lambda: session.likelihood(LIKELIHOOD_SAMPLES, points_max=LIKELIHOOD_POINTS), 1
+                lambda: likelihood(session, LIKELIHOOD_SAMPLES, points_max=LIKELIHOOD_POINTS), 1
             )
     return {
         "bench": "explore",

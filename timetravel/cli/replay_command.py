@@ -7,6 +7,7 @@ from typing import Any
 
 from timetravel.cli.common import print_json
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session
+from timetravel.explore.verify_replay import replay_session
 
 
 def register(subparsers: Any) -> None:
@@ -33,7 +34,7 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     with open_session(args.path, args.scenario_target, refuse_in_progress="replay it") as session:
-        report = session.replay()
+        report = replay_session(session)
     if args.json:
         print_json(report.to_json())
     else:

@@ -2,7 +2,9 @@
 
 The command language in :mod:`timetravel.explore.commands` is what every front end calls.
 :class:`Session` (in :mod:`timetravel.explore.session`) is the open recording those commands run
-against: ``Session.open(path)``, ``goto``, ``step``, ``back``, ``replay``.
+against: ``Session.open(path)``, ``goto``, ``step``, ``back``; the actions over it (branch, fanout,
+compare, diff, search, minimize, export, replay) are functions in their modules that take a
+Session (explore/session.py's docstring lists them).
 """
 
 from timetravel.explore.replay import Mismatch, ReplayDivergence
@@ -10,10 +12,10 @@ from timetravel.explore.session import (
     Position,
     RecordedEvent,
     RecordingInfo,
-    ReplayReport,
     Session,
     SnapshotInfo,
 )
+from timetravel.explore.verify_replay import ReplayReport
 
 __all__ = [
     "Mismatch",

@@ -283,6 +283,7 @@ def _record(
         branch=label,
         writer=writer,
         determinism=session.determinism,
+        simulation_factory=track.simulation,
     )
     parent_end = track.end
     events_max = events_bound(parent_end.events)

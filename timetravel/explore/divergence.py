@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import bisect
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +87,20 @@ class RunSide:
     def world_at_manifest(self, info: ManifestInfo) -> World:
         return self.world_at(info.events)
 
+    def simulation(self, world: World, **options: Any) -> Simulation:
+        """A Simulation over one of this run's worlds (Simulation's keyword options)."""
+        return Simulation(self.scenario, world, **options)
+
+    def stepper(self, events: int) -> Stepper:
+        """This run's world after event #``events``, stepped one event at a time on today's code."""
+        world = _world(self, events)
+        return Stepper(
+            world,
+            self.simulation(
+                world, overrides=self.overrides_at(events) or None, chain=False, determinism=self.determinism
+            ),
+        )
+
 
 class RecordedSide(RunSide):
     """A branch of an open recording (its snapshots are data; stepping re-executes it)."""
@@ -114,7 +129,10 @@ class RecordedSide(RunSide):
         return value if isinstance(value, str) else None
 
     def world_at_manifest(self, info: ManifestInfo) -> World:
-        return self.session.reader.restore(info)
+        return self.track.restore_world(info)
+
+    def simulation(self, world: World, **options: Any) -> Simulation:
+        return self.track.simulation(world, **options)
 
 
 class FreshSide(RunSide):
@@ -131,9 +149,13 @@ class FreshSide(RunSide):
         branch_key: int = 0,
         overrides: Overrides | None = None,
         determinism: str | None = None,
+        simulation_factory: Callable[..., Simulation] | None = None,
     ) -> None:
+        """``simulation_factory(world, **options)``: how its worlds are re-executed (``rerun`` passes
+        its session's ``simulation``, so the session's world source runs today's code too)."""
         self.name = name
         self.scenario = scenario
+        self._simulation_factory = simulation_factory
         self.config = config
         self.seed = seed
         self.branch_key = branch_key
@@ -150,8 +172,8 @@ class FreshSide(RunSide):
         starts = sorted(count for count in self._kept if count <= events)
         world = restore(self._kept[starts[-1]], verify=False) if starts else self.initial_world()
         if events > world.events_processed:
-            simulation = Simulation(
-                self.scenario, world, overrides=self.overrides, chain=False, determinism=self.determinism
+            simulation = self.simulation(
+                world, overrides=self.overrides, chain=False, determinism=self.determinism
             )
             simulation.run(max_events=events - world.events_processed)
         if len(self._kept) < FRESH_CACHE_ENTRIES_MAX:
@@ -160,6 +182,11 @@ class FreshSide(RunSide):
 
     def overrides_at(self, events: int) -> Overrides | None:
         return self.overrides
+
+    def simulation(self, world: World, **options: Any) -> Simulation:
+        if self._simulation_factory is not None:
+            return self._simulation_factory(world, **options)
+        return Simulation(self.scenario, world, **options)
 
     def probe_events(self) -> set[int] | None:
         return None
@@ -251,8 +278,7 @@ def _world(side: RunSide, events: int) -> World:
 
 def _step(search: Search, origin: int, expected_by: int | None) -> Divergence | None:
     a, b = search.a, search.b
-    stepper_a = Stepper(a.scenario, _world(a, origin), a.overrides_at(origin), a.determinism)
-    stepper_b = Stepper(b.scenario, _world(b, origin), b.overrides_at(origin), b.determinism)
+    stepper_a, stepper_b = a.stepper(origin), b.stepper(origin)
     total = max((expected_by or origin) - origin, 1)
     for count in range(STEP_EVENTS_MAX):
         if count % STEP_PROGRESS_EVENTS == 0:

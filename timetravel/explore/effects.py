@@ -22,11 +22,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from timetravel.sim.choices import Overrides
 from timetravel.sim.encoding import digest, merkle_root
 from timetravel.sim.event import Event
 from timetravel.sim.kernel import Simulation
-from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import PART_NAMES_EXCLUDED_FROM_EFFECTS, QUEUE_SUM_MODULUS, World
 
 FAULT_EVENT_KIND = "fault"
@@ -107,13 +105,11 @@ class StepEffects:
 class Stepper:
     """Runs a world one event at a time and says what each event did."""
 
-    def __init__(
-        self, scenario: Scenario, world: World, overrides: Overrides | None, determinism: str | None
-    ) -> None:
+    def __init__(self, world: World, simulation: Simulation) -> None:
+        """``simulation`` re-executes ``world``: the caller builds it through its run's world source
+        (``session.simulation``), unchained (a Stepper compares effects, not the hash chain)."""
         self.world = world
-        self.simulation = Simulation(
-            scenario, world, overrides=overrides or None, chain=False, determinism=determinism
-        )
+        self.simulation = simulation
         self.globals = global_digests(world)
         self.ended = False
 

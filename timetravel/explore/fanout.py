@@ -33,7 +33,6 @@ from timetravel.explore.work import (
     outcome_of,
     run_bounded,
 )
-from timetravel.sim.kernel import Simulation
 from timetravel.sim.timefmt import parse_time
 from timetravel.snapshot.store import Snapshot, SnapshotStore, restore
 
@@ -66,6 +65,7 @@ class _Fork:
 
 def _fork(session: Session, at: int | str | None, parent: str | None) -> _Fork:
     track = fork_track(session, at, parent)
+    track.source.before_copy(track.world)  # a source with external state keeps what copies need
     snapshot = SnapshotStore(bytes_max=0).take(track.world)
     return _Fork(track, snapshot, track.world.branch_key)
 
@@ -113,8 +113,8 @@ def _run_futures(
     for number, key in enumerate(branch_keys(samples, fork.branch_key), start=1):
         world = restore(fork.snapshot, verify=False)
         world.branch_key = key
-        simulation = Simulation(
-            session.scenario, world, overrides=overrides, chain=False, determinism=session.determinism
+        simulation = track.simulation(
+            world, overrides=overrides, chain=False, determinism=session.determinism
         )
         result = run_bounded(
             simulation.run, world, until_ns=until_ns, events_max=events_max, should_stop=should_stop

@@ -236,14 +236,16 @@ def run_world(
     candidate: Candidate,
     events_max: int | None,
     faults: list[dict[str, Any]],
+    simulation_factory: Callable[..., Simulation] | None = None,
 ) -> Trial:
     """Run ``world`` (built or restored for ``candidate``) with the candidate's choices, logging them;
-    ``faults`` is the schedule the trial reports (what a minimizer may remove)."""
+    ``faults`` is the schedule the trial reports (what a minimizer may remove). ``simulation_factory``
+    (``factory(world, **options)``): how a world restored from a session is re-executed (its
+    ``session.simulation``); None for a world this module built."""
     overrides = candidate.overrides()
     log = _ChoiceLog(overrides)
-    result = Simulation(scenario, world, overrides=overrides or None, choice_log=log, chain=False).run(
-        max_events=events_max
-    )
+    build = simulation_factory or partial(Simulation, scenario)
+    result = build(world, overrides=overrides or None, choice_log=log, chain=False).run(max_events=events_max)
     failure = result.failure if result.stop == "failure" else None
     return Trial(
         outcome="fail" if failure else "pass",

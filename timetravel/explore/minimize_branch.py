@@ -121,7 +121,7 @@ class ForkMinimizer(Minimizer):
 
     def run_trial(self, candidate: Candidate) -> Trial:
         world, faults = self.start_world(candidate)
-        return run_world(self.scenario, world, candidate, self.events_max, faults)
+        return run_world(self.scenario, world, candidate, self.events_max, faults, self.session.simulation)
 
     def _takes_explicit_faults(self) -> bool:
         return True
@@ -187,6 +187,7 @@ def record_branch_repro(
         branch=name,
         writer=writer,
         determinism=session.determinism,
+        simulation_factory=session.simulation,
     )
     try:
         run = recorder.run()

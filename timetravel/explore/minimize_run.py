@@ -62,7 +62,6 @@ from timetravel.explore.repro import write_replay_pytest
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_MIN, Recorder
-from timetravel.sim.kernel import Simulation
 from timetravel.sim.runner import build_world
 
 REPRO_SNAPSHOT_EVERY_EVENTS_MAX = 1024
@@ -192,6 +191,7 @@ def _record_with_overrides(
         snapshot_every_events=interval,
         overrides=dict(result.overrides) or None,
         determinism=session.determinism,
+        simulation_factory=session.simulation,
     )
     try:
         run = recorder.run()
@@ -258,8 +258,8 @@ def _clean_positions(
     snapshots = repro.snapshots()
     reference = repro.snapshot_world(positions[0])
     remove_pending_faults(reference, kept)
-    simulation = Simulation(
-        scenario, reference, overrides=repro.overrides_at(snapshots[positions[0]].events), chain=False
+    simulation = repro.simulation(
+        reference, overrides=repro.overrides_at(snapshots[positions[0]].events), chain=False
     )
     clean = [positions[0]]
     for position in positions[1:]:
@@ -285,7 +285,7 @@ def _run_from(
     world = repro.snapshot_world(position)
     remove_pending_faults(world, removed)
     events_max = (failing_event - snapshot.events) * RUN_EVENTS_FACTOR + RUN_EVENTS_SLACK
-    outcome = Simulation(scenario, world, overrides=repro.overrides_at(snapshot.events), chain=False).run(
+    outcome = repro.simulation(world, overrides=repro.overrides_at(snapshot.events), chain=False).run(
         max_events=events_max
     )
     if outcome.failure is None and outcome.stop != "drained":

@@ -32,7 +32,7 @@ from timetravel.explore.explain_results import OriginResult, ReadValue, StateCha
 from timetravel.explore.paths import parse_path, select, world_tree
 from timetravel.explore.search import last_change
 from timetravel.explore.session import Session
-from timetravel.explore.stepper import Stepper, position_at_or_before, stepper_at
+from timetravel.explore.stepper import Stepper, position_at_or_before, resumable_positions, stepper_at
 from timetravel.explore.work import ExploreError
 from timetravel.sim.event import Event
 
@@ -200,8 +200,7 @@ class SeqIndex:
     def scheduled_by(self, seq: int) -> int | None:
         """The number of the event during which ``seq`` was assigned; None: at build time."""
         session = self.session
-        snapshots = session.snapshots()
-        resumable = [index for index, snapshot in enumerate(snapshots) if not snapshot.final]
+        resumable = resumable_positions(session)
         low, high = 0, len(resumable) - 1
         if not resumable or self.seq_at(resumable[0]) > seq:
             return None

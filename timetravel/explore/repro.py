@@ -135,7 +135,6 @@ from pathlib import Path
 
 from timetravel.explore import Session
 from timetravel.scenarios import {loader}
-from timetravel.sim import Simulation
 
 RECORDING = Path(__file__).parent / {recording!r}
 BRANCH = {branch!r}
@@ -151,7 +150,7 @@ def test_regression_{test_name}():
         position = [snapshot.events for snapshot in session.snapshots()].index(START_EVENTS)
         world = session.snapshot_world(position)
         overrides = session.overrides_at(START_EVENTS)
-        result = Simulation(session.scenario, world, overrides=overrides, chain=False).run()
+        result = session.simulation(world, overrides=overrides, chain=False).run()
     assert result.failure is None, (
         f"fails with {{result.failure['signature']}} (recorded: {{SIGNATURE}}): {{result.failure['message']}}"
     )

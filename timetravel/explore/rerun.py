@@ -59,7 +59,6 @@ from timetravel.explore.work import (
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.sim.choices import Overrides
 from timetravel.sim.encoding import digest
-from timetravel.sim.kernel import Simulation
 from timetravel.sim.world import World
 
 FAULTS_KEY = "faults"
@@ -95,7 +94,7 @@ def recorded_schedule(session: Session) -> list[dict[str, Any]]:
     infos = session.reader.manifests(MAIN_BRANCH)
     if not infos or infos[0].events != 0:
         return []
-    world = session.reader.restore(infos[0])
+    world = session.restore_world(infos[0])
     return [dict(record) for record in world.faults if isinstance(record, dict)]
 
 
@@ -135,6 +134,7 @@ def rerun(
         branch_key=int(header.get("branch_key", 0)),
         overrides=overrides,
         determinism=session.determinism,
+        simulation_factory=session.simulation,
     )
     recorded_end = session.reader.end(MAIN_BRANCH) or {}
     main_events = int(recorded_end.get("events", session.end.events))
@@ -172,8 +172,8 @@ def _run(
     should_stop: StopCheck | None,
 ) -> tuple[World, str, dict[str, Any] | None]:
     world = fresh.initial_world()
-    simulation = Simulation(
-        fresh.scenario, world, overrides=fresh.overrides, chain=False, determinism=fresh.determinism
+    simulation = fresh.simulation(
+        world, overrides=fresh.overrides, chain=False, determinism=fresh.determinism
     )
     end = session.reader.end(MAIN_BRANCH) or {}
     until_ns = int(end["t_end_ns"]) if end.get("stop") == "until" else None
@@ -221,8 +221,8 @@ def _match_events(
     snapshot that differs) compare node states; when no node differs there (the difference is in
     pending events or the fabric), keep matching events to ``limit``."""
     world = fresh.world_at(origin)
-    simulation = Simulation(
-        fresh.scenario, world, overrides=fresh.overrides, chain=False, determinism=fresh.determinism
+    simulation = fresh.simulation(
+        world, overrides=fresh.overrides, chain=False, determinism=fresh.determinism
     )
     number = origin
     for last in (next_point, limit):

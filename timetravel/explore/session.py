@@ -1,7 +1,8 @@
 """The Session: one open recording, a cursor in it, and the moves every front end makes.
 
 The TUI, the shell, the CLI and Python scripts all drive this one object (DESIGN.md, principle 6).
-Issue 6 grows it (branch, fanout, compare, diff, ...); this module holds what seeking needs.
+This module holds what seeking needs; the explore engine's actions (branch, fanout, compare, diff,
+search, minimize, export, replay) are functions in their own modules that take a Session.
 
 API::
 
@@ -27,32 +28,42 @@ API::
     session.metric_names(), session.metric_series(name) -> [[t_ns, node, value], ...] (whole run)
     session.failures()      failure records of the branch
     session.state_hash()    hash of the world at the cursor
-    session.replay(progress=None) -> ReplayReport      re-execute everything and verify
-    session.world_copy()    an independent World at the cursor (to fork a branch from)
+    session.world_copy()    an independent World at the cursor (plain data: to fork a branch from)
     session.snapshot_world(position), session.overrides_at(n), session.event_batches
                             what re-executing without moving the cursor needs (explore/stepper.py)
-    session.find_first(predicate, start_events=0, strategy="auto")   FindResult (explore/search.py)
-    session.last_change(path), session.next_change(path)             FindResult: watchpoints
-    session.minimize(out=None, pytest=None, budget=Budget())         MinimizeResult (minimize_run.py)
-    session.export_perfetto(path)                                    ExportResult (explore/perfetto.py)
     session.fork_events     the event number a branch forked at (0 on main)
-    session.close()         (or use ``with Session.open(...) as session``)
+    session.close()         (or use ``with Session.open(...) as session``); closes the world source
     session.reload()        read the catalog again after branches were appended (cursor kept)
 
-The explore engine (issue 6), each a door to a module that takes a Session (keyword options:
-``progress``, ``should_stop``, and the module's own)::
+**The world source** (explore/world_source.py) is the one way to a world: every restore and every
+re-execution, here and in every action, goes through these, so that a scenario whose worlds own
+external processes (``Scenario.world_source``) plugs in its own and everything else is unchanged::
 
-    session.fork(at, changes)              BranchResult: a future stored as b1, b2, ... (branching.py's
-                                           branch(); ``session.branch`` is the cursor's branch name);
-                                           changes: BranchChanges or {"branch_key": 1,
+    session.restore_world(manifest, full_check=False) -> World     a snapshot's world
+    session.simulation(world, **options) -> Simulation             re-executes it
+    session.source          the WorldSource; a seek starts from the latest snapshot at or before
+                            the target that ``source.can_start_at`` accepts
+
+**Actions are functions over a Session** (each module imports Session; Session imports none of
+them, so explore/ has no import circle — tests/test_layers.py checks it). Keyword options:
+``progress``, ``should_stop``, and each function's own::
+
+    from timetravel.explore.branching import branch
+    branch(session, at, changes)           BranchResult: a future stored as b1, b2, ... (``name=``,
+                                           ``parent=``); changes: BranchChanges or {"branch_key": 1,
                                            "drop_faults": ["f3"], "add_faults": ["kind=drop,..."],
                                            "edit_faults": ["f3:t_end=990ms"], "settings": ["bug=none"]}
-    session.fanout(at, samples)            FanoutResult: failure rate by signature (fanout.py)
-    session.likelihood(samples)            LikelihoodResult: the rate at every snapshot
-    session.compare(a, b)                  CompareResult: outcomes, metric curves, first divergence
-    session.first_divergence(a, b)         Divergence | None (divergence.py)
-    session.diff(a, b, at=None, path="")   DiffCommandResult (compare.py)
-    session.rerun(settings=())             RerunResult: today's code on the recorded inputs (rerun.py)
+    fanout.fanout(session, at, samples)    FanoutResult: failure rate by signature
+    fanout.likelihood(session, samples)    LikelihoodResult: the rate at every snapshot
+    compare.compare(session, a, b)         CompareResult: outcomes, metric curves, first divergence
+    compare.diff(session, a, b, at=None, path="")              DiffCommandResult
+    divergence.first_divergence(session, a, b)                 Divergence | None
+    rerun.rerun(session, settings=())      RerunResult: today's code on the recorded inputs
+    search.find_first(session, predicate, start_events=0, strategy="auto")   FindResult
+    search.last_change(session, path), search.next_change(session, path)     FindResult: watchpoints
+    minimize_run.minimize_run(session, out=None, pytest=None, budget=Budget())   MinimizeResult
+    perfetto.export_perfetto(session, path)                    ExportResult
+    verify_replay.replay_session(session, progress=None)       ReplayReport: re-execute and verify
 
 **Branches** (written by the explore engine into the same file: a BRANCH frame, then a Recorder
 with ``branch=name`` and ``writer=RecordingWriter.append(path)`` on the forked world) are opened
@@ -76,7 +87,7 @@ from __future__ import annotations
 import bisect
 import contextlib
 import gc
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
@@ -89,16 +100,7 @@ from timetravel.explore.replay import (
     classify,
     event_json,
 )
-from timetravel.explore.results import (
-    BranchResult,
-    CompareResult,
-    DiffCommandResult,
-    Divergence,
-    FanoutResult,
-    LikelihoodResult,
-    RerunResult,
-)
-from timetravel.explore.verify_replay import ReplayReport, replay_session
+from timetravel.explore.world_source import WorldSource, world_source_for
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
 from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
@@ -256,9 +258,15 @@ class Session:
         self._batch_firsts = [batch.first for batch in self._batches]
         self._end = self._find_end()
         self.info = self._info()
-        factory = getattr(scenario, "world_source", None)
-        self.source: Any = factory(self) if factory is not None else None
-        self.world: World = reader.restore(self._manifests[0], full_check=True)
+        self.source: WorldSource = world_source_for(self)
+        """Where this session's worlds come from (explore/world_source.py): every restore and every
+        re-execution goes through it, so a scenario whose worlds own external processes plugs in
+        its own (``Scenario.world_source``) and every action over the Session works unchanged."""
+        try:
+            self.world: World = self.restore_world(self._manifests[0], full_check=True)
+        except BaseException:
+            self.source.close()
+            raise
         self.last_replay_events = 0
 
     @classmethod
@@ -287,9 +295,32 @@ class Session:
             raise
 
     def close(self) -> None:
-        if self.source is not None:
+        """End what the world source owns (processes, checkpoints), then close the file."""
+        try:
             self.source.close()
-        self.reader.close()
+        finally:
+            self.reader.close()
+
+    # -- the world source: the one way to a world (explore/world_source.py) ------------------------
+
+    def restore_world(self, manifest: ManifestInfo, *, full_check: bool = False) -> World:
+        """A new World at a recorded snapshot (``full_check``: recompute its state hash too). Every
+        action restores through this, never through the reader, so the world source decides."""
+        return self.source.restore(manifest, full_check)
+
+    def simulation(self, world: World, **options: Any) -> Simulation:
+        """A Simulation of this session's scenario over ``world`` (a world this session restored, or
+        a copy of one), with Simulation's keyword options as the caller would pass them."""
+        return self.source.simulation(world, **options)
+
+    def _start_snapshot(self, at: int, by_time: bool) -> ManifestInfo:
+        """The latest snapshot at or before event #``at`` (or time ``at``) that the world source can
+        re-execute from; the first one when none can (a re-execution from #0 is always possible)."""
+        keys = [m.t_ns if by_time else m.events for m in self._manifests]
+        position = max(bisect.bisect_right(keys, at) - 1, 0)
+        while position > 0 and not self.source.can_start_at(self._manifests[position]):
+            position -= 1
+        return self._manifests[position]
 
     def reload(self) -> None:
         """Read the recording's catalog again after frames were appended to it (a branch): the
@@ -311,53 +342,6 @@ class Session:
         self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
     ) -> None:
         self.close()
-
-    # -- the explore engine: each a door to a module that takes a Session ---------------------------
-
-    def fork(self, at: int | str, changes: Any = None, **options: Any) -> BranchResult:
-        """Run and store an alternate future from ``at`` (explore/branching.py's ``branch``; the
-        name ``branch`` is taken by the cursor's branch name)."""
-        from timetravel.explore.branching import branch
-
-        return branch(self, at, changes, **options)
-
-    def fanout(self, at: int | str, samples: int = 20, **options: Any) -> FanoutResult:
-        """The failure rate by signature over ``samples`` futures from ``at`` (explore/fanout.py)."""
-        from timetravel.explore.fanout import fanout
-
-        return fanout(self, at, samples, **options)
-
-    def likelihood(self, samples: int = 10, **options: Any) -> LikelihoodResult:
-        """The fan-out failure rate at every snapshot: the point of no return (explore/fanout.py)."""
-        from timetravel.explore.fanout import likelihood
-
-        return likelihood(self, samples, **options)
-
-    def compare(self, a: str, b: str, **options: Any) -> CompareResult:
-        """Outcomes, metric curves and first divergence of two branches (explore/compare.py)."""
-        from timetravel.explore.compare import compare
-
-        return compare(self, a, b, **options)
-
-    def first_divergence(self, a: str, b: str, **options: Any) -> Divergence | None:
-        """The first event whose effects differ between two branches (explore/divergence.py)."""
-        from timetravel.explore.divergence import first_divergence
-
-        return first_divergence(self, a, b, **options)
-
-    def diff(
-        self, a: str, b: str, at: int | str | None = None, path: str = "", **options: Any
-    ) -> DiffCommandResult:
-        """The state diff of two branches at one moment (explore/compare.py)."""
-        from timetravel.explore.compare import diff
-
-        return diff(self, a, b, at=at, path=path, **options)
-
-    def rerun(self, settings: Iterable[str] = (), **options: Any) -> RerunResult:
-        """The recorded inputs on today's code, and where it departs from the recording (explore/rerun.py)."""
-        from timetravel.explore.rerun import rerun
-
-        return rerun(self, settings, **options)
 
     # -- where things are -------------------------------------------------------------------------
 
@@ -409,9 +393,9 @@ class Session:
         return self.world.state_hash()
 
     def world_copy(self) -> World:
-        """An independent copy of the world at the cursor."""
-        if self.source is not None:
-            self.source.before_copy(self.world)
+        """An independent copy of the world at the cursor (the source first keeps what a copy of
+        it needs to run: ``WorldSource.before_copy``)."""
+        self.source.before_copy(self.world)
         store = SnapshotStore(bytes_max=0)
         from timetravel.snapshot.store import restore
 
@@ -445,17 +429,10 @@ class Session:
             return self._to_end()
         if t_ns < 0:
             return self.goto_event(0)
-        position = bisect.bisect_right([m.t_ns for m in self._manifests], t_ns) - 1
-        while (
-            position > 0
-            and self.source is not None
-            and not self.source.can_start_at(self._manifests[position])
-        ):
-            position -= 1
-        snapshot = self._manifests[max(position, 0)]
+        snapshot = self._start_snapshot(t_ns, by_time=True)
         world = self.world
         if not (world.t_ns <= t_ns and world.events_processed >= snapshot.events and not world.failures):
-            world = self.reader.restore(snapshot)
+            world = self.restore_world(snapshot)
         self._replay(world, until_ns=t_ns, events_max=self._end.events)
         return self.position
 
@@ -465,17 +442,10 @@ class Session:
         if number >= self._end.events:
             return self._to_end()
         number = max(number, 0)
-        position = bisect.bisect_right([m.events for m in self._manifests], number) - 1
-        while (
-            position > 0
-            and self.source is not None
-            and not self.source.can_start_at(self._manifests[position])
-        ):
-            position -= 1
-        snapshot = self._manifests[max(position, 0)]
+        snapshot = self._start_snapshot(number, by_time=False)
         world = self.world
         if not (snapshot.events <= world.events_processed <= number and not world.failures):
-            world = self.reader.restore(snapshot)
+            world = self.restore_world(snapshot)
         self._replay(world, until_ns=None, events_max=number)
         return self.position
 
@@ -490,13 +460,11 @@ class Session:
     def _to_end(self) -> Position:
         last = self._manifests[-1]
         if last.final or (last.events == self._end.events and self.reader.end(self.branch) is None):
-            self.world = self.reader.restore(last)
+            self.world = self.restore_world(last)
             self.last_replay_events = 0
             return self.position
-        snapshot = self._manifests[
-            bisect.bisect_right([m.events for m in self._manifests], self._end.events) - 1
-        ]
-        self._replay(self.reader.restore(snapshot), until_ns=None, events_max=self._end.events)
+        snapshot = self._start_snapshot(self._end.events, by_time=False)
+        self._replay(self.restore_world(snapshot), until_ns=None, events_max=self._end.events)
         return self.position
 
     def _overrides_at(self, events: int) -> Overrides | None:
@@ -508,9 +476,7 @@ class Session:
     def _replay(self, world: World, *, until_ns: int | None, events_max: int) -> None:
         """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain."""
         verifier = ChainVerifier(self.reader, self._batches, self.cause_if_mismatch)
-        make = Simulation if self.source is None else self.source.simulation
-        simulation = make(
-            *(() if self.source is not None else (self.scenario,)),
+        simulation = self.simulation(
             world,
             overrides=self._overrides_at(world.events_processed),
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
@@ -535,44 +501,12 @@ class Session:
 
     def snapshot_world(self, position: int) -> World:
         """A new World restored from ``snapshots()[position]``; the cursor does not move."""
-        return self.reader.restore(self._manifests[position])
+        return self.restore_world(self._manifests[position])
 
     @property
     def event_batches(self) -> list[EventBatchInfo]:
         """The recorded event batches this branch sees (its parent's before the fork)."""
         return list(self._batches)
-
-    # -- search, minimize, export: doors to the modules that take a Session --------------------------
-
-    def find_first(self, predicate: str, **options: Any) -> Any:
-        """The first moment ``predicate`` holds on this branch: FindResult (explore/search.py)."""
-        from timetravel.explore.search import find_first
-
-        return find_first(self, predicate, **options)
-
-    def last_change(self, path: str, **options: Any) -> Any:
-        """The latest event at or before the cursor that changed ``path``: FindResult (explore/search.py)."""
-        from timetravel.explore.search import last_change
-
-        return last_change(self, path, **options)
-
-    def next_change(self, path: str, **options: Any) -> Any:
-        """The first event after the cursor that changes ``path``: FindResult (explore/search.py)."""
-        from timetravel.explore.search import next_change
-
-        return next_change(self, path, **options)
-
-    def minimize(self, **options: Any) -> Any:
-        """Minimize the recorded failure, write the repro: MinimizeResult (explore/minimize_run.py)."""
-        from timetravel.explore.minimize_run import minimize_run
-
-        return minimize_run(self, **options)
-
-    def export_perfetto(self, path: str | Path, **options: Any) -> Any:
-        """This branch as Chrome trace events for Perfetto: ExportResult (explore/perfetto.py)."""
-        from timetravel.explore.perfetto import export_perfetto
-
-        return export_perfetto(self, path, **options)
 
     # -- what happened ----------------------------------------------------------------------------
 
@@ -615,13 +549,7 @@ class Session:
                 return points
         raise KeyError(f"no metric {name!r} (known: {', '.join(self.metric_names()) or 'none'})")
 
-    # -- verification -----------------------------------------------------------------------------
-
-    def replay(self, progress: Callable[[int, int], None] | None = None) -> ReplayReport:
-        """Re-execute the whole recording from the scenario's own build and verify every stored byte
-        that can be checked (explore/verify_replay.py says what); a damaged frame raises
-        RecordingError, a difference is reported in ``first_mismatch``."""
-        return replay_session(self, progress)
+    # -- what the actions over a Session read ---------------------------------------------------
 
     @property
     def snapshots_info(self) -> list[ManifestInfo]:
@@ -652,7 +580,6 @@ __all__ = [
     "RecordedEvent",
     "RecordingInfo",
     "ReplayDivergence",
-    "ReplayReport",
     "Session",
     "SnapshotInfo",
     "event_json",

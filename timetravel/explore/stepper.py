@@ -50,8 +50,7 @@ class Stepper:
         """The last event this stepper may run to (the fork, when it starts on the parent's side)."""
         self.verifier = ChainVerifier(session.reader, session.event_batches, session.cause_if_mismatch)
         self._last_flushed: Event | None = None
-        self.simulation = Simulation(
-            session.scenario,
+        self.simulation = session.simulation(
             self.world,
             overrides=session.overrides_at(snapshot.events),
             chain_batch_events=int(session.header.get("chain_batch_events", CHAIN_BATCH_EVENTS_DEFAULT)),
@@ -168,10 +167,21 @@ class Stepper:
             raise ReplayDivergence(self.verifier.mismatch)
 
 
+def resumable_positions(session: Session) -> list[int]:
+    """Indexes in ``session.snapshots()`` a re-execution may start from: not final (the run had
+    ended there), and accepted by the session's world source (explore/world_source.py)."""
+    infos = session.snapshots_info
+    return [
+        index
+        for index, snapshot in enumerate(session.snapshots())
+        if not snapshot.final and session.source.can_start_at(infos[index])
+    ]
+
+
 def position_at_or_before(session: Session, events: int) -> int:
-    """Index in ``session.snapshots()`` of the latest non-final snapshot at or before #``events``."""
+    """Index in ``session.snapshots()`` of the latest resumable snapshot at or before #``events``."""
     snapshots = session.snapshots()
-    resumable = [index for index, snapshot in enumerate(snapshots) if not snapshot.final]
+    resumable = resumable_positions(session)
     numbers = [snapshots[index].events for index in resumable]
     found = bisect.bisect_right(numbers, events) - 1
     if found < 0:

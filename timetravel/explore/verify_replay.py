@@ -124,7 +124,7 @@ def replay_session(session: Session, progress: Callable[[int, int], None] | None
     mismatch = structure_mismatch(session)
     if session.fork_events:
         start = next(info for info in manifests if info.events >= session.fork_events)
-        world = reader.restore(start, full_check=True)
+        world = session.restore_world(start, full_check=True)
     else:
         world = build_world(session.scenario, dict(header["config"]), int(header["seed"]))
         world.branch_key = int(header.get("branch_key", 0))
@@ -134,8 +134,7 @@ def replay_session(session: Session, progress: Callable[[int, int], None] | None
                 "initial_state", 0, 0, None, None, "the scenario builds another initial world", cause
             )
     verifier = ChainVerifier(reader, session.event_batches, cause)
-    simulation = Simulation(
-        session.scenario,
+    simulation = session.simulation(
         world,
         overrides=session.overrides_at(world.events_processed),
         chain_batch_events=int(header.get("chain_batch_events", 4096)),

@@ -25,6 +25,8 @@ the recorded choices by site.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +109,11 @@ class Recorder:
         branch: str = MAIN_BRANCH,
         writer: RecordingWriter | None = None,
         determinism: str | None = None,
+        simulation_factory: Callable[..., Simulation] | None = None,
     ) -> None:
+        """``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
+        explore engine passes its session's ``simulation``, so that a world source whose worlds own
+        external processes runs them; explore/world_source.py). None: ``Simulation(scenario, ...)``."""
         if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
             raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
         self.scenario = scenario
@@ -119,8 +125,8 @@ class Recorder:
         self.store = SnapshotStore(bytes_max=0)
         self.since: list[list[Event]] = []
         self.notes: list[str] = []
-        self.simulation = Simulation(
-            scenario,
+        build = simulation_factory or functools.partial(Simulation, scenario)
+        self.simulation = build(
             world,
             overrides=overrides,
             choice_log=self.choice_log,

@@ -161,9 +161,10 @@ class Scenario:
     """The snapshot interval its recordings want by default (None: the recorder's 8192). A seek
     re-executes up to this many events; the torch scenario's events run user code, so it asks less."""
     world_source: Callable[[Any], Any] | None = None
-    """For scenarios whose worlds own external processes (the torch scenario's ranks): called with
-    a Session, returns the source it restores and re-executes worlds through
-    (explore/world_source.py). None: plain-data worlds, restored and re-run by the kernel."""
+    """For scenarios whose worlds own external processes (explore/world_source.py): called as
+    ``world_source(session)`` when a recording of this scenario is opened, it returns the object
+    that restores the session's worlds and re-executes them. None (every plain-data scenario): the
+    worlds are restored from the recording and re-executed by the kernel."""
 
     def __post_init__(self) -> None:
         check_mode(self.determinism)

@@ -27,7 +27,6 @@ from typing import Any
 from timetravel.explore.session import Session, lineage
 from timetravel.fabric.gpu import GPU_KEY
 from timetravel.sim.choices import Overrides
-from timetravel.sim.kernel import Simulation
 from timetravel.tui.model import KernelSpan, RaceEdge
 
 SPAN_EVENTS_BEFORE = 1_000
@@ -142,15 +141,18 @@ def sample_spans(
     start = max(cursor - before, 0)
     stop = min(cursor + after, session.end.events)
     manifests, _batches, _fork = lineage(session.reader, session.branch)
-    usable = [info for info in manifests if not info.final and info.events <= start]
+    usable = [
+        info
+        for info in manifests
+        if not info.final and info.events <= start and session.source.can_start_at(info)
+    ]
     if not usable:
         return ()
     snapshot = usable[-1]
     if start - snapshot.events > SPAN_LEAD_EVENTS_MAX:
         start = snapshot.events + SPAN_LEAD_EVENTS_MAX
-    world = session.reader.restore(snapshot)
-    simulation = Simulation(
-        session.scenario,
+    world = session.restore_world(snapshot)
+    simulation = session.simulation(
         world,
         overrides=_overrides_at(session, snapshot.events),
         chain=False,
