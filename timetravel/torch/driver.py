@@ -131,8 +131,10 @@ class RankDriver:
         self.specs = specs
         self.output = output
         self.stuck_timeout_s = stuck_timeout_s
-        self.run_token = 0
-        """Which world this driver serves (the kernel runs one at a time; a new world gets new ranks)."""
+        self.world: Any = None
+        """The World this driver's ranks belong to (compared by identity, and held so that no other
+        world can take its ``id``: a freed world's id reused by a restored one once handed the
+        restored world ranks 2 events ahead of it)."""
         self.pids: dict[int, int] = {}
         self.sockets: dict[int, socket.socket] = {}
         self.delivered: dict[int, int] = {}
@@ -251,6 +253,7 @@ class RankDriver:
         with contextlib.suppress(OSError):
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+        self.world = None
         if _active is self:
             _active = None
 

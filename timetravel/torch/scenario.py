@@ -267,7 +267,7 @@ def _driver(ctx: Context) -> Any:
     from timetravel.torch import driver
 
     live = driver.active()
-    if live is not None and live.run_token == id(ctx.world):
+    if live is not None and live.world is ctx.world:
         return live
     attached = driver.take_attachment(ctx.world)
     if attached is not None:
@@ -290,7 +290,7 @@ def new_driver(world: World, *, spawn: bool) -> Any:
     live = driver.RankDriver(
         rank_specs(config, world.seed, restarts), output=stream, stuck_timeout_s=config["stuck_timeout"]
     )
-    live.run_token = id(world)
+    live.world = world
     live.start(spawn=spawn)
     return live
 

@@ -124,7 +124,7 @@ class TorchWorlds:
 
     def _attach(self, world: World) -> None:
         live = driver.active()
-        if live is not None and live.run_token == id(world):
+        if live is not None and live.world is world:
             return
         if all(state["status"] == "new" for state in scenario._rank_states(world)):
             return  # nothing ran yet: fresh ranks, started by the first handler that needs them
@@ -174,7 +174,7 @@ class TorchWorlds:
     def keep(self, world: World) -> None:
         """Fork the live ranks of ``world`` now, if they are quiescent and not kept already."""
         live = driver.active()
-        if live is None or live.run_token != id(world) or world.failures:
+        if live is None or live.world is not world or world.failures:
             return
         states = scenario._rank_states(world)
         if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
