@@ -76,7 +76,7 @@ def test_a_killed_checkpoint_is_rebuilt_by_re_execution(ddp_recording: tuple[Pat
     path, _report = ddp_recording
     with Session.open(path) as session:
         expected = hashes_along(session, [100, 180])[180]
-        for kept in session.source.kept:
+        for kept in session.source.shared.kept:
             for checkpoint in kept.ranks.ranks.values():
                 os.kill(checkpoint.pid, signal.SIGKILL)  # the user, or the OOM killer
         session.goto_event(60)
@@ -89,7 +89,7 @@ def test_closing_the_session_leaves_no_process_behind(ddp_recording: tuple[Path,
     path, _report = ddp_recording
     with Session.open(path) as session:
         session.goto_event(150)
-        pids = [c.pid for kept in session.source.kept for c in kept.ranks.ranks.values()]
+        pids = [c.pid for kept in session.source.shared.kept for c in kept.ranks.ranks.values()]
         assert pids
     for pid in pids:
         assert _ends_within(pid, polls=500), f"checkpoint {pid} outlived its session"

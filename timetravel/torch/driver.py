@@ -86,7 +86,13 @@ class Zygote:
 
 
 _zygote: Zygote | None = None
-_active: RankDriver | None = None
+_live: list[RankDriver] = []
+"""The live drivers, least recently started first: one per world that has ranks. A run has one; a
+Session may execute two worlds in turn (a divergence search steps two branches side by side)."""
+LIVE_DRIVERS_MAX = 4
+on_evict: list[Callable[[RankDriver], None]] = []
+"""Called with a driver about to be stopped to make room (the torch world source checkpoints its
+ranks first, so its world resumes them when it runs again)."""
 lockstep = [False]
 """When set, a result reaches its rank at the rank's ``poll`` event, never earlier: every moment
 between two events is then quiescent (each rank blocked in a wait, nothing in flight), which rank
@@ -102,7 +108,16 @@ def zygote() -> Zygote:
 
 
 def active() -> RankDriver | None:
-    return _active
+    """The most recently started live driver."""
+    return _live[-1] if _live else None
+
+
+def driver_for(world: Any) -> RankDriver | None:
+    """The live driver whose ranks belong to ``world`` (by identity)."""
+    for live in _live:
+        if live.world is world:
+            return live
+    return None
 
 
 _attachments: dict[int, tuple[Any, Callable[[], RankDriver]]] = {}
@@ -148,11 +163,14 @@ class RankDriver:
         self.listener.listen(len(specs))
 
     def start(self, spawn: bool = True) -> None:
-        """Become the live driver; ``spawn=False`` for ranks resumed from checkpoints instead."""
-        global _active
-        if _active is not None and _active is not self:
-            _active.stop()
-        _active = self
+        """Become a live driver (the oldest stops past LIVE_DRIVERS_MAX); ``spawn=False`` for
+        ranks resumed from checkpoints instead."""
+        while len(_live) >= LIVE_DRIVERS_MAX:
+            oldest = _live[0]
+            for hook in on_evict:
+                hook(oldest)
+            oldest.stop()
+        _live.append(self)
         if spawn:
             self._spawn()
 
@@ -246,7 +264,6 @@ class RankDriver:
 
     def stop(self) -> None:
         """Kill every rank and remove the socket folder. Safe to call twice."""
-        global _active
         for rank in list(self.pids):
             self.kill(rank)
         self.pids.clear()
@@ -254,13 +271,21 @@ class RankDriver:
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
         self.world = None
-        if _active is self:
-            _active = None
+        if self in _live:
+            _live.remove(self)
 
 
 def stop_active() -> None:
-    if _active is not None:
-        _active.stop()
+    """Stop every live driver (a run is over, or a new one starts outside any Session)."""
+    for live in list(_live):
+        live.stop()
+
+
+def stop_world(world: Any) -> None:
+    """Stop the driver of ``world`` (its run ended)."""
+    live = driver_for(world)
+    if live is not None:
+        live.stop()
 
 
 def _stop_everything() -> None:

@@ -173,7 +173,8 @@ def _check_script(config: dict[str, Any]) -> Path | None:
 def build(config: dict[str, Any], seed: int) -> World:
     from timetravel.torch import driver
 
-    driver.stop_active()  # a new run: the previous run's ranks end here
+    if not driver.lockstep[0]:
+        driver.stop_active()  # a new run outside a Session: the previous run's ranks end here
     script = _check_script(config)
     world = World("torch", config, seed)
     ranks = config["nproc"] * config["nnodes"]
@@ -266,8 +267,8 @@ def _driver(ctx: Context) -> Any:
     """The live ranks of this world: already bound, resumed from a checkpoint, or started fresh."""
     from timetravel.torch import driver
 
-    live = driver.active()
-    if live is not None and live.world is ctx.world:
+    live = driver.driver_for(ctx.world)
+    if live is not None:
         return live
     attached = driver.take_attachment(ctx.world)
     if attached is not None:
@@ -413,7 +414,7 @@ def on_end(world: World, ctx: Context) -> None:
     try:
         c10d.report_hang(world, ctx)
     finally:
-        driver.stop_active()
+        driver.stop_world(world)
 
 
 def summarize(world: World) -> dict[str, Any]:

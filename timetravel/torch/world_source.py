@@ -48,6 +48,18 @@ class KeptCheckpoint:
     ranks: checkpoints.RankCheckpoints
 
 
+@dataclass
+class _Shared:
+    kept: list[KeptCheckpoint]
+    checkpoints_max: int | None = None
+    """Derived from the budget and measured memory (None until measured: CHECKPOINTS_MAX_CEILING)."""
+    taken: int = 0
+    users: int = 0
+
+
+_SHARED = _Shared([])
+
+
 class _NullOutput:
     """Where re-executed ranks' output goes: it was shown when the run was recorded."""
 
@@ -68,14 +80,15 @@ class TorchWorlds:
 
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.kept: list[KeptCheckpoint] = []
-        self.checkpoints_max: int | None = None
-        """Derived from the budget once the first set's size is known (None until then)."""
+        self.shared = _SHARED
+        """Checkpoints are shared by every torch Session of this process (the rank key says what a
+        set is, whatever recording or branch asked): a compare's tracks resume the cursor's."""
+        self.shared.users += 1
         self.reexecuted_events = 0
-        self.taken = 0
         self.refused: str | None = None
         """Why the last checkpoint was refused (threads, shared memory), if one was."""
         driver.lockstep[0] = True
+        driver.on_evict.append(self._evicted)
         scenario.set_rank_output(_NullOutput())
 
     # -- the seam ----------------------------------------------------------------------------------
@@ -97,9 +110,15 @@ class TorchWorlds:
         self.keep(world)
 
     def close(self) -> None:
-        for kept in self.kept:
+        if self._evicted in driver.on_evict:
+            driver.on_evict.remove(self._evicted)
+        self.shared.users -= 1
+        if self.shared.users > 0:  # another Session (a compare's track, the one that opened it) lives on
+            driver.stop_world(self.session.world)
+            return
+        for kept in self.shared.kept:
             checkpoints.keeper().discard(kept.ranks)
-        self.kept.clear()
+        self.shared.kept.clear()
         driver.stop_active()
         driver.lockstep[0] = False
         scenario.set_rank_output(None)
@@ -107,11 +126,11 @@ class TorchWorlds:
     def memory(self) -> dict[str, Any]:
         """What the live checkpoints hold: sets, processes, private bytes (USS, measured now: a
         checkpoint's own pages grow as the live rank writes over what they shared), the bound."""
-        uss = sum(checkpoints.uss_bytes(c.pid) for kept in self.kept for c in kept.ranks.ranks.values())
-        processes = sum(len(kept.ranks.ranks) for kept in self.kept)
+        uss = sum(checkpoints.uss_bytes(c.pid) for kept in self.shared.kept for c in kept.ranks.ranks.values())
+        processes = sum(len(kept.ranks.ranks) for kept in self.shared.kept)
         return {
-            "checkpoints": len(self.kept),
-            "checkpoints_max": self.checkpoints_max,
+            "checkpoints": len(self.shared.kept),
+            "checkpoints_max": self.shared.checkpoints_max,
             "processes": processes,
             "uss_bytes": uss,
             "uss_bytes_per_process": uss // processes if processes else 0,
@@ -123,8 +142,7 @@ class TorchWorlds:
     # -- attaching a world to its ranks ------------------------------------------------------------
 
     def _attach(self, world: World) -> None:
-        live = driver.active()
-        if live is not None and live.world is world:
+        if driver.driver_for(world) is not None:
             return
         if all(state["status"] == "new" for state in scenario._rank_states(world)):
             return  # nothing ran yet: fresh ranks, started by the first handler that needs them
@@ -155,6 +173,7 @@ class TorchWorlds:
         replayed = self.session.reader.restore(start)
         simulation = self.simulation(replayed, overrides=self.session.overrides_at(start.events))
         simulation.run(max_events=target - start.events)
+        driver.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
         self.reexecuted_events += replayed.events_processed - start.events
         kept = self._find_key(key)
         if kept is None:
@@ -169,12 +188,22 @@ class TorchWorlds:
         usable = [m for m in manifests if self.can_start_at(m)]
         return max(usable, key=lambda m: m.events)
 
+    def _evicted(self, live: Any) -> None:
+        """A driver stops to make room: keep its world's ranks, and resume them when it runs again."""
+        world = live.world
+        if world is None:
+            return
+        self.keep(world)
+        key = scenario.rank_key(world)
+        if self._find_key(key) is not None:
+            driver.attach(world, lambda: self._bring_up(world, key))
+
     # -- keeping checkpoints -------------------------------------------------------------------------
 
     def keep(self, world: World) -> None:
         """Fork the live ranks of ``world`` now, if they are quiescent and not kept already."""
-        live = driver.active()
-        if live is None or live.world is not world or world.failures:
+        live = driver.driver_for(world)
+        if live is None or world.failures:
             return
         states = scenario._rank_states(world)
         if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
@@ -190,9 +219,9 @@ class TorchWorlds:
             self.refused = str(error)
             return
         kept = KeptCheckpoint(world.events_processed, world.t_ns, world.state_hash(), key, ranks)
-        self.kept.append(kept)
-        self.taken += 1
-        if self.taken % BOUND_MEASURE_EVERY == 0:
+        self.shared.kept.append(kept)
+        self.shared.taken += 1
+        if self.shared.taken % BOUND_MEASURE_EVERY == 0:
             self._size_bound()
         self._thin()
 
@@ -200,17 +229,17 @@ class TorchWorlds:
         """``checkpoints_max`` from the budget and what a set holds *now*: right after the fork a
         checkpoint owns almost nothing; its private pages grow as the live rank writes (44 MiB a
         rank for a small model once it has trained on). The mean of the oldest sets is the measure."""
-        oldest = sorted(self.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
+        oldest = sorted(self.shared.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
         sizes = [sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) for kept in oldest]
         per_set = max(sum(sizes) // max(len(sizes), 1), 1)
-        self.checkpoints_max = max(CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set))
+        self.shared.checkpoints_max = max(CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set))
 
     def _thin(self) -> None:
         """Drop checkpoints until the bound holds: keep the newest, and space the rest
         exponentially towards the past (drop the one whose loss leaves the smallest gap for its age)."""
-        bound = self.checkpoints_max or CHECKPOINTS_MAX_CEILING
-        while len(self.kept) > bound:
-            ordered = sorted(self.kept, key=lambda kept: kept.events)
+        bound = self.shared.checkpoints_max or CHECKPOINTS_MAX_CEILING
+        while len(self.shared.kept) > bound:
+            ordered = sorted(self.shared.kept, key=lambda kept: kept.events)
             newest = ordered[-1].events
             best, best_cost = None, None
             for index in range(len(ordered) - 1):
@@ -225,17 +254,17 @@ class TorchWorlds:
 
     def _forget(self, kept: KeptCheckpoint) -> None:
         checkpoints.keeper().discard(kept.ranks)
-        if kept in self.kept:
-            self.kept.remove(kept)
+        if kept in self.shared.kept:
+            self.shared.kept.remove(kept)
 
     def _find(self, events: int, state_hash: str) -> KeptCheckpoint | None:
-        for kept in self.kept:
+        for kept in self.shared.kept:
             if kept.events == events and kept.state_hash == state_hash:
                 return self._alive(kept)
         return None
 
     def _find_key(self, key: str) -> KeptCheckpoint | None:
-        for kept in self.kept:
+        for kept in self.shared.kept:
             if kept.rank_key == key:
                 return self._alive(kept)
         return None
