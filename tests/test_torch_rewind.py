@@ -30,7 +30,9 @@ THREADS = ROOT / "tests" / "torch_scripts" / "thread_keeper.py"
 def record(path: Path, script: Path, args: str, nproc: int = 3, seed: int = 5) -> dict:
     authorize_script(str(script))
     scenario = get_scenario("torch")
-    config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", f"args={args}", "rank_output=quiet"])
+    config = scenario.resolve_config(
+        [f"script={script}", f"nproc={nproc}", f"args={args}", "rank_output=quiet"]
+    )
     report, world = record_run(scenario, config, seed, path, snapshot_every_events=64, force=True)
     report["final_hash"] = world.state_hash()
     return report
@@ -124,7 +126,9 @@ with Session.open(sys.argv[1]) as session:
 """
 
 
-def test_a_new_process_rebuilds_checkpoints_and_reaches_the_same_bits(ddp_recording: tuple[Path, dict]) -> None:
+def test_a_new_process_rebuilds_checkpoints_and_reaches_the_same_bits(
+    ddp_recording: tuple[Path, dict],
+) -> None:
     path, _report = ddp_recording
     with Session.open(path) as session:
         session.goto_event(170)
@@ -144,8 +148,15 @@ def test_a_new_process_rebuilds_checkpoints_and_reaches_the_same_bits(ddp_record
         assert cold["memory"]["checkpoints"] >= 2  # kept on the way, for the next seek
 
 
-@pytest.mark.parametrize(("mode", "reason"), [("thread", "threads"), ("shared", "shared memory")])
-def test_a_rank_that_cannot_be_forked_is_re_executed_instead(tmp_path: Path, mode: str, reason: str) -> None:
+@pytest.mark.parametrize(
+    ("mode", "reasons"),
+    # share_memory_() maps /dev/shm and, depending on what torch set up before, starts a helper
+    # thread: the refusal names whichever it meets first
+    [("thread", ("threads",)), ("shared", ("shared memory", "threads"))],
+)
+def test_a_rank_that_cannot_be_forked_is_re_executed_instead(
+    tmp_path: Path, mode: str, reasons: tuple[str, ...]
+) -> None:
     path = tmp_path / f"{mode}.ttr"
     report = record(path, THREADS, mode, nproc=2)
     assert report["outcome"] == "pass", report["failure"]
@@ -156,7 +167,7 @@ def test_a_rank_that_cannot_be_forked_is_re_executed_instead(tmp_path: Path, mod
         middle = session.state_hash()
         memory = session.source.memory()
         assert memory["checkpoints"] == 0
-        assert reason in (memory["refused"] or "")
+        assert any(reason in (memory["refused"] or "") for reason in reasons), memory["refused"]
         session.goto_event(end - 1)
         session.goto_event(end // 2)
         assert session.state_hash() == middle

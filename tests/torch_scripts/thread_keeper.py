@@ -14,7 +14,7 @@ if mode == "thread":
     threading.Thread(target=stop.wait, daemon=True).start()
 shared = torch.zeros(4).share_memory_() if mode == "shared" else None
 value = torch.ones(4)
-for _ in range(6):
+for _ in range(40):
     dist.all_reduce(value)
     value = value / dist.get_world_size()
 stop.set()

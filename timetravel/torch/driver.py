@@ -207,6 +207,16 @@ class RankDriver:
         self.delivered[rank] = number
         self.send(rank, entry[1])
 
+    def restart(self, specs: list[dict[str, Any]]) -> None:
+        """Kill every rank and fork them again from ``specs`` (a torchelastic restart)."""
+        for rank in list(self.pids):
+            self.kill(rank)
+        self.pids.clear()
+        self.delivered.clear()
+        self.pending.clear()
+        self.specs = specs
+        self._spawn()
+
     def _spawn(self) -> None:
         self.spawn([spec["rank"] for spec in self.specs])
 

@@ -48,13 +48,8 @@ def remember_zygote(pid: int) -> None:
 
 
 def refusal() -> str | None:
-    """Why this process cannot be checkpointed by fork now, or None."""
-    try:
-        threads = len(os.listdir("/proc/self/task"))
-    except OSError:
-        threads = 1
-    if threads > 1:
-        return f"the rank runs {threads} threads (a fork copies one)"
+    """Why this process cannot be checkpointed by fork now, or None (shared memory is named first:
+    ``share_memory_()`` may also start a helper thread, and the memory is the cause to fix)."""
     try:
         with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
             for line in maps:
@@ -65,6 +60,19 @@ def refusal() -> str | None:
                     return f"the rank maps writable shared memory ({where}): not copy-on-write"
     except OSError:
         pass
+    try:
+        tasks = sorted(os.listdir("/proc/self/task"), key=int)
+    except OSError:
+        tasks = []
+    if len(tasks) > 1:
+        names = []
+        for task in tasks[1:]:
+            try:
+                with open(f"/proc/self/task/{task}/comm", encoding="utf-8", errors="replace") as comm:
+                    names.append(comm.read().strip())
+            except OSError:
+                names.append("?")
+        return f"the rank runs {len(tasks)} threads ({', '.join(names)} beside the main one; a fork copies one)"
     return None
 
 
