@@ -23,6 +23,7 @@ from timetravel.sim.context import Context
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
 from timetravel.torch import arrays, collectives, digests, elastic, faults
+from timetravel.torch import state as training_state
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
 
@@ -216,7 +217,7 @@ def _finish(
             outputs = list(outputs)
             outputs[0], what = faults.flip_one_bit(ctx, record, outputs[0])
             faults.hit(ctx, record, f"{entry['op']} result: {what}")
-    digests.note_result(state, entry, outputs, t_done)
+    digests.note_result(state, entry, outputs, t_done, ctx)
     state["results"][f"{rank}:{entry['id']}"] = {
         "t_ns": t_done,
         "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],
@@ -308,6 +309,8 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     step = str(message["step"])
     reports = state["steps"].setdefault(step, {})
     reports[str(message["rank"])] = message["params"]
+    training_state.collect_shards(state, message, state["ranks"] - len(state["exited"]), ctx)
+    digests.step_done(state, message["rank"])
     if len(reports) < state["ranks"] - len(state["exited"]):
         return
     del state["steps"][step]

@@ -13,6 +13,8 @@ of the tensors' bytes in C order: the entry after any entry fault, the result af
 fault), ``in_nonfinite`` / ``out_nonfinite`` (NaN or Inf elements over all tensors), ``count`` (the
 rank's collectives so far) and the running totals ``in_nonfinite_total`` / ``out_nonfinite_total``.
 ``first_nonfinite`` is the first entry whose input held a non-finite value (rank, key, op, t_ns).
+
+A one-element all_reduce is also a metric (:func:`_scalar_metric`): ``allreduce/<group>/<k>``.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from timetravel.sim.context import Context
 from timetravel.torch import arrays
 
 
@@ -68,11 +71,15 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
         }
 
 
-def note_result(state: dict[str, Any], entry: dict[str, Any], outputs: list[np.ndarray], t_done: int) -> None:
+def note_result(
+    state: dict[str, Any], entry: dict[str, Any], outputs: list[np.ndarray], t_done: int, ctx: Context
+) -> None:
     """The rank's collective completed with ``outputs`` (what it receives) at ``t_done``."""
     record = state.get("last", {}).get(str(entry["rank"]))
     if record is None:
         return
+    if entry["op"] == "all_reduce" and entry.get("index") == 0 and len(outputs) == 1 and outputs[0].size == 1:
+        _scalar_metric(state, entry, record, outputs[0], ctx)
     out_nonfinite = _nonfinite(outputs)
     record["out_nonfinite_total"] += out_nonfinite
     if record["id"] != entry["id"]:
@@ -80,3 +87,28 @@ def note_result(state: dict[str, Any], entry: dict[str, Any], outputs: list[np.n
     record.update(
         out_digest=tensor_digests(outputs), out_nonfinite=out_nonfinite, state="completed", t_done_ns=t_done
     )
+
+
+def _scalar_metric(
+    state: dict[str, Any], entry: dict[str, Any], record: dict[str, Any], output: np.ndarray, ctx: Context
+) -> None:
+    """A one-element all_reduce (a loss or an accuracy the script averages) as the metric
+    ``allreduce/<group>/<k>``: the k-th such all_reduce of the group since the group's first member's
+    last optimizer step, so the same call site gets the same name at every step. Its value is the
+    result every rank receives (for SUM: the sum over ranks)."""
+    if record["id"] != entry["id"] or (
+        output.dtype.kind not in "fiub" and output.dtype != arrays.DTYPES["bfloat16"]
+    ):
+        return
+    counters = state.setdefault("scalar_reduces", {})
+    rank = str(entry["rank"])
+    group = str(record["group"])
+    per_rank = counters.setdefault(rank, {})
+    index = per_rank.get(group, 0)
+    per_rank[group] = index + 1
+    ctx.metric(f"allreduce/{group}/{index}", float(output.reshape(-1)[0]))
+
+
+def step_done(state: dict[str, Any], rank: Any) -> None:
+    """A rank's optimizer step: its scalar all_reduces count from 0 again."""
+    state.get("scalar_reduces", {}).pop(str(rank), None)

@@ -5,23 +5,26 @@
   another rank; the script's ``timeout=`` becomes its collectives' hang timeout;
 * one intra-op thread and deterministic algorithms (DESIGN: same inputs, same bits);
 * a global optimizer step hook that reports, after every ``optimizer.step()``, a digest of each
-  parameter by name, so the World checks that data-parallel replicas agree (``divergence``).
+  parameter by name, so the World checks that data-parallel replicas agree (``divergence``), and the
+  training state (:mod:`timetravel.torch.rank_state`).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import xxhash
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from timetravel.torch import backend
+from timetravel.torch import backend, rank_state
 from timetravel.torch.channel import Channel
 
 _parameter_names: dict[int, str] = {}
+_parameter_owners: dict[int, Any] = {}
 _PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
 
@@ -43,8 +46,19 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     _bend_init_process_group()
     _remember_parameter_names()
     _watch_forks(rank_channel)
-    if spec["settings"].get("detect_divergence", True):
-        register_optimizer_step_post_hook(_report_step(rank_channel))
+    settings = spec["settings"]
+    reporter = rank_state.StateReporter(
+        rank_channel,
+        every=int(settings.get("state_every_steps", 1)),
+        bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
+        digests=parameter_digests if settings.get("detect_divergence", True) else None,
+        names=parameter_name,
+        owners=_parameter_owners,
+    )
+    rank_state.watch_optimizers(reporter)
+    rank_state.watch_grad_scaler(rank_channel)
+    register_optimizer_step_pre_hook(reporter.before_step)
+    register_optimizer_step_post_hook(reporter.after_step)
 
 
 def _metrics_sink(rank_channel: Channel) -> Any:
@@ -119,6 +133,7 @@ def _remember_parameter_names() -> None:
                 for prefix in _PREFIXES:
                     name = name.replace(prefix, "")
                 _parameter_names[key] = name
+                _parameter_owners[key] = weakref.ref(self)
             yield name, parameter
 
     torch.nn.Module.named_parameters = named_parameters  # type: ignore[method-assign]
@@ -128,30 +143,25 @@ def parameter_name(parameter: torch.Tensor, group: int, position: int) -> str:
     return _parameter_names.get(id(parameter), f"param_groups.{group}.{position}")
 
 
-def _report_step(rank_channel: Channel) -> Any:
-    steps = [0]
-
-    def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        steps[0] += 1
-        digests = []
-        for group_index, group in enumerate(optimizer.param_groups):
-            for position, parameter in enumerate(group["params"]):
-                placements = getattr(parameter, "placements", ())
-                if any(placement.is_shard() for placement in placements):
-                    continue  # a shard of a DTensor: ranks hold different parts by design
-                data = parameter.detach()
-                if hasattr(data, "to_local"):
-                    data = data.to_local()
-                data = data.cpu().contiguous()
-                raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
-                digests.append(
-                    [
-                        parameter_name(parameter, group_index, position),
-                        list(data.shape),
-                        str(data.dtype).removeprefix("torch."),
-                        xxhash.xxh3_64_hexdigest(raw.numpy().tobytes()),
-                    ]
-                )
-        rank_channel.post({"kind": "step", "step": steps[0], "params": digests})
-
-    return hook
+def parameter_digests(optimizer: torch.optim.Optimizer) -> list[list[Any]]:
+    """Name, shape, dtype and xxh3-64 of each replicated parameter (a DTensor shard is left out)."""
+    digests = []
+    for group_index, group in enumerate(optimizer.param_groups):
+        for position, parameter in enumerate(group["params"]):
+            placements = getattr(parameter, "placements", ())
+            if any(placement.is_shard() for placement in placements):
+                continue  # a shard of a DTensor: ranks hold different parts by design
+            data = parameter.detach()
+            if hasattr(data, "to_local"):
+                data = data.to_local()
+            data = data.cpu().contiguous()
+            raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+            digests.append(
+                [
+                    parameter_name(parameter, group_index, position),
+                    list(data.shape),
+                    str(data.dtype).removeprefix("torch."),
+                    xxhash.xxh3_64_hexdigest(raw.numpy().tobytes()),
+                ]
+            )
+    return digests
