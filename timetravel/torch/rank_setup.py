@@ -122,17 +122,21 @@ def _environment(name: str) -> str:
 
 
 def _remember_parameter_names() -> None:
-    """Record each parameter's name the first time a module lists it (DDP's prefix stripped)."""
+    """Record each parameter's name when a module lists it (DDP's prefix stripped; the longest wins)."""
     original = torch.nn.Module.named_parameters
 
     @functools.wraps(original)
     def named_parameters(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         for name, parameter in original(self, *args, **kwargs):
             key = id(parameter)
-            if key not in _parameter_names:
-                for prefix in _PREFIXES:
-                    name = name.replace(prefix, "")
-                _parameter_names[key] = name
+            known = _parameter_names.get(key)
+            stripped = name
+            for prefix in _PREFIXES:
+                stripped = stripped.replace(prefix, "")
+            # the most qualified name wins: fully_shard(block) lists ``norm1.weight`` before the
+            # optimizer's model.parameters() lists ``blocks.0.norm1.weight``
+            if known is None or (len(stripped) > len(known) and stripped.endswith("." + known)):
+                _parameter_names[key] = stripped
                 _parameter_owners[key] = weakref.ref(self)
             yield name, parameter
 

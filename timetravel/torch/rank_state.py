@@ -61,7 +61,8 @@ def _shard_dim(tensor: torch.Tensor) -> int | None:
 
 
 def _digest(tensor: torch.Tensor) -> str:
-    raw = tensor.view(torch.uint8) if tensor.dtype != torch.bool else tensor.to(torch.uint8)
+    flat = tensor.reshape(-1)  # a 0-dim tensor (BatchNorm's num_batches_tracked) has no byte view
+    raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
     return xxhash.xxh3_64_hexdigest(raw.numpy().tobytes())
 
 
