@@ -39,11 +39,23 @@ def on_step_message(message: dict[str, Any], t_ns: int, ctx: Context) -> None:
     shards = (payload or {}).get("shards") or {}
     if shards:  # the shards go on to c10d, which reassembles the logical tensors
         message["shards"] = {name: {**info, "data": payload["params"][name]} for name, info in shards.items()}
-    ctx.deliver(t_ns, ctx.node, "state", {"step": message["step"], "metrics": metrics, "state": payload})
+    ctx.deliver(
+        t_ns,
+        ctx.node,
+        "state",
+        {
+            "step": message["step"],
+            "metrics": metrics,
+            "state": payload,
+            "incarnation": message["incarnation"],
+        },
+    )
 
 
 def on_state(state: dict[str, Any], event: Event, ctx: Context) -> None:
     """Write the reported state into this rank's node and its metrics."""
+    if event.payload["incarnation"] != state["incarnation"]:
+        return  # sent by a rank process a restart has replaced
     for name, value in event.payload["metrics"]:
         ctx.metric(str(name), float(value))
     payload = event.payload["state"]
