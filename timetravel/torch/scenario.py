@@ -330,7 +330,7 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
             ctx.deliver(t_ns, ctx.node, "metric", [message["name"], message["value"], message.get("step")])
             continue
         if kind == "step":
-            training_state.on_step_message(message, t_ns, ctx)
+            training_state.on_step_message(state, message, t_ns, ctx)
         if kind not in ("call", "wait", "step", "exit"):
             ctx.fail("exception", f"{ctx.node} sent an unknown message kind {kind!r}", "torch.rank.protocol")
             return
