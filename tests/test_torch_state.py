@@ -241,3 +241,19 @@ def test_find_first_names_the_rank_and_collective_where_a_nan_entered(tmp_path: 
     params = lines[2]["result"]  # the parameters go NaN later, on every replica, r0 first: not the culprit
     assert params["found"] and params["t_ns"] > result["t_ns"]
     assert params["witnesses"] == ["nodes/r0/params"]
+
+
+def test_the_fsdp2_example_stores_the_same_logical_tensors_on_every_rank() -> None:
+    report, world = run_script(ROOT / "docs" / "examples" / "torch" / "fsdp2_gpt.py", "args=--steps 2")
+    assert report["outcome"] == "pass", report["failure"]
+    first, second = (world.nodes[f"r{rank}"] for rank in range(2))
+    assert first["state_step"] == second["state_step"] == 2
+    # names as in the root's state_dict (fully_shard(block) listed them as ``norm1.weight`` first)
+    assert "blocks.1.norm1.weight" in first["params"] and "norm1.weight" not in first["params"]
+    assert first["params"]["blocks.0.attention.weight"].shape == (192, 64)  # logical, not the (96, 64) shard
+    for name, logical in first["params"].items():
+        assert np.array_equal(logical, second["params"][name]), name
+        if name in first["shards"]:
+            layout = first["shards_layout"][name]
+            whole = np.concatenate([first["shards"][name], second["shards"][name]], axis=layout["dim"])
+            assert np.array_equal(whole[: layout["shape"][0]], logical), name
