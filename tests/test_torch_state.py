@@ -257,3 +257,22 @@ def test_the_fsdp2_example_stores_the_same_logical_tensors_on_every_rank() -> No
             layout = first["shards_layout"][name]
             whole = np.concatenate([first["shards"][name], second["shards"][name]], axis=layout["dim"])
             assert np.array_equal(whole[: layout["shape"][0]], logical), name
+
+
+def test_each_param_group_s_learning_rate_is_a_metric_and_adam_state_is_stored() -> None:
+    report, world = run_function(torch_state_functions.two_param_groups)
+    assert report["outcome"] == "pass", report["failure"]
+    assert [value for _t, node, value in world.metrics["lr"] if node == "r0"] == [0.01, 0.01]
+    assert [value for _t, node, value in world.metrics["lr/1"] if node == "r0"] == [0.002, 0.002]
+    optimizer = world.nodes["r0"]["optimizer"]
+    assert optimizer["param_groups"]["1"]["lr"] == 0.002
+    assert optimizer["param_groups"]["0"]["betas"] == [0.9, 0.999]
+    assert set(optimizer["1.weight"]) == {"step", "exp_avg", "exp_avg_sq"}
+    assert float(optimizer["1.weight"]["step"]) == 2.0
+
+
+def test_wrapper_prefixes_are_whole_name_segments_only() -> None:
+    from timetravel.torch.rank_state import strip_prefixes
+
+    assert strip_prefixes("module._orig_mod.0.weight") == "0.weight"  # DDP over torch.compile
+    assert strip_prefixes("submodule.weight") == "submodule.weight"  # a user's name is not cut

@@ -70,3 +70,17 @@ def grad_scaler_with_an_inf() -> None:
         scaler.scale(loss).backward()
         scaler.step(optimizer)
         scaler.update()
+
+
+def two_param_groups() -> None:
+    """Adam over two param groups with their own learning rates, 2 steps, no DDP."""
+    dist.init_process_group("gloo")
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(3, 3), torch.nn.Linear(3, 1))
+    groups = [{"params": model[0].parameters(), "lr": 0.01}, {"params": model[1].parameters(), "lr": 0.002}]
+    optimizer = torch.optim.Adam(groups)
+    for _ in range(2):
+        loss = model(torch.ones(2, 3)).sum()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()

@@ -25,7 +25,7 @@ from timetravel.torch.channel import Channel
 
 _parameter_names: dict[int, str] = {}
 _parameter_owners: dict[int, Any] = {}
-_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+_module_parents: dict[int, tuple[Any, str]] = {}
 
 
 def install(spec: dict[str, Any], rank_channel: Channel) -> None:
@@ -45,6 +45,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     backend.register()
     _bend_init_process_group()
     _remember_parameter_names()
+    _remember_module_parents()
     _watch_forks(rank_channel)
     settings = spec["settings"]
     reporter = rank_state.StateReporter(
@@ -54,6 +55,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         digests=parameter_digests if settings.get("detect_divergence", True) else None,
         names=parameter_name,
         owners=_parameter_owners,
+        prefix_of=module_prefix,
     )
     rank_state.watch_optimizers(reporter)
     rank_state.watch_grad_scaler(rank_channel)
@@ -130,9 +132,7 @@ def _remember_parameter_names() -> None:
         for name, parameter in original(self, *args, **kwargs):
             key = id(parameter)
             known = _parameter_names.get(key)
-            stripped = name
-            for prefix in _PREFIXES:
-                stripped = stripped.replace(prefix, "")
+            stripped = rank_state.strip_prefixes(name)
             # the most qualified name wins: fully_shard(block) lists ``norm1.weight`` before the
             # optimizer's model.parameters() lists ``blocks.0.norm1.weight``
             if known is None or (len(stripped) > len(known) and stripped.endswith("." + known)):
@@ -144,7 +144,40 @@ def _remember_parameter_names() -> None:
 
 
 def parameter_name(parameter: torch.Tensor, group: int, position: int) -> str:
-    return _parameter_names.get(id(parameter), f"param_groups.{group}.{position}")
+    """The parameter's name from the outermost module that holds it (``0.weight``, not ``weight``,
+    when the script listed a submodule's parameters: ``{"params": model[0].parameters()}``)."""
+    name = _parameter_names.get(id(parameter))
+    if name is None:
+        return f"param_groups.{group}.{position}"
+    owner = _parameter_owners.get(id(parameter))
+    module = owner() if owner is not None else None
+    return rank_state.strip_prefixes(module_prefix(module) + name) if module is not None else name
+
+
+def module_prefix(module: torch.nn.Module) -> str:
+    """``blocks.0.`` for a module held as ``blocks[0]`` of an outer one ('' for an outermost module)."""
+    path: list[str] = []
+    seen: set[int] = set()
+    while id(module) not in seen and len(path) < 64:
+        seen.add(id(module))
+        parent = _module_parents.get(id(module))
+        holder = parent[0]() if parent is not None else None
+        if parent is None or holder is None:
+            break
+        path.insert(0, parent[1])
+        module = holder
+    return "".join(f"{segment}." for segment in path)
+
+
+def _remember_module_parents() -> None:
+    """Which module holds which submodule under which attribute (set when it is assigned)."""
+    from torch.nn.modules.module import register_module_module_registration_hook
+
+    def hook(module: torch.nn.Module, name: str, submodule: Any) -> None:
+        if isinstance(submodule, torch.nn.Module):
+            _module_parents[id(submodule)] = (weakref.ref(module), name)
+
+    register_module_module_registration_hook(hook)
 
 
 def parameter_digests(optimizer: torch.optim.Optimizer) -> list[list[Any]]:

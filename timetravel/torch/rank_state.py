@@ -35,11 +35,13 @@ import xxhash
 from timetravel.torch.backend import tensor_to_wire
 from timetravel.torch.channel import Channel
 
+WRAPPER_SEGMENTS = ("module", "_orig_mod", "_fsdp_wrapped_module")
+"""Name segments that wrappers add (DDP, torch.compile, FSDP1): state_dict names leave them out."""
+
 
 def strip_prefixes(name: str) -> str:
-    for prefix in ("module.", "_orig_mod.", "_fsdp_wrapped_module."):
-        name = name.replace(prefix, "")
-    return name
+    """``module.0.weight`` -> ``0.weight`` (whole segments only: ``submodule.weight`` stays)."""
+    return ".".join(segment for segment in name.split(".") if segment not in WRAPPER_SEGMENTS)
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
@@ -81,6 +83,7 @@ class StateReporter:
         digests: Any,
         names: Any,
         owners: dict[int, Any],
+        prefix_of: Any = None,
     ) -> None:
         self.channel = channel
         self.every = every
@@ -88,6 +91,7 @@ class StateReporter:
         self.parameter_digests = digests  # rank_setup's divergence digests (None: detect_divergence off)
         self.name_of = names
         self.owners = owners  # id(parameter) -> weakref of the module that first listed it
+        self.prefix_of = prefix_of if prefix_of is not None else (lambda module: "")
         self.steps = 0
         self.hooked: dict[int, Any] = {}
         self.grads: dict[int, torch.Tensor] = {}
@@ -206,17 +210,18 @@ class StateReporter:
         }
 
     def _buffers(self, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-        """The state_dict tensors other than parameters (buffers) of the module that owns them."""
+        """The state_dict tensors other than parameters (buffers) of the module that owns them,
+        named from the outermost module as the parameters are."""
         for _, parameter in named:
             owner = self.owners.get(id(parameter))
             module = owner() if owner is not None else None
             if module is None:
                 continue
-            names = {name for name, _ in named}
+            prefix = self.prefix_of(module)
             return [
-                (strip_prefixes(name), value)
+                (strip_prefixes(prefix + name), value)
                 for name, value in module.state_dict(keep_vars=True).items()
-                if isinstance(value, torch.Tensor) and strip_prefixes(name) not in names
+                if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
             ]
         return []
 
