@@ -7,7 +7,9 @@ State (all plain data and numpy arrays, so snapshots and diffs see it):
 * ``results["<rank>:<work id>"]`` — what a rank will receive and when (``t_ns``), until it waits;
 * ``waiting[rank]`` — the works a blocked rank waits for and since when;
 * ``flight[rank]`` — the flight recorder: the rank's last collectives, entered and completed;
-* ``steps[step][rank]`` — parameter digests after an optimizer step, until every rank reported.
+* ``steps[step][rank]`` — parameter digests after an optimizer step, until every rank reported;
+* ``last[rank]`` — the rank's last collective: digests and non-finite counts of its inputs and outputs
+  (:mod:`timetravel.torch.digests`: where a NaN entered).
 
 Detectors here: ``collective_mismatch``, ``nan``, ``divergence``, ``exception``/``crash`` (how a rank
 ended) and ``hang`` (:func:`report_hang`).
@@ -23,7 +25,8 @@ from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives, elastic, faults
+from timetravel.torch import arrays, collectives, digests, elastic, faults
+from timetravel.torch import state as training_state
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
 
@@ -82,6 +85,12 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     }
     if _apply_entry_faults(entry, ctx):
         return
+    key = (
+        f"p2p:{message['pair']}#{message['seq']}"
+        if op in ("send", "recv")
+        else f"{message['group']}#{message['seq']}"
+    )
+    digests.note_entry(state, entry, key, message["group"], message["seq"])
     if ctx.world.config["detect_nan"] and _fails_on_nonfinite(entry, message, ctx):
         return
     _check_hang_deadlines(state, ctx)
@@ -212,6 +221,7 @@ def _finish(
             outputs = list(outputs)
             outputs[0], what = faults.flip_one_bit(ctx, record, outputs[0])
             faults.hit(ctx, record, f"{entry['op']} result: {what}")
+    digests.note_result(state, entry, outputs, t_done, ctx)
     state["results"][f"{rank}:{entry['id']}"] = {
         "t_ns": t_done,
         "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],
@@ -316,6 +326,8 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     step = str(message["step"])
     reports = state["steps"].setdefault(step, {})
     reports[str(message["rank"])] = message["params"]
+    training_state.collect_shards(state, message, state["ranks"] - len(state["exited"]), ctx)
+    digests.step_done(state, message["rank"])
     if len(reports) < state["ranks"] - len(state["exited"]):
         return
     del state["steps"][step]

@@ -5,24 +5,27 @@
   another rank; the script's ``timeout=`` becomes its collectives' hang timeout;
 * one intra-op thread and deterministic algorithms (DESIGN: same inputs, same bits);
 * a global optimizer step hook that reports, after every ``optimizer.step()``, a digest of each
-  parameter by name, so the World checks that data-parallel replicas agree (``divergence``).
+  parameter by name, so the World checks that data-parallel replicas agree (``divergence``), and the
+  training state (:mod:`timetravel.torch.rank_state`).
 """
 
 from __future__ import annotations
 
 import functools
+import weakref
 from typing import Any
 
 import torch
 import torch.distributed as dist
 import xxhash
-from torch.optim.optimizer import register_optimizer_step_post_hook
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
-from timetravel.torch import backend
+from timetravel.torch import backend, rank_state
 from timetravel.torch.channel import Channel
 
 _parameter_names: dict[int, str] = {}
-_PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
+_parameter_owners: dict[int, Any] = {}
+_module_parents: dict[int, tuple[Any, str]] = {}
 
 
 def install(spec: dict[str, Any], rank_channel: Channel) -> None:
@@ -42,9 +45,22 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     backend.register()
     _bend_init_process_group()
     _remember_parameter_names()
+    _remember_module_parents()
     _watch_forks(rank_channel)
-    if spec["settings"].get("detect_divergence", True):
-        register_optimizer_step_post_hook(_report_step(rank_channel))
+    settings = spec["settings"]
+    reporter = rank_state.StateReporter(
+        rank_channel,
+        every=int(settings.get("state_every_steps", 1)),
+        bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
+        digests=parameter_digests if settings.get("detect_divergence", True) else None,
+        names=parameter_name,
+        owners=_parameter_owners,
+        prefix_of=module_prefix,
+    )
+    rank_state.watch_optimizers(reporter)
+    rank_state.watch_grad_scaler(rank_channel)
+    register_optimizer_step_pre_hook(reporter.before_step)
+    register_optimizer_step_post_hook(reporter.after_step)
 
 
 def _metrics_sink(rank_channel: Channel) -> Any:
@@ -114,50 +130,81 @@ def _environment(name: str) -> str:
 
 
 def _remember_parameter_names() -> None:
-    """Record each parameter's name the first time a module lists it (DDP's prefix stripped)."""
+    """Record each parameter's name when a module lists it (DDP's prefix stripped; the longest wins)."""
     original = torch.nn.Module.named_parameters
 
     @functools.wraps(original)
     def named_parameters(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
         for name, parameter in original(self, *args, **kwargs):
             key = id(parameter)
-            if key not in _parameter_names:
-                for prefix in _PREFIXES:
-                    name = name.replace(prefix, "")
-                _parameter_names[key] = name
+            known = _parameter_names.get(key)
+            stripped = rank_state.strip_prefixes(name)
+            # the most qualified name wins: fully_shard(block) lists ``norm1.weight`` before the
+            # optimizer's model.parameters() lists ``blocks.0.norm1.weight``
+            if known is None or (len(stripped) > len(known) and stripped.endswith("." + known)):
+                _parameter_names[key] = stripped
+                _parameter_owners[key] = weakref.ref(self)
             yield name, parameter
 
     torch.nn.Module.named_parameters = named_parameters  # type: ignore[method-assign]
 
 
 def parameter_name(parameter: torch.Tensor, group: int, position: int) -> str:
-    return _parameter_names.get(id(parameter), f"param_groups.{group}.{position}")
+    """The parameter's name from the outermost module that holds it (``0.weight``, not ``weight``,
+    when the script listed a submodule's parameters: ``{"params": model[0].parameters()}``)."""
+    name = _parameter_names.get(id(parameter))
+    if name is None:
+        return f"param_groups.{group}.{position}"
+    owner = _parameter_owners.get(id(parameter))
+    module = owner() if owner is not None else None
+    return rank_state.strip_prefixes(module_prefix(module) + name) if module is not None else name
 
 
-def _report_step(rank_channel: Channel) -> Any:
-    steps = [0]
+def module_prefix(module: torch.nn.Module) -> str:
+    """``blocks.0.`` for a module held as ``blocks[0]`` of an outer one ('' for an outermost module)."""
+    path: list[str] = []
+    seen: set[int] = set()
+    while id(module) not in seen and len(path) < 64:
+        seen.add(id(module))
+        parent = _module_parents.get(id(module))
+        holder = parent[0]() if parent is not None else None
+        if parent is None or holder is None:
+            break
+        path.insert(0, parent[1])
+        module = holder
+    return "".join(f"{segment}." for segment in path)
 
-    def hook(optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
-        steps[0] += 1
-        digests = []
-        for group_index, group in enumerate(optimizer.param_groups):
-            for position, parameter in enumerate(group["params"]):
-                placements = getattr(parameter, "placements", ())
-                if any(placement.is_shard() for placement in placements):
-                    continue  # a shard of a DTensor: ranks hold different parts by design
-                data = parameter.detach()
-                if hasattr(data, "to_local"):
-                    data = data.to_local()
-                data = data.cpu().contiguous()
-                raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
-                digests.append(
-                    [
-                        parameter_name(parameter, group_index, position),
-                        list(data.shape),
-                        str(data.dtype).removeprefix("torch."),
-                        xxhash.xxh3_64_hexdigest(raw.numpy().tobytes()),
-                    ]
-                )
-        rank_channel.post({"kind": "step", "step": steps[0], "params": digests})
 
-    return hook
+def _remember_module_parents() -> None:
+    """Which module holds which submodule under which attribute (set when it is assigned)."""
+    from torch.nn.modules.module import register_module_module_registration_hook
+
+    def hook(module: torch.nn.Module, name: str, submodule: Any) -> None:
+        if isinstance(submodule, torch.nn.Module):
+            _module_parents[id(submodule)] = (weakref.ref(module), name)
+
+    register_module_module_registration_hook(hook)
+
+
+def parameter_digests(optimizer: torch.optim.Optimizer) -> list[list[Any]]:
+    """Name, shape, dtype and xxh3-64 of each replicated parameter (a DTensor shard is left out)."""
+    digests = []
+    for group_index, group in enumerate(optimizer.param_groups):
+        for position, parameter in enumerate(group["params"]):
+            placements = getattr(parameter, "placements", ())
+            if any(placement.is_shard() for placement in placements):
+                continue  # a shard of a DTensor: ranks hold different parts by design
+            data = parameter.detach()
+            if hasattr(data, "to_local"):
+                data = data.to_local()
+            data = data.cpu().contiguous()
+            raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+            digests.append(
+                [
+                    parameter_name(parameter, group_index, position),
+                    list(data.shape),
+                    str(data.dtype).removeprefix("torch."),
+                    xxhash.xxh3_64_hexdigest(raw.numpy().tobytes()),
+                ]
+            )
+    return digests

@@ -32,11 +32,13 @@ from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, Param, Scenario
 from timetravel.sim.world import World
 from timetravel.torch import c10d
+from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH, STUCK_TIMEOUT_S_DEFAULT
 from timetravel.torch.wire import ChannelClosed, ProtocolError
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
+STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 C10D_NODE = "c10d"
 _FABRIC_KEYS = ("nvlink_latency", "network_latency", "uplink_latency", "nvlink_gbyte_per_s", "nic_gbit_per_s")
 _authorized_scripts: set[str] = set()
@@ -87,6 +89,21 @@ PARAMS: tuple[Param, ...] = (
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(
         "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
+    ),
+    Param(
+        "state_every_steps",
+        "int",
+        1,
+        "store params, optimizer state and local grads every this many optimizer steps; 0 = off "
+        "(sweeps may pass 0 to go faster)",
+        minimum=0,
+    ),
+    Param(
+        "state_bytes_max",
+        "int",
+        STATE_BYTES_MAX_DEFAULT,
+        "per rank and step: above this many bytes of state only digests are kept (warning state_too_large)",
+        minimum=0,
     ),
     Param(
         "stuck_timeout",
@@ -248,7 +265,12 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dic
                 "args": shlex.split(config["args"]),
                 "seed": seed,
                 "restarts": restarts,
-                "settings": {"detect_divergence": config["detect_divergence"], "compile": config["compile"]},
+                "settings": {
+                    "detect_divergence": config["detect_divergence"],
+                    "compile": config["compile"],
+                    "state_every_steps": config["state_every_steps"],
+                    "state_bytes_max": config["state_bytes_max"],
+                },
             }
         )
     return specs
@@ -365,6 +387,8 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if kind == "metric":
             ctx.deliver(t_ns, ctx.node, "metric", [message["name"], message["value"], message.get("step")])
             continue
+        if kind == "step":
+            training_state.on_step_message(state, message, t_ns, ctx)
         if kind not in ("call", "wait", "step", "exit"):
             ctx.fail("exception", f"{ctx.node} sent an unknown message kind {kind!r}", "torch.rank.protocol")
             return
@@ -441,7 +465,13 @@ SCENARIO = Scenario(
     params=PARAMS,
     build=build,
     handlers={
-        "rank": {"poll": on_poll, "metric": on_metric, "restart": on_restart},
+        "rank": {
+            "poll": on_poll,
+            "metric": on_metric,
+            "restart": on_restart,
+            "state": training_state.on_state,
+            "logical": training_state.on_logical,
+        },
         "collectives": c10d.HANDLERS,
     },
     on_end=on_end,
