@@ -183,6 +183,39 @@ def authorize_named_scripts(scenario_name: str, settings: list[str] | tuple[str,
     return named
 
 
+SCRIPT_OPTION = "--script"
+ALLOW_CHANGED_SCRIPT_OPTION = "--allow-changed-script"
+
+
+def add_recorded_script_arguments(parser: argparse.ArgumentParser, *, executes: bool = True) -> None:
+    """``--script PATH`` and ``--allow-changed-script`` on every command that opens a recording (the one
+    definition). A torch recording re-executes only the script the user names here, and only if its
+    sha256 is the recorded one; a command that never re-executes accepts them and ignores them, so one
+    command line works for every command (docs/torch.md, "Re-executing a recording")."""
+    parser.add_argument(
+        SCRIPT_OPTION,
+        dest="torch_script",
+        metavar="PATH",
+        help=(
+            "a torch recording: the training script to re-execute (its sha256 must be the recorded one); "
+            "a recording never runs the script it names by itself"
+            if executes
+            else "a torch recording: the training script (accepted for a uniform command line; this command "
+            "only reads the stored state and runs nothing)"
+        ),
+    )
+    parser.add_argument(
+        ALLOW_CHANGED_SCRIPT_OPTION,
+        action="store_true",
+        help=(
+            "with --script: run the script even though it changed since the recording (a replay of it "
+            "then departs from the recording)"
+            if executes
+            else "accepted with --script and ignored (nothing runs)"
+        ),
+    )
+
+
 def print_json(value: Any) -> None:
     json.dump(value, sys.stdout, separators=(", ", ": "))
     sys.stdout.write("\n")

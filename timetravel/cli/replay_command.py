@@ -6,7 +6,7 @@ import argparse
 from typing import Any
 
 from timetravel.cli.common import print_json
-from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session
+from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 
 
 def register(subparsers: Any) -> None:
@@ -32,7 +32,9 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    with open_session(args.path, args.scenario_target, refuse_in_progress="replay it") as session:
+    with open_session(
+        args.path, args.scenario_target, refuse_in_progress="replay it", script=script_use(args)
+    ) as session:
         report = session.replay()
     if args.json:
         print_json(report.to_json())
