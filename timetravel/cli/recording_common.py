@@ -7,8 +7,9 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from timetravel.cli.common import UsageError, add_recorded_script_arguments, register_user_error
+from timetravel.cli.common import add_recorded_script_arguments, register_user_error
 from timetravel.explore.paths import PathError
+from timetravel.explore.replay import CAUSE_CODE_CHANGED
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import RecordingError
@@ -36,6 +37,8 @@ class ScriptUse:
     allow_changed: bool = False
     always_executes: bool = False
     changed_on_purpose: bool = False
+    json: bool = False
+    """The command prints JSON on stdout: the ranks' own output goes to stderr (as torchrun --json)."""
 
 
 def script_use(args: argparse.Namespace) -> ScriptUse:
@@ -45,6 +48,7 @@ def script_use(args: argparse.Namespace) -> ScriptUse:
         allow_changed=bool(getattr(args, "allow_changed_script", False)),
         always_executes=command in ALWAYS_EXECUTES,
         changed_on_purpose=command in CHANGED_ON_PURPOSE,
+        json=bool(getattr(args, "json", False)),
     )
 
 
@@ -68,10 +72,18 @@ def name_recorded_script(session: Session, use: ScriptUse) -> None:
         config, digest, use.path, allow_changed=use.allow_changed or use.changed_on_purpose
     )
     missing = recorded_script.torch_missing_message()
-    if missing is not None and use.always_executes:
-        raise UsageError(missing)
+    if missing is not None:
+        recorded_script.refuse_execution(config, digest, missing)
+        if use.always_executes:
+            raise NotAuthorizedError(missing)
     if named.changed:
         print(f"timetravel: warning: {named.change_note()}", file=sys.stderr)
+        # the user's code changed, so a re-execution that departs says so (not "determinism_bug")
+        session.cause_if_mismatch = CAUSE_CODE_CHANGED
+    if use.json:
+        from timetravel.torch.scenario import set_rank_output
+
+        set_rank_output(sys.stderr)  # this process ends with the command: nothing to restore
 
 
 def open_session(

@@ -83,10 +83,11 @@ def _recorded_key(config: dict[str, Any]) -> str:
     return str(Path(str(config.get("script", ""))).resolve())
 
 
-def refuse_execution(config: dict[str, Any], recorded_sha256: str) -> str:
-    """Remember that this recording's script was not named: any attempt to start its ranks raises
-    the one-line refusal. Returns that line (a command that always executes raises it at once)."""
-    message = refusal_message(config, recorded_sha256)
+def refuse_execution(config: dict[str, Any], recorded_sha256: str, message: str = "") -> str:
+    """Remember that this recording's script may not run here (not named, or no torch): any attempt
+    to start its ranks raises the one-line ``message`` (default: what to pass). Returns that line (a
+    command that always executes raises it at once)."""
+    message = message or refusal_message(config, recorded_sha256)
     if config.get("script") and not config.get("function"):
         scenario.script_refusals[_recorded_key(config)] = message
     return message
