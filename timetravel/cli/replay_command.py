@@ -18,7 +18,8 @@ def register(subparsers: Any) -> None:
             "state at every snapshot and the end against what was recorded. A difference names the first "
             "differing event and its likely cause: code_changed (the code fingerprint differs), platform "
             "(same code, another platform) or determinism_bug. Exit code 0 when everything matches, 1 on a "
-            "mismatch, 2 on bad input (a corrupt recording, an unknown scenario)."
+            "mismatch, 2 on bad input (a corrupt recording, an unknown scenario). A torch recording re-executes "
+            "only the script named with --script PATH, whose sha256 must be the recorded one (docs/torch.md)."
         ),
     )
     parser.add_argument("path", metavar="PATH", help="a .ttr recording")
