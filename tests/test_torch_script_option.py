@@ -263,6 +263,10 @@ def test_without_torch_the_state_opens_and_execution_says_why_not(
     for argv in (["replay", recording], ["inspect", recording, "--at", BETWEEN_SNAPSHOTS]):
         line = _one_line_error(run(*argv, "--script", str(recorded["copy"])))
         assert "torch is not installed on this machine" in line
+    script = str(recorded["copy"])
+    for argv in (["torchrun", script], ["run", "torch", "--set", f"script={script}"]):
+        line = _one_line_error(run(*argv))  # before a rank zygote that fails with a traceback
+        assert "torch is not installed on this machine" in line
 
 
 FORGED_FUNCTION = """

@@ -168,14 +168,20 @@ def resolve_scenario(name: str, target: str | None = None) -> Scenario:
     return get_scenario(name)
 
 
-def authorize_named_scripts(scenario_name: str, settings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+def authorize_named_scripts(
+    scenario_name: str, settings: list[str] | tuple[str, ...], *, executes: bool = True
+) -> tuple[str, ...]:
     """Scripts named with ``--set script=PATH`` on this command line: the user's opt-in to run them.
 
     A torch run executes its script only when the user named it here; a recording or a findings
-    database that names a script never runs it on its own (docs/torch.md, "Trust")."""
+    database that names a script never runs it on its own (docs/torch.md, "Trust"). A command that
+    ``executes`` on a machine without torch stops here in one line, before any rank is started."""
     if scenario_name != "torch":
         return ()
     from timetravel.torch.scenario import authorize_script
+
+    if executes:
+        require_torch()
 
     named = tuple(setting.partition("=")[2] for setting in settings if setting.startswith("script="))
     for path in named:
@@ -214,6 +220,15 @@ def add_recorded_script_arguments(parser: argparse.ArgumentParser, *, executes: 
             else "accepted with --script and ignored (nothing runs)"
         ),
     )
+
+
+def require_torch() -> None:
+    """One line (exit 2) on a machine without torch, instead of a rank zygote that fails to start."""
+    from timetravel.torch.recorded_script import torch_missing_message
+
+    missing = torch_missing_message()
+    if missing is not None:
+        raise UsageError(missing)
 
 
 def print_json(value: Any) -> None:

@@ -80,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     if args.branch is not None:
         raise ConfigError("--branch applies to a recording (PATH.ttr), not a scenario")
     scenario = resolve_scenario(args.scenario, args.scenario_target)
-    authorize_named_scripts(scenario.name, args.settings)
+    authorize_named_scripts(scenario.name, args.settings, executes=False)
     config = scenario.resolve_config(args.settings)
     seed = chosen_seed(args, scenario, config)
     world = build_world(scenario, config, seed)

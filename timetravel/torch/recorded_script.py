@@ -135,6 +135,6 @@ def torch_missing_message() -> str | None:
     if importlib.util.find_spec("torch") is not None:
         return None
     return (
-        "torch is not installed on this machine: the recording opens for inspection, but re-executing "
-        "its script needs torch (pip install 'timetravel[torch]')"
+        "torch is not installed on this machine: running a script's ranks needs it "
+        "(pip install 'timetravel[torch]'); a recording still opens for inspection"
     )
