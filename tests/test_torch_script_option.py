@@ -360,3 +360,36 @@ def test_shell_still_reads_a_commands_file_given_as_script(recorded: dict[str, P
     by_x = _run(recorded, "shell", str(recorded["recording"]), "-x", str(commands))
     assert by_x.returncode == 0, by_x.stderr
     assert by_x.stdout == done.stdout
+
+
+def _refusing_build(config: dict[str, Any], seed: int) -> Any:
+    from timetravel.sim import World
+
+    world = World("refuses", config, seed)
+    world.add_node("a", "starter", {"n": 0})
+    world.schedule(0, "a", "go")
+    return world
+
+
+def _refusing_go(state: dict[str, Any], event: Any, ctx: Any) -> None:
+    from timetravel.sim.scenario import NotAuthorizedError
+
+    raise NotAuthorizedError("this would run code nobody named")
+
+
+def test_a_handler_refusing_to_run_unnamed_code_is_an_error_not_the_run_s_failure() -> None:
+    # a rank starts inside a handler (a seek or branch resumes without build): the refusal must reach
+    # the command line as bad input, not be recorded as the run's "exception" failure
+    from timetravel.sim import Scenario
+    from timetravel.sim.runner import run_report
+    from timetravel.sim.scenario import NotAuthorizedError
+
+    scenario = Scenario(
+        name="refuses",
+        summary="a handler that refuses to start code",
+        params=(),
+        build=_refusing_build,
+        handlers={"starter": {"go": _refusing_go}},
+    )
+    with pytest.raises(NotAuthorizedError, match="nobody named"):
+        run_report(scenario, scenario.resolve_config([]), 0)
