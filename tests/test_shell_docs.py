@@ -22,7 +22,7 @@ def test_the_tour_prints_the_prompts_and_findings_the_page_shows(
     monkeypatch.setenv("COLUMNS", "100")
     assert main(["run", "needle", "--set", "decoys=6", "--record", "--snapshot-every", "64"]) == 1
     capsys.readouterr()
-    assert main(["shell", "recordings/needle-0.ttr", "--script", str(TOUR)]) == 0
+    assert main(["shell", "recordings/needle-0.ttr", "-x", str(TOUR)]) == 0
     out, err = capsys.readouterr()
     assert err == ""
     page = (DOCS / "shell.md").read_text(encoding="utf-8")

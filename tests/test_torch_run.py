@@ -300,7 +300,7 @@ def test_a_torch_recording_opens_for_inspection_but_never_runs_its_script(tmp_pa
         [*TIMETRAVEL, "replay", str(recording)], capture_output=True, text=True, timeout=120, cwd=ROOT
     )
     assert replayed.returncode == 2
-    assert "was not named on the command line" in replayed.stderr
+    assert "this is a recording of a torch script: pass --script PATH" in replayed.stderr
     assert len(replayed.stderr.strip().splitlines()) == 1
 
 

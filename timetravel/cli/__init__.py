@@ -85,7 +85,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry(
         "shell",
         _PACKAGE + "shell_command",
-        "the time-travel debugger's shell over a recording (interactive, -c or --script)",
+        "the time-travel debugger's shell over a recording (interactive, -c or -x FILE)",
     ),
     CommandEntry(
         "branch",

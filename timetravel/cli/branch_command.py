@@ -89,7 +89,9 @@ def _register_branches(subparsers: Any) -> None:
         "the catalog only: instant on any recording, and the scenario's code is not needed.",
     )
     add_common(
-        parser, "print one JSON object: current, branches [{name, parent, at_ns, outcome, failure, ...}]"
+        parser,
+        "print one JSON object: current, branches [{name, parent, at_ns, outcome, failure, ...}]",
+        executes=False,
     )
     parser.set_defaults(func=_branches)
 

@@ -168,19 +168,67 @@ def resolve_scenario(name: str, target: str | None = None) -> Scenario:
     return get_scenario(name)
 
 
-def authorize_named_scripts(scenario_name: str, settings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+def authorize_named_scripts(
+    scenario_name: str, settings: list[str] | tuple[str, ...], *, executes: bool = True
+) -> tuple[str, ...]:
     """Scripts named with ``--set script=PATH`` on this command line: the user's opt-in to run them.
 
     A torch run executes its script only when the user named it here; a recording or a findings
-    database that names a script never runs it on its own (docs/torch.md, "Trust")."""
+    database that names a script never runs it on its own (docs/torch.md, "Trust"). A command that
+    ``executes`` on a machine without torch stops here in one line, before any rank is started."""
     if scenario_name != "torch":
         return ()
     from timetravel.torch.scenario import authorize_script
+
+    if executes:
+        require_torch()
 
     named = tuple(setting.partition("=")[2] for setting in settings if setting.startswith("script="))
     for path in named:
         authorize_script(path)
     return named
+
+
+SCRIPT_OPTION = "--script"
+ALLOW_CHANGED_SCRIPT_OPTION = "--allow-changed-script"
+
+
+def add_recorded_script_arguments(parser: argparse.ArgumentParser, *, executes: bool = True) -> None:
+    """``--script PATH`` and ``--allow-changed-script`` on every command that opens a recording (the one
+    definition). A torch recording re-executes only the script the user names here, and only if its
+    sha256 is the recorded one; a command that never re-executes accepts them and ignores them, so one
+    command line works for every command (docs/torch.md, "Re-executing a recording")."""
+    parser.add_argument(
+        SCRIPT_OPTION,
+        dest="torch_script",
+        metavar="PATH",
+        help=(
+            "a torch recording: the training script to re-execute (its sha256 must be the recorded one); "
+            "a recording never runs the script it names by itself"
+            if executes
+            else "a torch recording: the training script (accepted for a uniform command line; this command "
+            "only reads the stored state and runs nothing)"
+        ),
+    )
+    parser.add_argument(
+        ALLOW_CHANGED_SCRIPT_OPTION,
+        action="store_true",
+        help=(
+            "with --script: run the script even though it changed since the recording (a replay of it "
+            "then departs from the recording)"
+            if executes
+            else "accepted with --script and ignored (nothing runs)"
+        ),
+    )
+
+
+def require_torch() -> None:
+    """One line (exit 2) on a machine without torch, instead of a rank zygote that fails to start."""
+    from timetravel.torch.recorded_script import torch_missing_message
+
+    missing = torch_missing_message()
+    if missing is not None:
+        raise UsageError(missing)
 
 
 def print_json(value: Any) -> None:

@@ -7,7 +7,7 @@ from typing import Any
 
 from timetravel.cli.common import UsageError, print_json
 from timetravel.cli.progress import ProgressLine
-from timetravel.cli.recording_common import add_scenario_target, open_session
+from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.perfetto import export_perfetto
 from timetravel.explore.work import WorkProgress
@@ -42,7 +42,10 @@ def main(args: argparse.Namespace) -> int:
     if not args.perfetto.strip():
         raise UsageError("export: --perfetto needs a file name")
     check_output_path(args.perfetto)
-    with open_session(args.path, args.scenario_target, args.branch) as session, ProgressLine() as line:
+    with (
+        open_session(args.path, args.scenario_target, args.branch, script=script_use(args)) as session,
+        ProgressLine() as line,
+    ):
 
         def progress(step: WorkProgress) -> None:
             line.update(step.done, step.total, "events exported")

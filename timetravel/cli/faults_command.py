@@ -18,14 +18,15 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli import recording_common  # noqa: F401  (registers RecordingError as a user error)
 from timetravel.cli.common import (
+    add_recorded_script_arguments,
     add_scenario_arguments,
     authorize_named_scripts,
     chosen_seed,
     print_json,
     resolve_scenario,
 )
+from timetravel.cli.recording_common import name_recorded_script, script_use
 from timetravel.explore.commands.binding import open_context
 from timetravel.explore.view import fault_schedule
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -53,6 +54,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--branch", metavar="B", default=None, help="with a recording: the branch (default main)"
     )
+    add_recorded_script_arguments(parser, executes=False)
     parser.add_argument(
         "--scenario",
         dest="scenario_target",
@@ -78,7 +80,7 @@ def main(args: argparse.Namespace) -> int:
     if args.branch is not None:
         raise ConfigError("--branch applies to a recording (PATH.ttr), not a scenario")
     scenario = resolve_scenario(args.scenario, args.scenario_target)
-    authorize_named_scripts(scenario.name, args.settings)
+    authorize_named_scripts(scenario.name, args.settings, executes=False)
     config = scenario.resolve_config(args.settings)
     seed = chosen_seed(args, scenario, config)
     world = build_world(scenario, config, seed)
@@ -98,6 +100,7 @@ def _recording(args: argparse.Namespace) -> int:
         session = context.session
         for line in session.info.loss:
             print(f"timetravel: warning: {args.scenario}: {line}", file=sys.stderr)
+        name_recorded_script(session, script_use(args))
         session.goto("end")
         faults = list(fault_schedule(session.world))
         info = session.info

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from timetravel.cli.common import print_json, register_user_error
-from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session
+from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.session import Session
@@ -62,9 +62,9 @@ def progress_bar() -> ProgressBar | None:
     return ProgressBar(sys.stderr) if sys.stderr.isatty() else None
 
 
-def add_common(parser: argparse.ArgumentParser, json_help: str) -> None:
+def add_common(parser: argparse.ArgumentParser, json_help: str, *, executes: bool = True) -> None:
     parser.add_argument("path", metavar="PATH", help="a .ttr recording")
-    add_scenario_target(parser)
+    add_scenario_target(parser, executes=executes)
     parser.add_argument("--json", action="store_true", help=json_help)
 
 
@@ -74,7 +74,7 @@ def run_engine(
     extra_lines: Callable[[Session, Any], list[str]] | None = None,
 ) -> int:
     """Open the recording, run ``work(session, progress)``, print its result; the exit code."""
-    with open_session(args.path, args.scenario_target) as session:
+    with open_session(args.path, args.scenario_target, script=script_use(args)) as session:
         bar = progress_bar()
         try:
             result = work(session, bar)

@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from timetravel.cli.common import bounded_int, print_json
-from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session
+from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.inspect_view import SUMMARY_DEPTH_DEFAULT, render, resolve, summarize
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.sim.timefmt import format_time
@@ -43,7 +43,7 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    with open_session(args.path, args.scenario_target) as session:
+    with open_session(args.path, args.scenario_target, script=script_use(args)) as session:
         try:
             position = session.goto(args.at)
         except ReplayDivergence as divergence:

@@ -10,7 +10,7 @@ from typing import Any
 
 from timetravel.cli.common import UsageError, print_json, register_user_error
 from timetravel.cli.progress import ProgressLine
-from timetravel.cli.recording_common import add_scenario_target, open_session
+from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.minimize import (
     MAX_RUNS_DEFAULT,
@@ -121,7 +121,7 @@ def main(args: argparse.Namespace) -> int:
             check_output_path(output)  # refused now, not after minutes of minimizing
     budget = Budget(max_runs=args.max_runs, max_seconds=args.max_seconds, max_stall=args.max_stall)
     with (
-        open_session(args.path, args.scenario_target, args.branch) as session,
+        open_session(args.path, args.scenario_target, args.branch, script=script_use(args)) as session,
         ProgressLine() as line,
         StopRequest() as stop,
     ):

@@ -1,11 +1,15 @@
-"""What the commands that open recordings share: user-error registration and the warnings line."""
+"""What the commands that open recordings share: user-error registration, the warnings line, and
+the script a torch recording may re-execute (``--script``)."""
 
 from __future__ import annotations
 
+import argparse
 import sys
+from dataclasses import dataclass
 
-from timetravel.cli.common import register_user_error
+from timetravel.cli.common import add_recorded_script_arguments, register_user_error
 from timetravel.explore.paths import PathError
+from timetravel.explore.replay import CAUSE_CODE_CHANGED
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import RecordingError
@@ -15,10 +19,80 @@ register_user_error(RecordingError)
 register_user_error(PathError)
 
 EXIT_MISMATCH = 1
+ALWAYS_EXECUTES = frozenset(
+    {"replay", "branch", "rerun", "fanout", "likelihood", "minimize", "explain", "origin"}
+)
+"""Commands that re-execute a recording whatever their arguments: on a torch recording without
+``--script`` they refuse at once. The others (inspect --at, compare, diff, export, shell, tui)
+re-execute only when a time falls between snapshots, and refuse then, with the same line."""
+CHANGED_ON_PURPOSE = frozenset({"rerun"})
+"""Commands about today's code: a script that changed since the recording runs, with a note."""
+
+
+@dataclass(frozen=True)
+class ScriptUse:
+    """What the command line says about a torch recording's script."""
+
+    path: str | None = None
+    allow_changed: bool = False
+    always_executes: bool = False
+    changed_on_purpose: bool = False
+    json: bool = False
+    """The command prints JSON on stdout: the ranks' own output goes to stderr (as torchrun --json)."""
+
+
+def script_use(args: argparse.Namespace) -> ScriptUse:
+    command = str(getattr(args, "command", ""))
+    return ScriptUse(
+        path=getattr(args, "torch_script", None),
+        allow_changed=bool(getattr(args, "allow_changed_script", False)),
+        always_executes=command in ALWAYS_EXECUTES,
+        changed_on_purpose=command in CHANGED_ON_PURPOSE,
+        json=bool(getattr(args, "json", False)),
+    )
+
+
+def name_recorded_script(session: Session, use: ScriptUse) -> None:
+    """Authorize the script the user named for a torch recording (its digest checked), or register
+    the one-line refusal that any re-execution raises; a command that always executes raises it now.
+    Any other scenario's recording ignores ``--script``."""
+    if session.scenario.name != "torch":
+        return
+    from timetravel.sim.scenario import NotAuthorizedError
+    from timetravel.torch import recorded_script
+
+    config = session.info.config
+    digest = recorded_script.recorded_digest(session.snapshot_world(0).nodes.get("c10d"))
+    if use.path is None:
+        refusal = recorded_script.refuse_execution(config, digest)
+        if use.always_executes:
+            raise NotAuthorizedError(refusal)
+        return
+    named = recorded_script.authorize_recorded_script(
+        config, digest, use.path, allow_changed=use.allow_changed or use.changed_on_purpose
+    )
+    missing = recorded_script.torch_missing_message()
+    if missing is not None:
+        recorded_script.refuse_execution(config, digest, missing)
+        if use.always_executes:
+            raise NotAuthorizedError(missing)
+    if named.changed:
+        print(f"timetravel: warning: {named.change_note()}", file=sys.stderr)
+        # the user's code changed, so a re-execution that departs says so (not "determinism_bug")
+        session.cause_if_mismatch = CAUSE_CODE_CHANGED
+    if use.json:
+        from timetravel.torch.scenario import set_rank_output
+
+        set_rank_output(sys.stderr)  # this process ends with the command: nothing to restore
 
 
 def open_session(
-    path: str, scenario_target: str | None, branch: str | None = None, *, refuse_in_progress: str = ""
+    path: str,
+    scenario_target: str | None,
+    branch: str | None = None,
+    *,
+    refuse_in_progress: str = "",
+    script: ScriptUse | None = None,
 ) -> Session:
     """Open a recording (at ``branch``, default main) for a command, printing what a damaged file
     lacks on stderr. An unknown branch is a user error that lists the branches there are.
@@ -40,11 +114,18 @@ def open_session(
         )
     for line in session.info.loss:
         print(f"timetravel: warning: {path}: {line}", file=sys.stderr)
+    try:
+        name_recorded_script(session, script or ScriptUse())
+    except BaseException:
+        session.close()
+        raise
     return session
 
 
-def add_scenario_target(parser: object) -> None:
-    parser.add_argument(  # type: ignore[attr-defined]
+def add_scenario_target(parser: argparse.ArgumentParser, *, executes: bool = True) -> None:
+    """``--scenario MODULE:ATTR`` and the torch script options every recording command takes."""
+    add_recorded_script_arguments(parser, executes=executes)
+    parser.add_argument(
         "--scenario",
         dest="scenario_target",
         metavar="MODULE:ATTR",

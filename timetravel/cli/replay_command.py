@@ -6,8 +6,12 @@ import argparse
 from typing import Any
 
 from timetravel.cli.common import print_json
+<<<<<<< HEAD
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session
 from timetravel.explore.verify_replay import replay_session
+=======
+from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
+>>>>>>> tscript
 
 
 def register(subparsers: Any) -> None:
@@ -19,7 +23,8 @@ def register(subparsers: Any) -> None:
             "state at every snapshot and the end against what was recorded. A difference names the first "
             "differing event and its likely cause: code_changed (the code fingerprint differs), platform "
             "(same code, another platform) or determinism_bug. Exit code 0 when everything matches, 1 on a "
-            "mismatch, 2 on bad input (a corrupt recording, an unknown scenario)."
+            "mismatch, 2 on bad input (a corrupt recording, an unknown scenario). A torch recording re-executes "
+            "only the script named with --script PATH, whose sha256 must be the recorded one (docs/torch.md)."
         ),
     )
     parser.add_argument("path", metavar="PATH", help="a .ttr recording")
@@ -33,8 +38,15 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+<<<<<<< HEAD
     with open_session(args.path, args.scenario_target, refuse_in_progress="replay it") as session:
         report = replay_session(session)
+=======
+    with open_session(
+        args.path, args.scenario_target, refuse_in_progress="replay it", script=script_use(args)
+    ) as session:
+        report = session.replay()
+>>>>>>> tscript
     if args.json:
         print_json(report.to_json())
     else:

@@ -19,7 +19,8 @@ def register(subparsers: Any) -> None:
             "choices matched by site (from the choice log when the run was recorded with --record-choices, "
             "otherwise drawn again from the seed; the output says which). Prints today's outcome next to the "
             "recorded one and the first divergence from the recording. Exit code 0 whatever the outcome "
-            "(compare `outcome` and `recorded` in --json), 2 on bad input."
+            "(compare `outcome` and `recorded` in --json), 2 on bad input. On a torch recording, --script PATH "
+            "names today's script: one that changed since the recording runs, with a warning saying so."
         ),
     )
     add_common(

@@ -1,6 +1,6 @@
 """``timetravel shell PATH``: the gdb-like shell over a recording, interactive or batch.
 
-Where the commands come from, in order: ``-c TEXT``, ``--script FILE`` (``-`` is stdin), the
+Where the commands come from, in order: ``-c TEXT``, ``-x FILE`` (``-`` is stdin), the
 standard input when it is not a terminal (``timetravel shell run.ttr < repro.tt``, or a pipe),
 else the interactive REPL. Batch mode echoes each command after the prompt it ran at, so a
 transcript reads like a typed session, and stops at the first command that fails.
@@ -9,6 +9,10 @@ Exit codes: 0 every command ran; 2 bad input — the recording is missing or dam
 cannot be loaded, the script cannot be read, or a command was wrong; 1 a seek's re-execution
 departed from the recording (as ``timetravel replay``); 130 stopped by Ctrl-C. Every error is one
 line on stderr (``timetravel: error: -c:1: goto: ...``), never a traceback.
+
+``--script PATH`` is the option every recording command shares: the torch script a torch recording
+may re-execute. The shell's file of commands was ``--script FILE`` before that; a ``--script`` that
+is not a ``.py`` file is still read as a file of commands, so older command lines keep working.
 """
 
 from __future__ import annotations
@@ -20,7 +24,7 @@ from typing import Any, TextIO
 
 from timetravel.cli import common
 from timetravel.cli.common import UsageError
-from timetravel.cli.recording_common import add_scenario_target
+from timetravel.cli.recording_common import add_scenario_target, name_recorded_script, script_use
 from timetravel.explore.commands import CommandContext, open_context
 from timetravel.recording.files import NotRegularFileError, open_regular
 
@@ -35,12 +39,12 @@ SCRIPT_BYTES_MAX = 4 * SCRIPT_CHARS_MAX
 def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "shell",
-        help="the time-travel debugger's shell over a recording (interactive, -c or --script)",
+        help="the time-travel debugger's shell over a recording (interactive, -c or -x FILE)",
         description=(
             "Open a recording and run commands of the command language (goto, step, back, where, events, "
             "print, watch, faults, branches, help, ... and the shell's plot and quit) at a prompt that shows "
             "the cursor's branch and time, with fuzzy completion (Tab) and persistent history. With -c or "
-            "--script, or with a script on standard input, run the commands in order and stop at the first "
+            "-x FILE, or with commands on standard input, run the commands in order and stop at the first "
             "that fails. Exit code 0 when every command ran, 2 on bad input (a missing or damaged recording, "
             "a wrong command), 1 when a seek's re-execution departs from the recording, 130 when stopped. "
             "Ctrl-C stops the running command, not the shell; Ctrl-D or quit leaves. See docs/shell.md."
@@ -55,9 +59,12 @@ def register(subparsers: Any) -> None:
         help='commands separated by ";" or new lines, e.g. "goto 950; print nodes/n3"',
     )
     source.add_argument(
-        "--script",
+        "-x",
+        "--commands-file",
+        dest="commands_file",
         metavar="FILE",
-        help="a file of commands, one or more a line (# starts a comment line); - reads standard input",
+        help="a file of commands, one or more a line (# starts a comment line); - reads standard input "
+        "(--script FILE, when FILE is not a .py file, is read as this, as before)",
     )
     parser.add_argument(
         "--json",
@@ -85,6 +92,7 @@ def main(args: argparse.Namespace) -> int:
     from timetravel.shell.repl import Repl
     from timetravel.shell.runner import CommandRunner
 
+    _split_script_option(args)
     script = _batch_input(args, sys.stdin)
     monitor = CommandMonitor(sys.stderr if sys.stderr.isatty() else None)
     with open_context(
@@ -94,6 +102,7 @@ def main(args: argparse.Namespace) -> int:
         should_stop=monitor.should_stop,
     ) as context:
         _warn_about_damage(args.path, context)
+        name_recorded_script(context.session, script_use(args))
         engine = recording_engine(context, user_errors=common.all_user_errors())
         console = Console(highlight=False, soft_wrap=args.json)
         errors = Console(stderr=True, highlight=False)
@@ -105,14 +114,23 @@ def main(args: argparse.Namespace) -> int:
         return Repl(runner, session_history(persistent=not args.no_history)).run()
 
 
+def _split_script_option(args: argparse.Namespace) -> None:
+    """``--script FILE``: a torch script when FILE is a .py file, else (as before ``-x``) commands."""
+    if args.torch_script is None or args.torch_script.endswith(".py"):
+        return
+    if args.commands is not None or args.commands_file is not None:
+        raise UsageError("shell: --script FILE (a file of commands) and -c or -x: give one of them")
+    args.commands_file, args.torch_script = args.torch_script, None
+
+
 def _batch_input(args: argparse.Namespace, stdin: TextIO) -> tuple[str, str] | None:
     """(script text, its name for error locations), or None for the interactive REPL."""
     if args.commands is not None:
         return args.commands, "-c"
-    if args.script == "-" or (args.script is None and not stdin.isatty()):
+    if args.commands_file == "-" or (args.commands_file is None and not stdin.isatty()):
         return _read_bounded(stdin, STDIN_SOURCE), STDIN_SOURCE
-    if args.script is not None:
-        return _read_script(Path(args.script)), args.script
+    if args.commands_file is not None:
+        return _read_script(Path(args.commands_file)), args.commands_file
     return None
 
 

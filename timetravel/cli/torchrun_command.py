@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError
+from timetravel.cli.common import UsageError, require_torch
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
@@ -120,6 +120,7 @@ def main(args: argparse.Namespace) -> int:
     from timetravel.torch import scenario as torch_scenario
 
     settings = torch_settings(args)
+    require_torch()
     torch_scenario.authorize_script(args.script)
     scenario = get_scenario("torch")
     config = scenario.resolve_config(settings)

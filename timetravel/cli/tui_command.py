@@ -13,7 +13,7 @@ import sys
 from typing import Any
 
 from timetravel.cli.common import UsageError, print_json
-from timetravel.cli.recording_common import add_scenario_target
+from timetravel.cli.recording_common import add_scenario_target, name_recorded_script, script_use
 from timetravel.explore.commands import open_context, parse_moment
 from timetravel.explore.navigate import branch_failure
 from timetravel.explore.results import public_failure
@@ -64,6 +64,7 @@ def main(args: argparse.Namespace) -> int:
         session = context.session
         for line in session.info.loss:
             print(f"timetravel: warning: {args.path}: {line}", file=sys.stderr)
+        name_recorded_script(session, script_use(args))
         if args.at is not None:
             try:
                 parse_moment(args.at, session.display_unit)

@@ -32,7 +32,7 @@ from timetravel.sim.context import Context, fixed_latency_transport
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.failure import make_failure
-from timetravel.sim.scenario import Scenario
+from timetravel.sim.scenario import NotAuthorizedError, Scenario
 from timetravel.sim.world import World
 
 CHAIN_BATCH_EVENTS_DEFAULT = 4096
@@ -304,6 +304,8 @@ class Simulation:
         )
 
     def _handler_raised(self, error: Exception) -> None:
+        if isinstance(error, NotAuthorizedError):
+            raise error  # the host refused to start code the user did not name: not the run's failure
         ctx = self.ctx
         role = self.world.roles.get(ctx.node, "?")
         frames = [

@@ -33,6 +33,13 @@ class ConfigError(ValueError):
     """A config key or value that the scenario does not accept; the message names the key."""
 
 
+class NotAuthorizedError(ConfigError):
+    """The world would run code the user did not name (a recording's script, a function target).
+
+    Not a finding: the kernel lets it through a handler to the caller (a one-line error, exit 2)
+    instead of recording it as the run's failure, because nothing of the user's code has run."""
+
+
 @dataclass(frozen=True)
 class Param:
     """One config key: its type, default and meaning.

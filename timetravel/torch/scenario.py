@@ -29,7 +29,7 @@ from timetravel.fabric.params import FABRIC_PARAMS
 from timetravel.sim.context import Context
 from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
-from timetravel.sim.scenario import ConfigError, Param, Scenario
+from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
 from timetravel.torch import c10d
 from timetravel.torch import state as training_state
@@ -42,6 +42,10 @@ STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 C10D_NODE = "c10d"
 _FABRIC_KEYS = ("nvlink_latency", "network_latency", "uplink_latency", "nvlink_gbyte_per_s", "nic_gbit_per_s")
 _authorized_scripts: set[str] = set()
+script_paths: dict[str, str] = {}
+"""A recording's script (resolved) -> the file the user named with --script (torch/recorded_script.py)."""
+script_refusals: dict[str, str] = {}
+"""A recording's script opened without --script -> the one line saying what to pass instead."""
 
 PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
@@ -159,7 +163,7 @@ def _check_script(config: dict[str, Any]) -> Path | None:
         raise ConfigError(f"{ranks} ranks is above the limit {NPROC_MAX}")
     if config["function"]:
         if f"function:{config['function']}" not in _authorized_scripts:
-            raise ConfigError(
+            raise NotAuthorizedError(
                 f"function {config['function']!r} was not named by timetravel.torch.simulate in this process"
             )
         return None
@@ -168,7 +172,9 @@ def _check_script(config: dict[str, Any]) -> Path | None:
         raise ConfigError(
             "the torch scenario needs a script: --set script=PATH (or timetravel torchrun SCRIPT)"
         )
-    path = Path(text)
+    if str(Path(text).resolve()) in script_refusals:
+        raise NotAuthorizedError(script_refusals[str(Path(text).resolve())])
+    path = Path(script_paths.get(str(Path(text).resolve()), text))
     if not path.is_file():
         raise ConfigError(f"script {text!r} is not a file")
     if path.suffix != ".py":
@@ -176,7 +182,7 @@ def _check_script(config: dict[str, Any]) -> Path | None:
     if path.stat().st_size > SCRIPT_BYTES_MAX:
         raise ConfigError(f"script {text!r} is larger than {SCRIPT_BYTES_MAX} bytes")
     if str(path.resolve()) not in _authorized_scripts:
-        raise ConfigError(
+        raise NotAuthorizedError(
             f"script {text!r} was not named on the command line: a recording or database never runs code "
             "(name it: timetravel torchrun SCRIPT, or --set script=SCRIPT on run, fuzz, check-determinism, faults)"
         )
@@ -224,7 +230,8 @@ def _rank_state(t_ns: int, incarnation: int) -> dict[str, Any]:
 def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dict[str, Any]]:
     """What each forked rank is told: its environment, argv and settings (plain data)."""
     ranks = config["nproc"] * config["nnodes"]
-    script = str(Path(config["script"]).resolve()) if config["script"] else ""
+    checked = _check_script(config)  # branches, fan-outs and seeks start ranks without build: same opt-in
+    script = str(checked.resolve()) if checked is not None else ""
     specs = []
     base = {
         key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "TORCHELASTIC_"))
