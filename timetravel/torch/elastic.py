@@ -31,7 +31,7 @@ def rank_failed(
 
 
 def restart(state: dict[str, Any], ctx: Context, reason: str) -> None:
-    from timetravel.torch.scenario import _driver, rank_specs
+    from timetravel.torch.scenario import _driver, rank_specs, working_directory
 
     state["restarts"] += 1
     state["incarnation"] += 1
@@ -39,7 +39,8 @@ def restart(state: dict[str, Any], ctx: Context, reason: str) -> None:
         state[key] = {}
     state["flight"] = {str(rank): [] for rank in range(state["ranks"])}
     ctx.log(f"restart {state['restarts']} of {ctx.world.config['max_restarts']}: {reason}")
-    _driver(ctx).restart(rank_specs(ctx.world.config, ctx.world.seed, state["restarts"]))
+    specs = rank_specs(ctx.world.config, ctx.world.seed, state["restarts"], cwd=working_directory(ctx).path)
+    _driver(ctx).restart(specs)
     t_ns = ctx.now + ctx.world.config["restart_delay"]
     for rank in range(state["ranks"]):
         ctx.deliver(t_ns, f"r{rank}", "restart", state["incarnation"])

@@ -29,7 +29,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d
+from timetravel.torch import c10d, workdir
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import NPROC_MAX, STUCK_TIMEOUT_S_DEFAULT
 from timetravel.torch.wire import ChannelClosed, ProtocolError
@@ -43,6 +43,12 @@ PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
     Param("function", "str", "", "instead of a script: module:function to run as every rank (Python API)"),
     Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
+    Param(
+        "workdir",
+        "str",
+        "",
+        "the ranks' private working directory starts as a copy of this directory ('' = empty)",
+    ),
     Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
     Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
     Param(
@@ -172,7 +178,9 @@ def build(config: dict[str, Any], seed: int) -> World:
     from timetravel.torch import driver
 
     driver.stop_active()  # a new run: the previous run's ranks end here
+    workdir.close_active()
     script = _check_script(config)
+    workdir_sha256 = workdir.source_digest(config["workdir"])
     world = World("torch", config, seed)
     ranks = config["nproc"] * config["nnodes"]
     world.faults = parse_faults(config["faults"], ranks)
@@ -180,14 +188,16 @@ def build(config: dict[str, Any], seed: int) -> World:
     for rank in range(ranks):
         world.add_node(f"r{rank}", "rank", {"status": "new", "t_ns": 0, "calls": 0, "incarnation": 0})
     digest = script_digest(str(script)) if script is not None else config["function"]
-    world.add_node(C10D_NODE, "collectives", c10d.initial_state(ranks, digest))
+    initial = {**c10d.initial_state(ranks, digest), "workdir_sha256": workdir_sha256}
+    world.add_node(C10D_NODE, "collectives", initial)
     for rank in range(ranks):
         world.schedule(0, f"r{rank}", "poll", 0)
     return world
 
 
-def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dict[str, Any]]:
-    """What each forked rank is told: its environment, argv and settings (plain data)."""
+def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0, *, cwd: str) -> list[dict[str, Any]]:
+    """What each forked rank is told: its environment, argv, settings and working directory ``cwd``
+    (plain data)."""
     ranks = config["nproc"] * config["nnodes"]
     script = str(Path(config["script"]).resolve()) if config["script"] else ""
     specs = []
@@ -212,6 +222,8 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dic
             TORCH_DIST_INIT_BARRIER="0",
             OMP_NUM_THREADS="1",
             TIMETRAVEL_RANK=str(rank),
+            TIMETRAVEL_LAUNCH_DIR=os.getcwd(),
+            PWD=cwd,
         )
         if config["env_style"] == "slurm":
             env.update(
@@ -226,7 +238,8 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dic
                 "env": env,
                 "script": script,
                 "function": config["function"],
-                "sys_path": list(sys.path) if config["function"] else [],
+                "sys_path": [os.path.abspath(entry) for entry in sys.path] if config["function"] else [],
+                "cwd": cwd,
                 "args": shlex.split(config["args"]),
                 "seed": seed,
                 "restarts": restarts,
@@ -252,12 +265,16 @@ def _driver(ctx: Context) -> Any:
     if live is None or live.run_token != id(ctx.world):
         config = ctx.world.config
         stream = None if config["rank_output"] == "quiet" else (_output_stream or sys.stdout)
-        live = driver.RankDriver(
-            rank_specs(config, ctx.world.seed), output=stream, stuck_timeout_s=config["stuck_timeout"]
-        )
+        specs = rank_specs(config, ctx.world.seed, cwd=working_directory(ctx).path)
+        live = driver.RankDriver(specs, output=stream, stuck_timeout_s=config["stuck_timeout"])
         live.run_token = id(ctx.world)
         live.start()
     return live
+
+
+def working_directory(ctx: Context) -> workdir.WorkingDirectory:
+    """This execution's private working directory (a copy of ``workdir``, made on first use)."""
+    return workdir.open_for_run(id(ctx.world), ctx.world.config["workdir"])
 
 
 def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -338,6 +355,7 @@ def on_end(world: World, ctx: Context) -> None:
         c10d.report_hang(world, ctx)
     finally:
         driver.stop_active()
+        workdir.close_active()
 
 
 def summarize(world: World) -> dict[str, Any]:
