@@ -94,3 +94,13 @@ def test_a_missing_relative_path_names_the_private_working_directory() -> None:
     assert report["failure"]["kind"] == "exception"
     assert "FileNotFoundError" in report["failure"]["message"]
     assert "(ranks run in a private working directory: pass --workdir DIR" in report["failure"]["message"]
+
+
+def test_a_checkpoint_saved_outside_the_working_directory_is_a_warning_naming_it(tmp_path: Path) -> None:
+    report, world = simulate_world(SCRIPTS / "write_outside.py", 2, 0, f"args={tmp_path}")
+    assert report["outcome"] == "pass", report["failure"]
+    assert report["summary"]["warnings"] == ["write_outside_workdir"]
+    warning = world.nodes["c10d"]["warnings"]["write_outside_workdir"]
+    assert warning["first_rank"] == "r0"
+    assert warning["detail"] == os.path.realpath(tmp_path / "model.pt")  # torch.save, through C++
+    assert sorted(os.listdir(tmp_path)) == ["model.pt", "train.log"]

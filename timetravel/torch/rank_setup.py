@@ -37,6 +37,8 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         local_world_size=int(environment["LOCAL_WORLD_SIZE"]),
         metrics_sink=_metrics_sink(rank_channel),
         compile_mode=spec["settings"].get("compile", "eager"),
+        working_directory=spec.get("cwd"),
+        warn=_warning_sink(rank_channel),
     )
     backend.bind(rank_channel)
     backend.register()
@@ -54,6 +56,15 @@ def _metrics_sink(rank_channel: Channel) -> Any:
         rank_channel.post({"kind": "metric", "name": name, "value": value, "step": step})
 
     return sink
+
+
+def _warning_sink(rank_channel: Channel) -> Any:
+    """A rank-environment warning (``write_outside_workdir``) joins the run's summary warnings."""
+
+    def warn(name: str, detail: str) -> None:
+        rank_channel.post({"kind": "warning", "name": name, "detail": detail[-2000:]})
+
+    return warn
 
 
 def _bend_init_process_group() -> None:
