@@ -246,3 +246,5 @@ def test_the_hint_is_for_relative_paths_only() -> None:
     assert relative_path_hint(IsADirectoryError(21, "Is a directory", "checkpoints")) != ""
     assert relative_path_hint(FileNotFoundError(2, "No such file", "/abs/train.txt")) == ""
     assert relative_path_hint(ValueError("data/train.txt")) == ""
+    assert relative_path_hint(RuntimeError("Parent directory ../shared does not exist.")) != ""  # torch.save
+    assert relative_path_hint(RuntimeError("Parent directory /shared does not exist.")) == ""

@@ -94,6 +94,8 @@ def test_a_missing_relative_path_names_the_private_working_directory() -> None:
     assert report["failure"]["kind"] == "exception"
     assert "FileNotFoundError" in report["failure"]["message"]
     assert "(ranks run in a private working directory: pass --workdir DIR" in report["failure"]["message"]
+    saved, _ = simulate_world(SCRIPTS / "write_outside.py", 2, 0, "args=../shared")  # torch.save's own error
+    assert "Parent directory ../shared does not exist. (ranks run in a private" in saved["failure"]["message"]
 
 
 def test_a_checkpoint_saved_outside_the_working_directory_is_a_warning_naming_it(tmp_path: Path) -> None:

@@ -512,8 +512,15 @@ RELATIVE_PATH_HINT = (
 )
 
 
+_TORCH_SAVE_NO_PARENT = "Parent directory "
+
+
 def relative_path_hint(error: BaseException) -> str:
-    """The hint for a rank's FileNotFoundError / IsADirectoryError on a relative path, else ''."""
+    """The hint for a rank's FileNotFoundError / IsADirectoryError on a relative path (or torch.save's
+    RuntimeError ``Parent directory x does not exist.`` for a relative x), else ''."""
+    if isinstance(error, RuntimeError) and str(error).startswith(_TORCH_SAVE_NO_PARENT):
+        parent = str(error)[len(_TORCH_SAVE_NO_PARENT) :].removesuffix(" does not exist.")
+        return "" if os.path.isabs(parent) else RELATIVE_PATH_HINT
     if not isinstance(error, (FileNotFoundError, IsADirectoryError)):
         return ""
     name = error.filename
