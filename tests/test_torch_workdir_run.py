@@ -105,4 +105,5 @@ def test_a_checkpoint_saved_outside_the_working_directory_is_a_warning_naming_it
     warning = world.nodes["c10d"]["warnings"]["write_outside_workdir"]
     assert warning["first_rank"] == "r0"
     assert warning["detail"] == os.path.realpath(tmp_path / "model.pt")  # torch.save, through C++
+    assert report["summary"]["first_write_outside_workdir"] == warning["detail"]
     assert sorted(os.listdir(tmp_path)) == ["model.pt", "train.log"]

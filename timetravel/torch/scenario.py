@@ -360,12 +360,16 @@ def on_end(world: World, ctx: Context) -> None:
 
 def summarize(world: World) -> dict[str, Any]:
     state = world.nodes[C10D_NODE]
+    warnings = state.get("warnings", {})
+    outside = warnings.get("write_outside_workdir")
+    first_write_outside = {"first_write_outside_workdir": outside["detail"]} if outside else {}
     return {
         "ranks": state["ranks"],
         "collectives": state["completed"],
         "optimizer_steps": state["steps_checked"],
         "script_sha256": state["script_sha256"][:16],
-        "warnings": sorted(state.get("warnings", {})),
+        "warnings": sorted(warnings),
+        **first_write_outside,
         "restarts": state["restarts"],
     }
 
