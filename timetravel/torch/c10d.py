@@ -20,7 +20,7 @@ from typing import Any
 from timetravel.sim.context import Context
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives, elastic, faults
+from timetravel.torch import arrays, collectives, elastic, faults, store
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
 
@@ -50,6 +50,9 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         return
     message = event.payload
     rank = message["rank"]
+    if str(message.get("op", "")).startswith("store."):
+        ctx.deliver(ctx.now, store.STORE_NODE, "request", message)  # the rendezvous store: its own node
+        return
     try:
         inputs = [arrays.decode(wire) for wire in message["inputs"]]
     except arrays.TensorFormatError as error:
@@ -484,6 +487,17 @@ def _fabric(ctx: Context) -> dict[str, Any]:
     return settings
 
 
+def on_store_result(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """The store node answered a rank's store call: a result like a collective's, released on wait."""
+    message = event.payload
+    if not elastic.current(state, message):
+        return  # a call of a rank process a restart has replaced
+    rank = int(message["rank"])
+    state["results"][f"{rank}:{message['id']}"] = {"t_ns": ctx.now, "outputs": message["outputs"]}
+    if str(rank) in state["waiting"]:
+        _try_release(state, rank, ctx)
+
+
 def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if not elastic.current(state, event.payload):
         return
@@ -507,4 +521,5 @@ HANDLERS = {
     "exit": on_exit,
     "died": on_died,
     "warning": on_warning,
+    "store_result": on_store_result,
 }

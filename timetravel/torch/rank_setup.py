@@ -20,8 +20,10 @@ from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from timetravel.torch import backend
 from timetravel.torch.channel import Channel
+from timetravel.torch.store_client import SimulatedStore
 
 _parameter_names: dict[int, str] = {}
+_stores: list[Any] = []
 _PREFIXES = ("module.", "_orig_mod.", "_fsdp_wrapped_module.")
 
 
@@ -80,7 +82,9 @@ def _bend_init_process_group() -> None:
         options.pop("device_id", None)
         options.setdefault("world_size", int(_environment("WORLD_SIZE")))
         options.setdefault("rank", int(_environment("RANK")))
-        keywords: dict[str, Any] = {"backend": backend.BACKEND_NAME, "store": dist.HashStore(), **options}
+        store = SimulatedStore()
+        _stores.append(store)  # torch's C++ holds the store, not the Python object its methods live on
+        keywords: dict[str, Any] = {"backend": backend.BACKEND_NAME, "store": store, **options}
         if timeout is not None:
             keywords["timeout"] = timeout
         original(**keywords)

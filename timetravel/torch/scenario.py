@@ -29,7 +29,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d, workdir
+from timetravel.torch import c10d, store, workdir
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import NPROC_MAX, STUCK_TIMEOUT_S_DEFAULT
 from timetravel.torch.wire import ChannelClosed, ProtocolError
@@ -190,6 +190,7 @@ def build(config: dict[str, Any], seed: int) -> World:
     digest = script_digest(str(script)) if script is not None else config["function"]
     initial = {**c10d.initial_state(ranks, digest), "workdir_sha256": workdir_sha256}
     world.add_node(C10D_NODE, "collectives", initial)
+    world.add_node(store.STORE_NODE, "store", store.initial_state())
     for rank in range(ranks):
         world.schedule(0, f"r{rank}", "poll", 0)
     return world
@@ -382,6 +383,7 @@ SCENARIO = Scenario(
     handlers={
         "rank": {"poll": on_poll, "metric": on_metric, "restart": on_restart},
         "collectives": c10d.HANDLERS,
+        "store": store.HANDLERS,
     },
     on_end=on_end,
     summarize=summarize,
