@@ -139,7 +139,14 @@ def _writes(mode: Any, flags: Any) -> bool:
 def install_file_watch(working_directory: str, warn: Callable[[str, str], None]) -> Installation:
     """Report writes outside ``working_directory`` through ``warn(name, path)``; see the module docstring."""
     watch = FileWatch(working_directory, warn)
-    sys.addaudithook(watch.hook)
+    watched = frozenset(("open", *WRITTEN_ARGUMENTS))
+    handle = watch.hook
+
+    def hook(event: str, arguments: tuple[Any, ...]) -> None:
+        if event in watched:  # the hook runs on every audit event (id(), imports…): return fast
+            handle(event, arguments)
+
+    sys.addaudithook(hook)
     patches = Patches()
 
     def switch_off() -> None:
