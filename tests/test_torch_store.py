@@ -42,3 +42,10 @@ def test_a_wait_for_a_key_nobody_sets_raises_torch_s_error_after_its_timeout() -
     assert "DistStoreError: Wait timeout for keys" in failure["message"] and "never_set" in failure["message"]
     assert failure["t_ns"] >= 2_000_000_000  # the script's timeout, in logical time
     assert world.nodes["store"]["waiting"] == []
+
+
+def test_a_get_of_a_key_nobody_sets_waits_the_default_store_timeout() -> None:
+    report, _ = simulate_world(0, "args=get_missing")
+    failure = report["failure"]
+    assert failure["node"] == "r1" and "DistStoreError: Wait timeout" in failure["message"]
+    assert 300_000_000_000 <= failure["t_ns"] < 301_000_000_000
