@@ -6,12 +6,8 @@ import argparse
 from typing import Any
 
 from timetravel.cli.common import print_json
-<<<<<<< HEAD
-from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session
-from timetravel.explore.verify_replay import replay_session
-=======
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
->>>>>>> tscript
+from timetravel.explore.verify_replay import replay_session
 
 
 def register(subparsers: Any) -> None:
@@ -38,15 +34,10 @@ def register(subparsers: Any) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-<<<<<<< HEAD
-    with open_session(args.path, args.scenario_target, refuse_in_progress="replay it") as session:
-        report = replay_session(session)
-=======
     with open_session(
         args.path, args.scenario_target, refuse_in_progress="replay it", script=script_use(args)
     ) as session:
-        report = session.replay()
->>>>>>> tscript
+        report = replay_session(session)
     if args.json:
         print_json(report.to_json())
     else:

@@ -60,6 +60,13 @@ def register(subparsers: Any) -> None:
         help="restart every rank after a crash or exception, up to K times, as torchelastic does",
     )
     parser.add_argument(
+        "--workdir",
+        metavar="DIR",
+        default="",
+        help="start the ranks' private working directory as a copy of DIR (default: empty); "
+        "their files never reach DIR",
+    )
+    parser.add_argument(
         "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
     )
     parser.add_argument(
@@ -111,6 +118,10 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
         settings.append(f"max_restarts={args.max_restarts}")
     if args.env != "torchrun":
         settings.append(f"env_style={args.env}")
+    if args.workdir:
+        if not Path(args.workdir).is_dir():
+            raise UsageError(f"--workdir {args.workdir!r} is not a directory")
+        settings.append(f"workdir={args.workdir}")
     return [*settings, *args.settings]
 
 
@@ -151,6 +162,7 @@ def main(args: argparse.Namespace) -> int:
             *([f"--nnodes {args.nnodes}"] if args.nnodes != 1 else []),
             *([f"--max-restarts {args.max_restarts}"] if args.max_restarts else []),
             *([f"--env {args.env}"] if args.env != "torchrun" else []),
+            *([f"--workdir {shlex.quote(args.workdir)}"] if args.workdir else []),
             f"--seed {args.seed}",
             *(f"--set {shlex.quote(s)}" for s in args.settings),
             shlex.quote(args.script),

@@ -25,7 +25,7 @@ from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives, digests, elastic, faults
+from timetravel.torch import arrays, collectives, digests, elastic, faults, store
 from timetravel.torch import state as training_state
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
@@ -60,6 +60,9 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     message = event.payload
     rank = message["rank"]
     _delivered(state, rank)
+    if str(message.get("op", "")).startswith("store."):
+        ctx.deliver(ctx.now, store.STORE_NODE, "request", message)  # the rendezvous store: its own node
+        return
     # the sender's outbox (scenario._post_inputs): read here, copied into c10d's own entry
     inputs = list(ctx.world.nodes[f"r{rank}"]["outbox"][str(message["id"])])
     op = message["op"]
@@ -514,6 +517,17 @@ def _fabric(ctx: Context) -> dict[str, Any]:
     return settings
 
 
+def on_store_result(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """The store node answered a rank's store call: a result like a collective's, released on wait."""
+    message = event.payload
+    if not elastic.current(state, message):
+        return  # a call of a rank process a restart has replaced
+    rank = int(message["rank"])
+    state["results"][f"{rank}:{message['id']}"] = {"t_ns": ctx.now, "outputs": message["outputs"]}
+    if str(rank) in state["waiting"]:
+        _try_release(state, rank, ctx)
+
+
 def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if not elastic.current(state, event.payload):
         return
@@ -537,4 +551,5 @@ HANDLERS = {
     "exit": on_exit,
     "died": on_died,
     "warning": on_warning,
+    "store_result": on_store_result,
 }

@@ -146,6 +146,9 @@ class RankDriver:
         self.specs = specs
         self.output = output
         self.stuck_timeout_s = stuck_timeout_s
+        self.workdir: Any = None
+        """The ranks' private working directory (torch/workdir.py): closed with the driver, unless a
+        Session's checkpoints still need it (the torch world source closes it then)."""
         self.world: Any = None
         """The World this driver's ranks belong to (compared by identity, and held so that no other
         world can take its ``id``: a freed world's id reused by a restored one once handed the
@@ -280,6 +283,8 @@ class RankDriver:
         with contextlib.suppress(OSError):
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+        if self.workdir is not None and not lockstep[0]:
+            self.workdir.close()
         self.world = None
         if self in _live:
             _live.remove(self)

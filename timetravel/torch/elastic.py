@@ -35,11 +35,12 @@ def restart(state: dict[str, Any], ctx: Context, reason: str) -> None:
 
     state["restarts"] += 1
     state["incarnation"] += 1
-    for key in ("ops", "results", "waiting", "exited", "steps"):
+    for key in ("ops", "results", "waiting", "exited", "steps", "delivering"):
         state[key] = {}
     state["flight"] = {str(rank): [] for rank in range(state["ranks"])}
     ctx.log(f"restart {state['restarts']} of {ctx.world.config['max_restarts']}: {reason}")
-    _driver(ctx).restart(rank_specs(ctx.world.config, ctx.world.seed, state["restarts"]))
+    live = _driver(ctx)
+    live.restart(rank_specs(ctx.world.config, ctx.world.seed, state["restarts"], cwd=live.workdir.path))
     t_ns = ctx.now + ctx.world.config["restart_delay"]
     for rank in range(state["ranks"]):
         ctx.deliver(t_ns, f"r{rank}", "restart", state["incarnation"])

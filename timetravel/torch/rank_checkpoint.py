@@ -72,7 +72,9 @@ def refusal() -> str | None:
                     names.append(comm.read().strip())
             except OSError:
                 names.append("?")
-        return f"the rank runs {len(tasks)} threads ({', '.join(names)} beside the main one; a fork copies one)"
+        return (
+            f"the rank runs {len(tasks)} threads ({', '.join(names)} beside the main one; a fork copies one)"
+        )
     return None
 
 

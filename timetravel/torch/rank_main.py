@@ -88,6 +88,8 @@ def run_rank(spec: dict[str, Any]) -> None:
     remember_zygote(os.getppid())
     os.environ.clear()
     os.environ.update(spec["env"])
+    if spec.get("cwd"):
+        os.chdir(spec["cwd"])  # the execution's private working directory (timetravel.torch.workdir)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.connect(spec["socket"])
     from timetravel.torch.rank_env.clock import RankClock
@@ -164,12 +166,14 @@ def _exit_code(code: Any) -> int:
 
 def _describe_error(error: BaseException) -> dict[str, Any]:
     from timetravel.torch.backend import UnsupportedCollective
+    from timetravel.torch.workdir import relative_path_hint
 
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
     kind = "unsupported" if isinstance(error, UnsupportedCollective) else "exception"
+    hint = relative_path_hint(error)
     return {
         "code": 1,
-        "error": f"{type(error).__name__}: {error}",
+        "error": f"{type(error).__name__}: {error}" + (f" {hint}" if hint else ""),
         "error_kind": kind,
         "traceback": text[-TRACEBACK_CHARS_MAX:],
         "where": _user_frame(error),

@@ -22,10 +22,12 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 
 from timetravel.torch import backend, rank_state
 from timetravel.torch.channel import Channel
+from timetravel.torch.store_client import SimulatedStore
 
 _parameter_names: dict[int, str] = {}
 _parameter_owners: dict[int, Any] = {}
 _module_parents: dict[int, tuple[Any, str]] = {}
+_stores: list[Any] = []
 
 
 def install(spec: dict[str, Any], rank_channel: Channel) -> None:
@@ -40,6 +42,8 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         local_world_size=int(environment["LOCAL_WORLD_SIZE"]),
         metrics_sink=_metrics_sink(rank_channel),
         compile_mode=spec["settings"].get("compile", "eager"),
+        working_directory=spec.get("cwd"),
+        warn=_warning_sink(rank_channel),
     )
     backend.bind(rank_channel)
     backend.register()
@@ -72,6 +76,15 @@ def _metrics_sink(rank_channel: Channel) -> Any:
     return sink
 
 
+def _warning_sink(rank_channel: Channel) -> Any:
+    """A rank-environment warning (``write_outside_workdir``) joins the run's summary warnings."""
+
+    def warn(name: str, detail: str) -> None:
+        rank_channel.post({"kind": "warning", "name": name, "detail": detail[-2000:]})
+
+    return warn
+
+
 def _bend_init_process_group() -> None:
     original = dist.init_process_group
 
@@ -85,7 +98,9 @@ def _bend_init_process_group() -> None:
         options.pop("device_id", None)
         options.setdefault("world_size", int(_environment("WORLD_SIZE")))
         options.setdefault("rank", int(_environment("RANK")))
-        keywords: dict[str, Any] = {"backend": backend.BACKEND_NAME, "store": dist.HashStore(), **options}
+        store = SimulatedStore()
+        _stores.append(store)  # torch's C++ holds the store, not the Python object its methods live on
+        keywords: dict[str, Any] = {"backend": backend.BACKEND_NAME, "store": store, **options}
         if timeout is not None:
             keywords["timeout"] = timeout
         original(**keywords)

@@ -31,7 +31,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d
+from timetravel.torch import c10d, store, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH, STUCK_TIMEOUT_S_DEFAULT
@@ -51,6 +51,12 @@ PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
     Param("function", "str", "", "instead of a script: module:function to run as every rank (Python API)"),
     Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
+    Param(
+        "workdir",
+        "str",
+        "",
+        "the ranks' private working directory starts as a copy of this directory ('' = empty)",
+    ),
     Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
     Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
     Param(
@@ -199,6 +205,7 @@ def build(config: dict[str, Any], seed: int) -> World:
     if not driver.lockstep[0]:
         driver.stop_active()  # a new run outside a Session: the previous run's ranks end here
     script = _check_script(config)
+    workdir_sha256 = workdir.source_digest(config["workdir"])
     world = World("torch", config, seed)
     ranks = config["nproc"] * config["nnodes"]
     world.faults = parse_faults(config["faults"], ranks)
@@ -206,7 +213,9 @@ def build(config: dict[str, Any], seed: int) -> World:
     for rank in range(ranks):
         world.add_node(f"r{rank}", "rank", _rank_state(0, 0))
     digest = script_digest(str(script)) if script is not None else config["function"]
-    world.add_node(C10D_NODE, "collectives", c10d.initial_state(ranks, digest))
+    initial = {**c10d.initial_state(ranks, digest), "workdir_sha256": workdir_sha256}
+    world.add_node(C10D_NODE, "collectives", initial)
+    world.add_node(store.STORE_NODE, "store", store.initial_state())
     for rank in range(ranks):
         world.schedule(0, f"r{rank}", "poll", 0)
     return world
@@ -227,8 +236,9 @@ def _rank_state(t_ns: int, incarnation: int) -> dict[str, Any]:
     }
 
 
-def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dict[str, Any]]:
-    """What each forked rank is told: its environment, argv and settings (plain data)."""
+def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0, *, cwd: str) -> list[dict[str, Any]]:
+    """What each forked rank is told: its environment, argv, settings and working directory ``cwd``
+    (plain data)."""
     ranks = config["nproc"] * config["nnodes"]
     checked = _check_script(config)  # branches, fan-outs and seeks start ranks without build: same opt-in
     script = str(checked.resolve()) if checked is not None else ""
@@ -254,6 +264,8 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dic
             TORCH_DIST_INIT_BARRIER="0",
             OMP_NUM_THREADS="1",
             TIMETRAVEL_RANK=str(rank),
+            TIMETRAVEL_LAUNCH_DIR=os.getcwd(),
+            PWD=cwd,
         )
         if config["env_style"] == "slurm":
             env.update(
@@ -268,7 +280,8 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0) -> list[dic
                 "env": env,
                 "script": script,
                 "function": config["function"],
-                "sys_path": list(sys.path) if config["function"] else [],
+                "sys_path": [os.path.abspath(entry) for entry in sys.path] if config["function"] else [],
+                "cwd": cwd,
                 "args": shlex.split(config["args"]),
                 "seed": seed,
                 "restarts": restarts,
@@ -310,16 +323,21 @@ def _driver(ctx: Context) -> Any:
     return new_driver(ctx.world, spawn=True)
 
 
-def new_driver(world: World, *, spawn: bool) -> Any:
-    """A RankDriver bound to ``world`` (``spawn=False``: the caller resumes ranks into it)."""
+def new_driver(world: World, *, spawn: bool, directory: workdir.WorkingDirectory | None = None) -> Any:
+    """A RankDriver bound to ``world`` (``spawn=False``: the caller resumes ranks into it).
+
+    Its ranks run in ``directory`` (a resumed checkpoint's, whose files the caller restored), or in
+    a new private working directory, a copy of the ``workdir`` setting (torch/workdir.py)."""
     from timetravel.torch import driver
 
     config = world.config
     stream = None if config["rank_output"] == "quiet" else (_output_stream or sys.stdout)
     restarts = world.nodes[C10D_NODE]["restarts"]
-    live = driver.RankDriver(
-        rank_specs(config, world.seed, restarts), output=stream, stuck_timeout_s=config["stuck_timeout"]
-    )
+    if directory is None:
+        directory = workdir.WorkingDirectory.create(config["workdir"] or None)
+    specs = rank_specs(config, world.seed, restarts, cwd=directory.path)
+    live = driver.RankDriver(specs, output=stream, stuck_timeout_s=config["stuck_timeout"])
+    live.workdir = directory
     live.world = world
     live.start(spawn=spawn)
     return live
@@ -419,7 +437,7 @@ def _post_inputs(state: dict[str, Any], message: dict[str, Any], ctx: Context) -
     from timetravel.torch import arrays
 
     try:
-        inputs = [arrays.decode(wire) for wire in message.pop("inputs")]
+        inputs = [arrays.decode(wire) for wire in message.pop("inputs", [])]
     except arrays.TensorFormatError as error:
         ctx.fail("exception", f"{ctx.node}: {error}", "torch.collective.tensor")
         return False
@@ -450,12 +468,16 @@ def on_end(world: World, ctx: Context) -> None:
 
 def summarize(world: World) -> dict[str, Any]:
     state = world.nodes[C10D_NODE]
+    warnings = state.get("warnings", {})
+    outside = warnings.get("write_outside_workdir")
+    first_write_outside = {"first_write_outside_workdir": outside["detail"]} if outside else {}
     return {
         "ranks": state["ranks"],
         "collectives": state["completed"],
         "optimizer_steps": state["steps_checked"],
         "script_sha256": state["script_sha256"][:16],
-        "warnings": sorted(state.get("warnings", {})),
+        "warnings": sorted(warnings),
+        **first_write_outside,
         "restarts": state["restarts"],
     }
 
@@ -480,6 +502,7 @@ SCENARIO = Scenario(
             "logical": training_state.on_logical,
         },
         "collectives": c10d.HANDLERS,
+        "store": store.HANDLERS,
     },
     on_end=on_end,
     summarize=summarize,

@@ -23,7 +23,7 @@ It imports nothing from explore/: the Session is passed in and used through its 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
@@ -46,6 +46,12 @@ class KeptCheckpoint:
     state_hash: str
     rank_key: str
     ranks: checkpoints.RankCheckpoints
+    directory: Any
+    """The ranks' working directory (torch/workdir.py): its path is the resumed processes' cwd."""
+    files: Any
+    """Its files at this moment (a FilesManifest): restored before the ranks resume, so a branch
+    sees the files as they were at its fork point and a script resuming from latest.pt never reads
+    its own future."""
 
 
 @dataclass
@@ -55,6 +61,8 @@ class _Shared:
     """Derived from the budget and measured memory (None until measured: CHECKPOINTS_MAX_CEILING)."""
     taken: int = 0
     users: int = 0
+    directories: list[Any] = field(default_factory=list)
+    """Working directories checkpoints refer to: closed with the last torch Session."""
 
 
 _SHARED = _Shared([])
@@ -121,12 +129,17 @@ class TorchWorlds:
         self.shared.kept.clear()
         driver.stop_active()
         driver.lockstep[0] = False
+        for directory in self.shared.directories:
+            directory.close()
+        self.shared.directories.clear()
         scenario.set_rank_output(None)
 
     def memory(self) -> dict[str, Any]:
         """What the live checkpoints hold: sets, processes, private bytes (USS, measured now: a
         checkpoint's own pages grow as the live rank writes over what they shared), the bound."""
-        uss = sum(checkpoints.uss_bytes(c.pid) for kept in self.shared.kept for c in kept.ranks.ranks.values())
+        uss = sum(
+            checkpoints.uss_bytes(c.pid) for kept in self.shared.kept for c in kept.ranks.ranks.values()
+        )
         processes = sum(len(kept.ranks.ranks) for kept in self.shared.kept)
         return {
             "checkpoints": len(self.shared.kept),
@@ -153,16 +166,28 @@ class TorchWorlds:
         kept = self._find_key(key)
         if kept is None:
             kept = self._rebuild(world, key)
-        live = scenario.new_driver(world, spawn=False)
+        live = self._resume(world, kept)
+        if live is None:
+            kept = self._rebuild(world, key)
+            live = self._resume(world, kept)
+            if live is None:
+                raise driver.RankStartError(
+                    f"the ranks rebuilt for #{world.events_processed} could not resume"
+                )
+        _hand_over_pending(world, live)
+        return live
+
+    def _resume(self, world: World, kept: KeptCheckpoint) -> Any:
+        """A driver for ``world`` with ranks resumed from ``kept`` in its restored files (None: the
+        checkpoint died or stopped answering, and is forgotten)."""
+        kept.directory.restore(kept.files)
+        live = scenario.new_driver(world, spawn=False, directory=kept.directory)
         try:
             checkpoints.keeper().resume(kept.ranks, live)
         except (checkpoints.CheckpointUnusable, driver.RankStartError):
             self._forget(kept)
             live.stop()
-            kept = self._rebuild(world, key)
-            live = scenario.new_driver(world, spawn=False)
-            checkpoints.keeper().resume(kept.ranks, live)
-        _hand_over_pending(world, live)
+            return None
         return live
 
     def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
@@ -218,7 +243,12 @@ class TorchWorlds:
         except checkpoints.CheckpointUnusable as error:
             self.refused = str(error)
             return
-        kept = KeptCheckpoint(world.events_processed, world.t_ns, world.state_hash(), key, ranks)
+        files = live.workdir.capture()
+        kept = KeptCheckpoint(
+            world.events_processed, world.t_ns, world.state_hash(), key, ranks, live.workdir, files
+        )
+        if all(directory is not live.workdir for directory in self.shared.directories):
+            self.shared.directories.append(live.workdir)
         self.shared.kept.append(kept)
         self.shared.taken += 1
         if self.shared.taken % BOUND_MEASURE_EVERY == 0:
@@ -232,7 +262,9 @@ class TorchWorlds:
         oldest = sorted(self.shared.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
         sizes = [sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) for kept in oldest]
         per_set = max(sum(sizes) // max(len(sizes), 1), 1)
-        self.shared.checkpoints_max = max(CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set))
+        self.shared.checkpoints_max = max(
+            CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set)
+        )
 
     def _thin(self) -> None:
         """Drop checkpoints until the bound holds: keep the newest, and space the rest

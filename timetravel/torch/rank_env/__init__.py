@@ -12,6 +12,7 @@ from timetravel.torch.rank_env.clock import WALL_EPOCH_NS, ClockError, RankClock
 from timetravel.torch.rank_env.cuda import REFUSED_MODULES, install_cuda
 from timetravel.torch.rank_env.cuda_api import DeviceSpec, Unsupported
 from timetravel.torch.rank_env.entropy import install_entropy, preserving_entropy_across_fork
+from timetravel.torch.rank_env.files import install_file_watch
 from timetravel.torch.rank_env.install import RankEnvironment, install_all, install_torch_settings, preload
 from timetravel.torch.rank_env.loading import install_compile, install_dataloader
 from timetravel.torch.rank_env.metrics_capture import install_metrics
@@ -32,6 +33,7 @@ __all__ = [
     "install_cuda",
     "install_dataloader",
     "install_entropy",
+    "install_file_watch",
     "install_metrics",
     "install_time",
     "install_torch_settings",

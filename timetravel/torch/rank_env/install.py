@@ -6,13 +6,15 @@
    ``torch.empty`` memory NaN instead of whatever the allocator left there;
 2. time — first, so that everything installed later already reads logical time;
 3. entropy — seeds the default generators, which the CUDA generators' initial seed is taken from;
-4. CUDA on CPU; 5. DataLoader workers; 6. torch.compile; 7. metrics, when a sink is given.
+4. CUDA on CPU; 5. DataLoader workers; 6. torch.compile; 7. metrics, when a sink is given;
+8. the file watch, when a working directory and a warning sink are given (writes outside it reported).
 
 :meth:`RankEnvironment.uninstall` takes them back in reverse order (tests; a rank never does).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -21,6 +23,7 @@ from timetravel.torch.rank_env.clock import RankClock
 from timetravel.torch.rank_env.cuda import install_cuda
 from timetravel.torch.rank_env.cuda_api import DeviceSpec
 from timetravel.torch.rank_env.entropy import install_entropy
+from timetravel.torch.rank_env.files import install_file_watch
 from timetravel.torch.rank_env.loading import install_compile, install_dataloader
 from timetravel.torch.rank_env.metrics_capture import install_metrics
 from timetravel.torch.rank_env.patching import Installation, Patches, one_alias_scan
@@ -122,6 +125,8 @@ def install_all(
     device_spec: DeviceSpec | None = None,
     time_zone: str | None = "UTC",
     deterministic_algorithms: bool = True,
+    working_directory: str | None = None,
+    warn: Callable[[str, str], None] | None = None,
 ) -> RankEnvironment:
     """Install the whole rank environment for rank ``rank`` (``local_rank`` of ``local_world_size``)."""
     environment = RankEnvironment(clock)
@@ -137,6 +142,9 @@ def install_all(
     ]
     if metrics_sink is not None:
         steps.append(lambda: install_metrics(metrics_sink))
+    if working_directory is not None and warn is not None:
+        directory, sink = working_directory, warn
+        steps.append(lambda: install_file_watch(directory, sink))
     try:
         with one_alias_scan():
             for step in steps:
