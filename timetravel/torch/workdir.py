@@ -24,6 +24,7 @@ Rules, each checked (a violation is a :class:`WorkdirError`, one line naming the
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import os
