@@ -222,6 +222,8 @@ def test_find_first_names_the_rank_and_collective_where_a_nan_entered(tmp_path: 
             *TIMETRAVEL,
             "shell",
             str(recording),
+            "--script",  # the search re-executes the script between snapshots
+            str(DDP_MLP),
             "--no-history",
             "--json",
             "-c",
