@@ -43,6 +43,7 @@ from timetravel.explore.session import Session, lineage
 from timetravel.explore.tracks import open_track, overrides_of, shared_events
 from timetravel.explore.work import ProgressCallback, StopCheck, WorkProgress, WorkStopped
 from timetravel.recording.catalog import ManifestInfo
+from timetravel.scenarios import UnknownScenarioError, get_scenario
 from timetravel.sim.choices import Overrides
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.runner import build_world
@@ -368,6 +369,9 @@ def _what_ended(stepper: Stepper) -> str:
 def _divergence(a: StepEffects, b: StepEffects, reason: str, world_a: World, world_b: World) -> Divergence:
     changes = effects_diff(world_a, world_b)
     kind = a.event[3]
+    said = _in_scenario_terms(world_a, world_b, changes)
+    if said:
+        reason = f"{reason}: {said}"
     return Divergence(
         t_ns=a.event[0],
         node=a.event[2],
@@ -379,6 +383,16 @@ def _divergence(a: StepEffects, b: StepEffects, reason: str, world_a: World, wor
         reason=reason,
         changes=changes,
     )
+
+
+def _in_scenario_terms(world_a: World, world_b: World, changes: tuple[dict[str, Any], ...]) -> str | None:
+    """The scenario's own sentence for this divergence (``Scenario.describe_divergence``), if it has one."""
+    try:
+        scenario = get_scenario(world_a.scenario)
+    except UnknownScenarioError:
+        return None
+    describe = getattr(scenario, "describe_divergence", None)
+    return describe(world_a, world_b, changes) if describe is not None else None
 
 
 def comparable_tree(world: World, excluded: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -167,6 +167,10 @@ class Scenario:
     snapshot_every_events: int | None = None
     """The snapshot interval its recordings want by default (None: the recorder's 8192). A seek
     re-executes up to this many events; the torch scenario's events run user code, so it asks less."""
+    describe_divergence: Callable[[World, World, tuple[dict[str, Any], ...]], str | None] | None = None
+    """The first divergence of two runs said in the scenario's own terms (the torch scenario: the
+    collective, rank and tensor whose bits first differ), from the two worlds after the diverging
+    event and their state changes; None, or returning None: the generic sentence only."""
     world_source: Callable[[Any], Any] | None = None
     """For scenarios whose worlds own external processes (explore/world_source.py): called as
     ``world_source(session)`` when a recording of this scenario is opened, it returns the object

@@ -112,3 +112,23 @@ def _scalar_metric(
 def step_done(state: dict[str, Any], rank: Any) -> None:
     """A rank's optimizer step: its scalar all_reduces count from 0 again."""
     state.get("scalar_reduces", {}).pop(str(rank), None)
+
+
+def describe_divergence(world_a: Any, world_b: Any, changes: tuple[dict[str, Any], ...]) -> str | None:
+    """The first divergence in a torch user's terms: the collective whose bits differ, on which rank,
+    which tensor (from the per-rank digests above; None when no digest is among the changes)."""
+    for change in changes:
+        parts = str(change.get("path", "")).split("/")
+        if parts[:3] != ["nodes", "c10d", "last"] or len(parts) < 5:
+            continue
+        rank, field = parts[3], parts[4]
+        record = world_a.nodes["c10d"].get("last", {}).get(rank) or world_b.nodes["c10d"]["last"].get(rank)
+        if not record:
+            continue
+        side = "output" if field.startswith("out") else "input"
+        tensor = f", {side} tensor {parts[5]}" if len(parts) > 5 and parts[5].isdigit() else ""
+        return (
+            f"the first collective whose {side}s differ: {record['op']} {record['key']} "
+            f"(group {record['group']}, seq {record['seq']}) on r{rank}{tensor}"
+        )
+    return None

@@ -31,7 +31,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d, store, workdir
+from timetravel.torch import c10d, digests, store, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH, STUCK_TIMEOUT_S_DEFAULT
@@ -508,5 +508,6 @@ SCENARIO = Scenario(
     summarize=summarize,
     determinism=MODE_OFF,
     world_source=_torch_worlds,
+    describe_divergence=digests.describe_divergence,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
 )

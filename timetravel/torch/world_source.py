@@ -105,8 +105,17 @@ class TorchWorlds:
         return self.session.reader.restore(manifest, full_check=full_check)
 
     def can_start_at(self, manifest: Any) -> bool:
-        """From the start, or from a snapshot with a live checkpoint of its ranks."""
-        return manifest.events == 0 or self._find(manifest.events, manifest.state_hash) is not None
+        """From the start, from a snapshot with a live checkpoint of its ranks, or from a branch's
+        fork snapshot: a seek on a branch must never re-execute across its fork, where the branch's
+        changes (a dropped fault, a setting) took effect; the ranks there are rebuilt from the
+        parent's history if no checkpoint holds them (:meth:`_rebuild`)."""
+        if manifest.events == 0 or self._is_fork(manifest):
+            return True
+        return self._find(manifest.events, manifest.state_hash) is not None
+
+    def _is_fork(self, manifest: Any) -> bool:
+        fork = self.session.fork_events
+        return bool(fork) and manifest.events == fork and not manifest.final
 
     def simulation(self, world: World, **options: Any) -> Simulation:
         self._attach(world)
@@ -191,13 +200,28 @@ class TorchWorlds:
         return live
 
     def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
-        """Re-execute this branch from the nearest earlier start up to ``world``'s event, and keep a
-        checkpoint there. The replayed world must reach the same rank key, or nothing is resumed."""
+        """Re-execute up to ``world``'s event from the nearest earlier start, and keep a checkpoint
+        there; the replayed world must reach the same rank key, or nothing is resumed.
+
+        On a branch, the history before the fork is the parent's (its config and faults) and the
+        rest the branch's: a target past the fork is re-executed from the fork snapshot, whose ranks
+        are rebuilt first (if no checkpoint holds them) from the parent's history up to the fork."""
         target = world.events_processed
-        start = self._start_manifest(target)
+        fork = self.session.fork_events
+        if fork and target > fork:
+            start = max(
+                (m for m in self.session.snapshots_info if fork <= m.events <= target and not m.final),
+                key=lambda m: (self._find(m.events, m.state_hash) is not None or self._is_fork(m), m.events),
+            )
+        else:
+            before = [m for m in self.session.snapshots_info if m.events < max(target, 1) and not m.final]
+            usable = [m for m in before if m.events == 0 or self._find(m.events, m.state_hash)]
+            start = max(usable, key=lambda m: m.events)
         replayed = self.session.reader.restore(start)
         simulation = self.simulation(replayed, overrides=self.session.overrides_at(start.events))
-        simulation.run(max_events=target - start.events)
+        if target > start.events:
+            simulation.run(max_events=target - start.events)
+        self.keep(replayed)
         driver.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
         self.reexecuted_events += replayed.events_processed - start.events
         kept = self._find_key(key)
@@ -207,11 +231,6 @@ class TorchWorlds:
                 f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
             )
         return kept
-
-    def _start_manifest(self, events: int) -> Any:
-        manifests = [m for m in self.session.snapshots_info if m.events <= events and not m.final]
-        usable = [m for m in manifests if self.can_start_at(m)]
-        return max(usable, key=lambda m: m.events)
 
     def _evicted(self, live: Any) -> None:
         """A driver stops to make room: keep its world's ranks, and resume them when it runs again."""
