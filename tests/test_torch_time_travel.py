@@ -1,0 +1,119 @@
+"""Time travel on the user's own training run (issue 14's acceptance), on docs/examples/torch/ddp_mlp.py.
+
+Each test records a real run of the example (3 ranks, real torch.distributed calls served by the
+World), then works on the recording through the same functions every front end calls: seek, search,
+branch, compare, diff, rerun. Re-execution resumes forked checkpoints of the rank processes, and
+every re-executed event is checked against the recorded hash chain.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+
+from timetravel.explore import Session
+from timetravel.explore.branching import branch
+from timetravel.explore.compare import compare, diff
+from timetravel.explore.rerun import rerun
+from timetravel.explore.search import find_first
+from timetravel.recording import record_run
+from timetravel.scenarios import get_scenario
+from timetravel.torch.scenario import authorize_script
+
+ROOT = Path(__file__).resolve().parent.parent
+DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
+FLIP_AT_NS = 1_500_000
+"""A corrupt fault's start: the first gradient all_reduce result r1 receives after it gets one bit
+flipped (a tensor of at least 2 elements: not the loss scalar)."""
+
+
+def record(path: Path, *settings: str, seed: int = 3) -> dict:
+    authorize_script(str(DDP_MLP))
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={DDP_MLP}", "nproc=3", "rank_output=quiet", *settings])
+    report, _world = record_run(scenario, config, seed, path, force=True)
+    return report
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("torch_time_travel")
+
+
+def test_a_planted_nan_is_found_where_it_entered_and_the_fix_passes(folder: Path) -> None:
+    path = folder / "nan.ttr"
+    report = record(path, "args=--steps 9 --bug nan_data")
+    assert report["outcome"] == "fail" and report["failure"]["kind"] == "nan"
+    failure = report["failure"]
+    seq, group = re.search(r"#(\d+) of group (\S+) ", failure["message"]).groups()
+    with Session.open(path) as session:
+        session.goto(failure["t_ns"] // 2)  # rewind to a time before the NaN: nothing is non-finite yet
+        assert not any(record["in_nonfinite"] for record in session.world.nodes["c10d"]["last"].values())
+        found = find_first(session, "nodes/c10d/last/*/in_nonfinite > 0")
+        assert found.found and found.witnesses == ("nodes/c10d/last/2/in_nonfinite",)  # r2 fed it
+        session.goto_event(found.event)
+        entered = session.world.nodes["c10d"]["last"]["2"]
+        assert (entered["op"], entered["key"]) == (
+            "all_reduce",
+            f"{group}#{seq}",
+        )  # the detector's collective
+        assert session.world.nodes["r2"]["state_step"] == 7  # the optimizer step it happened in (7 done)
+        fixed = rerun(session, ["args=--steps 9"])  # the bug's flag off: today's script, same seed
+    assert fixed.outcome == "pass", fixed.failure
+
+
+@pytest.fixture(scope="module")
+def flipped(folder: Path) -> tuple[Path, dict]:
+    path = folder / "flip.ttr"
+    faults = [
+        {
+            "kind": "corrupt",
+            "target": "r1",
+            "t_start": FLIP_AT_NS,
+            "params": {"side": "result", "numel_min": 2},
+        }
+    ]
+    return path, record(path, "args=--steps 8", f"faults={json.dumps(faults)}")
+
+
+def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_passes(
+    flipped: tuple[Path, dict],
+) -> None:
+    path, report = flipped
+    assert report["outcome"] == "fail" and report["failure"]["kind"] == "divergence"
+    assert (
+        report["failure"]["node"] == "r1"
+        and "differs on r1 from the other 2 replicas" in report["failure"]["message"]
+    )
+    with Session.open(path) as session:
+        fixed = branch(session, FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
+        assert fixed.outcome == "pass", fixed.failure
+        compared = compare(session, "main", fixed.name)
+        first = compared.first_divergence
+        assert first is not None and first.node == "c10d" and first.t_ns >= FLIP_AT_NS
+        assert "all_reduce 0#" in first.reason and "on r1, output tensor 0" in first.reason
+        changed = diff(session, "main", fixed.name, at=report["failure"]["t_ns"], path="nodes/r1/params")
+    entries = [entry for entry in changed.paths if entry.path.startswith("nodes/r1/params/")]
+    assert len(entries) == 1  # one parameter tensor
+    assert "1/" in entries[0].summary and "elements differ" in entries[0].summary  # one element, named
+
+
+def test_summation_order_from_the_middle_of_a_passing_run_shows_the_ulp_spread(folder: Path) -> None:
+    path = folder / "order.ttr"
+    report = record(path, "args=--steps 8", seed=5)
+    assert report["outcome"] == "pass"
+    with Session.open(path) as session:
+        middle = report["t_end_ns"] // 2
+        arrival = branch(session, middle, {"settings": ["reduce_order=arrival"]})
+        assert arrival.outcome == "pass"
+        compared = compare(session, "main", arrival.name)
+        first = compared.first_divergence
+        assert first is not None and first.t_ns >= middle  # the first collective after the fork
+        assert "the first collective whose outputs differ" in first.reason
+        at_end = diff(session, "main", arrival.name, at="end", path="nodes/r0/params")
+    spreads = [entry.summary for entry in at_end.paths if entry.path.startswith("nodes/r0/params/")]
+    assert spreads and all("ulp" in summary for summary in spreads)
