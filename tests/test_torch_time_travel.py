@@ -117,3 +117,18 @@ def test_summation_order_from_the_middle_of_a_passing_run_shows_the_ulp_spread(f
         at_end = diff(session, "main", arrival.name, at="end", path="nodes/r0/params")
     spreads = [entry.summary for entry in at_end.paths if entry.path.startswith("nodes/r0/params/")]
     assert spreads and all("ulp" in summary for summary in spreads)
+
+
+def test_at_a_hang_the_tui_s_ranks_show_whom_they_wait_for(folder: Path) -> None:
+    from timetravel.tui.feed import rank_cells_from_world
+
+    path = folder / "hang.ttr"
+    report = record(path, "args=--steps 6 --bug skip_collective")
+    assert report["outcome"] == "fail" and report["failure"]["kind"] == "hang"
+    assert report["failure"]["node"] == "r1"  # the rank that skipped its all_reduce
+    with Session.open(path) as session:
+        session.goto("end")  # the recorded end: the hang, with its flight recorder (no execution)
+        cells = {cell.name: cell for cell in rank_cells_from_world(session.world)}
+    assert set(cells) == {"r0", "r1", "r2"}
+    assert cells["r0"].waiting_on == cells["r2"].waiting_on == "r1"
+    assert cells["r1"].waiting_on != "r1"

@@ -479,6 +479,16 @@ def _flight_enter(state: dict[str, Any], rank: int, key: str, entry: dict[str, A
         del log[0]
 
 
+def _waits_on(state: dict[str, Any], rank: int) -> list[str]:
+    """The members a waiting rank's pending collective still lacks (what the TUI shows it blocked on)."""
+    if str(rank) not in state["waiting"]:
+        return []
+    pending = _pending_for(state, rank)
+    if pending is None:
+        return []
+    return [f"r{member}" for member in pending["members"] if str(member) not in pending["entered"]]
+
+
 def flight_table(state: dict[str, Any]) -> list[dict[str, Any]]:
     """Per rank: its last collectives (entered and completed) and how it ended, as in NCCL's recorder."""
     table = []
@@ -495,6 +505,7 @@ def flight_table(state: dict[str, Any]) -> list[dict[str, Any]]:
                 "status": "exited"
                 if exited is not None
                 else ("waiting" if str(rank) in state["waiting"] else "running"),
+                "waits_on": _waits_on(state, rank),
                 "entries": [dict(item) for item in log[-4:]],
             }
         )
