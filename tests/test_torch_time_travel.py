@@ -132,3 +132,28 @@ def test_at_a_hang_the_tui_s_ranks_show_whom_they_wait_for(folder: Path) -> None
     assert set(cells) == {"r0", "r1", "r2"}
     assert cells["r0"].waiting_on == cells["r2"].waiting_on == "r1"
     assert cells["r1"].waiting_on != "r1"
+
+
+@pytest.mark.slow
+def test_minimize_writes_a_repro_whose_pytest_runs_the_script_and_fails_until_fixed(
+    flipped: tuple[Path, dict], tmp_path: Path
+) -> None:
+    import subprocess
+    import sys
+
+    path, report = flipped
+    out, test_file = tmp_path / "repro.ttr", tmp_path / "test_repro.py"
+    command = [sys.executable, "-m", "timetravel", "minimize", str(path), "--script", str(DDP_MLP)]
+    done = subprocess.run(
+        [*command, "--out", str(out), "--pytest", str(test_file)], capture_output=True, text=True, timeout=900
+    )
+    assert done.returncode == 0, done.stderr
+    assert "faults  1 -> 1: f1" in done.stdout  # the flip is what the failure needs
+    assert str(DDP_MLP) in test_file.read_text()  # the test runs the script the user named
+    red = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(test_file)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert red.returncode == 1 and report["failure"]["signature"] in red.stdout  # red while the bug is there

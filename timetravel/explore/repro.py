@@ -21,6 +21,7 @@ import json
 from pathlib import Path
 
 from timetravel.explore.minimize import MinimizeResult
+from timetravel.scenarios import UnknownScenarioError, get_scenario
 from timetravel.sim.timefmt import format_time_auto
 
 _TEMPLATE = '''"""Minimal reproduction of {signature}: {scenario} seed {seed}, written by `timetravel minimize`.
@@ -135,7 +136,7 @@ from pathlib import Path
 
 from timetravel.explore import Session
 from timetravel.scenarios import {loader}
-
+{setup_module}
 RECORDING = Path(__file__).parent / {recording!r}
 BRANCH = {branch!r}
 SCENARIO = {scenario_ref!r}
@@ -146,7 +147,7 @@ FAILURE_MESSAGE = {message!r}
 
 
 def test_regression_{test_name}():
-    with Session.open(RECORDING, scenario={loader}(SCENARIO), branch=BRANCH) as session:
+    with Session.open(RECORDING, scenario={loader}(SCENARIO), branch=BRANCH) as session:{setup_call}
         position = [snapshot.events for snapshot in session.snapshots()].index(START_EVENTS)
         world = session.snapshot_world(position)
         overrides = session.overrides_at(START_EVENTS)
@@ -168,7 +169,10 @@ def replay_pytest_source(
     folder, or absolute) from the snapshot at ``start_events``."""
     summary = _summary(result)
     test_name = "".join(c if c.isalnum() else "_" for c in result.signature).strip("_").lower()
+    setup_module, setup_call = _scenario_setup(result)
     source = _REPLAY_TEMPLATE.format(
+        setup_module=setup_module,
+        setup_call=f"\n        {setup_call}" if setup_call else "",
         signature=result.signature,
         scenario=result.scenario,
         seed=result.seed,
@@ -186,6 +190,20 @@ def replay_pytest_source(
     )
     compile(source, "<repro>", "exec")
     return source
+
+
+def _scenario_setup(result: MinimizeResult) -> tuple[str, str]:
+    """Module lines and an in-session call a scenario needs before its repro re-executes
+    (``Scenario.repro_setup``: the torch scenario names the script the test runs)."""
+    try:
+        scenario = get_scenario(result.scenario)
+    except UnknownScenarioError:
+        return "", ""
+    setup = getattr(scenario, "repro_setup", None)
+    if setup is None:
+        return "", ""
+    module_lines, call = setup(result.config)
+    return f"{module_lines}\n", call
 
 
 def write_replay_pytest(

@@ -108,9 +108,12 @@ def end_fault(record: dict[str, Any], state: dict[str, Any], ctx: Context, hooks
 
 
 def deactivate(world: World, fault_id: str) -> None:
-    """Undo a fault's effect on the fabric (rules, cut links, slow factors); a no-op if it is not active."""
+    """Undo a fault's effect on the fabric (rules, cut links, slow factors); a no-op if it is not active.
+
+    A world whose faults are not fabric rules (the torch scenario's act at the collective layer, by
+    their time window alone) has no rule tables: nothing to undo there."""
     fabric = world.fabric
-    rule = fabric["message_rules"].pop(fault_id, None)
+    rule = fabric.get("message_rules", {}).pop(fault_id, None)
     if rule is not None and rule["cut_links"] is not None:
         links_down = fabric["links_down"]
         for link in rule["cut_links"]:
@@ -119,7 +122,7 @@ def deactivate(world: World, fault_id: str) -> None:
                 holders.remove(fault_id)
             if not holders:
                 links_down.pop(str(link), None)
-    active = fabric["active_faults"].pop(fault_id, None)
+    active = fabric.get("active_faults", {}).pop(fault_id, None)
     if active is not None and active[0] == "slow":
         apply_slow(world, active[1])
 

@@ -171,6 +171,9 @@ class Scenario:
     """The first divergence of two runs said in the scenario's own terms (the torch scenario: the
     collective, rank and tensor whose bits first differ), from the two worlds after the diverging
     event and their state changes; None, or returning None: the generic sentence only."""
+    repro_setup: Callable[[dict[str, Any]], tuple[str, str]] | None = None
+    """For a repro pytest (explore/repro.py): module-level lines and one call inside the opened
+    Session that the test needs before it re-executes (the torch scenario names its script)."""
     world_source: Callable[[Any], Any] | None = None
     """For scenarios whose worlds own external processes (explore/world_source.py): called as
     ``world_source(session)`` when a recording of this scenario is opened, it returns the object

@@ -138,3 +138,26 @@ def torch_missing_message() -> str | None:
         "torch is not installed on this machine: running a script's ranks needs it "
         "(pip install 'timetravel[torch]'); a recording still opens for inspection"
     )
+
+
+def authorize_for_session(session: Any, script_path: str) -> RecordedScript:
+    """What a repro's pytest calls: run today's ``script_path`` for the recording ``session`` opened
+    (a changed script is the point of a regression test: it passes once the bug is fixed)."""
+    c10d_state = session.snapshot_world(0).nodes[scenario.C10D_NODE]
+    return authorize_recorded_script(
+        session.header["config"], recorded_digest(c10d_state), script_path, allow_changed=True
+    )
+
+
+def repro_setup(config: dict[str, Any]) -> tuple[str, str]:
+    """The repro pytest's lines for a torch recording: the module-level ``SCRIPT`` (the file the
+    user named with --script when minimizing, else the recorded path) and the call that lets the
+    test run it (the ``Scenario.repro_setup`` hook)."""
+    recorded = str(config.get("script", ""))
+    named = scenario.script_paths.get(str(Path(recorded).resolve()), recorded) if recorded else ""
+    module_lines = (
+        "from timetravel.torch.recorded_script import authorize_for_session\n\n"
+        f"SCRIPT = {str(Path(named).resolve())!r}\n"
+        '"""The training script the test runs: today\'s version of it (the regression is fixed when it passes)."""\n'
+    )
+    return module_lines, "authorize_for_session(session, SCRIPT)"

@@ -482,6 +482,12 @@ def summarize(world: World) -> dict[str, Any]:
     }
 
 
+def _repro_setup(config: dict[str, Any]) -> tuple[str, str]:
+    from timetravel.torch.recorded_script import repro_setup
+
+    return repro_setup(config)
+
+
 def _torch_worlds(session: Any) -> Any:
     from timetravel.torch.world_source import TorchWorlds
 
@@ -509,5 +515,6 @@ SCENARIO = Scenario(
     determinism=MODE_OFF,
     world_source=_torch_worlds,
     describe_divergence=digests.describe_divergence,
+    repro_setup=_repro_setup,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
 )
