@@ -183,7 +183,7 @@ def _step(name: str, number: int, value: Any) -> int:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= STEP_MAX:
-        raise ExploreError(f"{name}:{number}: step {str(value)[:40]!r} is not an integer in 0..{STEP_MAX}")
+        raise ExploreError(f"{name}:{number}: step {str(value)[:40]} is not an integer in 0..{STEP_MAX}")
     return value
 
 
