@@ -282,3 +282,15 @@ def test_cli_bad_reference_file_is_exit_2_one_line(
         capsys, "compare", str(path), "main", "arr", "--reference", str(tmp_path / "none.csv")
     )
     assert code == 2 and out == "" and err.count("\n") == 1 and "none.csv" in err
+
+
+def test_cli_reference_options_without_a_reference_are_exit_2(
+    recording: Any, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _losses = recording
+    capsys.readouterr()
+    code, out, err = cli(
+        capsys, "compare", str(path), "main", "arr", "--rtol", "0.1", "--reference-node", "r1"
+    )
+    assert (code, out) == (2, "")
+    assert err == "timetravel: error: compare: --reference-node, --rtol need --reference FILE\n"

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from timetravel.cli.common import bounded_int
+from timetravel.cli.common import UsageError, bounded_int
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.explore.compare import compare, diff
 from timetravel.explore.diff import CHANGES_MAX_DEFAULT
@@ -55,20 +55,20 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--reference-metric",
-        default=METRIC_DEFAULT,
+        default=None,
         metavar="NAME",
         help=f"the metric compared with the reference (default {METRIC_DEFAULT})",
     )
     parser.add_argument(
         "--reference-node",
-        default=NODE_DEFAULT,
+        default=None,
         metavar="NODE",
         help=f"the node whose values of that metric are compared (default {NODE_DEFAULT})",
     )
     parser.add_argument(
         "--rtol",
         type=_rtol,
-        default=RTOL_DEFAULT,
+        default=None,
         metavar="R",
         help=f"a step is outside when |sim - ref| > R * |ref| (default {RTOL_DEFAULT:g})",
     )
@@ -119,7 +119,21 @@ def _rtol(text: str) -> float:
 
 def _compare(args: argparse.Namespace) -> int:
     # The reference is read (and refused when malformed) before the divergence search runs.
+    given = [
+        option
+        for option, value in (
+            ("--reference-metric", args.reference_metric),
+            ("--reference-node", args.reference_node),
+            ("--rtol", args.rtol),
+        )
+        if value is not None
+    ]
+    if args.reference is None and given:
+        raise UsageError(f"compare: {', '.join(given)} need --reference FILE")
     reference = None if args.reference is None else load_reference(args.reference)
+    rtol = RTOL_DEFAULT if args.rtol is None else args.rtol
+    metric = METRIC_DEFAULT if args.reference_metric is None else args.reference_metric
+    node = NODE_DEFAULT if args.reference_node is None else args.reference_node
 
     def work(session: Session, progress: Any) -> CompareResult:
         result = compare(session, args.a, args.b, progress=progress)
@@ -130,9 +144,9 @@ def _compare(args: argparse.Namespace) -> int:
                 session,
                 name,
                 reference,
-                rtol=args.rtol,
-                metric=args.reference_metric,
-                node=args.reference_node,
+                rtol=rtol,
+                metric=metric,
+                node=node,
             )
             for name in (args.a, args.b)
         )
