@@ -3,17 +3,29 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import math
 from typing import Any
 
-from timetravel.cli.common import bounded_int
+from timetravel.cli.common import UsageError, bounded_int
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.explore.compare import compare, diff
 from timetravel.explore.diff import CHANGES_MAX_DEFAULT
+from timetravel.explore.reference import (
+    METRIC_DEFAULT,
+    NODE_DEFAULT,
+    RTOL_DEFAULT,
+    ReferenceOverlay,
+    load_reference,
+    overlay_branch,
+)
 from timetravel.explore.results import CompareResult
 from timetravel.explore.session import Session
 from timetravel.sim.timefmt import format_time
 
 METRIC_ROWS_MAX = 20
+REFERENCE_ROWS_AROUND = 2
+"""Rows shown before and after the first step outside rtol (the JSON carries every row)."""
 
 
 def register(subparsers: Any) -> None:
@@ -24,12 +36,42 @@ def register(subparsers: Any) -> None:
             "Compare branches A and B of a recording (main is the recorded run): each one's outcome, their "
             "metric curves (summed over nodes per time), and their first divergence: snapshots are bisected "
             "by effects hash, then both runs are stepped event by event, matching events by (t, kind, node, "
-            "payload digest), to the first event whose effects differ. Exit code 0, 2 on bad input."
+            "payload digest), to the first event whose effects differ. --reference FILE lays a real run's "
+            'logged losses (CSV step,loss with or without a header, or JSON lines {"step": N, "loss": X}) '
+            "over both branches: the k-th value of --reference-metric on --reference-node is matched to the "
+            "file's k-th step, and the first step where |sim - ref| > rtol * |ref| is named. Exit code 0, 2 "
+            "on bad input."
         ),
     )
-    add_common(parser, "print one JSON object: a {name, outcome, failure}, b {...}, first_divergence")
+    add_common(
+        parser, "print one JSON object: a {name, outcome, failure}, b {...}, first_divergence (and reference)"
+    )
     parser.add_argument("a", metavar="A", help="a branch (e.g. main)")
     parser.add_argument("b", metavar="B", help="another branch (e.g. b1)")
+    parser.add_argument(
+        "--reference",
+        metavar="FILE",
+        help="a real run's losses, step,loss CSV or JSON lines, overlaid on both branches",
+    )
+    parser.add_argument(
+        "--reference-metric",
+        default=None,
+        metavar="NAME",
+        help=f"the metric compared with the reference (default {METRIC_DEFAULT})",
+    )
+    parser.add_argument(
+        "--reference-node",
+        default=None,
+        metavar="NODE",
+        help=f"the node whose values of that metric are compared (default {NODE_DEFAULT})",
+    )
+    parser.add_argument(
+        "--rtol",
+        type=_rtol,
+        default=None,
+        metavar="R",
+        help=f"a step is outside when |sim - ref| > R * |ref| (default {RTOL_DEFAULT:g})",
+    )
     parser.set_defaults(func=_compare)
 
     parser = subparsers.add_parser(
@@ -65,10 +107,88 @@ def register(subparsers: Any) -> None:
     parser.set_defaults(func=_diff)
 
 
+def _rtol(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"takes a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise argparse.ArgumentTypeError(f"must be a finite number >= 0, got {text!r}")
+    return value
+
+
 def _compare(args: argparse.Namespace) -> int:
-    return run_engine(
-        args, lambda session, progress: compare(session, args.a, args.b, progress=progress), _metric_lines
-    )
+    # The reference is read (and refused when malformed) before the divergence search runs.
+    given = [
+        option
+        for option, value in (
+            ("--reference-metric", args.reference_metric),
+            ("--reference-node", args.reference_node),
+            ("--rtol", args.rtol),
+        )
+        if value is not None
+    ]
+    if args.reference is None and given:
+        raise UsageError(f"compare: {', '.join(given)} need --reference FILE")
+    reference = None if args.reference is None else load_reference(args.reference)
+    rtol = RTOL_DEFAULT if args.rtol is None else args.rtol
+    metric = METRIC_DEFAULT if args.reference_metric is None else args.reference_metric
+    node = NODE_DEFAULT if args.reference_node is None else args.reference_node
+
+    def work(session: Session, progress: Any) -> CompareResult:
+        result = compare(session, args.a, args.b, progress=progress)
+        if reference is None:
+            return result
+        overlays = tuple(
+            overlay_branch(
+                session,
+                name,
+                reference,
+                rtol=rtol,
+                metric=metric,
+                node=node,
+            )
+            for name in (args.a, args.b)
+        )
+        return dataclasses.replace(result, reference=overlays)
+
+    return run_engine(args, work, _compare_lines)
+
+
+def _compare_lines(session: Session, result: CompareResult) -> list[str]:
+    lines = _metric_lines(session, result)
+    for overlay in result.reference or ():
+        lines += reference_lines(overlay)
+    return lines
+
+
+def reference_lines(overlay: ReferenceOverlay) -> list[str]:
+    """A few rows around the first step outside rtol (the first rows when none is) and the verdict."""
+    title = f"reference vs {overlay.branch} ({overlay.metric} on {overlay.node}, rtol {overlay.rtol:g})"
+    if overlay.missing is not None:
+        return [f"{title}: {overlay.missing}"]
+    lines = [
+        f"{title}: {overlay.compared} steps compared "
+        f"(reference {overlay.reference_steps}, simulated {overlay.simulated_steps})",
+        "        step      reference      simulated   rel. diff",
+    ]
+    centre = 0 if overlay.first_outside is None else overlay.first_outside
+    start = max(centre - REFERENCE_ROWS_AROUND, 0)
+    for index in range(start, min(centre + REFERENCE_ROWS_AROUND + 1, overlay.compared)):
+        row = overlay.rows[index]
+        mark = "  <- first outside" if index == overlay.first_outside else ""
+        lines.append(
+            f"  {row.step:>10} {row.reference:>14.8g} {row.simulated:>14.8g} "
+            f"{row.relative_difference:>11.3g}{mark}"
+        )
+    first = overlay.first_outside_row
+    if first is None:
+        lines.append("  every compared step within rtol")
+    else:
+        lines.append(
+            f"  first step outside rtol: {first.step} (ref {first.reference:.8g}, sim {first.simulated:.8g})"
+        )
+    return lines
 
 
 def _diff(args: argparse.Namespace) -> int:

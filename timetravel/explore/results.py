@@ -350,15 +350,21 @@ class CompareResult:
     ends when the runs never diverge; None only for a divergence-only answer."""
     metric_rows: tuple[MetricRow, ...] = ()
     """The metric table the text shows (the JSON carries it too)."""
+    reference: tuple[Any, ...] | None = None
+    """``compare --reference FILE``: one :class:`~timetravel.explore.reference.ReferenceOverlay` per
+    branch (a, b); None without a reference, and then the JSON has no ``reference`` key."""
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data = {
             "a": self.a.to_data(),
             "b": self.b.to_data(),
             "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
             "diff": None if self.diff is None else self.diff.to_data(),
             "metrics": [row.to_data() for row in self.metric_rows],
         }
+        if self.reference is not None:
+            data["reference"] = [overlay.to_data() for overlay in self.reference]
+        return data
 
 
 @dataclass(frozen=True)
