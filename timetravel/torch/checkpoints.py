@@ -25,6 +25,9 @@ from typing import Any
 from timetravel.torch.limits import RANK_START_TIMEOUT_S
 from timetravel.torch.wire import ChannelClosed, ProtocolError, receive_message, send_message
 
+STALE_ANSWERS_MAX = 256
+"""Bound on late answers to earlier takes skipped while waiting for this one's."""
+
 
 class CheckpointUnusable(RuntimeError):
     """A checkpoint was refused, died or did not answer: re-execute instead."""
@@ -108,17 +111,30 @@ class CheckpointKeeper:
         taken = RankCheckpoints(self.tokens, fresh=list(fresh), delivered=delivered)
         for rank in ranks:
             driver.send(rank, {"kind": "checkpoint", "token": taken.token, "keeper": self.address})
+        refusals: list[str] = []
         try:
-            for _ in ranks:
+            answered = 0
+            stale = 0
+            while answered < len(ranks):
                 control, hello = self._accept()
+                if hello.get("token") != taken.token:  # a late answer to an earlier, failed take
+                    control.close()
+                    stale += 1
+                    if stale > STALE_ANSWERS_MAX:
+                        raise CheckpointUnusable("the keeper keeps receiving answers to earlier checkpoints")
+                    continue
+                answered += 1
                 if hello.get("kind") == "refused":
                     control.close()
-                    raise CheckpointUnusable(f"r{hello.get('rank')}: {hello.get('why')}")
-                if hello.get("kind") != "checkpoint" or hello.get("token") != taken.token:
+                    refusals.append(f"r{hello.get('rank')}: {hello.get('why')}")
+                    continue
+                if hello.get("kind") != "checkpoint":
                     control.close()
                     raise CheckpointUnusable(f"an unexpected hello {hello.get('kind')!r} on the keeper")
                 rank = int(hello["rank"])
                 taken.ranks[rank] = RankCheckpoint(rank, int(hello["pid"]), control)
+            if refusals:  # every rank answered: nothing of this take is left to arrive later
+                raise CheckpointUnusable("; ".join(refusals))
         except BaseException:
             self.discard(taken)
             raise

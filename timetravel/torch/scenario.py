@@ -347,12 +347,28 @@ def _rank_states(world: World) -> list[dict[str, Any]]:
     return [world.nodes[f"r{rank}"] for rank in range(world.nodes[C10D_NODE]["ranks"])]
 
 
+_SPEC_KEYS_EXCLUDED = frozenset(param.name for param in PARAMS if param.branchable) | {"rank_output"}
+"""Config a rank process never sees (a branch may change it: the World applies it)."""
+
+
+def _spec_digest(config: dict[str, Any]) -> str:
+    """Everything else in the config: two recordings of one script with other arguments, rank counts
+    or settings start different processes, even while the World has handed them the same results."""
+    from timetravel.sim.encoding import pack
+
+    kept = {key: config[key] for key in sorted(config) if key not in _SPEC_KEYS_EXCLUDED}
+    return xxhash.xxh3_64_hexdigest(pack(kept))
+
+
 def rank_key(world: World) -> str:
-    """What the rank processes of ``world`` are: the seed and, per rank, its incarnation and the
-    digest of every result handed to it (see :func:`_rank_state`). Config that a branch may change
-    is not part of it: until a change reaches a rank as a different result, the process is the same."""
+    """What the rank processes of ``world`` are: the seed, the script, the config they start from and,
+    per rank, its incarnation and the digest of every result handed to it (see :func:`_rank_state`).
+    Config that a branch may change is not part of it: until a change reaches a rank as a different
+    result, the process is the same. Checkpoints are shared by every Session of a process, so the
+    key must tell apart runs of other recordings too (a run with ``--steps 10`` resumed for one with
+    ``--steps 8`` of the same seed trained two steps too many)."""
     c10d_state = world.nodes[C10D_NODE]
-    parts = [str(world.seed), str(c10d_state["script_sha256"])]
+    parts = [str(world.seed), str(c10d_state["script_sha256"]), _spec_digest(world.config)]
     for rank, state in enumerate(_rank_states(world)):
         chain = c10d_state["received"].get(str(rank), {})
         parts.append(f"{state['incarnation']}:{state['delivered']}:{chain.get(str(state['delivered']), '')}")
