@@ -8,7 +8,7 @@ is the first of ``STEP_KEYS`` its state holds (its collective sequence number th
 ``nan`` when a float in its state is not finite, ``diverged`` when its weights differ from the
 majority's, and ``partitioned`` or ``slow`` while a fault of that kind targets it. Anything a
 scenario records beyond that (a ``status`` key, ``waiting_on``) is shown as it is; whom a rank
-waits on also comes from a hang failure's flight recorder (dp_training's), at the hang.
+waits on also comes from a hang failure's flight recorder (dp_training's or torch's), at the hang.
 
 Nothing here imports textual, so the adapters are tested (and reused by other front ends) alone.
 """
@@ -39,7 +39,7 @@ from timetravel.tui.model import (
 )
 
 RANK_ROLE = "rank"
-STEP_KEYS = ("step", "round", "received")
+STEP_KEYS = ("step", "round", "received", "state_step")
 COLLECTIVE_SEQ_KEYS = ("collective_seq", "coll_seq", "seq")
 PROGRESS_KEYS = ("last_progress_ns", "progress_ns")
 WEIGHT_KEYS = ("weights", "params")
@@ -190,20 +190,39 @@ def _active_fault_kinds(world: World, now_ns: int) -> dict[str, set[str]]:
 
 def flight_recorder_waits(failures: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """``rank -> "r2,r3"``: whom each rank waited on when a hang was reported, from the
-    failure's flight recorder (dp_training attaches one); empty when there is none."""
+    failure's flight recorder; empty when there is none. dp_training's rows name the peers
+    (``waits_on``); the torch scenario's rows give each rank's ``last_entered`` collective key
+    instead, so a waiting rank waits on the ranks that have not entered its collective — the
+    rank that skipped it, or whose contribution never arrived."""
     waits: dict[str, str] = {}
     for failure in failures:
         rows = failure.get(FLIGHT_RECORDER_KEY)
         if not isinstance(rows, list):
             continue
+        rows = [row for row in rows if isinstance(row, dict) and isinstance(row.get("rank"), str)]
+        entered = {row["rank"]: _collective_key(row.get("last_entered")) for row in rows}
         for row in rows:
-            if (
-                isinstance(row, dict)
-                and isinstance(row.get("rank"), str)
-                and isinstance(row.get("waits_on"), list)
-            ):
+            if isinstance(row.get("waits_on"), list):
                 waits[row["rank"]] = ",".join(str(peer) for peer in row["waits_on"])
+                continue
+            mine = entered[row["rank"]]
+            if row.get("status") != "waiting" or mine is None:
+                continue
+            behind = [
+                rank
+                for rank, key in entered.items()
+                if key is not None and key[0] == mine[0] and key[1] < mine[1]
+            ]
+            waits[row["rank"]] = ",".join(behind)
     return waits
+
+
+def _collective_key(key: Any) -> tuple[str, int] | None:
+    """``"0#9"`` (group 0, sequence number 9) as ``("0", 9)``; None for anything else (p2p keys)."""
+    if not isinstance(key, str) or "#" not in key:
+        return None
+    group, _, seq = key.rpartition("#")
+    return (group, int(seq)) if seq.isdigit() else None
 
 
 def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> list[RankCell]:
