@@ -130,6 +130,9 @@ def torch_hang_world() -> World:
     world = World("torch", {}, 0)
     for index in range(3):
         world.add_node(f"r{index}", "rank", {"status": "waiting", "state_step": 2})
+    world.add_node(
+        "c10d", "collectives", {"last": {str(index): {"seq": 9 - (index == 1)} for index in range(3)}}
+    )
     failure = make_failure("hang", "r1", 600_001 * MS, "r1 waited 600 s", "torch.collective.hang")
     failure["flight_recorder"] = [
         {"rank": "r0", "last_entered": "0#9", "last_completed": "0#8", "status": "waiting", "entries": []},
@@ -141,11 +144,11 @@ def torch_hang_world() -> World:
 
 
 def test_a_torch_hang_names_the_rank_that_never_entered_the_collective() -> None:
-    """Before: every rank waited on nobody and was at step 0 (torch rows have no ``waits_on``
-    and its ranks keep the optimizer step as ``state_step``)."""
+    """Before: every rank waited on nobody at step 0, collective #0 (torch rows have no ``waits_on``,
+    its ranks keep the optimizer step as ``state_step`` and their last collective in ``c10d``)."""
     cells = rank_cells_from_world(torch_hang_world())
-    assert [(c.name, c.step, c.waiting_on) for c in cells] == [
-        ("r0", 2, "r1"),
-        ("r1", 2, ""),
-        ("r2", 2, "r1"),
+    assert [(c.name, c.step, c.collective_seq, c.waiting_on) for c in cells] == [
+        ("r0", 2, 9, "r1"),
+        ("r1", 2, 8, ""),
+        ("r2", 2, 9, "r1"),
     ]

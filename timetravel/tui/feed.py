@@ -3,7 +3,7 @@
 This is the only module of the TUI that knows the shape of a World. It reads conventions rather
 than one scenario: a rank is a node of role ``rank`` (or of the most common role); its progress
 is the first of ``STEP_KEYS`` its state holds (its collective sequence number the first of
-``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``; its last progress the first of
+``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``, or torch's ``c10d`` node's ``last/<rank>/seq``; its last progress the first of
 ``PROGRESS_KEYS``, dp_training's ``progress_ns``); it is crashed when the world has it ``down``,
 ``nan`` when a float in its state is not finite, ``diverged`` when its weights differ from the
 majority's, and ``partitioned`` or ``slow`` while a fault of that kind targets it. Anything a
@@ -45,6 +45,7 @@ PROGRESS_KEYS = ("last_progress_ns", "progress_ns")
 WEIGHT_KEYS = ("weights", "params")
 STATUS_KEY = "status"
 WAITING_KEY = "waiting_on"
+COLLECTIVES_ROLE = "collectives"
 FLIGHT_RECORDER_KEY = "flight_recorder"
 """A hang failure's table of ranks (dp_training's): rows of ``rank`` and ``waits_on``."""
 LOSS_METRIC = "loss"
@@ -225,6 +226,21 @@ def _collective_key(key: Any) -> tuple[str, int] | None:
     return (group, int(seq)) if seq.isdigit() else None
 
 
+def collective_seqs_from_recorder(world: World) -> dict[str, int]:
+    """``"r1" -> 8``: each rank's last collective sequence number where the torch scenario keeps it
+    (a node of role ``collectives`` holding ``last/<rank index>/seq``), since its rank nodes keep
+    none; empty for other worlds."""
+    found: dict[str, int] = {}
+    for name, role in world.roles.items():
+        last = world.nodes[name].get("last") if role == COLLECTIVES_ROLE else None
+        if not isinstance(last, dict):
+            continue
+        for index, entry in last.items():
+            if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
+                found[f"r{index}"] = entry["seq"]
+    return found
+
+
 def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> list[RankCell]:
     """Each rank's condition and counters in ``world`` (see the module docstring for the rules)."""
     names = rank_names(world) if names is None else list(names)
@@ -234,6 +250,7 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
     active = _active_fault_kinds(world, world.t_ns)
     failed = {(failure.get("node"), failure["kind"]) for failure in world.failures}
     waits = flight_recorder_waits(world.failures)
+    sequence_numbers = collective_seqs_from_recorder(world)
     cells = []
     for name in names:
         state = world.nodes[name]
@@ -260,7 +277,9 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
                 name=name,
                 state=max(candidates, key=RANK_STATES.index),
                 step=_first_int(state, STEP_KEYS),
-                collective_seq=_first_int(state, COLLECTIVE_SEQ_KEYS),
+                collective_seq=_first_int(state, COLLECTIVE_SEQ_KEYS)
+                if name not in sequence_numbers
+                else sequence_numbers[name],
                 last_progress_ns=_first_int(state, PROGRESS_KEYS),
                 waiting_on=waiting if isinstance(waiting, str) else "",
             )
