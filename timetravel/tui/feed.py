@@ -3,8 +3,8 @@
 This is the only module of the TUI that knows the shape of a World. It reads conventions rather
 than one scenario: a rank is a node of role ``rank`` (or of the most common role); its progress
 is the first of ``STEP_KEYS`` its state holds (its collective sequence number the first of
-``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``, or torch's ``c10d`` node's ``last/<rank>/seq``; its last progress the first of
-``PROGRESS_KEYS``, dp_training's ``progress_ns``); it is crashed when the world has it ``down``,
+``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``, or torch's ``c10d`` node's ``last/<rank>/seq``;
+its last progress the first of ``PROGRESS_KEYS``, dp_training's ``progress_ns``); it is crashed when the world has it ``down``,
 ``nan`` when a float in its state is not finite, ``diverged`` when its weights differ from the
 majority's, and ``partitioned`` or ``slow`` while a fault of that kind targets it. Anything a
 scenario records beyond that (a ``status`` key, ``waiting_on``) is shown as it is; whom a rank
