@@ -122,3 +122,33 @@ def test_dp_training_conventions_collective_seq_and_the_hang_flight_recorder() -
         ("r1", 6, 5 * MS, "r0"),
         ("r2", 7, 5 * MS, "r0,r1"),
     ]
+
+
+def torch_hang_world() -> World:
+    """The shape of a torch recording at a hang (ddp_mlp.py, 3 ranks, r1's contribution dropped):
+    the flight recorder rows give each rank's last entered collective, not whom it waits on."""
+    world = World("torch", {}, 0)
+    for index in range(3):
+        world.add_node(f"r{index}", "rank", {"status": "waiting", "state_step": 2})
+    world.add_node(
+        "c10d", "collectives", {"last": {str(index): {"seq": 9 - (index == 1)} for index in range(3)}}
+    )
+    failure = make_failure("hang", "r1", 600_001 * MS, "r1 waited 600 s", "torch.collective.hang")
+    failure["flight_recorder"] = [
+        {"rank": "r0", "last_entered": "0#9", "last_completed": "0#8", "status": "waiting", "entries": []},
+        {"rank": "r1", "last_entered": "0#8", "last_completed": "0#8", "status": "waiting", "entries": []},
+        {"rank": "r2", "last_entered": "0#9", "last_completed": "0#8", "status": "waiting", "entries": []},
+    ]
+    world.failures.append(failure)
+    return world
+
+
+def test_a_torch_hang_names_the_rank_that_never_entered_the_collective() -> None:
+    """Before: every rank waited on nobody at step 0, collective #0 (torch rows have no ``waits_on``,
+    its ranks keep the optimizer step as ``state_step`` and their last collective in ``c10d``)."""
+    cells = rank_cells_from_world(torch_hang_world())
+    assert [(c.name, c.step, c.collective_seq, c.waiting_on) for c in cells] == [
+        ("r0", 2, 9, "r1"),
+        ("r1", 2, 8, ""),
+        ("r2", 2, 9, "r1"),
+    ]

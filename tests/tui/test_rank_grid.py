@@ -120,3 +120,16 @@ def test_a_bucket_shows_its_worst_member() -> None:
     assert [item.names for item in everything[:2]] == [("rank5",), ("rank700",)]
     worst = [item for item in everything[2:] if "rank9" in item.names]
     assert worst[0].state == "slow" and worst[0].value == "◐"
+
+
+def test_at_a_torch_hang_the_selected_rank_says_whom_it_waits_on() -> None:
+    from tests.tui.test_feed import torch_hang_world
+    from timetravel.tui.feed import rank_cells_from_world
+
+    async def scenario(pilot, app, grid: RankGrid) -> None:
+        text = " · ".join(widget_lines(grid))
+        assert "r0" in text and "waiting on r1" in text and "step 2" in text and "coll #9" in text
+        await pilot.press("m", "m")
+        assert grid.mode == "seq" and names(grid)[0] == "r1"  # the rank behind is the odd one out
+
+    run(scenario, cells=rank_cells_from_world(torch_hang_world()), size=(60, 12))

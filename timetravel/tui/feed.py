@@ -3,12 +3,12 @@
 This is the only module of the TUI that knows the shape of a World. It reads conventions rather
 than one scenario: a rank is a node of role ``rank`` (or of the most common role); its progress
 is the first of ``STEP_KEYS`` its state holds (its collective sequence number the first of
-``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``; its last progress the first of
-``PROGRESS_KEYS``, dp_training's ``progress_ns``); it is crashed when the world has it ``down``,
+``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``, or torch's ``c10d`` node's ``last/<rank>/seq``;
+its last progress the first of ``PROGRESS_KEYS``, dp_training's ``progress_ns``); it is crashed when the world has it ``down``,
 ``nan`` when a float in its state is not finite, ``diverged`` when its weights differ from the
 majority's, and ``partitioned`` or ``slow`` while a fault of that kind targets it. Anything a
 scenario records beyond that (a ``status`` key, ``waiting_on``) is shown as it is; whom a rank
-waits on also comes from a hang failure's flight recorder (dp_training's), at the hang.
+waits on also comes from a hang failure's flight recorder (dp_training's or torch's), at the hang.
 
 Nothing here imports textual, so the adapters are tested (and reused by other front ends) alone.
 """
@@ -39,12 +39,13 @@ from timetravel.tui.model import (
 )
 
 RANK_ROLE = "rank"
-STEP_KEYS = ("step", "round", "received")
+STEP_KEYS = ("step", "round", "received", "state_step")
 COLLECTIVE_SEQ_KEYS = ("collective_seq", "coll_seq", "seq")
 PROGRESS_KEYS = ("last_progress_ns", "progress_ns")
 WEIGHT_KEYS = ("weights", "params")
 STATUS_KEY = "status"
 WAITING_KEY = "waiting_on"
+COLLECTIVES_ROLE = "collectives"
 FLIGHT_RECORDER_KEY = "flight_recorder"
 """A hang failure's table of ranks (dp_training's): rows of ``rank`` and ``waits_on``."""
 LOSS_METRIC = "loss"
@@ -190,20 +191,54 @@ def _active_fault_kinds(world: World, now_ns: int) -> dict[str, set[str]]:
 
 def flight_recorder_waits(failures: Iterable[Mapping[str, Any]]) -> dict[str, str]:
     """``rank -> "r2,r3"``: whom each rank waited on when a hang was reported, from the
-    failure's flight recorder (dp_training attaches one); empty when there is none."""
+    failure's flight recorder; empty when there is none. dp_training's rows name the peers
+    (``waits_on``); the torch scenario's rows give each rank's ``last_entered`` collective key
+    instead, so a waiting rank waits on the ranks that have not entered its collective — the
+    rank that skipped it, or whose contribution never arrived."""
     waits: dict[str, str] = {}
     for failure in failures:
         rows = failure.get(FLIGHT_RECORDER_KEY)
         if not isinstance(rows, list):
             continue
+        rows = [row for row in rows if isinstance(row, dict) and isinstance(row.get("rank"), str)]
+        entered = {row["rank"]: _collective_key(row.get("last_entered")) for row in rows}
         for row in rows:
-            if (
-                isinstance(row, dict)
-                and isinstance(row.get("rank"), str)
-                and isinstance(row.get("waits_on"), list)
-            ):
+            if isinstance(row.get("waits_on"), list):
                 waits[row["rank"]] = ",".join(str(peer) for peer in row["waits_on"])
+                continue
+            mine = entered[row["rank"]]
+            if row.get("status") != "waiting" or mine is None:
+                continue
+            behind = [
+                rank
+                for rank, key in entered.items()
+                if key is not None and key[0] == mine[0] and key[1] < mine[1]
+            ]
+            waits[row["rank"]] = ",".join(behind)
     return waits
+
+
+def _collective_key(key: Any) -> tuple[str, int] | None:
+    """``"0#9"`` (group 0, sequence number 9) as ``("0", 9)``; None for anything else (p2p keys)."""
+    if not isinstance(key, str) or "#" not in key:
+        return None
+    group, _, seq = key.rpartition("#")
+    return (group, int(seq)) if seq.isdigit() else None
+
+
+def collective_seqs_from_recorder(world: World) -> dict[str, int]:
+    """``"r1" -> 8``: each rank's last collective sequence number where the torch scenario keeps it
+    (a node of role ``collectives`` holding ``last/<rank index>/seq``), since its rank nodes keep
+    none; empty for other worlds."""
+    found: dict[str, int] = {}
+    for name, role in world.roles.items():
+        last = world.nodes[name].get("last") if role == COLLECTIVES_ROLE else None
+        if not isinstance(last, dict):
+            continue
+        for index, entry in last.items():
+            if isinstance(entry, dict) and isinstance(entry.get("seq"), int):
+                found[f"r{index}"] = entry["seq"]
+    return found
 
 
 def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> list[RankCell]:
@@ -215,6 +250,7 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
     active = _active_fault_kinds(world, world.t_ns)
     failed = {(failure.get("node"), failure["kind"]) for failure in world.failures}
     waits = flight_recorder_waits(world.failures)
+    sequence_numbers = collective_seqs_from_recorder(world)
     cells = []
     for name in names:
         state = world.nodes[name]
@@ -241,7 +277,9 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
                 name=name,
                 state=max(candidates, key=RANK_STATES.index),
                 step=_first_int(state, STEP_KEYS),
-                collective_seq=_first_int(state, COLLECTIVE_SEQ_KEYS),
+                collective_seq=_first_int(state, COLLECTIVE_SEQ_KEYS)
+                if name not in sequence_numbers
+                else sequence_numbers[name],
                 last_progress_ns=_first_int(state, PROGRESS_KEYS),
                 waiting_on=waiting if isinstance(waiting, str) else "",
             )
