@@ -1,6 +1,6 @@
 """Rewinding a recording of the user's own torch script: the figures of ``bench torch`` (issue 14, part 6).
 
-The workload is docs/examples/torch/tiny_gpt.py on ``RANKS`` ranks (``MODEL_ARGUMENTS``: 1.2M
+The workload is docs/examples/torch/tiny_gpt.py on ``RANKS`` ranks (``MODEL_ARGUMENTS``: 1.25M
 parameters, 50 optimizer steps, about 300 collectives with 1 MB DDP buckets), the default
 ``state_every_steps``:
 
