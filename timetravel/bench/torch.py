@@ -11,6 +11,8 @@ Both sides run the same files on this machine in one bench run (the gloo side on
 * ``sim_per_wall`` — simulated seconds per wall second on the DDP run (warm zygote).
 
 Best of ``REPEATS`` for each figure. The CPU build of torch, 1 intra-op thread on both sides.
+Then the rewind figures of a recorded transformer run (seek, cold seek, record overhead, checkpoint
+memory, branch): bench/torch_rewind.py.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.bench.timing import best_of
+from timetravel.bench.torch_rewind import run_rewind_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 DDP_SCRIPT = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -106,6 +109,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
     gloo_loop_s = min(_command_s(_gloo(LOOP_SCRIPT, str(calls))) for _ in range(repeats))
     gloo_empty_s = min(_command_s(_gloo(LOOP_SCRIPT, "0")) for _ in range(repeats))
     ddp_s, report = best_of(lambda: _in_process(DDP_SCRIPT, "--steps", steps), repeats)
+    rewind = run_rewind_bench(quick)
     return {
         "bench": "torch",
         "figures": {
@@ -117,5 +121,6 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
             "gloo_collective_us": round(max(gloo_loop_s - gloo_empty_s, 0.0) / calls * 1e6, 1),
             "sim_per_wall": round(report["t_end_ns"] / 1e9 / ddp_s, 6),
             "warm_run_s": round(ddp_s, 3),
+            **rewind,
         },
     }
