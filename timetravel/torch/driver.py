@@ -112,6 +112,19 @@ def active() -> RankDriver | None:
     return _live[-1] if _live else None
 
 
+def _stop_unreachable() -> None:
+    """Stop the drivers whose World nothing but the driver holds any more (a Session's previous
+    cursor, a finished search's copy): nobody can run them again, so keeping their ranks — or
+    checkpointing them to make room — is waste."""
+    for live in list(_live):
+        if live.world is not None and sys.getrefcount(live.world) <= _ONLY_THE_DRIVER_REFERENCES:
+            live.stop()
+
+
+_ONLY_THE_DRIVER_REFERENCES = 2
+"""``sys.getrefcount`` of a world held only by ``driver.world``: that attribute and the call's argument."""
+
+
 def driver_for(world: Any) -> RankDriver | None:
     """The live driver whose ranks belong to ``world`` (by identity)."""
     for live in _live:
@@ -168,6 +181,7 @@ class RankDriver:
     def start(self, spawn: bool = True) -> None:
         """Become a live driver (the oldest stops past LIVE_DRIVERS_MAX); ``spawn=False`` for
         ranks resumed from checkpoints instead."""
+        _stop_unreachable()
         while len(_live) >= LIVE_DRIVERS_MAX:
             oldest = _live[0]
             for hook in on_evict:
