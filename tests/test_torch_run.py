@@ -481,3 +481,14 @@ def test_a_dask_sweep_runs_and_records_the_script_the_command_line_named(tmp_pat
     assert summary["recordings"] and all(entry["path"] for entry in summary["recordings"]), summary[
         "recordings"
     ]
+
+
+def test_a_dropped_contribution_s_hang_names_who_waits_for_the_dropped_rank() -> None:
+    # r1's contribution is dropped: r1 waits in no collective; the others wait for it (it was once
+    # reported as "r1 waited 600 s" with nobody to wait for)
+    faults = json.dumps([{"kind": "drop", "target": "r1", "t_start": 1_000_000}])
+    report, world = simulate_world(DDP_MLP, 3, 0, "args=--steps 6", f"faults={faults}")
+    failure = world.failures[0]
+    assert report["outcome"] == "fail" and failure["kind"] == "hang"
+    assert failure["node"] == "r1" and failure["waiting_for"] == ["r1"]
+    assert failure["waiting"] in ("r0", "r2") and "waiting for r1" in failure["message"]

@@ -426,6 +426,10 @@ def report_hang(world: World, ctx: Context) -> None:
 
 def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> None:
     pending = _pending_for(state, rank)
+    if (
+        pending is None
+    ):  # its own contribution never reached the reducer (a drop): tell it as the others see it
+        rank, pending = _described_by_another(state, rank)
     missing = (
         [member for member in pending["members"] if str(member) not in pending["entered"]] if pending else []
     )
@@ -447,6 +451,17 @@ def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> Non
         waiting=f"r{rank}",
         flight_recorder=flight_table(state),
     )
+
+
+def _described_by_another(state: dict[str, Any], rank: int) -> tuple[int, dict[str, Any] | None]:
+    """A waiting rank in no collective (what it fed was dropped): the earliest other waiting rank
+    whose collective lacks it, so the hang names what waits for whom; else the rank itself."""
+    waiting = sorted(state["waiting"].items(), key=lambda item: (item[1]["since_ns"], int(item[0])))
+    for other, _waiting in waiting:
+        pending = _pending_for(state, int(other))
+        if pending is not None and str(rank) not in pending["entered"] and rank in pending["members"]:
+            return int(other), pending
+    return rank, None
 
 
 def _pending_for(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
