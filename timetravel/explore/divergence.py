@@ -16,7 +16,8 @@ event where their histories part (a branch's fork; event #0 for a rerun). From t
    config, faults and choice keys differ on purpose and are left out).
 
 A :class:`RunSide` is what the search needs from a run: its world at an event count, the choice
-overrides in force there, and its snapshots. :class:`RecordedSide` reads a branch of a recording;
+overrides in force there, its snapshots, and the Simulation that re-executes its worlds (a
+recorded side's through its session's world source, explore/world_source.py). :class:`RecordedSide` reads a branch of a recording;
 :class:`FreshSide` runs a scenario from its initial world (for rerun).
 """
 
