@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, record_torchrun
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
@@ -21,10 +22,7 @@ from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
 from timetravel.torch.scenario import authorize_script
 
-ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "torch_scripts"
-DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
-TIMETRAVEL = [sys.executable, "-m", "timetravel"]
 
 
 def simulate(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> dict:
@@ -270,23 +268,7 @@ def test_a_bad_fault_record_is_a_config_error_naming_it() -> None:
 
 def test_a_torch_recording_opens_for_inspection_but_never_runs_its_script(tmp_path: Path) -> None:
     recording = tmp_path / "run.ttr"
-    recorded = subprocess.run(
-        [
-            *TIMETRAVEL,
-            "torchrun",
-            "--nproc-per-node",
-            "2",
-            "--record",
-            str(recording),
-            str(DDP_MLP),
-            "--steps",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    recorded = record_torchrun(recording, DDP_MLP)
     assert recorded.returncode == 0, recorded.stderr
     inspected = subprocess.run(
         [*TIMETRAVEL, "inspect", str(recording), "--path", "nodes/c10d/completed"],

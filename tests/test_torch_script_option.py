@@ -14,19 +14,16 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_recordings import DDP_MLP, TIMETRAVEL, record_torchrun
 
 from timetravel.cli import COMMANDS, build_parser
 from timetravel.cli.recording_common import ALWAYS_EXECUTES
 
-ROOT = Path(__file__).resolve().parent.parent
-DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
-TIMETRAVEL = [sys.executable, "-m", "timetravel"]
 MARKER_ENV = "TIMETRAVEL_TEST_RAN_MARKER"
 MARKER_PROLOGUE = (
     "import os as _os, pathlib as _pathlib\n"
@@ -77,24 +74,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
     script = folder / "train.py"
     script.write_text(MARKER_PROLOGUE + DDP_MLP.read_text())
     recording = folder / "run.ttr"
-    done = subprocess.run(
-        [
-            *TIMETRAVEL,
-            "torchrun",
-            "--nproc-per-node",
-            "2",
-            "--record",
-            str(recording),
-            str(script),
-            "--steps",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=folder,
-        env=_env(),
-    )
+    done = record_torchrun(recording, script, cwd=folder, env=_env())
     assert done.returncode == 0, done.stderr
     elsewhere = folder / "another_machine"
     elsewhere.mkdir()

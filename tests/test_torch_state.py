@@ -7,13 +7,13 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 import torch_state_functions
+from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, record_torchrun
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
@@ -21,10 +21,6 @@ from timetravel.sim.world import World
 from timetravel.torch import driver
 from timetravel.torch.api import function_target
 from timetravel.torch.scenario import authorize_function, authorize_script
-
-ROOT = Path(__file__).resolve().parent.parent
-DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
-TIMETRAVEL = [sys.executable, "-m", "timetravel"]
 
 
 def run_function(function: Any, **settings: Any) -> tuple[dict[str, Any], World]:
@@ -180,23 +176,7 @@ def test_grad_scaler_reports_its_scale_and_found_inf() -> None:
 
 def test_inspect_on_a_recording_shows_the_params_by_name(tmp_path: Path) -> None:
     recording = tmp_path / "run.ttr"
-    recorded = subprocess.run(
-        [
-            *TIMETRAVEL,
-            "torchrun",
-            "--nproc-per-node",
-            "2",
-            "--record",
-            str(recording),
-            str(DDP_MLP),
-            "--steps",
-            "2",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-    )
+    recorded = record_torchrun(recording, DDP_MLP)
     assert recorded.returncode == 0, recorded.stderr
     inspected = subprocess.run(
         [*TIMETRAVEL, "inspect", str(recording), "--path", "nodes/r1/params", "--json"],

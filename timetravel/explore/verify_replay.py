@@ -269,17 +269,11 @@ def end_mismatch(
     expected_events = end["events"] if end is not None else final.events if final is not None else 0
     expected_hash = end["state_hash"] if end is not None else final.state_hash if final is not None else ""
     if world.events_processed != expected_events or world.state_hash() != expected_hash:
-        return Mismatch(
-            what="outcome",
-            event=world.events_processed,
-            t_ns=world.t_ns,
-            node=None,
-            kind=None,
-            detail=(
-                f"the replay ends after {world.events_processed} events in state {world.state_hash()}, "
-                f"the recording after {expected_events} in {expected_hash}"
-            ),
-            cause=cause,
+        return _outcome_mismatch(
+            world,
+            f"the replay ends after {world.events_processed} events in state {world.state_hash()}, "
+            f"the recording after {expected_events} in {expected_hash}",
+            cause,
         )
     if end is None:
         return None
@@ -295,19 +289,26 @@ def end_mismatch(
     payload = session.reader.frame_payload(end["offset"], FrameType.END)
     for key, value in replayed.items():
         if key in payload and payload[key] != value:
-            return Mismatch(
-                what="outcome",
-                event=world.events_processed,
-                t_ns=world.t_ns,
-                node=None,
-                kind=None,
-                detail=(
-                    f"{session.reader.where(end['offset'])}: the END frame's {key} is {_short(payload[key])}, "
-                    f"the replay's {_short(value)}"
-                ),
-                cause=CAUSE_RECORDING,
+            return _outcome_mismatch(
+                world,
+                f"{session.reader.where(end['offset'])}: the END frame's {key} is {_short(payload[key])}, "
+                f"the replay's {_short(value)}",
+                CAUSE_RECORDING,
             )
     return None
+
+
+def _outcome_mismatch(world: World, detail: str, cause: str) -> Mismatch:
+    """A mismatch of the run's end as a whole: at the replay's last event, on no node."""
+    return Mismatch(
+        what="outcome",
+        event=world.events_processed,
+        t_ns=world.t_ns,
+        node=None,
+        kind=None,
+        detail=detail,
+        cause=cause,
+    )
 
 
 def failure_frames_mismatch(session: Session, world: World) -> Mismatch | None:
