@@ -13,6 +13,9 @@ from typing import Any
 
 from timetravel.torch.wire import receive_message, send_message
 
+WORK_CHARGED_KINDS = ("call", "exit")
+"""The messages at which the World charges a rank's compute (scenario: the compute model)."""
+
 
 class StopRank(BaseException):
     """The coordinator ended the run: unwind the script without running its except clauses."""
@@ -25,10 +28,17 @@ class Channel:
         self.rank = rank
         self.clock = clock
         self.work_count = 0
+        self.work_meter: Any = None
+        """The ``flops`` compute model's meter (:mod:`timetravel.torch.rank_env.work_model`), or None."""
 
     def post(self, message: dict[str, Any]) -> None:
-        """Send without waiting (a non-blocking op, output, a metric)."""
+        """Send without waiting (a non-blocking op, output, a metric).
+
+        A call or the rank's exit also carries the compute the rank did since its previous one
+        (``work_ns``) when the ``flops`` compute model meters it: the World charges it."""
         message["t_ns"] = self.clock.now_ns()
+        if self.work_meter is not None and message.get("kind") in WORK_CHARGED_KINDS:
+            message["work_ns"] = self.work_meter.take_ns()
         send_message(self.sock, message)
 
     def call(self, message: dict[str, Any]) -> dict[str, Any]:

@@ -35,3 +35,11 @@ TRACEBACK_CHARS_MAX = 20_000
 SNAPSHOT_EVERY_EVENTS_TORCH = 96
 """A torch recording's snapshot interval: a seek from a rank checkpoint re-executes at most this
 many events, each of which may run the user's code (a training step between two collectives)."""
+
+WORK_NS_MAX = 3_600 * 1_000_000_000
+"""The most compute one interval between two calls may charge under ``compute_model=flops`` (an
+hour): a larger ``work_ns`` from a rank is a malformed message, not a very slow step."""
+
+COMPUTE_FLOPS_PER_S_DEFAULT = 400_000_000_000_000
+"""400 TFLOP/s, ``compute_model=flops``'s default rate: an H100 SXM's dense bf16 peak (989 TFLOP/s)
+at the ~40% model-FLOPs utilisation large data-parallel training reaches."""

@@ -34,6 +34,11 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     from timetravel.torch.rank_env.install import install_all
 
     environment = spec["env"]
+    settings = spec["settings"]
+    if settings.get("compute_model") == "flops":
+        from timetravel.torch.rank_env.work_model import WorkMeter
+
+        rank_channel.work_meter = WorkMeter(int(settings["compute_flops_per_s"]))
     install_all(
         rank_channel.clock,
         seed_bytes=f"{spec['seed']}:{spec.get('restarts', 0)}".encode(),
@@ -44,6 +49,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         compile_mode=spec["settings"].get("compile", "eager"),
         working_directory=spec.get("cwd"),
         warn=_warning_sink(rank_channel),
+        work_meter=rank_channel.work_meter,
     )
     backend.bind(rank_channel)
     backend.register()
@@ -51,7 +57,6 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     _remember_parameter_names()
     _remember_module_parents()
     _watch_forks(rank_channel)
-    settings = spec["settings"]
     reporter = rank_state.StateReporter(
         rank_channel,
         every=int(settings.get("state_every_steps", 1)),

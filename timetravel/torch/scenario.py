@@ -34,7 +34,13 @@ from timetravel.sim.world import World
 from timetravel.torch import c10d, digests, store, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
-from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH, STUCK_TIMEOUT_S_DEFAULT
+from timetravel.torch.limits import (
+    COMPUTE_FLOPS_PER_S_DEFAULT,
+    NPROC_MAX,
+    SNAPSHOT_EVERY_EVENTS_TORCH,
+    STUCK_TIMEOUT_S_DEFAULT,
+    WORK_NS_MAX,
+)
 from timetravel.torch.wire import ChannelClosed, ProtocolError
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
@@ -74,6 +80,21 @@ PARAMS: tuple[Param, ...] = (
     ),
     Param(
         "compute_interval", "time", 100_000, "compute charged between two calls to the World (logical time)"
+    ),
+    Param(
+        "compute_model",
+        "str",
+        "fixed",
+        "compute between calls: fixed (compute_interval only) or flops (plus the products' flops at "
+        "compute_flops_per_s; docs/torch.md)",
+        choices=("fixed", "flops"),
+    ),
+    Param(
+        "compute_flops_per_s",
+        "int",
+        COMPUTE_FLOPS_PER_S_DEFAULT,
+        "the simulated GPU's sustained rate under compute_model=flops",
+        minimum=1,
     ),
     Param(
         "compute_jitter",
@@ -288,6 +309,8 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0, *, cwd: str
                 "settings": {
                     "detect_divergence": config["detect_divergence"],
                     "compile": config["compile"],
+                    "compute_model": config["compute_model"],
+                    "compute_flops_per_s": config["compute_flops_per_s"],
                     "state_every_steps": config["state_every_steps"],
                     "state_bytes_max": config["state_bytes_max"],
                 },
@@ -405,12 +428,16 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
             ctx.fail("stuck", str(error), "torch.rank.stuck")
             return
         kind = message.get("kind")
+        work_ns = message.get("work_ns", 0)
+        if type(work_ns) is not int or not 0 <= work_ns <= WORK_NS_MAX:
+            ctx.fail("exception", f"{ctx.node} sent a malformed work_ns: {work_ns!r}", "torch.rank.protocol")
+            return
         if kind == "output":
             live.emit(rank, message["stream"], message["lines"])
             continue
         t_ns = max(state["t_ns"], int(message["t_ns"]))
         if kind in ("call", "exit"):
-            interval = ctx.world.config["compute_interval"]
+            interval = ctx.world.config["compute_interval"] + work_ns
             for record in active(ctx, "slow", rank):
                 hit(ctx, record, f"compute x{record['params']['compute_factor']:g}")
                 interval = int(interval * record["params"]["compute_factor"])

@@ -7,7 +7,8 @@
 2. time — first, so that everything installed later already reads logical time;
 3. entropy — seeds the default generators, which the CUDA generators' initial seed is taken from;
 4. CUDA on CPU; 5. DataLoader workers; 6. torch.compile; 7. metrics, when a sink is given;
-8. the file watch, when a working directory and a warning sink are given (writes outside it reported).
+8. the file watch, when a working directory and a warning sink are given (writes outside it reported);
+9. the `flops` compute model's counting mode, when a work meter is given (last: it sees the script only).
 
 :meth:`RankEnvironment.uninstall` takes them back in reverse order (tests; a rank never does).
 """
@@ -28,6 +29,7 @@ from timetravel.torch.rank_env.loading import install_compile, install_dataloade
 from timetravel.torch.rank_env.metrics_capture import install_metrics
 from timetravel.torch.rank_env.patching import Installation, Patches, one_alias_scan
 from timetravel.torch.rank_env.virtual_time import install_time
+from timetravel.torch.rank_env.work_model import WorkMeter, install_work_model
 
 INTRA_OP_THREADS = 1
 
@@ -127,6 +129,7 @@ def install_all(
     deterministic_algorithms: bool = True,
     working_directory: str | None = None,
     warn: Callable[[str, str], None] | None = None,
+    work_meter: WorkMeter | None = None,
 ) -> RankEnvironment:
     """Install the whole rank environment for rank ``rank`` (``local_rank`` of ``local_world_size``)."""
     environment = RankEnvironment(clock)
@@ -145,6 +148,9 @@ def install_all(
     if working_directory is not None and warn is not None:
         directory, sink = working_directory, warn
         steps.append(lambda: install_file_watch(directory, sink))
+    if work_meter is not None:
+        meter = work_meter
+        steps.append(lambda: install_work_model(meter))
     try:
         with one_alias_scan():
             for step in steps:
