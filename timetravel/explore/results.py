@@ -284,9 +284,12 @@ class Divergence:
     event_b: int | None = None
     reason: str = ""
     changes: tuple[dict[str, Any], ...] = ()
+    event_t_ns: int | None = None
+    """The diverging event's own time when ``t_ns`` is the scenario's moment instead (a torch run:
+    ``t_ns`` is the completion of the first collective whose results differ; ``Scenario.divergence_t_ns``)."""
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "t_ns": self.t_ns,
             "node": self.node,
             "kind": self.kind,
@@ -295,6 +298,9 @@ class Divergence:
             "event_a": self.event_a,
             "event_b": self.event_b,
         }
+        if self.event_t_ns is not None:
+            data["event_t_ns"] = self.event_t_ns
+        return data
 
     def to_detail(self) -> dict[str, Any]:
         data = self.to_data()

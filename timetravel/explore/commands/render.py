@@ -184,6 +184,8 @@ def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
         if divergence.kind == "end" and not divergence.node
         else f"{divergence.kind} on {divergence.node}"
     )
+    if divergence.event_t_ns is not None:  # t_ns is the scenario's moment (a collective's completion)
+        what = f"completed by {what} at {format_time(divergence.event_t_ns, unit)}"
     return (
         f"first divergence at {format_time(divergence.t_ns, unit)}: {what} "
         f"({event_refs(divergence.event_a, divergence.event_b)})"

@@ -299,6 +299,8 @@ def _divergence_text(divergence: Any, context: RenderContext) -> Text:
     text = Text("first divergence: ", style="bold")
     text.append(context.time(divergence.t_ns), style="bold yellow")
     text.append(f" on {divergence.node}, {divergence.kind}")
+    if getattr(divergence, "event_t_ns", None) is not None:  # t_ns: the collective's completion
+        text.append(f" at {context.time(divergence.event_t_ns)}")
     text.append(f"  ({event_refs(divergence.event_a, divergence.event_b)})", style="dim")
     if divergence.reason:
         text.append(f"  {divergence.reason}", style="dim")
