@@ -47,9 +47,14 @@ class CursorResult:
     watches: tuple[WatchValue, ...] = ()
     in_progress: bool = False
     """The recording is still being written: the run does not end at ``t_end_ns`` (yet)."""
+    collective: dict[str, Any] | None = None
+    """After ``step --collective`` / ``back --collective``: the collective the event the cursor
+    stands after completed (op, key, group, seq, t_done_ns, completed so far)."""
+    note: str | None = None
+    """A sentence about the move (``step --collective 5`` when only 3 more complete)."""
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data = {
             "branch": self.branch,
             "in_progress": self.in_progress,
             "t_ns": self.t_ns,
@@ -60,6 +65,11 @@ class CursorResult:
             "next_event": self.next_event,
             "watches": [watch.to_data() for watch in self.watches],
         }
+        if self.collective is not None:
+            data["collective"] = dict(self.collective)
+        if self.note is not None:
+            data["note"] = self.note
+        return data
 
 
 @dataclass(frozen=True)

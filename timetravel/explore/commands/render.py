@@ -33,6 +33,15 @@ def outcome_text(outcome: str, failure: dict[str, Any] | None, unit: str) -> str
     return failure_text(failure, unit)
 
 
+def collective_text(collective: dict[str, Any], unit: str) -> str:
+    """``completed all_reduce 0#7 (group 0, seq 7) at 1.62ms, the 7th collective``."""
+    return (
+        f"completed {collective['op']} {collective['key']} (group {collective['group']}, seq "
+        f"{collective['seq']}) at {format_time(collective['t_done_ns'], unit)}; "
+        f"{collective['completed']} collectives completed so far"
+    )
+
+
 def _cursor(result: r.CursorResult, unit: str) -> list[str]:
     ends = (
         f"in progress: written up to {format_time(result.t_end_ns, unit)} so far"
@@ -43,6 +52,10 @@ def _cursor(result: r.CursorResult, unit: str) -> list[str]:
         f"{result.branch} at {format_time(result.t_ns, unit)}, event #{result.event} of {result.events_total} "
         f"({ends})"
     ]
+    if result.collective is not None:
+        lines.append(f"  {collective_text(result.collective, unit)}")
+    if result.note is not None:
+        lines.append(f"  {result.note}")
     if result.next_event is not None:
         event = result.next_event
         lines.append(

@@ -19,7 +19,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from timetravel.explore import results as r
-from timetravel.explore.commands.render import event_refs, fanout_heading
+from timetravel.explore.commands.render import collective_text, event_refs, fanout_heading
 from timetravel.explore.diff import DiffResult
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.shell.render.plot import plot
@@ -91,6 +91,10 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
         line,
         Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"),
     ]
+    if result.collective is not None:
+        parts.append(Text(collective_text(result.collective, context.unit), style="green"))
+    if result.note is not None:
+        parts.append(Text(result.note, style="yellow"))
     if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
         parts.append(failure_text(result.failure, context))
     if result.watches:
