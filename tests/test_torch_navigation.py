@@ -7,6 +7,8 @@ then a barrier, so 12 collectives complete, in a known order (group 0, seq 1 .. 
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 
 import pytest
@@ -103,3 +105,69 @@ def test_step_by_collective_on_a_world_without_collectives_is_refused_in_one_lin
         assert session.position.events == 0
         with pytest.raises(CommandError, match=r"^back --collective: dp_training recordings"):
             run_line("back --collective", context)
+
+
+DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
+DDP_STEPS = 3
+DDP_RANKS = 3
+
+
+def test_export_perfetto_of_a_torch_run_has_a_collectives_track_per_rank(tmp_path: Path) -> None:
+    from timetravel.explore.perfetto import export_perfetto
+
+    authorize_script(str(DDP_MLP))
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config(
+        [f"script={DDP_MLP}", f"nproc={DDP_RANKS}", "rank_output=quiet", f"args=--steps {DDP_STEPS}"]
+    )
+    path = tmp_path / "ddp.ttr"
+    report, world = record_run(scenario, config, 3, path, force=True)
+    assert report["outcome"] == "pass", report["failure"]
+    completed = world.nodes["c10d"]["completed"]
+    with Session.open(path) as session:
+        result = export_perfetto(session, tmp_path / "ddp.json")
+    document = json.loads((tmp_path / "ddp.json").read_text())
+    events = document["traceEvents"]
+    processes = {e["pid"]: e["args"]["name"] for e in events if e["name"] == "process_name"}
+    threads = {e["tid"]: e["args"]["name"] for e in events if e["name"] == "thread_name"}
+    slices = [e for e in events if e.get("cat") == "collective"]
+    steps = [e for e in events if e.get("cat") == "step"]
+    assert result.collectives == len(slices) == DDP_RANKS * completed  # every rank is in every group
+    assert result.optimizer_steps == len(steps) == DDP_RANKS * DDP_STEPS
+    by_rank: dict[str, list[dict]] = {}
+    for record in slices:
+        assert threads[record["tid"]] == "collectives" and record["ph"] == "X"
+        by_rank.setdefault(processes[record["pid"]], []).append(record)
+        args = record["args"]
+        assert (
+            record["name"] == f"{args['op']} {args['group']}#{args['seq']}" == f"{args['op']} {args['key']}"
+        )
+        assert int(record["ts"] * 1000) == args["t_enter_ns"] < args["t_done_ns"]
+        assert int(record["dur"] * 1000) == args["t_done_ns"] - args["t_enter_ns"]
+        assert len(args["shapes"]) == len(args["dtypes"]) == args["tensors"]
+        itemsize = {"float32": 4, "int64": 8, "float64": 8, "int32": 4, "uint8": 1}
+        assert args["bytes"] == sum(
+            itemsize[dtype] * _elements(shape)
+            for shape, dtype in zip(args["shapes"], args["dtypes"], strict=True)
+        )
+    assert sorted(by_rank) == [f"r{rank}" for rank in range(DDP_RANKS)]
+    for records in by_rank.values():  # one lane: this script's collectives are blocking, none overlaps
+        ordered = sorted(records, key=lambda record: record["args"]["t_enter_ns"])
+        assert [r["args"]["seq"] for r in ordered] == list(range(1, completed + 1))
+        assert all(a["args"]["t_done_ns"] <= b["args"]["t_enter_ns"] for a, b in itertools.pairwise(ordered))
+    done = {}
+    for record in slices:  # a collective completes at one time for all its members
+        done.setdefault(record["args"]["key"], set()).add(record["args"]["t_done_ns"])
+    assert all(len(times) == 1 for times in done.values())
+    gradients = [r for r in slices if r["args"]["op"] == "all_reduce" and r["args"]["bytes"] > 8]
+    assert gradients and all(r["args"]["dtypes"][0] == "float32" for r in gradients)
+    for record in steps:
+        assert threads[record["tid"]] == "collectives" and record["ph"] == "i"
+    assert sorted(r["args"]["step"] for r in steps) == sorted(list(range(1, DDP_STEPS + 1)) * DDP_RANKS)
+
+
+def _elements(shape: list[int]) -> int:
+    count = 1
+    for size in shape:
+        count *= size
+    return count

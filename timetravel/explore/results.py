@@ -472,9 +472,12 @@ class ExportResult:
     messages: int = 0
     faults: int = 0
     truncated: bool = False
+    collectives: int | None = None
+    """A torch run's collective slices (one per rank and collective); None: the world has none."""
+    optimizer_steps: int = 0
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "path": self.path,
             "format": self.format,
             "trace_events": self.trace_events,
@@ -485,6 +488,9 @@ class ExportResult:
             "faults": self.faults,
             "truncated": self.truncated,
         }
+        if self.collectives is not None:
+            data.update(collectives=self.collectives, optimizer_steps=self.optimizer_steps)
+        return data
 
 
 @dataclass(frozen=True)

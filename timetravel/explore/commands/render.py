@@ -307,6 +307,11 @@ def _export(result: r.ExportResult, unit: str) -> list[str]:
         f"wrote {result.trace_events} trace events ({result.bytes_written} bytes) to {result.path}",
         f"  {result.events} events, {result.kernels} kernels, {result.messages} messages, {result.faults} faults",
     ]
+    if result.collectives is not None:
+        lines.append(
+            f"  {result.collectives} collective slices and {result.optimizer_steps} optimizer steps "
+            "on a 'collectives' track per rank"
+        )
     if result.truncated:
         lines.append(f"  truncated after event #{result.events} (the trace event limit or a stop)")
     return [*lines, "  open it at https://ui.perfetto.dev (Open trace file)"]
