@@ -53,10 +53,9 @@ from typing import TYPE_CHECKING, Any
 
 from timetravel.explore.perfetto_collectives import (
     COLLECTIVE_NODE,
-    Collective,
+    THREADS_PER_PROCESS,
     CollectiveTracks,
-    assign_lanes,
-    slice_args,
+    trace_records,
 )
 from timetravel.explore.results import ExportResult
 from timetravel.explore.stepper import Stepper
@@ -72,12 +71,10 @@ TRACE_EVENTS_MAX = 2_000_000
 EXPORT_CHUNK_EVENTS = 4096
 """Events re-executed between two progress reports and stop checks."""
 FORK_SENDER = "<fork>"
-THREADS_PER_PROCESS = 100
-"""tid = pid * THREADS_PER_PROCESS + lane: thread ids are unique across processes (Perfetto
-treats a tid as system-wide). Lane 0 is the events thread, lane 1 + i the stream of index i."""
+# tid = pid * THREADS_PER_PROCESS + lane: thread ids are unique across processes (Perfetto treats a
+# tid as system-wide). Lane 0 is the events thread, lane 1 + i the stream of index i, lanes 50 + k a
+# torch rank's collectives (explore/perfetto_collectives.py).
 EVENTS_LANE = 0
-COLLECTIVES_LANE = 50
-"""Lanes 50, 51, ... of a rank: its collectives (more than one where its collectives overlap)."""
 GPU_KEY = "gpu"
 FAULT_KIND = "fault"
 FORMAT = "perfetto"
@@ -414,71 +411,12 @@ def _close_running(trace: _Trace, t_ns: int, *, unfinished: bool) -> None:
 
 def _collective_slices(trace: _Trace, end_ns: int) -> None:
     """A torch run's collectives as slices on each rank's ``collectives`` lanes, its steps as instants."""
-    tracks = trace.collectives
-    if tracks is None:
+    if trace.collectives is None:
         return
-    trace.counts["collectives"] = trace.counts["optimizer_steps"] = 0
-    unfinished = tracks.unfinished()
-    named: set[tuple[str, int]] = set()
-    for collective, lane in assign_lanes([*tracks.done, *unfinished]):
-        if collective.rank not in trace.pids:
-            continue
-        tid = _collectives_tid(trace, collective.rank, lane, named)
-        trace.events.append(_collective_slice(trace, collective, tid, end_ns))
-        trace.counts["collectives"] += 1
-    for node, t_ns, step in tracks.steps:
-        if node not in trace.pids:
-            continue
-        trace.counts["optimizer_steps"] += 1
-        trace.events.append(
-            {
-                "ph": "i",
-                "s": "t",
-                "name": f"optimizer step {step}",
-                "cat": "step",
-                "ts": trace_timestamp(t_ns),
-                "pid": trace.pids[node],
-                "tid": _collectives_tid(trace, node, 0, named),
-                "args": {"t_ns": t_ns, "step": step},
-            }
-        )
-
-
-def _collectives_tid(trace: _Trace, node: str, lane: int, named: set[tuple[str, int]]) -> int:
-    """The thread of a rank's collectives lane (named, and sorted before its events, when first used)."""
-    tid = trace.pids[node] * THREADS_PER_PROCESS + COLLECTIVES_LANE + lane
-    if (node, lane) not in named:
-        named.add((node, lane))
-        name = "collectives" if lane == 0 else f"collectives ({lane + 1}: overlapping)"
-        trace.metadata += [
-            {"ph": "M", "name": "thread_name", "pid": trace.pids[node], "tid": tid, "args": {"name": name}},
-            {
-                "ph": "M",
-                "name": "thread_sort_index",
-                "pid": trace.pids[node],
-                "tid": tid,
-                "args": {"sort_index": lane - COLLECTIVES_LANE},
-            },
-        ]
-    return tid
-
-
-def _collective_slice(trace: _Trace, collective: Collective, tid: int, end_ns: int) -> dict[str, Any]:
-    args = slice_args(collective)
-    done_ns = collective.t_done_ns
-    if done_ns is None:
-        args["unfinished"] = "entered and not completed when the recording ends"
-        done_ns = max(end_ns, collective.t_enter_ns)
-    return {
-        "ph": "X",
-        "name": f"{collective.op} {collective.key}",
-        "cat": "collective",
-        "ts": trace_timestamp(collective.t_enter_ns),
-        "dur": trace_timestamp(done_ns - collective.t_enter_ns),
-        "pid": trace.pids[collective.rank],
-        "tid": tid,
-        "args": args,
-    }
+    metadata, events, counts = trace_records(trace.collectives, trace.pids, end_ns, trace_timestamp)
+    trace.metadata += metadata
+    trace.events += events
+    trace.counts.update(counts)
 
 
 def _failure(trace: _Trace, world: World) -> None:

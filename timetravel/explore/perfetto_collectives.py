@@ -22,12 +22,17 @@ of entry, so the layout does not depend on the order completions were seen.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 COLLECTIVE_NODE = "c10d"
 CALL_KIND = "call"
 STEP_KIND = "step"
+THREADS_PER_PROCESS = 100
+"""As explore/perfetto.py numbers threads: tid = pid * THREADS_PER_PROCESS + lane."""
+COLLECTIVES_LANE = 50
+"""Lanes 50, 51, ... of a rank: its collectives (more than one where its collectives overlap)."""
 SHAPES_LISTED_MAX = 16
 """Tensors of one call whose shape and dtype a slice's args list (the byte count covers them all)."""
 
@@ -151,3 +156,72 @@ def slice_args(collective: Collective) -> dict[str, Any]:
         "bytes": collective.bytes,
     }
     return args
+
+
+def trace_records(
+    tracks: CollectiveTracks, pids: dict[str, int], end_ns: int, timestamp: Callable[[int], float]
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]], dict[str, int]]:
+    """The trace's thread metadata, its slices and instants, and their counts (``collectives``,
+    ``optimizer_steps``). ``timestamp``: explore/perfetto.py's ns-exact microseconds."""
+    metadata: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    counts = {"collectives": 0, "optimizer_steps": 0}
+    named: set[tuple[str, int]] = set()
+
+    def tid_of(node: str, lane: int) -> int:
+        tid = pids[node] * THREADS_PER_PROCESS + COLLECTIVES_LANE + lane
+        if (node, lane) not in named:  # named, and sorted before the rank's events, when first used
+            named.add((node, lane))
+            name = "collectives" if lane == 0 else f"collectives ({lane + 1}: overlapping)"
+            metadata.append(
+                {"ph": "M", "name": "thread_name", "pid": pids[node], "tid": tid, "args": {"name": name}}
+            )
+            metadata.append(
+                {
+                    "ph": "M",
+                    "name": "thread_sort_index",
+                    "pid": pids[node],
+                    "tid": tid,
+                    "args": {"sort_index": lane - COLLECTIVES_LANE},
+                }
+            )
+        return tid
+
+    for collective, lane in assign_lanes([*tracks.done, *tracks.unfinished()]):
+        if collective.rank not in pids:
+            continue
+        args = slice_args(collective)
+        done_ns = collective.t_done_ns
+        if done_ns is None:
+            args["unfinished"] = "entered and not completed when the recording ends"
+            done_ns = max(end_ns, collective.t_enter_ns)
+        events.append(
+            {
+                "ph": "X",
+                "name": f"{collective.op} {collective.key}",
+                "cat": "collective",
+                "ts": timestamp(collective.t_enter_ns),
+                "dur": timestamp(done_ns - collective.t_enter_ns),
+                "pid": pids[collective.rank],
+                "tid": tid_of(collective.rank, lane),
+                "args": args,
+            }
+        )
+        counts["collectives"] += 1
+    for node, t_ns, step in tracks.steps:
+        if node not in pids:
+            continue
+        counts["optimizer_steps"] += 1
+        events.append(
+            {
+                "ph": "i",
+                "s": "t",
+                "name": f"optimizer step {step}",
+                "cat": "step",
+                "ts": timestamp(t_ns),
+                "pid": pids[node],
+                "tid": tid_of(node, 0),
+                "args": {"t_ns": t_ns, "step": step},
+            }
+        )
+    return metadata, events, counts
