@@ -87,14 +87,12 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
         )
     else:
         line.append(f"  (run ends at {context.time(result.t_end_ns)})", style="dim")
-    parts: list[RenderableType] = [
-        line,
-        Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"),
-    ]
+    parts: list[RenderableType] = [line]
     if result.collective is not None:
         parts.append(Text(collective_text(result.collective, context.unit), style="green"))
     if result.note is not None:
         parts.append(Text(result.note, style="yellow"))
+    parts.append(Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"))
     if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
         parts.append(failure_text(result.failure, context))
     if result.watches:
