@@ -114,7 +114,7 @@ def _by_collectives(
     except NoCollectives as error:
         raise CommandError(f"{name} --collective: {error}") from None
     note = None
-    if moved == 0:
+    if moved == 0 < count:
         note = f"no collective completes {'after' if forward else 'before'} the cursor: it stays"
     elif moved < count:
         note = f"only {moved} collective(s) complete {'after' if forward else 'before'} the cursor"
