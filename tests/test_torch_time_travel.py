@@ -18,6 +18,7 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 from timetravel.explore import Session
 from timetravel.explore.branching import branch
 from timetravel.explore.compare import compare, diff
+from timetravel.explore.divergence import first_divergence
 from timetravel.explore.rerun import rerun
 from timetravel.explore.search import find_first
 from timetravel.recording import record_run
@@ -100,6 +101,25 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
     entries = [entry for entry in changed.paths if entry.path.startswith("nodes/r1/params/")]
     assert len(entries) == 1  # one parameter tensor
     assert "1/" in entries[0].summary and "elements differ" in entries[0].summary  # one element, named
+
+
+def test_the_first_divergence_is_dated_at_the_completion_of_the_collective_whose_results_differ(
+    flipped: tuple[Path, dict],
+) -> None:
+    path, _report = flipped
+    with Session.open(path) as session:
+        fixed = branch(session, FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
+        first = first_divergence(session, "main", fixed.name)
+        assert first is not None and first.event_a is not None and first.event_t_ns is not None
+        completing = session.event(first.event_a)
+        assert completing is not None and (completing.node, completing.kind) == ("c10d", "call")
+        assert first.event_t_ns == completing.t_ns  # the last member's entry, which completed it
+        session.goto_event(first.event_a)
+        record = session.world.nodes["c10d"]["last"]["1"]  # r1 received the flipped result
+        assert record["state"] == "completed" and "on r1, output tensor 0" in first.reason
+        assert first.t_ns == record["t_done_ns"] > completing.t_ns >= FLIP_AT_NS - 1
+        assert f"{record['op']} {record['key']}" in first.reason
+        assert first.to_data()["t_ns"] == record["t_done_ns"]
 
 
 def test_summation_order_from_the_middle_of_a_passing_run_shows_the_ulp_spread(folder: Path) -> None:

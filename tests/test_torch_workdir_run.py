@@ -107,3 +107,51 @@ def test_a_checkpoint_saved_outside_the_working_directory_is_a_warning_naming_it
     assert warning["detail"] == os.path.realpath(tmp_path / "model.pt")  # torch.save, through C++
     assert report["summary"]["first_write_outside_workdir"] == warning["detail"]
     assert sorted(os.listdir(tmp_path)) == ["model.pt", "train.log"]
+
+
+READS_BACK = SCRIPTS / "reads_back_its_file.py"
+RESULT_FLIP_AT_NS = 400_000
+"""r1's first all_reduce result after this time gets one bit flipped (step 2 of 6): from there the
+two branches' ranks write different text to the same file name."""
+
+
+def test_two_executions_resumed_from_one_checkpoint_each_read_back_their_own_files(tmp_path: Path) -> None:
+    from timetravel.explore import Session
+    from timetravel.explore.branching import branch
+    from timetravel.explore.stepper import stepper_at
+    from timetravel.explore.tracks import open_track
+    from timetravel.recording import record_run
+    from timetravel.torch import driver
+
+    authorize_script(str(READS_BACK))
+    scenario = get_scenario("torch")
+    flip = {"kind": "corrupt", "target": "r1", "t_start": RESULT_FLIP_AT_NS, "params": {"side": "result"}}
+    config = scenario.resolve_config(
+        [f"script={READS_BACK}", "nproc=2", "args=6", "rank_output=quiet", f"faults={json.dumps([flip])}"]
+    )
+    path = tmp_path / "files.ttr"
+    recorded, _ = record_run(scenario, config, 5, path, snapshot_every_events=64, force=True)
+    assert recorded["outcome"] == "pass", recorded["failure"]
+    with Session.open(path) as session:
+        # two futures from one moment, both resumed from the checkpoint kept there: one without the
+        # flip, one with it (a new branch key changes nothing else), so their ranks write different text
+        fixed = branch(session, RESULT_FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
+        flipped = branch(session, RESULT_FLIP_AT_NS - 1, {"branch_key": 1})
+        assert fixed.outcome == flipped.outcome == "pass", (fixed.failure, flipped.failure)
+        side_a, side_b = open_track(session, fixed.name), open_track(session, flipped.name)
+        assert side_a.fork_events == side_b.fork_events
+        # the two sides of a divergence search, run side by side (every event checked against each
+        # branch's recording: a rank that read the other side's file raises, and its events differ)
+        stepper_a, stepper_b = stepper_at(side_a, side_a.fork_events), stepper_at(side_b, side_b.fork_events)
+        directories = set()
+        while not (stepper_a.at_end() and stepper_b.at_end()):
+            stepper_a.advance(1)
+            stepper_b.advance(1)
+            for world in (stepper_a.world, stepper_b.world):
+                live = driver.driver_for(world)
+                if live is not None:
+                    directories.add(live.workdir.path)
+        stepper_a.finish()
+        stepper_b.finish()
+        assert not stepper_a.world.failures and not stepper_b.world.failures
+        assert len(directories) == 2  # one private directory per live execution

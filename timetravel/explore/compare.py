@@ -175,7 +175,10 @@ def _diff_at(
     elif divergence is not None:
         _goto_divergence(track_a, divergence.event_a, divergence.t_ns)
         _goto_divergence(track_b, divergence.event_b, divergence.t_ns)
-        at_ns, moment = divergence.t_ns, MOMENT_DIVERGENCE
+        # the worlds right after the diverging event: its own time (a torch divergence's t_ns is the
+        # collective's later completion, event_t_ns the event's)
+        at_ns = divergence.event_t_ns if divergence.event_t_ns is not None else divergence.t_ns
+        moment = MOMENT_DIVERGENCE
     else:
         track_a.goto("end")
         track_b.goto("end")

@@ -13,7 +13,10 @@ event where their histories part (a branch's fork; event #0 for a rerun). From t
    no match on the other side, or whose effects differ (:func:`effects_difference`), is the
    first divergence; the result names its time, node, kind and each side's ``seq`` and event
    number, says why, and carries the diff of the two worlds right after it (effects only:
-   config, faults and choice keys differ on purpose and are left out).
+   config, faults and choice keys differ on purpose and are left out). A scenario may say when
+   the divergence happened in its own terms (``Scenario.divergence_t_ns``): a torch run's
+   ``t_ns`` is the completion time of the first collective whose results differ, and
+   ``event_t_ns`` the time of the event that completed it (its last member's entry).
 
 A :class:`RunSide` is what the search needs from a run: its world at an event count, the choice
 overrides in force there, its snapshots, and the Simulation that re-executes its worlds (a
@@ -373,8 +376,13 @@ def _divergence(a: StepEffects, b: StepEffects, reason: str, world_a: World, wor
     said = _in_scenario_terms(world_a, world_b, changes)
     if said:
         reason = f"{reason}: {said}"
+    t_ns, event_t_ns = a.event[0], None
+    moment = _scenario_moment(world_a, world_b, changes)
+    if moment is not None and moment > t_ns:
+        t_ns, event_t_ns = moment, a.event[0]
     return Divergence(
-        t_ns=a.event[0],
+        t_ns=t_ns,
+        event_t_ns=event_t_ns,
         node=a.event[2],
         kind=kind,
         seq_a=a.event[1] if kind != END_KIND else None,
@@ -386,14 +394,24 @@ def _divergence(a: StepEffects, b: StepEffects, reason: str, world_a: World, wor
     )
 
 
-def _in_scenario_terms(world_a: World, world_b: World, changes: tuple[dict[str, Any], ...]) -> str | None:
-    """The scenario's own sentence for this divergence (``Scenario.describe_divergence``), if it has one."""
+def _scenario_of(world: World) -> Scenario | None:
     try:
-        scenario = get_scenario(world_a.scenario)
+        return get_scenario(world.scenario)
     except UnknownScenarioError:
         return None
-    describe = getattr(scenario, "describe_divergence", None)
+
+
+def _in_scenario_terms(world_a: World, world_b: World, changes: tuple[dict[str, Any], ...]) -> str | None:
+    """The scenario's own sentence for this divergence (``Scenario.describe_divergence``), if it has one."""
+    describe = getattr(_scenario_of(world_a), "describe_divergence", None)
     return describe(world_a, world_b, changes) if describe is not None else None
+
+
+def _scenario_moment(world_a: World, world_b: World, changes: tuple[dict[str, Any], ...]) -> int | None:
+    """The scenario's own time for this divergence (``Scenario.divergence_t_ns``: a torch run's is the
+    completion of the first collective whose results differ), or None: the diverging event's time."""
+    moment = getattr(_scenario_of(world_a), "divergence_t_ns", None)
+    return moment(world_a, world_b, changes) if moment is not None else None
 
 
 def comparable_tree(world: World, excluded: tuple[str, ...] = ()) -> dict[str, Any]:

@@ -12,7 +12,11 @@ hash chain, like a seek) and written as the JSON trace event format:
   zero-length ``send`` slice on the sender at the send time starts a flow (``flow_out``, bound by
   ``bind_id``) that the receiving handler's slice ends (``flow_in``), so Perfetto draws an arrow;
 * **faults as instant events** on their target (``fault f3 crash start``, the record in the args),
-  and the failure as a global instant event.
+  and the failure as a global instant event;
+* on a **torch run** (a world with a ``c10d`` node), per rank a thread ``collectives`` listed first:
+  each collective a slice from the rank's entry to its completion (``t_done``), named
+  ``<op> <group>#<seq>`` with its shapes, dtypes and bytes in the args, and each optimizer step an
+  instant (explore/perfetto_collectives.py).
 
 **Where the data comes from.** The kernel does not log who sent an event, but every event gets the
 next ``seq`` when it is scheduled: the events a handler schedules take the seqs between the world's
@@ -47,6 +51,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from timetravel.explore.perfetto_collectives import (
+    COLLECTIVE_NODE,
+    THREADS_PER_PROCESS,
+    CollectiveTracks,
+    trace_records,
+)
 from timetravel.explore.results import ExportResult
 from timetravel.explore.stepper import Stepper
 from timetravel.explore.work import ProgressCallback, WorkProgress
@@ -61,9 +71,9 @@ TRACE_EVENTS_MAX = 2_000_000
 EXPORT_CHUNK_EVENTS = 4096
 """Events re-executed between two progress reports and stop checks."""
 FORK_SENDER = "<fork>"
-THREADS_PER_PROCESS = 100
-"""tid = pid * THREADS_PER_PROCESS + lane: thread ids are unique across processes (Perfetto
-treats a tid as system-wide). Lane 0 is the events thread, lane 1 + i the stream of index i."""
+# tid = pid * THREADS_PER_PROCESS + lane: thread ids are unique across processes (Perfetto treats a
+# tid as system-wide). Lane 0 is the events thread, lane 1 + i the stream of index i, lanes 50 + k a
+# torch rank's collectives (explore/perfetto_collectives.py).
 EVENTS_LANE = 0
 GPU_KEY = "gpu"
 FAULT_KIND = "fault"
@@ -103,6 +113,8 @@ class _Trace:
     seq_after: list[int] = field(default_factory=list)
     senders: list[tuple[str, int]] = field(default_factory=list)
     counts: dict[str, int] = field(default_factory=lambda: {"kernels": 0, "messages": 0, "faults": 0})
+    collectives: CollectiveTracks | None = None
+    """A torch run's collectives and optimizer steps (None: the world has no c10d node)."""
 
     @property
     def full(self) -> bool:
@@ -121,6 +133,8 @@ def export_perfetto(
     stepper = Stepper(session, 0)
     trace = _Trace(stepper.world, trace_events_max)
     _describe_processes(trace, stepper.world)
+    if COLLECTIVE_NODE in stepper.world.nodes:
+        trace.collectives = CollectiveTracks()
     trace.seq_after.append(stepper.world.seq)
     total = session.end.events
     truncated = False
@@ -146,6 +160,7 @@ def export_perfetto(
     else:
         stepper.verify_open_batch()
     _close_running(trace, stepper.world.t_ns, unfinished=True)
+    _collective_slices(trace, stepper.world.t_ns)
     _failure(trace, stepper.world)
     document = _document(session, trace, stepper.events, truncated)
     text = json.dumps(document, separators=(",", ":"), allow_nan=False)
@@ -161,6 +176,8 @@ def export_perfetto(
         messages=trace.counts["messages"],
         faults=trace.counts["faults"],
         truncated=truncated,
+        collectives=None if trace.collectives is None else trace.counts["collectives"],
+        optimizer_steps=trace.counts.get("optimizer_steps", 0),
     )
 
 
@@ -241,6 +258,8 @@ def _observe(trace: _Trace, number: int, event: Event) -> None:
     if event.kind == FAULT_KIND:
         _fault(trace, event)
     _kernels(trace, event.dst, event.t)
+    if trace.collectives is not None:
+        trace.collectives.observe(world, event)
 
 
 def _handler_slice(trace: _Trace, number: int, event: Event) -> dict[str, Any]:
@@ -388,6 +407,16 @@ def _close_running(trace: _Trace, t_ns: int, *, unfinished: bool) -> None:
             lane = trace.lanes.get((node, stream), 1)
             _kernel_span(trace, node, stream, lane - 1, kernel, t_ns, unfinished=unfinished)
     trace.running.clear()
+
+
+def _collective_slices(trace: _Trace, end_ns: int) -> None:
+    """A torch run's collectives as slices on each rank's ``collectives`` lanes, its steps as instants."""
+    if trace.collectives is None:
+        return
+    metadata, events, counts = trace_records(trace.collectives, trace.pids, end_ns, trace_timestamp)
+    trace.metadata += metadata
+    trace.events += events
+    trace.counts.update(counts)
 
 
 def _failure(trace: _Trace, world: World) -> None:

@@ -47,9 +47,14 @@ class CursorResult:
     watches: tuple[WatchValue, ...] = ()
     in_progress: bool = False
     """The recording is still being written: the run does not end at ``t_end_ns`` (yet)."""
+    collective: dict[str, Any] | None = None
+    """After ``step --collective`` / ``back --collective``: the collective the event the cursor
+    stands after completed (op, key, group, seq, t_done_ns, completed so far)."""
+    note: str | None = None
+    """A sentence about the move (``step --collective 5`` when only 3 more complete)."""
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data = {
             "branch": self.branch,
             "in_progress": self.in_progress,
             "t_ns": self.t_ns,
@@ -60,6 +65,11 @@ class CursorResult:
             "next_event": self.next_event,
             "watches": [watch.to_data() for watch in self.watches],
         }
+        if self.collective is not None:
+            data["collective"] = dict(self.collective)
+        if self.note is not None:
+            data["note"] = self.note
+        return data
 
 
 @dataclass(frozen=True)
@@ -284,9 +294,12 @@ class Divergence:
     event_b: int | None = None
     reason: str = ""
     changes: tuple[dict[str, Any], ...] = ()
+    event_t_ns: int | None = None
+    """The diverging event's own time when ``t_ns`` is the scenario's moment instead (a torch run:
+    ``t_ns`` is the completion of the first collective whose results differ; ``Scenario.divergence_t_ns``)."""
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "t_ns": self.t_ns,
             "node": self.node,
             "kind": self.kind,
@@ -295,6 +308,9 @@ class Divergence:
             "event_a": self.event_a,
             "event_b": self.event_b,
         }
+        if self.event_t_ns is not None:
+            data["event_t_ns"] = self.event_t_ns
+        return data
 
     def to_detail(self) -> dict[str, Any]:
         data = self.to_data()
@@ -456,9 +472,12 @@ class ExportResult:
     messages: int = 0
     faults: int = 0
     truncated: bool = False
+    collectives: int | None = None
+    """A torch run's collective slices (one per rank and collective); None: the world has none."""
+    optimizer_steps: int = 0
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data: dict[str, Any] = {
             "path": self.path,
             "format": self.format,
             "trace_events": self.trace_events,
@@ -469,6 +488,9 @@ class ExportResult:
             "faults": self.faults,
             "truncated": self.truncated,
         }
+        if self.collectives is not None:
+            data.update(collectives=self.collectives, optimizer_steps=self.optimizer_steps)
+        return data
 
 
 @dataclass(frozen=True)

@@ -171,6 +171,10 @@ class Scenario:
     """The first divergence of two runs said in the scenario's own terms (the torch scenario: the
     collective, rank and tensor whose bits first differ), from the two worlds after the diverging
     event and their state changes; None, or returning None: the generic sentence only."""
+    divergence_t_ns: Callable[[World, World, tuple[dict[str, Any], ...]], int | None] | None = None
+    """When that first divergence happened in the scenario's own terms, if not at the diverging
+    event's time (the torch scenario: the completion time ``t_done`` of the first collective whose
+    results differ, later than the event that completed it); None, or returning None: the event's."""
     repro_setup: Callable[[dict[str, Any]], tuple[str, str]] | None = None
     """For a repro pytest (explore/repro.py): module-level lines and one call inside the opened
     Session that the test needs before it re-executes (the torch scenario names its script)."""

@@ -166,7 +166,7 @@ class CheckpointKeeper:
             try:
                 send_message(
                     taken.ranks[rank].control,
-                    {"kind": "resume", "token": taken.token, "socket": driver.address},
+                    {"kind": "resume", "token": taken.token, "socket": driver.address, "cwd": _cwd(driver)},
                 )
             except OSError:
                 self.discard(taken)
@@ -192,6 +192,13 @@ class CheckpointKeeper:
         with contextlib.suppress(OSError):
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _cwd(driver: Any) -> str | None:
+    """The resumed ranks' working directory: the driver's own (each live execution has one), which
+    may not be the one the checkpoint was forked in (torch/world_source.py)."""
+    directory = getattr(driver, "workdir", None)
+    return str(directory.path) if directory is not None else None
 
 
 _keeper: CheckpointKeeper | None = None

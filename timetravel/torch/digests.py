@@ -114,21 +114,54 @@ def step_done(state: dict[str, Any], rank: Any) -> None:
     state.get("scalar_reduces", {}).pop(str(rank), None)
 
 
-def describe_divergence(world_a: Any, world_b: Any, changes: tuple[dict[str, Any], ...]) -> str | None:
-    """The first divergence in a torch user's terms: the collective whose bits differ, on which rank,
-    which tensor (from the per-rank digests above; None when no digest is among the changes)."""
+def _first_digest_change(
+    world_a: Any, world_b: Any, changes: tuple[dict[str, Any], ...]
+) -> tuple[str, str, str, dict[str, Any], dict[str, Any] | None] | None:
+    """The first change among ``changes`` to a rank's last-collective digests: (rank, field, tensor,
+    the record on side a, or b when a has none; the record on side b), None when no digest changed."""
     for change in changes:
         parts = str(change.get("path", "")).split("/")
         if parts[:3] != ["nodes", "c10d", "last"] or len(parts) < 5:
             continue
         rank, field = parts[3], parts[4]
-        record = world_a.nodes["c10d"].get("last", {}).get(rank) or world_b.nodes["c10d"]["last"].get(rank)
+        record_b = world_b.nodes["c10d"].get("last", {}).get(rank)
+        record = world_a.nodes["c10d"].get("last", {}).get(rank) or record_b
         if not record:
             continue
-        side = "output" if field.startswith("out") else "input"
-        tensor = f", {side} tensor {parts[5]}" if len(parts) > 5 and parts[5].isdigit() else ""
-        return (
-            f"the first collective whose {side}s differ: {record['op']} {record['key']} "
-            f"(group {record['group']}, seq {record['seq']}) on r{rank}{tensor}"
-        )
+        tensor = parts[5] if len(parts) > 5 and parts[5].isdigit() else ""
+        return rank, field, tensor, record, record_b
     return None
+
+
+def describe_divergence(world_a: Any, world_b: Any, changes: tuple[dict[str, Any], ...]) -> str | None:
+    """The first divergence in a torch user's terms: the collective whose bits differ, on which rank,
+    which tensor (from the per-rank digests above; None when no digest is among the changes)."""
+    found = _first_digest_change(world_a, world_b, changes)
+    if found is None:
+        return None
+    rank, field, tensor, record, _record_b = found
+    side = "output" if field.startswith("out") else "input"
+    which = f", {side} tensor {tensor}" if tensor else ""
+    return (
+        f"the first collective whose {side}s differ: {record['op']} {record['key']} "
+        f"(group {record['group']}, seq {record['seq']}) on r{rank}{which}"
+    )
+
+
+def divergence_t_ns(world_a: Any, world_b: Any, changes: tuple[dict[str, Any], ...]) -> int | None:
+    """When the first divergence happened in a torch user's terms: the completion time (``t_done``)
+    of the first collective whose digests differ, not the time of the event that completed it (the
+    last member's entry: the result arrives a modelled transfer later). The earlier of the two
+    sides' completion times when both completed it; None when it has not completed (its inputs
+    differ and members are still missing) or no digest is among the changes."""
+    found = _first_digest_change(world_a, world_b, changes)
+    if found is None:
+        return None
+    _rank, _field, _tensor, record, record_b = found
+    key = record["key"]
+    times = [
+        int(item["t_done_ns"])
+        for item in (record, record_b)
+        if item and item.get("key") == key and item.get("state") == "completed" and "t_done_ns" in item
+    ]
+    return min(times) if times else None

@@ -125,6 +125,11 @@ _ONLY_THE_DRIVER_REFERENCES = 2
 """``sys.getrefcount`` of a world held only by ``driver.world``: that attribute and the call's argument."""
 
 
+def workdir_in_use(directory: Any) -> bool:
+    """Whether a live driver's ranks run in ``directory`` (one live execution per directory)."""
+    return any(live.workdir is directory for live in _live)
+
+
 def driver_for(world: Any) -> RankDriver | None:
     """The live driver whose ranks belong to ``world`` (by identity)."""
     for live in _live:

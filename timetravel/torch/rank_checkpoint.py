@@ -185,6 +185,10 @@ def _check_lifeline(adopted: bool) -> bool:
 def _reconnect(channel: Any, command: dict[str, Any]) -> None:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
+        if command.get("cwd"):
+            # the execution this rank resumes into has its own working directory: two executions
+            # resumed from one checkpoint (a divergence search's two sides) never share files
+            os.chdir(command["cwd"])
         sock.connect(command["socket"])
     except OSError:
         os._exit(0)

@@ -558,6 +558,7 @@ SCENARIO = Scenario(
     determinism=MODE_OFF,
     world_source=_torch_worlds,
     describe_divergence=digests.describe_divergence,
+    divergence_t_ns=digests.divergence_t_ns,
     repro_setup=_repro_setup,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
 )

@@ -28,7 +28,7 @@ from typing import Any
 
 from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
 from timetravel.sim.world import World
-from timetravel.torch import checkpoints, driver, scenario
+from timetravel.torch import checkpoints, driver, scenario, workdir
 
 CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
 CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
@@ -205,8 +205,9 @@ class TorchWorlds:
     def _resume(self, world: World, kept: KeptCheckpoint) -> Any:
         """A driver for ``world`` with ranks resumed from ``kept`` in its restored files (None: the
         checkpoint died or stopped answering, and is forgotten)."""
-        kept.directory.restore(kept.files)
-        live = scenario.new_driver(world, spawn=False, directory=kept.directory)
+        directory = self._free_directory(kept.directory)
+        directory.restore(kept.files)
+        live = scenario.new_driver(world, spawn=False, directory=directory)
         try:
             checkpoints.keeper().resume(kept.ranks, live)
         except (checkpoints.CheckpointUnusable, driver.RankStartError):
@@ -214,6 +215,23 @@ class TorchWorlds:
             live.stop()
             return None
         return live
+
+    def _free_directory(self, origin: Any) -> Any:
+        """A working directory no live execution uses, for ranks resumed from a checkpoint taken in
+        ``origin``: ``origin`` itself or another one sharing its blob store when free, else a new one.
+        Two live executions never share one (a divergence search steps two sides resumed from one
+        checkpoint: each side's ranks must read back their own files, not the other side's)."""
+        candidates = [origin] + [
+            directory
+            for directory in self.shared.directories
+            if directory is not origin and directory.store is origin.store and not directory.closed
+        ]
+        for directory in candidates:
+            if not directory.closed and not driver.workdir_in_use(directory):
+                return directory
+        directory = workdir.WorkingDirectory.create(None, store=origin.store)
+        self.shared.directories.append(directory)
+        return directory
 
     def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
         """Re-execute up to ``world``'s event from the nearest earlier start, and keep a checkpoint

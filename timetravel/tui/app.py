@@ -108,6 +108,20 @@ class TimeTravelApp(App[None]):
         ),
         Binding("question_mark", "keymap", "keys", tooltip="show every key"),
         Binding(
+            "greater_than_sign",
+            "by_collective(1)",
+            "next collective",
+            show=False,
+            tooltip="step to the next completed collective (torch runs: step --collective)",
+        ),
+        Binding(
+            "less_than_sign",
+            "by_collective(-1)",
+            "prev collective",
+            show=False,
+            tooltip="back to the previous completed collective (torch runs: back --collective)",
+        ),
+        Binding(
             "y",
             "explain",
             "why",
@@ -233,6 +247,10 @@ class TimeTravelApp(App[None]):
     def explain_link_chosen(self, message: ExplainPane.LinkChosen) -> None:
         where = f"#{message.event}" if message.event is not None else self.engine.time_text(message.t_ns or 0)
         self.run_command(f"goto {where} --branch {message.branch}", kind="seek")
+
+    def action_by_collective(self, direction: int) -> None:
+        # a relative move: queued as a command (queued seeks replace one another; each press counts)
+        self.run_command("step --collective" if direction > 0 else "back --collective")
 
     def action_explain(self) -> None:
         branch = self.view.branch if self.view is not None else ""

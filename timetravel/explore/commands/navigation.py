@@ -14,6 +14,7 @@ shows branch B's schedule as it ran (its end state, total hits), without moving 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from timetravel.explore.branch_tree import branch_tree
@@ -22,10 +23,14 @@ from timetravel.explore.commands.run import CommandContext, register_handler
 from timetravel.explore.navigate import (
     EVENT_ROWS_DEFAULT,
     EVENT_ROWS_MAX,
+    NoCollectives,
+    back_collectives,
+    completed_collective,
     cursor_result,
     event_rows,
     next_change,
     previous_change,
+    step_collectives,
 )
 from timetravel.explore.results import (
     BranchesResult,
@@ -83,13 +88,38 @@ def _goto(invocation: Invocation, context: CommandContext) -> CursorResult:
 
 
 def _step(invocation: Invocation, context: CommandContext) -> CursorResult:
-    context.require_session("step").step(invocation.value("count", 1))
+    session = context.require_session("step")
+    if invocation.value("collective"):
+        return _by_collectives(invocation, context, session, forward=True)
+    session.step(invocation.value("count", 1))
     return _cursor(context)
 
 
 def _back(invocation: Invocation, context: CommandContext) -> CursorResult:
-    context.require_session("back").back(invocation.value("count", 1))
+    session = context.require_session("back")
+    if invocation.value("collective"):
+        return _by_collectives(invocation, context, session, forward=False)
+    session.back(invocation.value("count", 1))
     return _cursor(context)
+
+
+def _by_collectives(
+    invocation: Invocation, context: CommandContext, session: Session, *, forward: bool
+) -> CursorResult:
+    """``step --collective [N]`` / ``back --collective [N]`` (explore/navigate.py: any rank's)."""
+    count = invocation.value("count", 1)
+    name = "step" if forward else "back"
+    try:
+        _position, moved = step_collectives(session, count) if forward else back_collectives(session, count)
+    except NoCollectives as error:
+        raise CommandError(f"{name} --collective: {error}") from None
+    note = None
+    if moved == 0 < count:
+        note = f"no collective completes {'after' if forward else 'before'} the cursor: it stays"
+    elif moved < count:
+        note = f"only {moved} collective(s) complete {'after' if forward else 'before'} the cursor"
+    result = _cursor(context)
+    return dataclasses.replace(result, collective=completed_collective(session), note=note)
 
 
 def _where(invocation: Invocation, context: CommandContext) -> CursorResult:

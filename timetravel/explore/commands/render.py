@@ -33,6 +33,15 @@ def outcome_text(outcome: str, failure: dict[str, Any] | None, unit: str) -> str
     return failure_text(failure, unit)
 
 
+def collective_text(collective: dict[str, Any], unit: str) -> str:
+    """``completed all_reduce 0#7 (group 0, seq 7) at 1.62ms, the 7th collective``."""
+    return (
+        f"completed {collective['op']} {collective['key']} (group {collective['group']}, seq "
+        f"{collective['seq']}) at {format_time(collective['t_done_ns'], unit)}; "
+        f"{collective['completed']} collectives completed so far"
+    )
+
+
 def _cursor(result: r.CursorResult, unit: str) -> list[str]:
     ends = (
         f"in progress: written up to {format_time(result.t_end_ns, unit)} so far"
@@ -43,6 +52,10 @@ def _cursor(result: r.CursorResult, unit: str) -> list[str]:
         f"{result.branch} at {format_time(result.t_ns, unit)}, event #{result.event} of {result.events_total} "
         f"({ends})"
     ]
+    if result.collective is not None:
+        lines.append(f"  {collective_text(result.collective, unit)}")
+    if result.note is not None:
+        lines.append(f"  {result.note}")
     if result.next_event is not None:
         event = result.next_event
         lines.append(
@@ -184,6 +197,8 @@ def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
         if divergence.kind == "end" and not divergence.node
         else f"{divergence.kind} on {divergence.node}"
     )
+    if divergence.event_t_ns is not None:  # t_ns is the scenario's moment (a collective's completion)
+        what = f"completed by {what} at {format_time(divergence.event_t_ns, unit)}"
     return (
         f"first divergence at {format_time(divergence.t_ns, unit)}: {what} "
         f"({event_refs(divergence.event_a, divergence.event_b)})"
@@ -292,6 +307,11 @@ def _export(result: r.ExportResult, unit: str) -> list[str]:
         f"wrote {result.trace_events} trace events ({result.bytes_written} bytes) to {result.path}",
         f"  {result.events} events, {result.kernels} kernels, {result.messages} messages, {result.faults} faults",
     ]
+    if result.collectives is not None:
+        lines.append(
+            f"  {result.collectives} collective slices and {result.optimizer_steps} optimizer steps "
+            "on a 'collectives' track per rank"
+        )
     if result.truncated:
         lines.append(f"  truncated after event #{result.events} (the trace event limit or a stop)")
     return [*lines, "  open it at https://ui.perfetto.dev (Open trace file)"]

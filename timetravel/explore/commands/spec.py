@@ -136,15 +136,29 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
     ),
     CommandSpec(
         "step",
-        "run N more events forward (default 1)",
-        (ArgumentSpec("count", "count", "how many events", required=False),),
-        examples=("step", "step 100"),
+        "run N more events forward (default 1), or to the N-th next completed collective (torch)",
+        (ArgumentSpec("count", "count", "how many events (collectives with --collective)", required=False),),
+        (
+            OptionSpec(
+                "--collective",
+                None,
+                "move by collectives: to the event that completes the N-th next one, of any rank (torch runs)",
+            ),
+        ),
+        examples=("step", "step 100", "step --collective", "step --collective 10"),
     ),
     CommandSpec(
         "back",
         "go back N events (default 1): restore the nearest snapshot and replay",
-        (ArgumentSpec("count", "count", "how many events", required=False),),
-        examples=("back", "back 5"),
+        (ArgumentSpec("count", "count", "how many events (collectives with --collective)", required=False),),
+        (
+            OptionSpec(
+                "--collective",
+                None,
+                "move by collectives: after the N-th completing event before the cursor's (torch runs)",
+            ),
+        ),
+        examples=("back", "back 5", "back --collective"),
     ),
     CommandSpec("where", "where the cursor stands: branch, time, event number, next event, failure"),
     CommandSpec(

@@ -19,7 +19,7 @@ from rich.text import Text
 from rich.tree import Tree
 
 from timetravel.explore import results as r
-from timetravel.explore.commands.render import event_refs, fanout_heading
+from timetravel.explore.commands.render import collective_text, event_refs, fanout_heading
 from timetravel.explore.diff import DiffResult
 from timetravel.explore.minimize import MinimizeResult
 from timetravel.shell.render.plot import plot
@@ -87,10 +87,12 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
         )
     else:
         line.append(f"  (run ends at {context.time(result.t_end_ns)})", style="dim")
-    parts: list[RenderableType] = [
-        line,
-        Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"),
-    ]
+    parts: list[RenderableType] = [line]
+    if result.collective is not None:
+        parts.append(Text(collective_text(result.collective, context.unit), style="green"))
+    if result.note is not None:
+        parts.append(Text(result.note, style="yellow"))
+    parts.append(Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"))
     if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
         parts.append(failure_text(result.failure, context))
     if result.watches:
@@ -299,6 +301,8 @@ def _divergence_text(divergence: Any, context: RenderContext) -> Text:
     text = Text("first divergence: ", style="bold")
     text.append(context.time(divergence.t_ns), style="bold yellow")
     text.append(f" on {divergence.node}, {divergence.kind}")
+    if getattr(divergence, "event_t_ns", None) is not None:  # t_ns: the collective's completion
+        text.append(f" at {context.time(divergence.event_t_ns)}")
     text.append(f"  ({event_refs(divergence.event_a, divergence.event_b)})", style="dim")
     if divergence.reason:
         text.append(f"  {divergence.reason}", style="dim")
