@@ -25,7 +25,7 @@ from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives, digests, elastic, faults, store
+from timetravel.torch import arrays, collectives, digests, elastic, faults, resume, store
 from timetravel.torch import state as training_state
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
@@ -331,11 +331,13 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     reports[str(message["rank"])] = message["params"]
     training_state.collect_shards(state, message, state["ranks"] - len(state["exited"]), ctx)
     digests.step_done(state, message["rank"])
+    resume.note_step(state, str(message["rank"]), message["params"], ctx)
     if len(reports) < state["ranks"] - len(state["exited"]):
         return
     del state["steps"][step]
     state["steps_checked"] += 1
-    _check_replicas(step, reports, ctx)
+    if ctx.world.config["detect_divergence"]:
+        _check_replicas(step, reports, ctx)
 
 
 def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> None:

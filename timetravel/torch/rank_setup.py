@@ -56,7 +56,9 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         rank_channel,
         every=int(settings.get("state_every_steps", 1)),
         bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
-        digests=parameter_digests if settings.get("detect_divergence", True) else None,
+        digests=parameter_digests
+        if settings.get("detect_divergence", True) or settings.get("detect_resume_mismatch", True)
+        else None,
         names=parameter_name,
         owners=_parameter_owners,
         prefix_of=module_prefix,

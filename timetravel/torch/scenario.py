@@ -31,7 +31,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d, digests, store, workdir
+from timetravel.torch import c10d, digests, resume, store, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH, STUCK_TIMEOUT_S_DEFAULT
@@ -99,6 +99,13 @@ PARAMS: tuple[Param, ...] = (
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(
         "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
+    ),
+    Param(
+        "detect_resume_mismatch",
+        "bool",
+        True,
+        "after a crash fault and a restart, fail when the run differs from the same seed's run without "
+        "the crash (costs one more run of the script, only then)",
     ),
     Param(
         "state_every_steps",
@@ -287,6 +294,7 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0, *, cwd: str
                 "restarts": restarts,
                 "settings": {
                     "detect_divergence": config["detect_divergence"],
+                    "detect_resume_mismatch": config["detect_resume_mismatch"],
                     "compile": config["compile"],
                     "state_every_steps": config["state_every_steps"],
                     "state_bytes_max": config["state_bytes_max"],
@@ -480,6 +488,7 @@ def on_end(world: World, ctx: Context) -> None:
         c10d.report_hang(world, ctx)
     finally:
         driver.stop_world(world)
+    resume.check(world, ctx)  # after the ranks ended: it may run the reference (torch/resume.py)
 
 
 def summarize(world: World) -> dict[str, Any]:
