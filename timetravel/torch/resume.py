@@ -113,6 +113,9 @@ def check(world: World, ctx: Context) -> None:
     if "write_outside_workdir" in state.get("warnings", {}):
         ctx.log("resume_mismatch: not checked (the script wrote outside its working directory)")
         return
+    if not any(history["count"] for history in state.get("resume", {}).values()):
+        ctx.log("resume_mismatch: nothing to compare (no optimizer step after the restart)")
+        return
     reference = reference_run(world)
     if reference["failure"] is not None:
         ctx.log(f"resume_mismatch: not checked (the run without the crash failed: {reference['failure']})")

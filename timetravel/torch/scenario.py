@@ -388,8 +388,13 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     """Read the rank's calls until it blocks; each becomes an event at its logical time."""
     rank = int(ctx.node[1:])
     poll = event.payload if isinstance(event.payload, dict) else {"incarnation": event.payload}
-    if poll["incarnation"] != state["incarnation"]:
-        return  # a poll of a rank process a restart has replaced
+    if (
+        poll["incarnation"] != state["incarnation"]
+        or poll["incarnation"] != ctx.world.nodes[C10D_NODE]["incarnation"]
+    ):
+        # a poll of a rank process a restart has replaced: the rank's node learns of the restart only
+        # at its ``restart`` event, later, so the poll of a result released before it is told by c10d
+        return
     live = _driver(ctx)
     if "delivery" in poll:
         live.deliver(rank, poll["delivery"])
