@@ -64,7 +64,7 @@ def test_the_reference_is_the_run_without_the_crash_faults_only() -> None:
     _report, world = crashed("none")
     config = resume.reference_config(world)
     assert config["faults"] == [] and config["max_restarts"] == 0
-    assert config["detect_resume_mismatch"] is False
+    assert config["detect_resume_mismatch"] is True  # its ranks report the same digests as the run's
 
 
 def test_a_restart_while_ranks_hold_undelivered_results_finds_their_files_and_starts_cleanly() -> None:
@@ -88,3 +88,22 @@ def test_first_mismatch_aligns_the_restarted_steps_with_the_end_of_the_reference
     assert found is not None and (found["rank"], found["step"], found["after_restart"]) == (1, 4, 2)
     repeated = resume.first_mismatch({"0": history(*"abcde"), "1": history(*"abcd")}, reference, 2)
     assert repeated is not None and repeated["extra_steps"] == 1
+
+
+FSDP2_CRASH_AT_STEP_5 = json.dumps(
+    [{"kind": "crash", "target": "r1", "t_start": 5_100_000, "t_end": 5_400_000}]
+)
+"""r1 is killed at an all_gather of step 5 (the last dcp checkpoint holds step 4)."""
+
+
+def test_fsdp2_resumed_through_dcp_matches_and_forgetting_a_shard_s_adam_state_is_caught() -> None:
+    script = SCRIPTS / "resume_fsdp2.py"
+    settings = ("max_restarts=1", f"faults={FSDP2_CRASH_AT_STEP_5}")
+    report, _world = simulate(script, *settings)
+    assert report["outcome"] == "pass", report["failure"]
+    _report, world = simulate(script, *settings, "args=--forget-optimizer")
+    failure = world.failures[0]
+    assert (failure["kind"], failure["tensor"]) == ("resume_mismatch", "0.weight")
+    # dcp's get_state_dict initialises Adam's state with a zero-lr step() before the load: not a
+    # training step, so the first step after the resume is step 5, not 4
+    assert (failure["step"], failure["step_after_restart"]) == (5, 1)

@@ -331,7 +331,7 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     reports[str(message["rank"])] = message["params"]
     training_state.collect_shards(state, message, state["ranks"] - len(state["exited"]), ctx)
     digests.step_done(state, message["rank"])
-    resume.note_step(state, str(message["rank"]), message["params"], ctx)
+    resume.note_step(state, str(message["rank"]), message["params"] + message.get("shard_params", []), ctx)
     if len(reports) < state["ranks"] - len(state["exited"]):
         return
     del state["steps"][step]

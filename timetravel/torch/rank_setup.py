@@ -62,6 +62,9 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         names=parameter_name,
         owners=_parameter_owners,
         prefix_of=module_prefix,
+        shard_digests=functools.partial(parameter_digests, shards=True)
+        if settings.get("detect_resume_mismatch", True)
+        else None,
     )
     rank_state.watch_optimizers(reporter)
     rank_state.watch_grad_scaler(rank_channel)
@@ -203,14 +206,16 @@ def _remember_module_parents() -> None:
     register_module_module_registration_hook(hook)
 
 
-def parameter_digests(optimizer: torch.optim.Optimizer) -> list[list[Any]]:
-    """Name, shape, dtype and xxh3-64 of each replicated parameter (a DTensor shard is left out)."""
+def parameter_digests(optimizer: torch.optim.Optimizer, shards: bool = False) -> list[list[Any]]:
+    """Name, shape, dtype and xxh3-64 of each replicated parameter (a DTensor shard is left out: ranks
+    hold different parts by design); with ``shards``, of each DTensor shard the rank holds instead
+    (what resume_mismatch compares with the same rank of the run without the crash)."""
     digests = []
     for group_index, group in enumerate(optimizer.param_groups):
         for position, parameter in enumerate(group["params"]):
             placements = getattr(parameter, "placements", ())
-            if any(placement.is_shard() for placement in placements):
-                continue  # a shard of a DTensor: ranks hold different parts by design
+            if any(placement.is_shard() for placement in placements) != shards:
+                continue
             data = parameter.detach()
             if hasattr(data, "to_local"):
                 data = data.to_local()
