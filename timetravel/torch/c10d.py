@@ -25,7 +25,7 @@ from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives, digests, elastic, faults, store
+from timetravel.torch import arrays, collectives, digests, elastic, faults, resume, store
 from timetravel.torch import state as training_state
 from timetravel.torch.cost import collective_ns, point_to_point_ns
 from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
@@ -331,11 +331,13 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     reports[str(message["rank"])] = message["params"]
     training_state.collect_shards(state, message, state["ranks"] - len(state["exited"]), ctx)
     digests.step_done(state, message["rank"])
+    resume.note_step(state, str(message["rank"]), message["params"] + message.get("shard_params", []), ctx)
     if len(reports) < state["ranks"] - len(state["exited"]):
         return
     del state["steps"][step]
     state["steps_checked"] += 1
-    _check_replicas(step, reports, ctx)
+    if ctx.world.config["detect_divergence"]:
+        _check_replicas(step, reports, ctx)
 
 
 def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> None:
@@ -350,19 +352,41 @@ def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> N
             groups.setdefault(reports[rank][position][3], []).append(rank)
         if len(groups) == 1:
             continue
-        majority = max(groups.values(), key=len)
-        minority = sorted(
-            (rank for members in groups.values() if members is not majority for rank in members), key=int
-        )
-        ctx.fail(
-            "divergence",
-            f"after optimizer step {step}, parameter {name} ({dtype}{shape}) differs on "
-            f"{', '.join('r' + rank for rank in minority)} from the other {len(majority)} replicas",
-            "torch.collective.divergence",
-            node=f"r{minority[0]}",
-        )
-        ctx.world.failures[-1].update(step=int(step), tensor=name, minority=[f"r{rank}" for rank in minority])
+        _fail_divergence(step, f"{name} ({dtype}{shape})", name, list(groups.values()), ctx)
         return
+
+
+def _fail_divergence(step: str, described: str, name: str, groups: list[list[str]], ctx: Context) -> None:
+    """Replicas split into ``groups`` (each in rank order) on parameter ``name``.
+
+    With a strict majority, the others are the ``minority`` and ``node`` is its lowest rank. Without
+    one (two ranks, or 2 against 2), nothing says which side is wrong: ``minority`` is empty, every
+    group is named in ``split`` (groups ordered by their lowest rank) and ``node`` is, by convention,
+    the lowest rank that disagrees with the lowest rank of the job (r1 of two)."""
+    split = sorted(groups, key=lambda members: int(members[0]))
+    largest = max(len(members) for members in split)
+    leaders = [members for members in split if len(members) == largest]
+    named = [[f"r{rank}" for rank in members] for members in split]
+    if len(leaders) == 1:
+        majority = leaders[0]
+        minority = sorted((rank for members in split if members is not majority for rank in members), key=int)
+        message = (
+            f"after optimizer step {step}, parameter {described} differs on "
+            f"{', '.join('r' + rank for rank in minority)} from the other {len(majority)} replicas"
+        )
+        node = f"r{minority[0]}"
+    else:
+        minority = []
+        sides = " against ".join("{" + ", ".join(members) + "}" for members in named)
+        message = (
+            f"after optimizer step {step}, parameter {described} differs between replicas with no "
+            f"majority: {sides}"
+        )
+        node = named[1][0]
+    ctx.fail("divergence", message, "torch.collective.divergence", node=node)
+    ctx.world.failures[-1].update(
+        step=int(step), tensor=name, minority=[f"r{rank}" for rank in minority], split=named
+    )
 
 
 def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:

@@ -25,7 +25,7 @@ import numpy as np
 import xxhash
 
 from timetravel.sim.context import Context
-from timetravel.torch import arrays
+from timetravel.torch import arrays, resume
 
 
 def tensor_digests(tensors: list[np.ndarray]) -> list[str]:
@@ -106,7 +106,9 @@ def _scalar_metric(
     per_rank = counters.setdefault(rank, {})
     index = per_rank.get(group, 0)
     per_rank[group] = index + 1
-    ctx.metric(f"allreduce/{group}/{index}", float(output.reshape(-1)[0]))
+    value = float(output.reshape(-1)[0])
+    ctx.metric(f"allreduce/{group}/{index}", value)
+    resume.note_loss(state, rank, index, value, ctx)
 
 
 def step_done(state: dict[str, Any], rank: Any) -> None:

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any, TextIO
 
 from timetravel.torch.limits import RANK_START_TIMEOUT_S
-from timetravel.torch.wire import ChannelClosed, receive_message, send_message
+from timetravel.torch.wire import ChannelClosed, ProtocolError, receive_message, send_message
 from timetravel.torch.zygote import read_frame, write_frame
 
 
@@ -271,6 +271,19 @@ class RankDriver:
             ) from None
         except OSError as error:
             raise ChannelClosed(str(error)) from None
+
+    def run_to_next_wait(self, rank: int) -> None:
+        """Read the rank's messages (showing its output, dropping its calls) until it waits, exits or
+        dies: it is then quiescent (elastic.py settles ranks so before a restart)."""
+        while rank in self.sockets:
+            try:
+                message = self.receive(rank)
+            except (ChannelClosed, ProtocolError, TimeoutError):
+                return
+            if message.get("kind") == "output":
+                self.emit(rank, message["stream"], message["lines"])
+            elif message.get("kind") in ("wait", "exit"):
+                return
 
     def send(self, rank: int, message: dict[str, Any]) -> None:
         connection = self.sockets.get(rank)

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import Any
 
 from timetravel.sim.context import Context
+from timetravel.torch import resume
 
 RESTARTABLE_KINDS = ("crash", "exception")
 """What torchelastic restarts on: a worker that died or exited non-zero (a raised exception)."""
@@ -33,17 +34,36 @@ def rank_failed(
 def restart(state: dict[str, Any], ctx: Context, reason: str) -> None:
     from timetravel.torch.scenario import _driver, rank_specs
 
+    live = _driver(ctx)
+    _settle(state, ctx, live)
     state["restarts"] += 1
     state["incarnation"] += 1
     for key in ("ops", "results", "waiting", "exited", "steps", "delivering"):
         state[key] = {}
     state["flight"] = {str(rank): [] for rank in range(state["ranks"])}
+    resume.forget(state)
     ctx.log(f"restart {state['restarts']} of {ctx.world.config['max_restarts']}: {reason}")
-    live = _driver(ctx)
     live.restart(rank_specs(ctx.world.config, ctx.world.seed, state["restarts"], cwd=live.workdir.path))
     t_ns = ctx.now + ctx.world.config["restart_delay"]
     for rank in range(state["ranks"]):
         ctx.deliver(t_ns, f"r{rank}", "restart", state["incarnation"])
+
+
+def _settle(state: dict[str, Any], ctx: Context, live: Any) -> None:
+    """Before the restart kills them: every surviving rank runs to its next wait on the World.
+
+    A rank whose collective completed has its result (at once, or at its poll in lockstep) and runs
+    on in wall time — it may be halfway through ``torch.save`` when the restart kills it, and what
+    the restarted ranks then read would depend on the machine's timing. Here each rank is handed every
+    result the World released to it and runs until it blocks again (a wait, its exit or its death),
+    so the files a restart finds are the same on every run, with checkpoints (lockstep) or without.
+    What such a rank sends after its result is dropped with its incarnation; its output is shown."""
+    for rank in range(state["ranks"]):
+        offered = int(state["deliveries"].get(str(rank), 0))
+        if rank not in live.sockets or offered <= int(ctx.world.nodes[f"r{rank}"]["delivered"]):
+            continue  # gone, or its poll took its last result and it ran to its wait then: blocked
+        live.deliver(rank, offered)
+        live.run_to_next_wait(rank)
 
 
 def current(state: dict[str, Any], message: dict[str, Any]) -> bool:

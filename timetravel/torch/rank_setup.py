@@ -61,10 +61,15 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         rank_channel,
         every=int(settings.get("state_every_steps", 1)),
         bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
-        digests=parameter_digests if settings.get("detect_divergence", True) else None,
+        digests=parameter_digests
+        if settings.get("detect_divergence", True) or settings.get("detect_resume_mismatch", True)
+        else None,
         names=parameter_name,
         owners=_parameter_owners,
         prefix_of=module_prefix,
+        shard_digests=functools.partial(parameter_digests, shards=True)
+        if settings.get("detect_resume_mismatch", True)
+        else None,
     )
     rank_state.watch_optimizers(reporter)
     rank_state.watch_grad_scaler(rank_channel)
@@ -206,14 +211,16 @@ def _remember_module_parents() -> None:
     register_module_module_registration_hook(hook)
 
 
-def parameter_digests(optimizer: torch.optim.Optimizer) -> list[list[Any]]:
-    """Name, shape, dtype and xxh3-64 of each replicated parameter (a DTensor shard is left out)."""
+def parameter_digests(optimizer: torch.optim.Optimizer, shards: bool = False) -> list[list[Any]]:
+    """Name, shape, dtype and xxh3-64 of each replicated parameter (a DTensor shard is left out: ranks
+    hold different parts by design); with ``shards``, of each DTensor shard the rank holds instead
+    (what resume_mismatch compares with the same rank of the run without the crash)."""
     digests = []
     for group_index, group in enumerate(optimizer.param_groups):
         for position, parameter in enumerate(group["params"]):
             placements = getattr(parameter, "placements", ())
-            if any(placement.is_shard() for placement in placements):
-                continue  # a shard of a DTensor: ranks hold different parts by design
+            if any(placement.is_shard() for placement in placements) != shards:
+                continue
             data = parameter.detach()
             if hasattr(data, "to_local"):
                 data = data.to_local()

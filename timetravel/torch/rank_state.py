@@ -26,6 +26,7 @@ once. A GradScaler's ``update()`` reports ``scale`` (before the update) and ``fo
 from __future__ import annotations
 
 import functools
+import sys
 import weakref
 from typing import Any
 
@@ -72,6 +73,25 @@ def _norm(tensor: torch.Tensor) -> float:
     return float(torch.linalg.vector_norm(tensor.double()))
 
 
+_INITIALISING_FRAMES_MAX = 8
+"""How far up the stack a step hook looks for torch's optimizer-state initialisation (the hook runs a
+few frames below ``optimizer.step``, which ``_init_optim_state`` calls directly)."""
+
+
+def _initialising_state() -> bool:
+    """Whether this ``optimizer.step()`` is torch.distributed.checkpoint's ``_init_optim_state``: a step
+    with zero gradients and a zero learning rate that only creates the optimizer's state (before a
+    ``dcp.load`` into it), not a training step — counting it would shift every later step's number."""
+    frame: Any = sys._getframe(1)
+    for _ in range(_INITIALISING_FRAMES_MAX):
+        if frame is None:
+            return False
+        if frame.f_code.co_name == "_init_optim_state" and "checkpoint" in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
 class StateReporter:
     """Holds what a rank needs between backward and the step: local grads and pre-step weights."""
 
@@ -84,11 +104,13 @@ class StateReporter:
         names: Any,
         owners: dict[int, Any],
         prefix_of: Any = None,
+        shard_digests: Any = None,
     ) -> None:
         self.channel = channel
         self.every = every
         self.bytes_max = bytes_max
         self.parameter_digests = digests  # rank_setup's divergence digests (None: detect_divergence off)
+        self.shard_digests = shard_digests  # the rank's own shards' digests (resume_mismatch; None: off)
         self.name_of = names
         self.owners = owners  # id(parameter) -> weakref of the module that first listed it
         self.prefix_of = prefix_of if prefix_of is not None else (lambda module: "")
@@ -121,15 +143,23 @@ class StateReporter:
             self.grads[id(parameter)] = _local(parameter.grad).clone()
 
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if _initialising_state():
+            return
         if self.state_step():
             for group in optimizer.param_groups:
                 for parameter in group["params"]:
                     self.before[id(parameter)] = _local(parameter).clone()
 
     def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
+        if _initialising_state():
+            return
         self.steps += 1
         message: dict[str, Any] = {"kind": "step", "step": self.steps}
         message["params"] = self.parameter_digests(optimizer) if self.parameter_digests is not None else []
+        if self.shard_digests is not None:
+            shards = self.shard_digests(optimizer)
+            if shards:  # FSDP2: compared with the same rank's shards in the run without the crash
+                message["shard_params"] = shards
         metrics = [
             ["lr" if index == 0 else f"lr/{index}", float(group["lr"])]
             for index, group in enumerate(optimizer.param_groups)

@@ -31,7 +31,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d, digests, store, workdir
+from timetravel.torch import c10d, digests, resume, store, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import (
@@ -120,6 +120,13 @@ PARAMS: tuple[Param, ...] = (
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(
         "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
+    ),
+    Param(
+        "detect_resume_mismatch",
+        "bool",
+        True,
+        "after a crash fault and a restart, fail when the run differs from the same seed's run without "
+        "the crash (costs one more run of the script, only then)",
     ),
     Param(
         "state_every_steps",
@@ -308,6 +315,7 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0, *, cwd: str
                 "restarts": restarts,
                 "settings": {
                     "detect_divergence": config["detect_divergence"],
+                    "detect_resume_mismatch": config["detect_resume_mismatch"],
                     "compile": config["compile"],
                     "compute_model": config["compute_model"],
                     "compute_flops_per_s": config["compute_flops_per_s"],
@@ -403,8 +411,13 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     """Read the rank's calls until it blocks; each becomes an event at its logical time."""
     rank = int(ctx.node[1:])
     poll = event.payload if isinstance(event.payload, dict) else {"incarnation": event.payload}
-    if poll["incarnation"] != state["incarnation"]:
-        return  # a poll of a rank process a restart has replaced
+    if (
+        poll["incarnation"] != state["incarnation"]
+        or poll["incarnation"] != ctx.world.nodes[C10D_NODE]["incarnation"]
+    ):
+        # a poll of a rank process a restart has replaced: the rank's node learns of the restart only
+        # at its ``restart`` event, later, so the poll of a result released before it is told by c10d
+        return
     live = _driver(ctx)
     if "delivery" in poll:
         live.deliver(rank, poll["delivery"])
@@ -507,6 +520,7 @@ def on_end(world: World, ctx: Context) -> None:
         c10d.report_hang(world, ctx)
     finally:
         driver.stop_world(world)
+    resume.check(world, ctx)  # after the ranks ended: it may run the reference (torch/resume.py)
 
 
 def summarize(world: World) -> dict[str, Any]:

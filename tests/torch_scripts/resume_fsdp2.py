@@ -1,0 +1,60 @@
+"""FSDP2 + Adam, checkpointed with torch.distributed.checkpoint every 2 steps; resumes after a restart.
+
+Each save goes to its own folder (``checkpoint/step_K``) and rank 0 then names it in ``latest.txt``, so a
+crash halfway through a save never leaves a folder half old and half new. ``--forget-optimizer``: the
+resume loads the model's shards but not Adam's state of them (a shard's optimizer state forgotten).
+"""
+
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+import torch.distributed.checkpoint as dcp
+from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
+from torch.distributed.fsdp import fully_shard
+
+STEPS = 8
+forget = "--forget-optimizer" in sys.argv
+dist.init_process_group("gloo")
+rank = dist.get_rank()
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+for layer in model:
+    if isinstance(layer, torch.nn.Linear):
+        fully_shard(layer)
+fully_shard(model)
+optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
+latest = Path("latest.txt")
+start = 0
+if latest.exists():
+    model_state, optimizer_state = get_state_dict(model, optimizer)
+    progress = torch.zeros((), dtype=torch.int64)
+    state = {"model": model_state, "progress": progress}
+    if not forget:
+        state["optimizer"] = optimizer_state
+    dcp.load(state, checkpoint_id=latest.read_text().strip())
+    if forget:
+        set_model_state_dict(model, state["model"])
+    else:
+        set_state_dict(model, optimizer, model_state_dict=state["model"], optim_state_dict=state["optimizer"])
+    start = int(progress)
+for step in range(start, STEPS):
+    generator = torch.Generator().manual_seed(1000 * step + rank)  # the data position is the step
+    loss = model(torch.randn(4, 8, generator=generator)).pow(2).mean()
+    optimizer.zero_grad()
+    loss.backward()
+    optimizer.step()
+    print(f"step {step + 1} at {time.perf_counter_ns()} ns")
+    if (step + 1) % 2 == 0:
+        model_state, optimizer_state = get_state_dict(model, optimizer)
+        folder = f"checkpoint/step_{step + 1}"
+        progress = torch.tensor(step + 1)
+        dcp.save(
+            {"model": model_state, "optimizer": optimizer_state, "progress": progress}, checkpoint_id=folder
+        )
+        dist.barrier()
+        if rank == 0:
+            latest.write_text(folder + "\n")
+dist.destroy_process_group()
