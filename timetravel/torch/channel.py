@@ -9,9 +9,13 @@ depends on what the other ranks do meanwhile.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from timetravel.torch.wire import receive_message, send_message
+
+NON_BLOCKING_KINDS = frozenset({"metric", "output", "warning", "step"})
+"""Messages that do not end the rank's stretch of free running (``before_blocking`` skips them)."""
 
 
 class StopRank(BaseException):
@@ -25,10 +29,17 @@ class Channel:
         self.rank = rank
         self.clock = clock
         self.work_count = 0
+        self.before_blocking: list[Callable[[], None]] = []
+        """Called before every message other than a metric, output, warning or step (the loss
+        capture sends the last step's loss there: :mod:`timetravel.torch.rank_env.loss_capture`)."""
 
-    def post(self, message: dict[str, Any]) -> None:
-        """Send without waiting (a non-blocking op, output, a metric)."""
-        message["t_ns"] = self.clock.now_ns()
+    def post(self, message: dict[str, Any], t_ns: int | None = None) -> None:
+        """Send without waiting (a non-blocking op, output, a metric), stamped with the rank's
+        logical time (or ``t_ns``, an earlier moment of this rank: the coordinator never goes back)."""
+        if self.before_blocking and message.get("kind") not in NON_BLOCKING_KINDS:
+            for hook in self.before_blocking:
+                hook()
+        message["t_ns"] = self.clock.now_ns() if t_ns is None else t_ns
         send_message(self.sock, message)
 
     def call(self, message: dict[str, Any]) -> dict[str, Any]:
