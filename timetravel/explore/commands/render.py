@@ -13,6 +13,7 @@ from typing import Any
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.reference import overlay_lines
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
 
 FANOUT_KEYS_SHOWN = 10
@@ -210,6 +211,8 @@ def _compare(result: r.CompareResult, unit: str) -> list[str]:
         lines += [f"  {e.path}: {e.change} {e.summary}" for e in state.paths[:COMPARE_PATHS_SHOWN]]
         if total > COMPARE_PATHS_SHOWN:
             lines.append(f"  ... and {total - COMPARE_PATHS_SHOWN} more")
+    for laid in result.reference or ():
+        lines += overlay_lines(laid)
     return lines
 
 
