@@ -48,6 +48,16 @@ class CursorResult:
     in_progress: bool = False
     """The recording is still being written: the run does not end at ``t_end_ns`` (yet)."""
 
+    @property
+    def failure_reached(self) -> bool:
+        """The branch's failure holds at the cursor: its time is reached, or the cursor is at the end
+        of a finished branch — a hang is reported at the wait's start + hang_timeout, after the last
+        event, and nothing happens in between, so the end of the branch *is* the hang."""
+        if self.failure is None:
+            return False
+        at_end = self.event >= self.events_total and not self.in_progress
+        return at_end or int(self.failure.get("t_ns") or 0) <= self.t_ns
+
     def to_data(self) -> dict[str, Any]:
         return {
             "branch": self.branch,

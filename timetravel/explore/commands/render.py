@@ -49,7 +49,7 @@ def _cursor(result: r.CursorResult, unit: str) -> list[str]:
         lines.append(
             f"  next: {event.get('kind')} -> {event.get('dst')} at {format_time(event.get('t_ns', 0), unit)}"
         )
-    if result.failure is not None and result.failure.get("t_ns", 0) <= result.t_ns:
+    if result.failure is not None and result.failure_reached:
         lines.append(f"  {failure_text(result.failure, unit)}")
     lines += [
         f"  watch {w.expression} = {w.value}{'  (changed)' if w.changed else ''}" for w in result.watches

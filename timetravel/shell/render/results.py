@@ -92,7 +92,7 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
         line,
         Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"),
     ]
-    if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
+    if result.failure is not None and result.failure_reached:
         parts.append(failure_text(result.failure, context))
     if result.watches:
         parts.append(_watch_table(result.watches))
