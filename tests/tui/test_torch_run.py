@@ -68,3 +68,30 @@ def test_at_the_hang_the_screen_shows_lanes_loss_flight_recorder_and_the_fail_li
         assert not app.main.query_one(FlightRecorder).display  # before the hang: no flight recorder
 
     open_app(hang_recording, script, open_at_failure=True)
+
+
+def test_compare_reference_from_the_command_line_overlays_the_real_run_in_the_compare_screen(
+    hang_recording: Path, tmp_path: Path
+) -> None:
+    from timetravel.tui.widgets import CompareView
+    from timetravel.tui.widgets.loss_plot import LossPlot
+
+    with Session.open(hang_recording) as session:
+        losses = [value for _t, node, value in session.metric_series("loss") if node == "r0"]
+    assert len(losses) == 2  # two optimizer steps before the hang, captured from backward
+    reference = tmp_path / "real_run.csv"
+    reference.write_text(f"step,loss\n1,{losses[0]!r}\n2,{losses[1] * 1.5!r}\n")
+
+    async def script(pilot: Pilot[Any], app: Any) -> None:
+        app.submit_command(f"compare main main --reference {reference} --rtol 0.01")
+        await settle(pilot)
+        view = app.screen.query_one(CompareView)
+        header = view.header_text().plain
+        wanted = f"reference vs main: first step outside rtol 0.01: 2 (ref {losses[1] * 1.5:.8g}, sim {losses[1]:.8g})"
+        assert header.count(wanted) == 2  # one verdict a branch
+        plot = view.query_one(LossPlot)
+        assert plot.by_step and plot.reference == ((1, losses[0]), (2, losses[1] * 1.5))
+        assert plot.curve_a == ((1, losses[0]), (2, losses[1]))
+        assert "× reference" in str(plot.border_title)
+
+    open_app(hang_recording, script)

@@ -241,6 +241,13 @@ class CompareData:
     entries: tuple[DiffEntry, ...] = ()
     loss_a: tuple[tuple[int, float], ...] = ()
     loss_b: tuple[tuple[int, float], ...] = ()
+    reference: tuple[str, ...] = ()
+    """``compare --reference FILE``: one verdict line per branch (first step outside rtol, or none)."""
+    reference_what: str = ""
+    """The compared metric and node (``loss on r0``); the three curves below are by step."""
+    reference_curve: tuple[tuple[int, float], ...] = ()
+    reference_a: tuple[tuple[int, float], ...] = ()
+    reference_b: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
