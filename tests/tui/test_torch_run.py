@@ -58,8 +58,10 @@ def test_at_the_hang_the_screen_shows_lanes_loss_flight_recorder_and_the_fail_li
         assert any(line.lstrip().startswith("r0 ") and "━" in line for line in lines)
         flight = app.main.query_one(FlightRecorder)
         assert flight.display and flight.border_title == "flight recorder · hang on r1"
+        assert flight.border_subtitle == "waiting since 1.0545ms"  # the last rank entered 0#9 then
         rows = {row.rank: flight.row_text(row) for row in flight.rows}
-        assert "entered 0#9 all_reduce(sum) float32[]" in rows["r0"] and "waits on r1" in rows["r0"]
+        assert rows["r0"] == "r0   waiting  in 0#9 all_reduce(sum) float32[]  done 0#8  waits on r1"
+        assert rows["r1"].startswith("r1   waiting  in -  done 0#8 all_reduce(sum) float32[577]")
         assert "◀ r0,r2 wait for it" in rows["r1"]
         assert "◀ r0,r2 wait for it" in text
         assert "FAIL hang:torch.collective.hang on r1" in " ".join(text.split())  # the output pane
