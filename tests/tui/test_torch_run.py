@@ -53,6 +53,9 @@ def test_at_the_hang_the_screen_shows_lanes_loss_flight_recorder_and_the_fail_li
         text = screen_text(app)
         timeline = app.main.query_one(Timeline)
         assert timeline.data.lanes == ("r0", "r1", "r2")
+        failure = [mark for mark in timeline.data.marks if mark.kind == "failure"]
+        assert [mark.t_ns for mark in failure] == [timeline.data.t_end_ns]  # the hang, at the branch's end
+        assert failure[0].label.endswith("(after the last event, at 1.0545ms)")
         assert "no loss metric" not in text  # the loss backward was called on, captured
         lines = text.splitlines()
         assert any(line.lstrip().startswith("r0 ") and "━" in line for line in lines)

@@ -132,7 +132,7 @@ def timeline(
         at = min(facts.failure["t_ns"], facts.t_end_ns) if facts.outcome != OUTCOME_IN_PROGRESS else None
         label = failure_label(facts.failure, unit)
         if at is not None and at < facts.failure["t_ns"]:
-            label += f" (reported {format_time(facts.failure['t_ns'], unit)}; nothing happens after the end)"
+            label += f" (after the last event, at {format_time(at, unit)})"
         marks.append(TimeMark(facts.failure["t_ns"] if at is None else at, "failure", label))
     marks.sort(key=lambda mark: mark.t_ns)
     return TimelineData(
