@@ -294,3 +294,84 @@ def test_cli_reference_options_without_a_reference_are_exit_2(
     )
     assert (code, out) == (2, "")
     assert err == "timetravel: error: compare: --reference-node, --rtol need --reference FILE\n"
+
+
+# -- the command language: the shell (and the TUI, which runs the same lines) ----------------------
+
+
+def test_shell_compare_reference_prints_the_cli_s_lines(
+    recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, losses = recording
+    capsys.readouterr()
+    lines = ["step,loss"] + [f"{k + 1},{v * 1.01 if k + 1 == 7 else v!r}" for k, v in enumerate(losses)]
+    reference = write(tmp_path, "ref.csv", "\n".join(lines[:16]) + "\n")
+    code, cli_out, _err = cli(capsys, "compare", str(path), "main", "arr", "--reference", str(reference))
+    assert code == 0
+    code, out, err = cli(
+        capsys,
+        "shell",
+        str(path),
+        "-c",
+        f"compare main arr --reference {reference}; compare main arr "
+        f"--reference {reference} --rtol 0.02 --reference-node r1",
+    )
+    assert (code, err) == (0, "")
+    wanted = f"first step outside rtol: 7 (ref {losses[6] * 1.01:.8g}, sim {losses[6]:.8g})"
+    words = " ".join(out.split())  # the shell folds long lines at the terminal's width
+    assert words.count(wanted) == 2  # the first command, on both branches
+    for line in cli_out.splitlines():
+        if line.startswith(("reference vs", "  first step", "        step")):
+            assert " ".join(line.split()) in words  # the same lines as the CLI
+    assert "reference vs main (loss on r1, rtol 0.02): metric 'loss' has no values on node 'r1'" in words
+
+
+def test_shell_compare_reference_as_json_and_the_tui_s_text(
+    recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from timetravel.explore.commands import CommandContext, render_text, run_line
+
+    path, losses = recording
+    reference = write(
+        tmp_path, "ref.jsonl", "".join(f'{{"step": {k}, "loss": {v!r}}}\n' for k, v in enumerate(losses))
+    )
+    capsys.readouterr()
+    code, out, _err = cli(
+        capsys, "shell", str(path), "--json", "-c", f"compare main arr --reference {reference}"
+    )
+    assert code == 0
+    data = json.loads(out.splitlines()[-1])
+    result = data.get("result", data)
+    assert [entry["branch"] for entry in result["reference"]] == ["main", "arr"]
+    assert result["reference"][0]["first_outside"] is None
+    with Session.open(path) as session:
+        context = CommandContext(session)
+        answer = run_line(f"compare main arr --reference {reference}", context)
+        text = render_text(answer, session.display_unit)  # what the TUI's output pane prints
+    assert sum("every compared step within rtol" in line for line in text) == 2
+
+
+@pytest.mark.parametrize(
+    ("line", "message"),
+    [
+        ("compare main arr --rtol 0.1", "compare: --rtol need --reference FILE"),
+        ("compare main arr --reference {ref} --rtol x", "compare: --rtol takes a number, got 'x'"),
+        ("compare main arr --reference {ref} --rtol -1", "compare: --rtol must be a finite number >= 0"),
+        ("compare main arr --reference {missing}", "missing.csv"),
+        ("compare main arr --reference {bad}", "bad.csv:2: loss 'abc' is not a number"),
+    ],
+)
+def test_shell_compare_reference_bad_input_is_one_line_and_exit_2(
+    recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], line: str, message: str
+) -> None:
+    path, _losses = recording
+    names = {
+        "ref": write(tmp_path, "ref.csv", "1,0.5\n"),
+        "missing": tmp_path / "missing.csv",
+        "bad": write(tmp_path, "bad.csv", "step,loss\n1,abc\n"),
+    }
+    capsys.readouterr()
+    code, out, err = cli(capsys, "shell", str(path), "-c", line.format(**names))
+    assert code == 2
+    assert message in err and "Traceback" not in err + out
+    assert len(err.strip().splitlines()) == 1

@@ -172,7 +172,8 @@ def test_help_completes_command_names_and_unknown_commands_complete_nothing() ->
     assert texts("help br") == ["branch", "branches"]
     assert texts("help plo") == ["plot"]  # ("pl" also fuzzily matches explain)
     assert texts("nosuch ") == []
-    assert texts("compare main b1 ") == []
+    # after its two branches, compare offers only its options (--reference and its companions)
+    assert texts("compare main b1 ") == ["--reference", "--rtol", "--reference-metric", "--reference-node"]
 
 
 def test_file_names_complete_from_the_file_system(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

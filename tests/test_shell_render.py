@@ -225,6 +225,15 @@ def test_the_cursor_shows_a_failure_only_once_the_cursor_has_reached_it() -> Non
     assert "FAIL nan on rank3" in text_of(r.CursorResult("main", 1000 * MS, 20, 20, 1000 * MS, NAN_FAILURE))
 
 
+def test_at_the_end_of_a_finished_branch_a_later_failure_a_hang_is_shown() -> None:
+    hang = {**NAN_FAILURE, "kind": "hang", "t_ns": 600_001 * MS, "signature": "hang:torch.collective.hang"}
+    at_end = r.CursorResult("main", 1 * MS, 99, 99, 1 * MS, hang)  # reported at the wait + 600 s
+    assert "FAIL hang on rank3 at 600001ms" in text_of(at_end)
+    assert "FAIL hang:torch.collective.hang on rank3" in "\n".join(text_render.render_text(at_end, "ms"))
+    assert "FAIL" not in text_of(dataclasses.replace(at_end, event=98))  # one event before the end
+    assert "FAIL" not in text_of(dataclasses.replace(at_end, in_progress=True))  # the end is not yet the end
+
+
 def test_fault_params_and_both_time_conventions_are_readable() -> None:
     faults = (
         {

@@ -101,7 +101,8 @@ def test_the_toolbar_shows_the_usage_and_what_the_slot_expects() -> None:
     goto = "goto TIME [--branch BRANCH]"
     assert toolbar_text("", VOCABULARY).startswith("Tab completes")
     assert toolbar_text("goto", VOCABULARY).startswith(f"{goto}  —  move the cursor to the state after")
-    assert toolbar_text("compare main ", VOCABULARY) == "compare A B  —  B: the second branch"
+    compare = "compare A B [--reference FILE] [--rtol WORD] [--reference-metric WORD] [--reference-node NODE]"
+    assert toolbar_text("compare main ", VOCABULARY) == f"{compare}  —  B: the second branch"
     assert (
         toolbar_text("goto 950 --branch ", VOCABULARY)
         == f"{goto}  —  --branch: switch the cursor to this branch first"

@@ -73,6 +73,20 @@ def test_backward_owes_twice_the_forward_of_products_that_need_a_gradient(meter:
     assert meter.backward_flops_owed == 0
 
 
+def test_backward_is_charged_when_the_loss_capture_wrapped_autograd_backward(meter: WorkMeter) -> None:
+    from timetravel.torch.rank_env.loss_capture import LossCapture, install_loss_capture
+
+    capture = install_loss_capture(LossCapture(lambda *_: None, lambda: 0))
+    try:
+        weight = torch.ones(4, 3, requires_grad=True)
+        loss = (torch.ones(5, 4) @ weight).sum()
+        meter.take_ns()
+        torch.autograd.backward(loss)  # the wrapper calls the original, which hands the mode its wrapper
+        assert meter.take_ns() == 2 * (2 * 5 * 4 * 3)
+    finally:
+        capture.uninstall()
+
+
 def _run(model: str, *settings: str) -> dict:
     report, _world = simulate_world(
         KNOWN_WORK,

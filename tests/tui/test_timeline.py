@@ -158,3 +158,33 @@ def test_without_likelihood_the_row_says_how_to_get_it() -> None:
         assert timeline.point_of_no_return_ns is None
 
     run(scenario, sample.timeline_data(likelihood=False))
+
+
+def test_a_torch_run_adds_a_row_per_rank_with_its_collectives_and_steps() -> None:
+    from dataclasses import replace
+
+    from timetravel.tui.model import CollectiveSpan, StepMark
+
+    spans = (
+        CollectiveSpan("r0", "all_reduce", "0", 4, 100 * MS, 500 * MS),
+        CollectiveSpan("r1", "broadcast", "0", 5, 100 * MS, 110 * MS),
+        CollectiveSpan("r1", "all_reduce", "0", 9, 900 * MS, None),  # never completed: a hang
+    )
+    steps = (StepMark("r0", 1, 600 * MS), StepMark("r1", 1, 600 * MS))
+    data = replace(sample.timeline_data(), lanes=("r0", "r1"), collectives=spans, steps=steps)
+
+    async def scenario(pilot, app, timeline: Timeline) -> None:
+        await pilot.pause()
+        assert timeline.outer_size.height == 8  # the top border, five rows, two ranks
+        lines = widget_lines(timeline)
+        r0, r1 = lines[5], lines[6]
+        assert r0.startswith("r0") and r1.startswith("r1")
+        column = timeline.column_of
+        assert r0[GUTTER_COLUMNS + column(100 * MS) :].startswith("all_reduce 0#4━")  # wide: labelled
+        assert r0[GUTTER_COLUMNS + column(600 * MS)] == "│" == r1[GUTTER_COLUMNS + column(600 * MS)]
+        assert r1[GUTTER_COLUMNS + column(100 * MS)] == "b"  # too narrow for its label: the op's letter
+        hung = r1[GUTTER_COLUMNS + column(900 * MS) :].rstrip()
+        assert hung.startswith("all_reduce 0#9") or hung.startswith("a━")  # drawn to the end of the view
+        assert len(hung) == timeline.columns - column(900 * MS)
+
+    run(scenario, data, size=(80, 12))

@@ -15,7 +15,6 @@ from timetravel.explore.reference import (
     METRIC_DEFAULT,
     NODE_DEFAULT,
     RTOL_DEFAULT,
-    ReferenceOverlay,
     load_reference,
     overlay_branch,
 )
@@ -24,8 +23,6 @@ from timetravel.explore.session import Session
 from timetravel.sim.timefmt import format_time
 
 METRIC_ROWS_MAX = 20
-REFERENCE_ROWS_AROUND = 2
-"""Rows shown before and after the first step outside rtol (the JSON carries every row)."""
 
 
 def register(subparsers: Any) -> None:
@@ -156,39 +153,8 @@ def _compare(args: argparse.Namespace) -> int:
 
 
 def _compare_lines(session: Session, result: CompareResult) -> list[str]:
-    lines = _metric_lines(session, result)
-    for overlay in result.reference or ():
-        lines += reference_lines(overlay)
-    return lines
-
-
-def reference_lines(overlay: ReferenceOverlay) -> list[str]:
-    """A few rows around the first step outside rtol (the first rows when none is) and the verdict."""
-    title = f"reference vs {overlay.branch} ({overlay.metric} on {overlay.node}, rtol {overlay.rtol:g})"
-    if overlay.missing is not None:
-        return [f"{title}: {overlay.missing}"]
-    lines = [
-        f"{title}: {overlay.compared} steps compared "
-        f"(reference {overlay.reference_steps}, simulated {overlay.simulated_steps})",
-        "        step      reference      simulated   rel. diff",
-    ]
-    centre = 0 if overlay.first_outside is None else overlay.first_outside
-    start = max(centre - REFERENCE_ROWS_AROUND, 0)
-    for index in range(start, min(centre + REFERENCE_ROWS_AROUND + 1, overlay.compared)):
-        row = overlay.rows[index]
-        mark = "  <- first outside" if index == overlay.first_outside else ""
-        lines.append(
-            f"  {row.step:>10} {row.reference:>14.8g} {row.simulated:>14.8g} "
-            f"{row.relative_difference:>11.3g}{mark}"
-        )
-    first = overlay.first_outside_row
-    if first is None:
-        lines.append("  every compared step within rtol")
-    else:
-        lines.append(
-            f"  first step outside rtol: {first.step} (ref {first.reference:.8g}, sim {first.simulated:.8g})"
-        )
-    return lines
+    """After the command language's text (which has the reference overlay): the metric table."""
+    return _metric_lines(session, result)
 
 
 def _diff(args: argparse.Namespace) -> int:

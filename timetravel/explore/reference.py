@@ -39,6 +39,8 @@ RTOL_DEFAULT = 1e-3
 METRIC_DEFAULT = "loss"
 NODE_DEFAULT = "r0"
 STEP_MAX = 2**63 - 1
+REFERENCE_ROWS_AROUND = 2
+"""Rows shown before and after the first step outside rtol (the JSON carries every row)."""
 
 
 @dataclass(frozen=True)
@@ -285,3 +287,33 @@ def overlay_branch(
         missing = f"metric {metric!r} has no values on node {node!r} in {branch}"
         return ReferenceOverlay(branch, metric, node, rtol, (), len(reference), 0, None, missing)
     return overlay(branch, values, reference, rtol=rtol, metric=metric, node=node)
+
+
+def overlay_lines(laid: ReferenceOverlay) -> list[str]:
+    """A few rows around the first step outside rtol (the first rows when none is) and the verdict:
+    the text every front end prints for ``compare --reference`` (the CLI, the shell, the TUI)."""
+    title = f"reference vs {laid.branch} ({laid.metric} on {laid.node}, rtol {laid.rtol:g})"
+    if laid.missing is not None:
+        return [f"{title}: {laid.missing}"]
+    lines = [
+        f"{title}: {laid.compared} steps compared "
+        f"(reference {laid.reference_steps}, simulated {laid.simulated_steps})",
+        "        step      reference      simulated   rel. diff",
+    ]
+    centre = 0 if laid.first_outside is None else laid.first_outside
+    start = max(centre - REFERENCE_ROWS_AROUND, 0)
+    for index in range(start, min(centre + REFERENCE_ROWS_AROUND + 1, laid.compared)):
+        row = laid.rows[index]
+        mark = "  <- first outside" if index == laid.first_outside else ""
+        lines.append(
+            f"  {row.step:>10} {row.reference:>14.8g} {row.simulated:>14.8g} "
+            f"{row.relative_difference:>11.3g}{mark}"
+        )
+    first = laid.first_outside_row
+    if first is None:
+        lines.append("  every compared step within rtol")
+    else:
+        lines.append(
+            f"  first step outside rtol: {first.step} (ref {first.reference:.8g}, sim {first.simulated:.8g})"
+        )
+    return lines

@@ -53,6 +53,16 @@ class CursorResult:
     note: str | None = None
     """A sentence about the move (``step --collective 5`` when only 3 more complete)."""
 
+    @property
+    def failure_reached(self) -> bool:
+        """The branch's failure holds at the cursor: its time is reached, or the cursor is at the end
+        of a finished branch — a hang is reported at the wait's start + hang_timeout, after the last
+        event, and nothing happens in between, so the end of the branch *is* the hang."""
+        if self.failure is None:
+            return False
+        at_end = self.event >= self.events_total and not self.in_progress
+        return at_end or int(self.failure.get("t_ns") or 0) <= self.t_ns
+
     def to_data(self) -> dict[str, Any]:
         data = {
             "branch": self.branch,

@@ -9,12 +9,15 @@ depends on what the other ranks do meanwhile.
 from __future__ import annotations
 
 import socket
+from collections.abc import Callable
 from typing import Any
 
 from timetravel.torch.wire import receive_message, send_message
 
 WORK_CHARGED_KINDS = ("call", "exit")
 """The messages at which the World charges a rank's compute (scenario: the compute model)."""
+NON_BLOCKING_KINDS = frozenset({"metric", "output", "warning", "step"})
+"""Messages that do not end the rank's stretch of free running (``before_blocking`` skips them)."""
 
 
 class StopRank(BaseException):
@@ -30,13 +33,20 @@ class Channel:
         self.work_count = 0
         self.work_meter: Any = None
         """The ``flops`` compute model's meter (:mod:`timetravel.torch.rank_env.work_model`), or None."""
+        self.before_blocking: list[Callable[[], None]] = []
+        """Called before every message other than a metric, output, warning or step (the loss
+        capture sends the last step's loss there: :mod:`timetravel.torch.rank_env.loss_capture`)."""
 
-    def post(self, message: dict[str, Any]) -> None:
-        """Send without waiting (a non-blocking op, output, a metric).
+    def post(self, message: dict[str, Any], t_ns: int | None = None) -> None:
+        """Send without waiting (a non-blocking op, output, a metric), stamped with the rank's
+        logical time (or ``t_ns``, an earlier moment of this rank: the coordinator never goes back).
 
         A call or the rank's exit also carries the compute the rank did since its previous one
         (``work_ns``) when the ``flops`` compute model meters it: the World charges it."""
-        message["t_ns"] = self.clock.now_ns()
+        if self.before_blocking and message.get("kind") not in NON_BLOCKING_KINDS:
+            for hook in self.before_blocking:
+                hook()
+        message["t_ns"] = self.clock.now_ns() if t_ns is None else t_ns
         if self.work_meter is not None and message.get("kind") in WORK_CHARGED_KINDS:
             message["work_ns"] = self.work_meter.take_ns()
         send_message(self.sock, message)

@@ -32,6 +32,7 @@ _stores: list[Any] = []
 
 def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     from timetravel.torch.rank_env.install import install_all
+    from timetravel.torch.rank_env.loss_capture import LossCapture, install_loss_capture
 
     environment = spec["env"]
     settings = spec["settings"]
@@ -39,18 +40,21 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         from timetravel.torch.rank_env.work_model import WorkMeter
 
         rank_channel.work_meter = WorkMeter(int(settings["compute_flops_per_s"]))
+    capture = LossCapture(_stamped_sink(rank_channel), rank_channel.clock.now_ns)
     install_all(
         rank_channel.clock,
         seed_bytes=f"{spec['seed']}:{spec.get('restarts', 0)}".encode(),
         rank=spec["rank"],
         local_rank=int(environment["LOCAL_RANK"]),
         local_world_size=int(environment["LOCAL_WORLD_SIZE"]),
-        metrics_sink=_metrics_sink(rank_channel),
+        metrics_sink=_metrics_sink(rank_channel, capture),
         compile_mode=spec["settings"].get("compile", "eager"),
         working_directory=spec.get("cwd"),
         warn=_warning_sink(rank_channel),
         work_meter=rank_channel.work_meter,
     )
+    install_loss_capture(capture)
+    rank_channel.before_blocking.append(capture.flush)
     backend.bind(rank_channel)
     backend.register()
     _bend_init_process_group()
@@ -75,15 +79,27 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     rank_state.watch_grad_scaler(rank_channel)
     register_optimizer_step_pre_hook(reporter.before_step)
     register_optimizer_step_post_hook(reporter.after_step)
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: capture.step_done(reporter.steps))
 
 
-def _metrics_sink(rank_channel: Channel) -> Any:
-    """``timetravel.torch.metric``, SummaryWriter.add_scalar and wandb.log become World metrics."""
+def _metrics_sink(rank_channel: Channel, capture: Any) -> Any:
+    """``timetravel.torch.metric``, SummaryWriter.add_scalar and wandb.log become World metrics
+    (a ``loss`` of the script's own replaces the captured one: ``rank_env.loss_capture``)."""
 
     def sink(name: str, value: float, step: int | None) -> None:
+        capture.script_metric(name)
         rank_channel.post({"kind": "metric", "name": name, "value": value, "step": step})
 
     return sink
+
+
+def _stamped_sink(rank_channel: Channel) -> Any:
+    """The captured loss: a metric stamped with the optimizer step's logical time."""
+
+    def send(name: str, value: float, step: int, t_ns: int) -> None:
+        rank_channel.post({"kind": "metric", "name": name, "value": value, "step": step}, t_ns=t_ns)
+
+    return send
 
 
 def _warning_sink(rank_channel: Channel) -> Any:

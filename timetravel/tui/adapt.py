@@ -16,6 +16,7 @@ from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.branch_tree import OUTCOME_IN_PROGRESS
 from timetravel.explore.commands.render import failure_text, link_head
+from timetravel.explore.reference import ReferenceOverlay
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
 from timetravel.tui.widgets.explain_pane import ExplainRow
@@ -101,7 +102,37 @@ def compare_data(
         entries=entries,
         loss_a=_curve(loss.get("a", ())),
         loss_b=_curve(loss.get("b", ())),
+        **_reference_fields(compare.reference or ()),
     )
+
+
+def reference_verdict(laid: ReferenceOverlay) -> str:
+    """``reference vs main: first step outside rtol 0.001: 106 (ref 0.0488, sim 0.0454)``."""
+    title = f"reference vs {laid.branch}"
+    if laid.missing is not None:
+        return f"{title}: {laid.missing}"
+    first = laid.first_outside_row
+    if first is None:
+        return f"{title}: all {laid.compared} compared steps within rtol {laid.rtol:g}"
+    return (
+        f"{title}: first step outside rtol {laid.rtol:g}: {first.step} "
+        f"(ref {first.reference:.8g}, sim {first.simulated:.8g})"
+    )
+
+
+def _reference_fields(overlays: Sequence[ReferenceOverlay]) -> dict[str, Any]:
+    """The compare view's reference overlay: verdicts and the three curves by step (a, b, file)."""
+    if not overlays:
+        return {}
+    curves = [tuple((row.step, row.simulated) for row in laid.rows) for laid in overlays[:2]]
+    file_rows = max(overlays[:2], key=lambda laid: len(laid.rows)).rows
+    return {
+        "reference": tuple(reference_verdict(laid) for laid in overlays),
+        "reference_what": f"{overlays[0].metric} on {overlays[0].node} by step",
+        "reference_curve": tuple((row.step, row.reference) for row in file_rows),
+        "reference_a": curves[0],
+        "reference_b": curves[1] if len(curves) > 1 else (),
+    }
 
 
 def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: str) -> CompareData:

@@ -38,6 +38,50 @@ class TimeMark:
 
 
 @dataclass(frozen=True)
+class CollectiveSpan:
+    """One rank's part in one collective: from its call to the result reaching it.
+
+    ``t_end_ns`` is None when the result never reached the rank (a hang: it waits still)."""
+
+    rank: str
+    op: str
+    group: str
+    seq: int
+    t_start_ns: int
+    t_end_ns: int | None = None
+
+    @property
+    def label(self) -> str:
+        """``all_reduce 0#9``: the op, then the collective's key (group and sequence number)."""
+        return f"{self.op} {self.group}#{self.seq}"
+
+
+@dataclass(frozen=True)
+class StepMark:
+    """A rank's optimizer step ``step`` (1 for the first) ended at ``t_ns``."""
+
+    rank: str
+    step: int
+    t_ns: int
+
+
+@dataclass(frozen=True)
+class FlightRow:
+    """One rank in a hang's flight recorder: its last collectives and what it waits on."""
+
+    rank: str
+    status: str
+    last_entered: str = ""
+    last_completed: str = ""
+    what: str = ""
+    """The last entered collective's op and tensors (``all_reduce(sum) float32[]``)."""
+    waits_on: tuple[str, ...] = ()
+    waited_by: tuple[str, ...] = ()
+    """The ranks that wait for this one (it never entered their collective)."""
+    t_enter_ns: int | None = None
+
+
+@dataclass(frozen=True)
 class TimelineData:
     """The whole run along logical time: its extent, its marks and the curves drawn under it.
 
@@ -51,6 +95,10 @@ class TimelineData:
     marks: tuple[TimeMark, ...] = ()
     loss: tuple[tuple[int, float], ...] = ()
     likelihood: tuple[tuple[int, float], ...] = ()
+    lanes: tuple[str, ...] = ()
+    """Ranks drawn as a row each under the curves (a torch run's), with their collectives and steps."""
+    collectives: tuple[CollectiveSpan, ...] = ()
+    steps: tuple[StepMark, ...] = ()
 
     def __post_init__(self) -> None:
         if self.t_end_ns < self.t_start_ns:
@@ -193,6 +241,13 @@ class CompareData:
     entries: tuple[DiffEntry, ...] = ()
     loss_a: tuple[tuple[int, float], ...] = ()
     loss_b: tuple[tuple[int, float], ...] = ()
+    reference: tuple[str, ...] = ()
+    """``compare --reference FILE``: one verdict line per branch (first step outside rtol, or none)."""
+    reference_what: str = ""
+    """The compared metric and node (``loss on r0``); the three curves below are by step."""
+    reference_curve: tuple[tuple[int, float], ...] = ()
+    reference_a: tuple[tuple[int, float], ...] = ()
+    reference_b: tuple[tuple[int, float], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -224,3 +279,6 @@ class CursorView:
     """The recording is still being written: the App reloads it as it grows (Engine.follow)."""
     failure_node: str = ""
     """The node the branch's failure names (the streams pane lists it first)."""
+    flight: tuple[FlightRow, ...] = ()
+    """A hang's flight recorder, when the world at the cursor has one (at or after the hang)."""
+    flight_title: str = ""

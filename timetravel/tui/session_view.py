@@ -21,18 +21,22 @@ from timetravel.explore.navigate import branch_failure
 from timetravel.explore.paths import world_tree
 from timetravel.explore.results import BranchesResult
 from timetravel.explore.session import Session
+from timetravel.sim.timefmt import format_time
 from timetravel.tui.adapt import branch_infos, failure_label
 from timetravel.tui.feed import LOSS_METRIC, fault_label, fault_start_ns, payload_text, rank_cells_from_world
 from timetravel.tui.model import (
     BranchInfo,
+    CollectiveSpan,
     CursorView,
     EventRow,
     EventSource,
     KernelSpan,
     RaceEdge,
+    StepMark,
     TimelineData,
     TimeMark,
 )
+from timetravel.tui.rank_lanes import collective_lanes, flight_rows
 
 SNAPSHOT_MARKS_MAX = 2_000
 """Snapshot marks drawn on the timeline (evenly thinned past this; a column holds one anyway)."""
@@ -52,6 +56,9 @@ class BranchFacts:
     failure: dict[str, Any] | None
     snapshots_ns: tuple[int, ...]
     loss: tuple[tuple[int, float], ...]
+    lanes: tuple[str, ...] = ()
+    collectives: tuple[CollectiveSpan, ...] = ()
+    steps: tuple[StepMark, ...] = ()
 
 
 def curve(series: Sequence[Sequence[Any]]) -> tuple[tuple[int, float], ...]:
@@ -73,6 +80,7 @@ def branch_facts(session: Session) -> BranchFacts:
         outcome = OUTCOME_IN_PROGRESS
     else:
         outcome = session.info.outcome or ("fail" if failure is not None else "unknown")
+    lanes, collectives, steps = collective_lanes(session)
     return BranchFacts(
         branch=session.branch,
         events=session.end.events,
@@ -81,6 +89,9 @@ def branch_facts(session: Session) -> BranchFacts:
         failure=failure,
         snapshots_ns=tuple(snapshots[::step]),
         loss=loss,
+        lanes=lanes,
+        collectives=collectives,
+        steps=steps,
     )
 
 
@@ -116,7 +127,13 @@ def timeline(
         if branch.parent == facts.branch and branch.at_ns is not None:
             marks.append(TimeMark(branch.at_ns, "branch", branch.name))
     if facts.failure is not None and isinstance(facts.failure.get("t_ns"), int):
-        marks.append(TimeMark(facts.failure["t_ns"], "failure", failure_label(facts.failure, unit)))
+        # A hang is reported at the wait's start + hang_timeout, after the last event: nothing
+        # happens in between, so its mark stands at the end of the branch, where the ranks wait.
+        at = min(facts.failure["t_ns"], facts.t_end_ns) if facts.outcome != OUTCOME_IN_PROGRESS else None
+        label = failure_label(facts.failure, unit)
+        if at is not None and at < facts.failure["t_ns"]:
+            label += f" (after the last event, at {format_time(at, unit)})"
+        marks.append(TimeMark(facts.failure["t_ns"] if at is None else at, "failure", label))
     marks.sort(key=lambda mark: mark.t_ns)
     return TimelineData(
         t_start_ns=0,
@@ -125,6 +142,9 @@ def timeline(
         marks=tuple(marks),
         loss=facts.loss,
         likelihood=tuple(likelihood),
+        lanes=facts.lanes,
+        collectives=facts.collectives,
+        steps=facts.steps,
     )
 
 
@@ -161,6 +181,7 @@ def cursor_view(
     unit = session.display_unit
     position = session.position
     copy = session.world_copy()
+    flight_title, flight = flight_rows(copy.failures)
     return CursorView(
         title=title(session),
         unit=unit,
@@ -179,4 +200,6 @@ def cursor_view(
         status=status_text(facts, unit),
         in_progress=facts.outcome == OUTCOME_IN_PROGRESS,
         failure_node=str((facts.failure or {}).get("node") or ""),
+        flight=flight,
+        flight_title=flight_title,
     )

@@ -11,10 +11,12 @@ Importing this module registers the handlers.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
-from timetravel.explore import branching, compare, divergence, fanout, rerun
+from timetravel.explore import branching, compare, divergence, fanout, reference, rerun
 from timetravel.explore.commands.parse import CommandError, Invocation, Moment
 from timetravel.explore.commands.run import CommandContext, Handler, register_handler
 from timetravel.explore.results import CompareResult
@@ -85,8 +87,42 @@ def _likelihood(invocation: Invocation, context: CommandContext) -> Any:
 
 
 def _compare(invocation: Invocation, context: CommandContext) -> Any:
+    """Compare two branches; with ``--reference FILE`` lay a real run's losses over both (the file
+    is read, and refused when malformed, before the divergence search runs)."""
     session = context.require_session("compare")
-    return compare.compare(session, invocation.value("a"), invocation.value("b"), **_work(context))
+    a, b = invocation.value("a"), invocation.value("b")
+    options = {key: invocation.value(key) for key in ("rtol", "reference_metric", "reference_node")}
+    path = invocation.value("reference")
+    if path is None:
+        given = [f"--{key.replace('_', '-')}" for key, value in options.items() if value is not None]
+        if given:
+            raise CommandError(f"compare: {', '.join(given)} need --reference FILE")
+        return compare.compare(session, a, b, **_work(context))
+    rtol = _rtol(options["rtol"]) if options["rtol"] is not None else reference.RTOL_DEFAULT
+    rows = reference.load_reference(path)
+    result = compare.compare(session, a, b, **_work(context))
+    overlays = tuple(
+        reference.overlay_branch(
+            session,
+            name,
+            rows,
+            rtol=rtol,
+            metric=options["reference_metric"] or reference.METRIC_DEFAULT,
+            node=options["reference_node"] or reference.NODE_DEFAULT,
+        )
+        for name in (a, b)
+    )
+    return dataclasses.replace(result, reference=overlays)
+
+
+def _rtol(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise CommandError(f"compare: --rtol takes a number, got {text!r}") from None
+    if not math.isfinite(value) or value < 0:
+        raise CommandError(f"compare: --rtol must be a finite number >= 0, got {text!r}")
+    return value
 
 
 def _diff(invocation: Invocation, context: CommandContext) -> Any:

@@ -13,6 +13,7 @@ from typing import Any
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.reference import overlay_lines
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
 
 FANOUT_KEYS_SHOWN = 10
@@ -61,7 +62,7 @@ def _cursor(result: r.CursorResult, unit: str) -> list[str]:
         lines.append(
             f"  next: {event.get('kind')} -> {event.get('dst')} at {format_time(event.get('t_ns', 0), unit)}"
         )
-    if result.failure is not None and result.failure.get("t_ns", 0) <= result.t_ns:
+    if result.failure is not None and result.failure_reached:
         lines.append(f"  {failure_text(result.failure, unit)}")
     lines += [
         f"  watch {w.expression} = {w.value}{'  (changed)' if w.changed else ''}" for w in result.watches
@@ -225,6 +226,8 @@ def _compare(result: r.CompareResult, unit: str) -> list[str]:
         lines += [f"  {e.path}: {e.change} {e.summary}" for e in state.paths[:COMPARE_PATHS_SHOWN]]
         if total > COMPARE_PATHS_SHOWN:
             lines.append(f"  ... and {total - COMPARE_PATHS_SHOWN} more")
+    for laid in result.reference or ():
+        lines += overlay_lines(laid)
     return lines
 
 

@@ -280,7 +280,19 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
         "compare",
         "two branches side by side: outcomes, metric curves and their first divergence",
         (ArgumentSpec("a", "branch", "the first branch"), ArgumentSpec("b", "branch", "the second branch")),
-        examples=("compare main b1",),
+        (
+            OptionSpec(
+                "--reference",
+                "file",
+                "a real run's losses (step,loss CSV or JSON lines) laid over both branches",
+            ),
+            OptionSpec(
+                "--rtol", "word", "with --reference: outside when |sim - ref| > R * |ref| (default 1e-3)"
+            ),
+            OptionSpec("--reference-metric", "word", "with --reference: the metric compared (default loss)"),
+            OptionSpec("--reference-node", "node", "with --reference: whose values (default r0)"),
+        ),
+        examples=("compare main b1", "compare main b1 --reference real_run.csv --rtol 1e-2"),
         long_running=True,
     ),
     CommandSpec(

@@ -22,6 +22,7 @@ from timetravel.explore import results as r
 from timetravel.explore.commands.render import collective_text, event_refs, fanout_heading
 from timetravel.explore.diff import DiffResult
 from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.reference import overlay_lines
 from timetravel.shell.render.plot import plot
 from timetravel.shell.render.registry import RenderContext, renders
 from timetravel.shell.results import PlotResult
@@ -93,7 +94,7 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
     if result.note is not None:
         parts.append(Text(result.note, style="yellow"))
     parts.append(Text(f"next: {_event_text(result.next_event, context, result.in_progress)}", style="dim"))
-    if result.failure is not None and int(result.failure.get("t_ns") or 0) <= result.t_ns:
+    if result.failure is not None and result.failure_reached:
         parts.append(failure_text(result.failure, context))
     if result.watches:
         parts.append(_watch_table(result.watches))
@@ -344,7 +345,21 @@ def render_compare(result: r.CompareResult, context: RenderContext) -> Renderabl
             parts.append(_path_tree(title, [entry.to_data() for entry in state.paths]))
         else:
             parts.append(title)
+    for laid in result.reference or ():
+        parts.append(_reference_text(laid))
     return Group(*parts)
+
+
+def _reference_text(laid: Any) -> Text:
+    """``compare --reference``: the CLI's lines, the verdict line red when a step is outside rtol."""
+    lines = overlay_lines(laid)
+    text = Text(lines[0], style="bold")
+    for line in lines[1:]:
+        style = "red" if "first step outside" in line or "<- first outside" in line else ""
+        text.append("\n" + line, style=style)
+    if laid.missing is None and laid.first_outside is None:
+        text.stylize("green", len(text) - len(lines[-1]), len(text))
+    return text
 
 
 def _last_value(points: Sequence[Sequence[Any]] | None) -> str:

@@ -165,10 +165,11 @@ def _needs_backward(arguments: tuple[Any, ...]) -> bool:
 def make_work_mode(meter: WorkMeter) -> Any:
     """The TorchFunctionMode that feeds ``meter`` (see the module docstring)."""
     import torch
+    from torch import autograd
     from torch.overrides import TorchFunctionMode
 
     from_arguments, from_output = counted_functions()
-    backward_functions = {torch.Tensor.backward, torch.autograd.backward, torch.autograd.grad}
+    backward_functions = {torch.Tensor.backward, autograd.backward, autograd.grad}
 
     class WorkCounter(TorchFunctionMode):
         """Counts the flops of the products a rank runs; charges the backward debt at backward()."""
@@ -186,8 +187,8 @@ def make_work_mode(meter: WorkMeter) -> Any:
                 output = func(*args, **kwargs)
                 meter.forward(count(output, *args, **kwargs), _needs_backward(args))
                 return output
-            if func in backward_functions:
-                meter.backward()
+            if func in backward_functions or func is autograd.backward or func is autograd.grad:
+                meter.backward()  # also when another installation wrapped them after this mode began
             return func(*args, **kwargs)
 
     return WorkCounter()

@@ -1,6 +1,7 @@
 """MainScreen: the debugger at the cursor — timeline on top, ranks on the left, one pane on the right.
 
-Layout at 80x24 (the smallest supported): a title line, the timeline, the rank grid beside one
+Layout at 80x24 (the smallest supported): a title line, the timeline (with a row per rank on a
+torch run), a hang's flight recorder (only at the hang), the rank grid beside one
 pane at a time (``1`` events, ``2`` state, ``3`` streams, ``4`` branches, ``5`` output), the
 status line, the command line and the key footer. From 140 columns and 40 lines the screen
 switches to a wide layout: streams under the rank grid, and events, state, branches and output
@@ -32,6 +33,7 @@ from timetravel.tui.widgets import (
     BranchTree,
     CommandLine,
     EventLog,
+    FlightRecorder,
     RankGrid,
     StateInspector,
     StreamsView,
@@ -81,6 +83,7 @@ class MainScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Static("timetravel", id="title", markup=False)
         yield Timeline(id="timeline")
+        yield FlightRecorder(id="flight")
         with Horizontal(id="middle"):
             with Vertical(id="left"):
                 yield RankGrid(id="ranks")
@@ -126,6 +129,10 @@ class MainScreen(Screen[None]):
         timeline = self.query_one(Timeline)
         timeline.data = view.timeline
         timeline.cursor_ns = view.cursor_ns
+        flight = self.query_one(FlightRecorder)
+        flight.unit = view.unit
+        flight.set_title(view.flight_title)
+        flight.rows = view.flight
         grid = self.query_one(RankGrid)
         grid.cells = view.ranks
         grid.now_ns = view.cursor_ns

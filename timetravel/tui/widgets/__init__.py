@@ -9,6 +9,7 @@ from timetravel.tui.widgets.branch_tree import BranchTree
 from timetravel.tui.widgets.command_line import CommandLine
 from timetravel.tui.widgets.compare import CompareView
 from timetravel.tui.widgets.event_log import EventLog
+from timetravel.tui.widgets.flight_recorder import FlightRecorder
 from timetravel.tui.widgets.inspector import StateInspector
 from timetravel.tui.widgets.rank_grid import RankGrid
 from timetravel.tui.widgets.streams import StreamsView
@@ -19,6 +20,7 @@ __all__ = [
     "CommandLine",
     "CompareView",
     "EventLog",
+    "FlightRecorder",
     "RankGrid",
     "StateInspector",
     "StreamsView",

@@ -5,7 +5,9 @@ found by the explore engine); the view opens at that moment. The table lists eve
 differs at that time with the engine's summary of the difference (for arrays: how many elements,
 the largest absolute and ULP difference, NaN/Inf counts); paths where a NaN or inf appears are
 red, the rest highlighted; enter on a row posts :class:`CompareView.PathChosen` so the owner
-opens that path's diff. Under it, both loss curves on one plot (:class:`LossPlot`).
+opens that path's diff. Under it, both loss curves on one plot (:class:`LossPlot`). After
+``compare A B --reference FILE`` the header ends with a verdict per branch (the first step outside
+``--rtol``) and the plot shows the compared metric by step with the real run's curve over it.
 """
 
 from __future__ import annotations
@@ -135,6 +137,8 @@ class CompareView(Widget):
         )
         if count:
             text.append(" · enter opens one", self._style("muted"))
+        for line in data.reference:
+            text.append("\n" + line, self._style("fail" if "outside rtol" in line else "muted"))
         return text
 
     def _cell(self, value: str) -> Text:
@@ -159,7 +163,13 @@ class CompareView(Widget):
             table.add_row(path, self._cell(entry.summary), key=entry.path)
         table.border_title = f"differing paths · {data.a.name} vs {data.b.name}"
         plot.label_a, plot.label_b = data.a.name, data.b.name
-        plot.curve_a, plot.curve_b = data.loss_a, data.loss_b
+        if data.reference_curve:  # compare --reference: the compared metric by step, and the file's
+            plot.what, plot.by_step = data.reference_what, True
+            plot.curve_a, plot.curve_b = data.reference_a, data.reference_b
+            plot.reference = data.reference_curve
+        else:
+            plot.what, plot.by_step, plot.reference = "loss", False, ()
+            plot.curve_a, plot.curve_b = data.loss_a, data.loss_b
 
     @property
     def highlighted_path(self) -> str | None:

@@ -4,6 +4,10 @@ Both curves share one time axis and one value scale. Run a is drawn ``●``, run
 column where both land on the same cell ``◉``: a stretch of ``◉`` is where the two futures still
 agree, and the first column where they split is visible by eye. A non-finite loss is drawn at the
 top row, where a blow-up belongs. The left gutter shows the scale, the bottom line the time range.
+
+With ``compare --reference FILE`` a third curve joins them, a real run's logged losses (``×``;
+``⊕`` where it meets a simulated curve), and the x axis is the step (``by_step``): the k-th value a
+branch logged on the reference node is matched to the file's k-th step, as the CLI matches them.
 """
 
 from __future__ import annotations
@@ -21,8 +25,8 @@ from timetravel.tui.describe import number_text
 from timetravel.tui.timefmt import short_time
 
 GUTTER_COLUMNS = 7
-GLYPHS = {1: "●", 2: "○", 3: "◉"}
-STYLES = {1: "a", 2: "b", 3: "both"}
+GLYPHS = {1: "●", 2: "○", 3: "◉", 4: "×", 5: "⊕", 6: "⊕", 7: "⊕"}
+STYLES = {1: "a", 2: "b", 3: "both", 4: "reference", 5: "agree", 6: "agree", 7: "agree"}
 
 Points = tuple[tuple[int, float], ...]
 
@@ -35,6 +39,8 @@ class LossPlot(Widget):
         "loss-plot--a",
         "loss-plot--b",
         "loss-plot--both",
+        "loss-plot--reference",
+        "loss-plot--agree",
         "loss-plot--axis",
     }
 
@@ -42,6 +48,11 @@ class LossPlot(Widget):
     curve_b: reactive[Points] = reactive(())
     label_a: reactive[str] = reactive("a")
     label_b: reactive[str] = reactive("b")
+    reference: reactive[Points] = reactive(())
+    """A real run's losses (``compare --reference``), by step like the curves then are."""
+    by_step: reactive[bool] = reactive(False)
+    """The x values are step numbers, not times (with a reference)."""
+    what: reactive[str] = reactive("loss")
 
     def __init__(self, *, name: str | None = None, id: str | None = None, classes: str | None = None) -> None:
         super().__init__(name=name, id=id, classes=classes)
@@ -53,24 +64,35 @@ class LossPlot(Widget):
     def watch_label_b(self) -> None:
         self._update_title()
 
+    def watch_reference(self) -> None:
+        self._update_title()
+
+    def watch_what(self) -> None:
+        self._update_title()
+
     def _update_title(self) -> None:
-        self.border_title = f"loss · ● {self.label_a}  ○ {self.label_b}  ◉ both"
+        title = f"{self.what} · ● {self.label_a}  ○ {self.label_b}  ◉ both"
+        if self.reference:
+            title += "  × reference  ⊕ meets it"
+        self.border_title = title
 
     def _style(self, name: str) -> Style:
         return self.get_component_rich_style(f"loss-plot--{name}", partial=True)
 
     @property
     def time_range(self) -> tuple[int, int]:
-        times = [t for t, _ in self.curve_a] + [t for t, _ in self.curve_b]
+        times = [t for t, _ in self.curve_a] + [t for t, _ in self.curve_b] + [t for t, _ in self.reference]
         return (min(times), max(times)) if times else (0, 1)
 
-    def columns(self) -> tuple[list[float | None], list[float | None]]:
+    def columns(self) -> list[list[float | None]]:
+        """Each curve's value per column (a, b, then the reference when there is one)."""
         width = max(1, self.content_size.width - GUTTER_COLUMNS)
         start, end = self.time_range
-        return (
-            hold_gaps(column_values(self.curve_a, start, end, width)),
-            hold_gaps(column_values(self.curve_b, start, end, width)),
-        )
+        curves = [self.curve_a, self.curve_b] + ([self.reference] if self.reference else [])
+        return [hold_gaps(column_values(curve, start, end, width)) for curve in curves]
+
+    def _x_text(self, value: int) -> str:
+        return f"step {value}" if self.by_step else short_time(value)
 
     def render(self) -> Text:
         text = Text(no_wrap=True, overflow="crop")
@@ -78,9 +100,9 @@ class LossPlot(Widget):
             text.append("no loss metric in these runs", self._style("axis"))
             return text
         height = max(1, self.content_size.height - 1)
-        values_a, values_b = self.columns()
-        grid = plot_rows([values_a, values_b], height)
-        low, high = value_range([*values_a, *values_b])
+        curves = self.columns()
+        grid = plot_rows(curves, height)
+        low, high = value_range([value for values in curves for value in values])
         for row_index, row in enumerate(grid):
             if row_index:
                 text.append("\n")
@@ -92,7 +114,7 @@ class LossPlot(Widget):
                 text.append(GLYPHS.get(bits, " "), self._style(STYLES[bits]) if bits else Style())
         start, end = self.time_range
         width = max(1, self.content_size.width - GUTTER_COLUMNS)
-        left, right = short_time(start), short_time(end)
+        left, right = self._x_text(start), self._x_text(end)
         text.append(
             "\n" + " " * GUTTER_COLUMNS + left + right.rjust(max(0, width - len(left))), self._style("axis")
         )

@@ -11,6 +11,10 @@ home/end, and the mouse (click or drag). Scrubbing moves the cursor at once and 
 :class:`Timeline.Scrubbed`; the owner seeks and may set ``cursor_ns`` back to where the seek landed
 (setting the attribute posts nothing). ``+``/``-`` zoom around the cursor, ``0`` shows everything.
 Scrub steps are round times (1, 2 or 5 times a power of ten) of at least one column.
+
+A torch run adds one row per rank under the curves (``TimelineData.lanes``): its collectives as
+spans labelled ``all_reduce 0#9`` and its optimizer steps as ``│`` (:mod:`timetravel.tui.lane_text`);
+the widget grows by a line a rank.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from textual.widget import Widget
 
 from timetravel.tui.charts import column_values, curve_array, hold_gaps, nice_step, sparkline_glyphs
 from timetravel.tui.css import css_beside
+from timetravel.tui.lane_text import lane_line, lane_rows
 from timetravel.tui.model import MARK_KINDS, TimelineData, TimeMark
 from timetravel.tui.timefmt import exact_time, short_time
 
@@ -42,6 +47,8 @@ TICK_SPACING_COLUMNS = 12
 SCRUB_FAST_COLUMNS = 10
 ZOOM_FACTOR = 2
 EMPTY_DATA = TimelineData(0, 1)
+BASE_HEIGHT = 6
+"""The border line and five rows (marks, axis, labels, loss, likelihood); a rank row adds one."""
 
 
 @dataclass(frozen=True)
@@ -76,6 +83,9 @@ class Timeline(Widget, can_focus=True):
         "timeline--nonfinite",
         "timeline--likelihood",
         "timeline--no-return",
+        "timeline--span",
+        "timeline--hung",
+        "timeline--step",
     }
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
@@ -141,6 +151,8 @@ class Timeline(Widget, can_focus=True):
         self.border_title = "timeline"
 
     def on_mount(self) -> None:
+        shown, hidden = lane_rows(self.data.lanes)
+        self.styles.height = BASE_HEIGHT + len(shown) + (1 if hidden else 0)
         self._update_subtitle()
 
     # -- attributes -----------------------------------------------------------------------------
@@ -157,6 +169,8 @@ class Timeline(Widget, can_focus=True):
         if (old.t_start_ns, old.t_end_ns) != (new.t_start_ns, new.t_end_ns):
             self.view_start_ns, self.view_end_ns = new.t_start_ns, new.t_end_ns
         self.cursor_ns = self._clamp(self.cursor_ns)
+        shown, hidden = lane_rows(new.lanes)
+        self.styles.height = BASE_HEIGHT + len(shown) + (1 if hidden else 0)
         self._update_subtitle()
 
     def validate_cursor_ns(self, value: int) -> int:
@@ -313,6 +327,7 @@ class Timeline(Widget, can_focus=True):
             self._labels_line(axis),
             self._loss_line(axis),
             self._likelihood_line(axis),
+            *self._lane_lines(axis),
         ]
         text = Text(no_wrap=True, overflow="crop")
         for index, (gutter, line) in enumerate(lines):
@@ -383,6 +398,28 @@ class Timeline(Widget, can_focus=True):
         for glyph in sparkline_glyphs(values):
             line.append(glyph, self._style("nonfinite" if glyph == "!" else "loss"))
         return "loss", line
+
+    def _lane_lines(self, axis: Axis) -> list[tuple[str, Text]]:
+        shown, hidden = lane_rows(self.data.lanes)
+        lines = [
+            (
+                rank,
+                lane_line(
+                    rank,
+                    self.data.collectives,
+                    self.data.steps,
+                    column=axis.column,
+                    columns=axis.columns,
+                    start_ns=axis.start_ns,
+                    end_ns=axis.end_ns,
+                    style=self._style,
+                ),
+            )
+            for rank in shown
+        ]
+        if hidden:
+            lines.append(("", Text(f"… {hidden} more ranks", self._style("gutter"))))
+        return lines
 
     def _likelihood_line(self, axis: Axis) -> tuple[str, Text]:
         columns = axis.columns
