@@ -12,7 +12,7 @@ State (all plain data and numpy arrays, so snapshots and diffs see it):
   (:mod:`timetravel.torch.digests`: where a NaN entered).
 
 Detectors here: ``collective_mismatch``, ``nan``, ``divergence``, ``exception``/``crash`` (how a rank
-ended) and ``hang`` (:func:`report_hang`).
+ended) and ``hang`` (:mod:`timetravel.torch.hangs`).
 """
 
 from __future__ import annotations
@@ -24,11 +24,9 @@ import xxhash
 from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
-from timetravel.sim.world import World
-from timetravel.torch import arrays, collectives, digests, elastic, faults, resume, store
+from timetravel.torch import arrays, collectives, digests, elastic, faults, hangs, resume, store
 from timetravel.torch import state as training_state
 from timetravel.torch.cost import collective_ns, point_to_point_ns
-from timetravel.torch.limits import FLIGHT_RECORDER_ENTRIES
 
 
 def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
@@ -96,7 +94,7 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     digests.note_entry(state, entry, key, message["group"], message["seq"])
     if ctx.world.config["detect_nan"] and _fails_on_nonfinite(entry, message, ctx):
         return
-    _check_hang_deadlines(state, ctx)
+    hangs.check_deadlines(state, ctx)
     if op in ("send", "recv"):
         _enter_point_to_point(state, entry, message, ctx)
         return
@@ -106,7 +104,7 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     key = f"{message['group']}#{message['seq']}"
     record = state["ops"].setdefault(key, {"members": members, "entries": {}, "group": message["group"]})
     record["entries"][str(rank)] = entry
-    _flight_enter(state, rank, key, entry)
+    hangs.flight_enter(state, rank, key, entry)
     if len(record["entries"]) == len(members):
         _complete(state, key, ctx)
 
@@ -244,7 +242,7 @@ def _enter_point_to_point(
     key = f"p2p:{message['pair']}#{message['seq']}"
     record = state["ops"].setdefault(key, {"members": [], "entries": {}, "group": message["group"]})
     record["entries"][entry["op"]] = entry
-    _flight_enter(state, entry["rank"], key, entry)
+    hangs.flight_enter(state, entry["rank"], key, entry)
     if len(record["entries"]) < 2:
         return
     state["ops"].pop(key)
@@ -421,134 +419,6 @@ def on_died(state: dict[str, Any], event: Event, ctx: Context) -> None:
     rank = message["rank"]
     text = f"r{rank} died without a word (killed, a signal, or os._exit)"
     elastic.rank_failed(state, ctx, rank, "crash", text, "torch.rank.died")
-
-
-def _check_hang_deadlines(state: dict[str, Any], ctx: Context) -> None:
-    timeout_ns = ctx.world.config["hang_timeout"]
-    for rank, waiting in state["waiting"].items():
-        if ctx.now - waiting["since_ns"] > timeout_ns:
-            _fail_hang(state, ctx, int(rank), waiting["since_ns"] + timeout_ns)
-            return
-
-
-def report_hang(world: World, ctx: Context) -> None:
-    """At the end of the run: a rank still waiting means some member never entered its collective."""
-    state = world.nodes["c10d"]
-    if not state["waiting"]:
-        unfinished = [rank for rank in range(state["ranks"]) if str(rank) not in state["exited"]]
-        if unfinished:  # every rank either exits or waits: anything else is a lost event, never a pass
-            ctx.fail(
-                "hang",
-                f"r{unfinished[0]} neither finished nor waits in a collective",
-                "torch.collective.lost",
-                node=f"r{unfinished[0]}",
-            )
-        return
-    rank, waiting = min(state["waiting"].items(), key=lambda item: (item[1]["since_ns"], int(item[0])))
-    _fail_hang(state, ctx, int(rank), waiting["since_ns"] + world.config["hang_timeout"])
-
-
-def _fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> None:
-    pending = _pending_for(state, rank)
-    if (
-        pending is None
-    ):  # its own contribution never reached the reducer (a drop): tell it as the others see it
-        rank, pending = _described_by_another(state, rank)
-    missing = (
-        [member for member in pending["members"] if str(member) not in pending["entered"]] if pending else []
-    )
-    culprit = missing[0] if missing else rank
-    exited = [member for member in missing if str(member) in state["exited"]]
-    why = ""
-    if pending is not None:
-        how = f"; r{exited[0]} had already exited" if exited else ""
-        why = f" in {pending['what']} (collective {pending['key']}), waiting for {', '.join(f'r{m}' for m in missing)}{how}"
-    ctx.now = max(ctx.now, t_ns)
-    ctx.fail(
-        "hang",
-        f"r{rank} waited {ctx.world.config['hang_timeout'] // 1_000_000_000} s{why}",
-        "torch.collective.hang",
-        node=f"r{culprit}",
-    )
-    ctx.world.failures[-1].update(
-        waiting_for=[f"r{member}" for member in missing],
-        waiting=f"r{rank}",
-        flight_recorder=flight_table(state),
-    )
-
-
-def _described_by_another(state: dict[str, Any], rank: int) -> tuple[int, dict[str, Any] | None]:
-    """A waiting rank in no collective (what it fed was dropped): the earliest other waiting rank
-    whose collective lacks it, so the hang names what waits for whom; else the rank itself."""
-    waiting = sorted(state["waiting"].items(), key=lambda item: (item[1]["since_ns"], int(item[0])))
-    for other, _waiting in waiting:
-        pending = _pending_for(state, int(other))
-        if pending is not None and str(rank) not in pending["entered"] and rank in pending["members"]:
-            return int(other), pending
-    return rank, None
-
-
-def _pending_for(state: dict[str, Any], rank: int) -> dict[str, Any] | None:
-    for key, record in state["ops"].items():
-        if str(rank) in record["entries"] or any(
-            entry.get("rank") == rank for entry in record["entries"].values()
-        ):
-            entry = record["entries"].get(str(rank)) or next(iter(record["entries"].values()))
-            members = record["members"] or [entry["rank"], *[e["rank"] for e in record["entries"].values()]]
-            entered = {str(e["rank"]) for e in record["entries"].values()}
-            return {"key": key, "members": members, "entered": entered, "what": collectives.describe(entry)}
-    return None
-
-
-# -- the flight recorder -------------------------------------------------------------------------
-
-
-def _flight_enter(state: dict[str, Any], rank: int, key: str, entry: dict[str, Any]) -> None:
-    log = state["flight"][str(rank)]
-    log.append(
-        {
-            "key": key,
-            "id": entry["id"],
-            "what": collectives.describe(entry),
-            "state": "entered",
-            "t_enter_ns": entry["t_ns"],
-        }
-    )
-    if len(log) > FLIGHT_RECORDER_ENTRIES:
-        del log[0]
-
-
-def _waits_on(state: dict[str, Any], rank: int) -> list[str]:
-    """The members a waiting rank's pending collective still lacks (what the TUI shows it blocked on)."""
-    if str(rank) not in state["waiting"]:
-        return []
-    pending = _pending_for(state, rank)
-    if pending is None:
-        return []
-    return [f"r{member}" for member in pending["members"] if str(member) not in pending["entered"]]
-
-
-def flight_table(state: dict[str, Any]) -> list[dict[str, Any]]:
-    """Per rank: its last collectives (entered and completed) and how it ended, as in NCCL's recorder."""
-    table = []
-    for rank in range(state["ranks"]):
-        log = state["flight"][str(rank)]
-        exited = state["exited"].get(str(rank))
-        table.append(
-            {
-                "rank": f"r{rank}",
-                "last_entered": log[-1]["key"] if log else None,
-                "last_completed": next(
-                    (item["key"] for item in reversed(log) if item["state"] == "completed"), None
-                ),
-                "status": "exited"
-                if exited is not None
-                else ("waiting" if str(rank) in state["waiting"] else "running"),
-                "waits_on": _waits_on(state, rank),
-                "entries": [dict(item) for item in log[-4:]],
-            }
-        )
-    return table
 
 
 def _fabric(ctx: Context) -> dict[str, Any]:

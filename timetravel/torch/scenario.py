@@ -31,7 +31,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d, digests, resume, store, workdir
+from timetravel.torch import c10d, digests, hangs, resume, store, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import (
@@ -517,7 +517,7 @@ def on_end(world: World, ctx: Context) -> None:
     from timetravel.torch import driver
 
     try:
-        c10d.report_hang(world, ctx)
+        hangs.report_hang(world, ctx)
     finally:
         driver.stop_world(world)
     resume.check(world, ctx)  # after the ranks ended: it may run the reference (torch/resume.py)
