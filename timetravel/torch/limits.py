@@ -35,3 +35,8 @@ TRACEBACK_CHARS_MAX = 20_000
 SNAPSHOT_EVERY_EVENTS_TORCH = 96
 """A torch recording's snapshot interval: a seek from a rank checkpoint re-executes at most this
 many events, each of which may run the user's code (a training step between two collectives)."""
+
+BATCH_INDICES_MAX = 4096
+"""Sampler indices kept per DataLoader batch message, and per rank and optimizer step in the World
+(``nodes/rN/batch``): a batch of a few thousand samples is named in full; a larger one keeps its
+first indices and counts the rest."""
