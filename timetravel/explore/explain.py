@@ -20,6 +20,9 @@ Built on value provenance (:mod:`.provenance`), so it needs nothing from the sce
    the user, it has no cause inside the simulation. So does an event scheduled when the world was
    built, and one whose inputs hold nothing unusual.
 
+On a torch run the answer ends at the rank, the optimizer step, its batch's sampler indices and the
+first module whose output or gradient went non-finite (:mod:`.explain_torch`, ``site``).
+
 Everything is bounded (links, traced events); a chain cut by its budget says so (``complete``).
 The peer rule is a heuristic: it is sharp for replicated systems (data-parallel ranks, replicas of
 a state machine) and silent where nodes have no peers; there the chain follows messages alone.
@@ -43,6 +46,7 @@ from timetravel.explore.explain_results import (
     ExplainResult,
     StateChange,
 )
+from timetravel.explore.explain_torch import execution_refusal, failure_site, is_torch
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.search import last_change
@@ -566,13 +570,18 @@ def explain(
     failure = end.get("failure")
     if not isinstance(failure, dict):
         return ExplainResult(name, None, ())
-    explainer = _Explainer(open_track(session, name), progress, should_stop)
+    track = open_track(session, name)
+    if is_torch(track) and execution_refusal(track) is not None:
+        # nothing re-executes without --script: the stored recording's answer, and what to pass
+        return ExplainResult(name, dict(failure), (), 0, True, failure_site(track, failure))
+    explainer = _Explainer(track, progress, should_stop)
     try:
         explainer.run(failure)
     except _Budget:
         explainer.complete = False
     traced = len(explainer.traces) + explainer.counterfactuals
-    return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete)
+    site = failure_site(track, failure, progress) if is_torch(track) else None
+    return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete, site)
 
 
 __all__ = ["explain"]
