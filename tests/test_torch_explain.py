@@ -85,6 +85,9 @@ def test_the_world_keeps_each_step_s_sampler_indices_per_rank(nan_run: Path) -> 
 def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_module(nan_run: Path) -> None:
     with Session.open(nan_run) as session:
         result = explain(session)
+    # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site)
+    assert [(link.role, link.node) for link in result.links] == [("detector", "c10d"), ("message", "r2")]
+    assert result.complete
     site = result.site
     assert site is not None
     assert (site.rank, site.step) == ("r2", NAN_STEP_INDEX + 1)
@@ -169,3 +172,34 @@ def test_a_step_keeps_at_most_the_named_limit_of_indices_and_counts_the_rest() -
     payload = {"step": 5, "indices": [9], "dropped": 3, "incarnation": 0}
     training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), None)  # type: ignore[arg-type]
     assert state["batch"] == {"step": 5, "indices": [9], "batches": 1, "indices_dropped": 3}
+
+
+def test_the_tui_s_explain_pane_ends_with_the_site() -> None:
+    from timetravel.explore.explain_results import ExplainResult, FailureSite
+    from timetravel.tui.adapt import explain_rows
+
+    finding = {"module": "2", "module_class": "Linear", "where": "gradient", "tensor": 0, "nonfinite": 64}
+    finding.update(
+        elements=64, first_index=5, value="inf", shape=[16, 4], dtype="bfloat16", inputs_nonfinite=[]
+    )
+    site = FailureSite(
+        "r1", 5, None, "no DataLoader: the script draws its batches itself", 0, "found", "", finding
+    )
+    failure = {
+        "kind": "nan",
+        "node": "r1",
+        "t_ns": 700,
+        "message": "r1 fed 8",
+        "signature": "nan:torch.collective.nonfinite",
+    }
+    _headline, rows = explain_rows(ExplainResult("main", failure, (), site=site), "ms")
+    assert (rows[-1].head, rows[-1].what, rows[-1].t_ns) == (
+        "at r1",
+        "optimizer step 5 (4 completed before it)",
+        700,
+    )
+    assert rows[-1].changes == (
+        "  sampler indices: none (no DataLoader: the script draws its batches itself)",
+        "  first non-finite module: 2 (Linear), gradient of output 0: 64 of 64 elements non-finite, "
+        "first [1, 1] = inf (bfloat16[16, 4])",
+    )

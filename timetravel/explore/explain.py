@@ -31,6 +31,7 @@ a state machine) and silent where nodes have no peers; there the chain follows m
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -71,6 +72,10 @@ class _Budget(Exception):
     pass
 
 
+class _Reached(Exception):
+    """The chain reached the link it stops at (``stop_at``): complete, nothing further to trace."""
+
+
 class _Explainer:
     def __init__(
         self, track: Session, progress: ProgressCallback | None, should_stop: StopCheck | None
@@ -81,6 +86,8 @@ class _Explainer:
         self.links: list[ExplainLink] = []
         self.progress = progress
         self.should_stop = should_stop
+        self.stop_at: Callable[[ExplainLink], ExplainLink | None] | None = None
+        """Given a link, the link to end the chain with, or None to go on (torch: the rank's call)."""
         self.complete = True
         self.roots: list[str] = []
         self._initial: dict[str, Any] | None = None
@@ -115,7 +122,10 @@ class _Explainer:
     def add(self, link: ExplainLink) -> None:
         if len(self.links) >= LINKS_MAX:
             raise _Budget()
-        self.links.append(link)
+        last = self.stop_at(link) if self.stop_at is not None else None
+        self.links.append(last or link)
+        if last is not None:
+            raise _Reached()
 
     # -- the chain -------------------------------------------------------------------------
 
@@ -557,6 +567,23 @@ def _peer_value(nodes: dict[str, Any], roles: dict[str, str], node: str, key: st
     return max(counts.values(), key=lambda item: item[0])[1] if counts else None
 
 
+def _at_the_rank_s_call(failure: dict[str, Any]) -> Callable[[ExplainLink], ExplainLink | None]:
+    """On a torch ``nan`` failure the chain ends at the failing rank's call that fed the values: what
+    led the rank's process there is its own step (the failure site: step, batch, module), not the
+    World's counters that the peer rule would follow (its ``calls``, unlike its peers')."""
+
+    def stop_at(link: ExplainLink) -> ExplainLink | None:
+        if failure.get("kind") != "nan" or link.role != LINK_MESSAGE or link.node != failure.get("node"):
+            return None
+        what = (
+            "sent the call whose inputs held the non-finite values: they were made in "
+            f"{link.node}'s own step (below)"
+        )
+        return dataclasses.replace(link, what=what, because="")
+
+    return stop_at
+
+
 def explain(
     session: Session,
     branch: str | None = None,
@@ -575,10 +602,14 @@ def explain(
         # nothing re-executes without --script: the stored recording's answer, and what to pass
         return ExplainResult(name, dict(failure), (), 0, True, failure_site(track, failure))
     explainer = _Explainer(track, progress, should_stop)
+    if is_torch(track):
+        explainer.stop_at = _at_the_rank_s_call(failure)
     try:
         explainer.run(failure)
     except _Budget:
         explainer.complete = False
+    except _Reached:
+        pass
     traced = len(explainer.traces) + explainer.counterfactuals
     site = failure_site(track, failure, progress) if is_torch(track) else None
     return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete, site)
