@@ -1,8 +1,8 @@
 """``explain`` on a torch run ends at the rank, the step, its batch's sampler indices and the first
-non-finite module (issue 14, part 3), on the planted NaN of docs/examples/torch/ddp_mlp.py.
+non-finite module (issue 14, part 3), on the planted NaN of docs/examples/torch/ddp_loader.py.
 
-The recording is a real 3-rank run whose batches come from a DataLoader with a DistributedSampler
-(``--data loader``); rank 2's batch of its 8th optimizer step (the script's 0-based step 7) gets a NaN.
+The recording is a real 3-rank run of ddp_mlp.py's model whose batches come from a DataLoader with a
+DistributedSampler; rank 2's batch of its 8th optimizer step (the script's 0-based step 7) gets a NaN.
 The expected sampler indices are computed here from DistributedSampler's documented algorithm, not
 read back from timetravel. The module probe re-executes the run with hooks in the rank processes;
 the Stepper it runs on checks every re-executed event against the recorded hash chain, so a probe
@@ -34,6 +34,7 @@ from timetravel.torch.scenario import authorize_script
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples" / "torch"
 DDP_MLP = EXAMPLES / "ddp_mlp.py"
+DDP_LOADER = EXAMPLES / "ddp_loader.py"
 GPU_STYLE = EXAMPLES / "gpu_style.py"
 RANKS = 3
 SAMPLES = 256
@@ -67,7 +68,7 @@ def distributed_sampler_batch(rank: int, step_index: int, epoch: int = 0) -> lis
 @pytest.fixture(scope="module")
 def nan_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("torch_explain") / "nan_loader.ttr"
-    report = record(path, DDP_MLP, RANKS, "--steps 9 --bug nan_data --data loader")
+    report = record(path, DDP_LOADER, RANKS, "--steps 9 --bug nan_data")
     assert report["outcome"] == "fail" and report["failure"]["kind"] == "nan", report["failure"]
     return path
 
@@ -132,6 +133,19 @@ def test_without_script_explain_answers_from_the_recording_and_names_the_option(
     site = json.loads(as_json.stdout)["site"]
     assert (site["rank"], site["step"], site["probe"], site["module"]) == ("r2", 8, "not_run", None)
     assert site["indices"] == distributed_sampler_batch(2, NAN_STEP_INDEX)
+
+
+@pytest.mark.slow
+def test_without_a_dataloader_explain_says_so_and_still_names_the_module(tmp_path: Path) -> None:
+    path = tmp_path / "ddp_mlp.ttr"
+    report = record(path, DDP_MLP, RANKS, "--steps 9 --bug nan_data")  # batches from a generator
+    assert report["outcome"] == "fail", report["failure"]
+    with Session.open(path) as session:
+        site = explain(session).site
+    assert site is not None and (site.rank, site.step) == ("r2", NAN_STEP_INDEX + 1)
+    assert site.indices is None
+    assert site.indices_note == "no DataLoader: the script draws its batches itself"
+    assert (site.module or {}).get("module") == "0" and (site.module or {}).get("where") == "forward"
 
 
 @pytest.mark.slow

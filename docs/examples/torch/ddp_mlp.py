@@ -5,10 +5,6 @@
 
 Planted bugs (--bug): ``skip_collective`` — rank 1 skips the all_reduce of its loss at step 5 (a hang);
 ``nan_data`` — rank 2's batch at step 7 holds a NaN (found at the first collective it feeds).
-
-``--data loader`` draws the same kind of batches through a DataLoader with a DistributedSampler (the
-usual way), so that ``timetravel explain`` can name the sampler indices of the failing step's batch;
-the default, ``--data tensors``, makes each batch with its own generator and has no sampler.
 """
 
 import argparse
@@ -23,7 +19,6 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--bug", choices=("none", "skip_collective", "nan_data"), default="none")
-    parser.add_argument("--data", choices=("tensors", "loader"), default="tensors")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -32,13 +27,9 @@ def main() -> None:
     ddp = DistributedDataParallel(model)
     optimizer = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
     data = torch.Generator().manual_seed(1000 + rank)
-    batches = loader_batches() if args.data == "loader" else None
     for step in range(args.steps):
-        if batches is not None:
-            inputs, targets = next(batches)
-        else:
-            inputs = torch.randn(8, 16, generator=data)
-            targets = inputs.sum(dim=1, keepdim=True).sin()
+        inputs = torch.randn(8, 16, generator=data)
+        targets = inputs.sum(dim=1, keepdim=True).sin()
         if args.bug == "nan_data" and rank == 2 and step == 7:
             inputs[0, 0] = float("nan")
         loss = torch.nn.functional.mse_loss(ddp(inputs), targets)
@@ -53,20 +44,6 @@ def main() -> None:
     if rank == 0:
         print(f"final loss {report.item() / world:.6f}")
     dist.destroy_process_group()
-
-
-def loader_batches():
-    """Batches of 8 from a DataLoader over 256 samples, each rank its DistributedSampler's share,
-    reshuffled every epoch."""
-    samples = torch.randn(256, 16, generator=torch.Generator().manual_seed(1000))
-    dataset = torch.utils.data.TensorDataset(samples, samples.sum(dim=1, keepdim=True).sin())
-    sampler = torch.utils.data.distributed.DistributedSampler(dataset, shuffle=True, seed=0)
-    loader = torch.utils.data.DataLoader(dataset, batch_size=8, sampler=sampler)
-    epoch = 0
-    while True:
-        sampler.set_epoch(epoch)
-        yield from loader
-        epoch += 1
 
 
 if __name__ == "__main__":
