@@ -81,6 +81,9 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
 
     rank = module_probe.rank_number(site.rank)
     assert rank is not None, site.rank
+    if session.fork_events:  # a branch's ranks past its fork come from its parent's checkpoints
+        note = f"not probed: the module probe re-executes a run from #0, and this branch forks at #{session.fork_events}"
+        return _with_probe(site, PROBE_NOT_RUN, note)
     if progress is not None:
         progress(WorkProgress("explain", 0, 1, f"module probe: re-executing {site.rank} to step {site.step}"))
     with module_probe.probing(rank, site.step) as findings:
@@ -90,9 +93,6 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
         finally:
             driver.stop_world(stepper.world)  # the probed processes end here: no later seek resumes them
         answer = findings.get(rank)
-    if stepper.events < session.end.events:
-        note = f"the probe re-executed a branch's history up to its fork (#{stepper.events}) only"
-        return _with_probe(site, PROBE_NOT_RUN, note)
     if answer is None or answer["finding"] is None:
         note = (
             f"every module output and gradient of {site.rank}'s step {site.step} was finite up to the "
