@@ -135,6 +135,27 @@ def test_without_script_explain_answers_from_the_recording_and_names_the_option(
     assert site["indices"] == distributed_sampler_batch(2, NAN_STEP_INDEX)
 
 
+def test_a_failure_that_is_not_a_nan_gets_its_site_and_no_probe(tmp_path: Path) -> None:
+    path = tmp_path / "mismatch.ttr"
+    report = record(path, DDP_MLP, RANKS, "--steps 7 --bug skip_collective")  # r1 skips an all_reduce
+    assert report["outcome"] == "fail" and report["failure"]["node"] == "r1", report["failure"]
+    done = subprocess.run(
+        [sys.executable, "-m", "timetravel", "explain", str(path), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 0, done.stderr
+    site = json.loads(done.stdout)["site"]
+    assert (site["rank"], site["probe"], site["module"]) == ("r1", "not_run", None)
+    # r1 skips the loss all_reduce after its 6th optimizer step (the script's step 5); the mismatch
+    # is its next collective, DDP's gradient bucket in the 7th
+    assert site["step"] == 7
+    assert site["probe_note"].startswith(f"none looked for (a {report['failure']['kind']} failure")
+    assert "pass --script PATH" in site["probe_note"]  # the chain is what --script would add
+
+
 @pytest.mark.slow
 def test_without_a_dataloader_explain_says_so_and_still_names_the_module(tmp_path: Path) -> None:
     path = tmp_path / "ddp_mlp.ttr"

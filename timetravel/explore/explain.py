@@ -598,9 +598,13 @@ def explain(
     if not isinstance(failure, dict):
         return ExplainResult(name, None, ())
     track = open_track(session, name)
-    if is_torch(track) and execution_refusal(track) is not None:
+    refusal = execution_refusal(track) if is_torch(track) else None
+    if refusal is not None:
         # nothing re-executes without --script: the stored recording's answer, and what to pass
-        return ExplainResult(name, dict(failure), (), 0, True, failure_site(track, failure))
+        site = failure_site(track, failure)
+        if site is None:  # a failure of no rank: nothing stored to tell
+            raise ExploreError(refusal)
+        return ExplainResult(name, dict(failure), (), 0, True, site)
     explainer = _Explainer(track, progress, should_stop)
     if is_torch(track):
         explainer.stop_at = _at_the_rank_s_call(failure)

@@ -28,6 +28,8 @@ from timetravel.explore.stepper import Stepper
 from timetravel.explore.work import ProgressCallback, WorkProgress
 
 TORCH_SCENARIO = "torch"
+PROBED_KINDS = frozenset({"nan"})
+"""Failures the module probe looks for: a NaN or Inf a rank fed into a collective (``detect_nan``)."""
 
 
 def is_torch(session: Session) -> bool:
@@ -62,6 +64,11 @@ def failure_site(
         probe=PROBE_NOT_RUN,
     )
     refusal = execution_refusal(session)
+    if failure.get("kind") not in PROBED_KINDS:
+        note = f"none looked for (a {failure.get('kind')} failure is not a non-finite value)"
+        if refusal is not None:
+            note += f"; the causal chain re-executes the run: {refusal}"
+        return _with_probe(site, PROBE_NOT_RUN, note)
     if refusal is not None:
         note = f"not probed (the probe re-executes step {site.step} with module hooks): {refusal}"
         return _with_probe(site, PROBE_NOT_RUN, note)
