@@ -23,10 +23,12 @@ import torch
 from timetravel.explore import Session
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.explain import explain
+from timetravel.explore.explain_torch import failure_site
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.sim.event import Event
 from timetravel.torch import state as training_state
+from timetravel.torch import workdir
 from timetravel.torch.limits import BATCH_INDICES_MAX
 from timetravel.torch.rank_batches import _plain_indices
 from timetravel.torch.scenario import authorize_script
@@ -85,7 +87,11 @@ def test_the_world_keeps_each_step_s_sampler_indices_per_rank(nan_run: Path) -> 
 
 def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_module(nan_run: Path) -> None:
     with Session.open(nan_run) as session:
+        directories = len(workdir._open)
+        probed = failure_site(session, session.reader.end(session.branch)["failure"])
+        assert len(workdir._open) == directories  # the probed ranks' working directory is removed too
         result = explain(session)
+    assert result.site == probed  # the probe is deterministic: the same answer twice
     # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site)
     assert [(link.role, link.node) for link in result.links] == [("detector", "c10d"), ("message", "r2")]
     assert result.complete

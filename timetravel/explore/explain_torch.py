@@ -84,7 +84,7 @@ def _with_probe(
 
 
 def _probe(session: Session, site: FailureSite, progress: ProgressCallback | None) -> FailureSite:
-    from timetravel.torch import driver, module_probe
+    from timetravel.torch import module_probe
 
     rank = module_probe.rank_number(site.rank)
     assert rank is not None, site.rank
@@ -98,7 +98,7 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
         try:
             stepper.advance_observed(stepper.horizon - stepper.events, _ignore)
         finally:
-            driver.stop_world(stepper.world)  # the probed processes end here: no later seek resumes them
+            module_probe.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
         answer = findings.get(rank)
     if answer is None or answer["finding"] is None:
         note = (

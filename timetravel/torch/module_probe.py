@@ -51,6 +51,17 @@ def settings_for(rank: int) -> dict[str, Any]:
     return {PROBE_SETTING: {"step": step}} if step is not None else {}
 
 
+def end_probe(world: World) -> None:
+    """Stop the probed world's ranks and remove their working directory: no checkpoint holds them
+    (the probe's run pauses after every event), so nothing else will resume them or read it."""
+    from timetravel.torch import driver
+
+    live = driver.driver_for(world)
+    driver.stop_world(world)
+    if live is not None and live.workdir is not None:
+        live.workdir.close()
+
+
 def note(rank: int, message: dict[str, Any]) -> None:
     """A rank's ``probe`` message (from ``scenario.on_poll``): kept only when it answers the probe
     asked (a checkpoint of a probed rank resumed later, outside :func:`probing`, is ignored)."""
@@ -121,6 +132,7 @@ def failure_site(world: World, failure: dict[str, Any]) -> dict[str, Any] | None
 
 __all__ = [
     "PROBE_SETTING",
+    "end_probe",
     "execution_refusal",
     "failure_site",
     "note",
