@@ -28,7 +28,7 @@ from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.sim.event import Event
 from timetravel.torch import state as training_state
-from timetravel.torch import workdir
+from timetravel.torch import workdir, world_source
 from timetravel.torch.limits import BATCH_INDICES_MAX
 from timetravel.torch.rank_batches import _plain_indices
 from timetravel.torch.scenario import authorize_script
@@ -86,12 +86,15 @@ def test_the_world_keeps_each_step_s_sampler_indices_per_rank(nan_run: Path) -> 
 
 
 def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_module(nan_run: Path) -> None:
+    users = world_source._SHARED.users
     with Session.open(nan_run) as session:
         directories = len(workdir._open)
         probed = failure_site(session, session.reader.end(session.branch)["failure"])
         assert len(workdir._open) == directories  # the probed ranks' working directory is removed too
         result = explain(session)
     assert result.site == probed  # the probe is deterministic: the same answer twice
+    # explain's track of the branch closed its world source: no checkpoint outlives the session
+    assert world_source._SHARED.users == users
     # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site)
     assert [(link.role, link.node) for link in result.links] == [("detector", "c10d"), ("message", "r2")]
     assert result.complete

@@ -598,6 +598,21 @@ def explain(
     if not isinstance(failure, dict):
         return ExplainResult(name, None, ())
     track = open_track(session, name)
+    try:
+        return _explain_track(track, name, failure, progress, should_stop)
+    finally:
+        # the track shares the session's reader (never closed here), but its world source is its
+        # own: a torch source left open kept its checkpoints alive after the session closed
+        track.source.close()
+
+
+def _explain_track(
+    track: Session,
+    name: str,
+    failure: dict[str, Any],
+    progress: ProgressCallback | None,
+    should_stop: StopCheck | None,
+) -> ExplainResult:
     refusal = execution_refusal(track) if is_torch(track) else None
     if refusal is not None:
         # nothing re-executes without --script: the stored recording's answer, and what to pass
