@@ -112,7 +112,8 @@ def test_cli_explain_and_origin(needle: Any, capsys: pytest.CaptureFixture[str])
     path, _culprits = needle
     assert cli_main(["explain", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
-    assert list(data) == ["branch", "failure", "links", "traced_events", "complete"]
+    assert list(data) == ["branch", "failure", "links", "traced_events", "complete", "site"]
+    assert data["site"] is None  # only a torch run has a rank, a step, a batch and modules
     assert all(
         {"role", "event", "t_ns", "node", "kind", "what", "changes"} <= set(link) for link in data["links"]
     )

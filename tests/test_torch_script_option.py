@@ -129,7 +129,6 @@ def _executing_command_lines(recording: str) -> list[list[str]]:
         ["likelihood", recording, "--samples", "1"],
         ["branch", recording, "--at", BETWEEN_SNAPSHOTS, "--set", "reduce_order=arrival"],
         ["minimize", recording],
-        ["explain", recording],
         ["inspect", recording, "--at", BETWEEN_SNAPSHOTS],
         ["shell", recording, "-c", f"goto {BETWEEN_SNAPSHOTS}"],
         ["tui", recording, "--at", BETWEEN_SNAPSHOTS, "--headless"],
@@ -161,6 +160,16 @@ def test_every_re_execution_without_script_runs_nothing_and_names_the_option(
     assert "this is a recording of a torch script: pass --script PATH" in line
     assert "sha256 " in line
     assert not _ran(marker), f"{argv[0]} ran the recorded script without --script"
+
+
+def test_explain_without_script_answers_from_the_stored_recording_and_runs_nothing(
+    recorded: dict[str, Path], tmp_path: Path
+) -> None:
+    marker = tmp_path / "ran"
+    done = _run(recorded, "explain", str(recorded["recording"]), "--json", marker=marker)
+    assert done.returncode == 0, done.stderr
+    assert json.loads(done.stdout)["failure"] is None  # the 2-step run passed: nothing to explain
+    assert not _ran(marker)
 
 
 def test_replay_with_the_script_named_verifies_bit_for_bit(recorded: dict[str, Path]) -> None:

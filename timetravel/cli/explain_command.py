@@ -20,10 +20,16 @@ def register(subparsers: Any) -> None:
             "changed: the detector that fired, the message it read, the event where the failing node's state "
             "became unlike every peer's, the events that wrote the values it read, down to fault records or "
             "choices with no cause inside the simulation. Derived by re-executing events from snapshots and "
-            "noting what their handlers read; nothing is asked of the scenario. Exit code 0, 2 on bad input."
+            "noting what their handlers read; nothing is asked of the scenario. On a torch run it ends at the "
+            "rank, the optimizer step, the sampler indices of its batch and the first module whose output or "
+            "gradient went non-finite (the module probe re-executes the run: --script PATH; without it, what "
+            "the recording stores). Exit code 0, 2 on bad input."
         ),
     )
-    add_common(parser, "print one JSON object: branch, failure, links [{role, event, t_ns, node, kind, ...}]")
+    add_common(
+        parser,
+        "print one JSON object: branch, failure, links [{role, event, t_ns, node, kind, ...}], site (torch)",
+    )
     parser.add_argument("--branch", metavar="B", default=None, help="the failing branch (default: main)")
     parser.set_defaults(func=_explain)
 

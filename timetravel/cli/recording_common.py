@@ -19,12 +19,11 @@ register_user_error(RecordingError)
 register_user_error(PathError)
 
 EXIT_MISMATCH = 1
-ALWAYS_EXECUTES = frozenset(
-    {"replay", "branch", "rerun", "fanout", "likelihood", "minimize", "explain", "origin"}
-)
+ALWAYS_EXECUTES = frozenset({"replay", "branch", "rerun", "fanout", "likelihood", "minimize", "origin"})
 """Commands that re-execute a recording whatever their arguments: on a torch recording without
 ``--script`` they refuse at once. The others (inspect --at, compare, diff, export, shell, tui)
-re-execute only when a time falls between snapshots, and refuse then, with the same line."""
+re-execute only when a time falls between snapshots, and refuse then, with the same line;
+``explain`` answers from the stored recording and says in one line what ``--script`` would add."""
 CHANGED_ON_PURPOSE = frozenset({"rerun"})
 """Commands about today's code: a script that changed since the recording runs, with a note."""
 

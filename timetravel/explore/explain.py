@@ -20,6 +20,9 @@ Built on value provenance (:mod:`.provenance`), so it needs nothing from the sce
    the user, it has no cause inside the simulation. So does an event scheduled when the world was
    built, and one whose inputs hold nothing unusual.
 
+On a torch run the answer ends at the rank, the optimizer step, its batch's sampler indices and the
+first module whose output or gradient went non-finite (:mod:`.explain_torch`, ``site``).
+
 Everything is bounded (links, traced events); a chain cut by its budget says so (``complete``).
 The peer rule is a heuristic: it is sharp for replicated systems (data-parallel ranks, replicas of
 a state machine) and silent where nodes have no peers; there the chain follows messages alone.
@@ -28,6 +31,7 @@ a state machine) and silent where nodes have no peers; there the chain follows m
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -43,6 +47,7 @@ from timetravel.explore.explain_results import (
     ExplainResult,
     StateChange,
 )
+from timetravel.explore.explain_torch import execution_refusal, failure_site, is_torch
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.search import last_change
@@ -67,6 +72,10 @@ class _Budget(Exception):
     pass
 
 
+class _Reached(Exception):
+    """The chain reached the link it stops at (``stop_at``): complete, nothing further to trace."""
+
+
 class _Explainer:
     def __init__(
         self, track: Session, progress: ProgressCallback | None, should_stop: StopCheck | None
@@ -77,6 +86,8 @@ class _Explainer:
         self.links: list[ExplainLink] = []
         self.progress = progress
         self.should_stop = should_stop
+        self.stop_at: Callable[[ExplainLink], ExplainLink | None] | None = None
+        """Given a link, the link to end the chain with, or None to go on (torch: the rank's call)."""
         self.complete = True
         self.roots: list[str] = []
         self._initial: dict[str, Any] | None = None
@@ -111,7 +122,10 @@ class _Explainer:
     def add(self, link: ExplainLink) -> None:
         if len(self.links) >= LINKS_MAX:
             raise _Budget()
-        self.links.append(link)
+        last = self.stop_at(link) if self.stop_at is not None else None
+        self.links.append(last or link)
+        if last is not None:
+            raise _Reached()
 
     # -- the chain -------------------------------------------------------------------------
 
@@ -553,6 +567,23 @@ def _peer_value(nodes: dict[str, Any], roles: dict[str, str], node: str, key: st
     return max(counts.values(), key=lambda item: item[0])[1] if counts else None
 
 
+def _at_the_rank_s_call(failure: dict[str, Any]) -> Callable[[ExplainLink], ExplainLink | None]:
+    """On a torch ``nan`` failure the chain ends at the failing rank's call that fed the values: what
+    led the rank's process there is its own step (the failure site: step, batch, module), not the
+    World's counters that the peer rule would follow (its ``calls``, unlike its peers')."""
+
+    def stop_at(link: ExplainLink) -> ExplainLink | None:
+        if failure.get("kind") != "nan" or link.role != LINK_MESSAGE or link.node != failure.get("node"):
+            return None
+        what = (
+            "sent the call whose inputs held the non-finite values: they were made in "
+            f"{link.node}'s own step (below)"
+        )
+        return dataclasses.replace(link, what=what, because="")
+
+    return stop_at
+
+
 def explain(
     session: Session,
     branch: str | None = None,
@@ -566,13 +597,41 @@ def explain(
     failure = end.get("failure")
     if not isinstance(failure, dict):
         return ExplainResult(name, None, ())
-    explainer = _Explainer(open_track(session, name), progress, should_stop)
+    track = open_track(session, name)
+    try:
+        return _explain_track(track, name, failure, progress, should_stop)
+    finally:
+        # the track shares the session's reader (never closed here), but its world source is its
+        # own: a torch source left open kept its checkpoints alive after the session closed
+        track.source.close()
+
+
+def _explain_track(
+    track: Session,
+    name: str,
+    failure: dict[str, Any],
+    progress: ProgressCallback | None,
+    should_stop: StopCheck | None,
+) -> ExplainResult:
+    refusal = execution_refusal(track) if is_torch(track) else None
+    if refusal is not None:
+        # nothing re-executes without --script: the stored recording's answer, and what to pass
+        site = failure_site(track, failure)
+        if site is None:  # a failure of no rank: nothing stored to tell
+            raise ExploreError(refusal)
+        return ExplainResult(name, dict(failure), (), 0, True, site)
+    explainer = _Explainer(track, progress, should_stop)
+    if is_torch(track):
+        explainer.stop_at = _at_the_rank_s_call(failure)
     try:
         explainer.run(failure)
     except _Budget:
         explainer.complete = False
+    except _Reached:
+        pass
     traced = len(explainer.traces) + explainer.counterfactuals
-    return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete)
+    site = failure_site(track, failure, progress) if is_torch(track) else None
+    return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete, site)
 
 
 __all__ = ["explain"]

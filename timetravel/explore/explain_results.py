@@ -121,6 +121,8 @@ class ExplainResult:
     """Events re-executed one by one with their reads noted (the explanation's cost)."""
     complete: bool = True
     """False when the chain stopped on its budget before reaching a cause outside the simulation."""
+    site: FailureSite | None = None
+    """On a torch run: the rank, step, sampler indices and first non-finite module it ends at."""
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -129,4 +131,47 @@ class ExplainResult:
             "links": [link.to_data() for link in self.links],
             "traced_events": self.traced_events,
             "complete": self.complete,
+            "site": self.site.to_data() if self.site is not None else None,
+        }
+
+
+PROBE_FOUND = "found"
+"""The module probe ran and names the first module whose output or gradient went non-finite."""
+PROBE_FINITE = "finite"
+"""The probe ran: every module output and gradient of the step was finite up to the failure."""
+PROBE_NOT_RUN = "not_run"
+"""The probe could not run here (no ``--script``, no torch): ``probe_note`` says what to pass."""
+
+
+@dataclass(frozen=True)
+class FailureSite:
+    """Where a torch run's failure stands in the user's terms (explore/explain_torch.py): the rank,
+    the optimizer step it was in, that step's batch sampler indices, the first non-finite module."""
+
+    rank: str
+    step: int
+    """The optimizer step in progress on ``rank`` (1 for the first; ``step - 1`` had completed)."""
+    indices: tuple[int, ...] | None
+    """The sampler indices of the step's DataLoader batches (None: none recorded, see the note)."""
+    indices_note: str
+    batches: int
+    probe: str
+    """One of PROBE_FOUND, PROBE_FINITE, PROBE_NOT_RUN."""
+    probe_note: str = ""
+    module: dict[str, Any] | None = None
+    """The finding: ``module`` (name from the outermost module, '' for it), ``module_class``,
+    ``where`` (``forward``: an output; ``gradient``: the gradient of an output), ``tensor`` (which
+    output), ``nonfinite``/``elements``, ``first_index`` (flat), ``value``, ``shape``, ``dtype`` and
+    ``inputs_nonfinite`` (the module's inputs that were non-finite already)."""
+
+    def to_data(self) -> dict[str, Any]:
+        return {
+            "rank": self.rank,
+            "step": self.step,
+            "indices": list(self.indices) if self.indices is not None else None,
+            "indices_note": self.indices_note,
+            "batches": self.batches,
+            "probe": self.probe,
+            "probe_note": self.probe_note,
+            "module": dict(self.module) if self.module is not None else None,
         }

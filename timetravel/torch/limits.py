@@ -43,3 +43,8 @@ hour): a larger ``work_ns`` from a rank is a malformed message, not a very slow 
 COMPUTE_FLOPS_PER_S_DEFAULT = 400_000_000_000_000
 """400 TFLOP/s, ``compute_model=flops``'s default rate: an H100 SXM's dense bf16 peak (989 TFLOP/s)
 at the ~40% model-FLOPs utilisation large data-parallel training reaches."""
+
+BATCH_INDICES_MAX = 4096
+"""Sampler indices kept per DataLoader batch message, and per rank and optimizer step in the World
+(``nodes/rN/batch``): a batch of a few thousand samples is named in full; a larger one keeps its
+first indices and counts the rest."""

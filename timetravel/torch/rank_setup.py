@@ -80,6 +80,16 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     register_optimizer_step_pre_hook(reporter.before_step)
     register_optimizer_step_post_hook(reporter.after_step)
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: capture.step_done(reporter.steps))
+    from timetravel.torch.rank_batches import install_batch_indices
+
+    install_batch_indices(rank_channel, lambda: reporter.steps + 1)
+    probe = settings.get("probe")
+    if probe:  # explain re-executes this rank to find the first non-finite module (rank_probe.py)
+        from timetravel.torch.rank_probe import ModuleProbe
+
+        hooks = ModuleProbe(rank_channel, int(probe["step"]), lambda: reporter.steps, module_names)
+        hooks.install()
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: hooks.step_done())
 
 
 def _metrics_sink(rank_channel: Channel, capture: Any) -> Any:
@@ -214,6 +224,22 @@ def module_prefix(module: torch.nn.Module) -> str:
         path.insert(0, parent[1])
         module = holder
     return "".join(f"{segment}." for segment in path)
+
+
+def module_names() -> dict[int, str]:
+    """id(module) -> its name from the outermost module, for every module of every model whose
+    parameters a module listed (``0`` for ``model[0]`` under DDP; '' for the outermost)."""
+    names: dict[int, str] = {}
+    roots: dict[int, torch.nn.Module] = {}
+    for owner in list(_parameter_owners.values()):
+        module = owner()
+        if module is not None:
+            roots.setdefault(id(module), module)
+    for root in roots.values():
+        prefix = module_prefix(root)
+        for name, module in root.named_modules():
+            names.setdefault(id(module), rank_state.strip_prefixes(prefix + name))
+    return names
 
 
 def _remember_module_parents() -> None:

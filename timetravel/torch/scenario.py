@@ -31,7 +31,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d, digests, hangs, resume, store, workdir
+from timetravel.torch import c10d, digests, hangs, module_probe, resume, store, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import (
@@ -321,6 +321,7 @@ def rank_specs(config: dict[str, Any], seed: int, restarts: int = 0, *, cwd: str
                     "compute_flops_per_s": config["compute_flops_per_s"],
                     "state_every_steps": config["state_every_steps"],
                     "state_bytes_max": config["state_bytes_max"],
+                    **module_probe.settings_for(rank),  # explain's module probe (read-only hooks)
                 },
             }
         )
@@ -448,6 +449,9 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if kind == "output":
             live.emit(rank, message["stream"], message["lines"])
             continue
+        if kind == "probe":  # explain's module probe: a side channel, never part of the World
+            module_probe.note(rank, message)
+            continue
         t_ns = max(state["t_ns"], int(message["t_ns"]))
         if kind in ("call", "exit"):
             interval = ctx.world.config["compute_interval"] + work_ns
@@ -467,6 +471,10 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
             continue
         if kind == "metric":
             ctx.deliver(t_ns, ctx.node, "metric", [message["name"], message["value"], message.get("step")])
+            continue
+        if kind == "batch":
+            batch = {key: message[key] for key in ("step", "indices", "dropped", "incarnation")}
+            ctx.deliver(t_ns, ctx.node, "batch", batch)
             continue
         if kind == "step":
             training_state.on_step_message(state, message, t_ns, ctx)
@@ -563,6 +571,7 @@ SCENARIO = Scenario(
             "restart": on_restart,
             "state": training_state.on_state,
             "logical": training_state.on_logical,
+            "batch": training_state.on_batch,
         },
         "collectives": c10d.HANDLERS,
         "store": store.HANDLERS,

@@ -33,6 +33,7 @@ import numpy as np
 from timetravel.sim.context import Context
 from timetravel.sim.event import Event
 from timetravel.torch import arrays
+from timetravel.torch.limits import BATCH_INDICES_MAX
 
 
 def on_step_message(state: dict[str, Any], message: dict[str, Any], t_ns: int, ctx: Context) -> None:
@@ -158,3 +159,25 @@ def assemble(shards: list[dict[str, np.ndarray]], layout: dict[str, dict[str, An
         if list(whole.shape) == shape:
             logical[name] = whole
     return logical
+
+
+def on_batch(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """A DataLoader batch the rank received (torch/rank_batches.py): ``nodes/rN/batch`` holds the
+    sampler indices of the batches of its current optimizer step — ``step``, ``indices`` (at most
+    ``BATCH_INDICES_MAX``, the rest counted in ``indices_dropped``) and ``batches`` (gradient
+    accumulation loads several per step). A new step's first batch replaces the previous step's."""
+    payload = event.payload
+    if payload["incarnation"] != state["incarnation"]:
+        return
+    step = int(payload["step"])
+    batch = state.get("batch")
+    if not isinstance(batch, dict) or batch.get("step") != step:
+        batch = {"step": step, "indices": [], "batches": 0, "indices_dropped": 0}
+    indices = [int(index) for index in payload["indices"]]
+    room = max(BATCH_INDICES_MAX - len(batch["indices"]), 0)
+    state["batch"] = {
+        "step": step,
+        "indices": batch["indices"] + indices[:room],
+        "batches": batch["batches"] + 1,
+        "indices_dropped": batch["indices_dropped"] + max(len(indices) - room, 0) + int(payload["dropped"]),
+    }

@@ -15,7 +15,7 @@ from typing import Any
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.branch_tree import OUTCOME_IN_PROGRESS
-from timetravel.explore.commands.render import failure_text, link_head
+from timetravel.explore.commands.render import failure_text, link_head, site_lines
 from timetravel.explore.reference import ReferenceOverlay
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
@@ -178,4 +178,10 @@ def explain_rows(result: x.ExplainResult, unit: str) -> tuple[str, tuple[Explain
         )
         for link in result.links
     )
+    if result.site is not None:  # a torch run ends at its rank, step, batch and first non-finite module
+        lines = site_lines(result.site)
+        where = lines[0].partition(", ")
+        rows += (
+            ExplainRow("detector", None, result.failure.get("t_ns"), where[0], where[2], tuple(lines[1:])),
+        )
     return f"{result.branch}: {failure_text(result.failure, unit)}", rows

@@ -346,7 +346,58 @@ def _explain(result: x.ExplainResult, unit: str) -> list[str]:
         )
     if not result.complete:
         lines.append(f"  (stopped on its budget after tracing {result.traced_events} events)")
+    if result.site is not None:
+        lines += site_lines(result.site)
     return lines
+
+
+INDICES_SHOWN_MAX = 32
+"""Sampler indices a line shows; ``--json`` has them all (up to the recorded limit)."""
+
+
+def site_lines(site: x.FailureSite) -> list[str]:
+    """Where a torch failure stands: rank and step, the batch's sampler indices, the first
+    non-finite module (or why it was not probed) — the lines that end ``explain`` on a torch run."""
+    lines = [f"at {site.rank}, optimizer step {site.step} ({site.step - 1} completed before it)"]
+    if site.indices is None:
+        lines.append(f"  sampler indices: none ({site.indices_note})")
+    else:
+        shown = ", ".join(str(index) for index in site.indices[:INDICES_SHOWN_MAX])
+        more = f", ... ({len(site.indices)} in all)" if len(site.indices) > INDICES_SHOWN_MAX else ""
+        note = f"; {site.indices_note}" if site.indices_note else ""
+        batches = "batch" if site.batches == 1 else f"{site.batches} batches"
+        lines.append(f"  sampler indices of its {batches}: [{shown}{more}]{note}")
+    if site.module is None:
+        lines.append(f"  first non-finite module: {site.probe_note}")
+    else:
+        lines.append(f"  first non-finite module: {module_text(site.module)}")
+    return lines
+
+
+def module_text(finding: dict[str, Any]) -> str:
+    """``0 (Linear), forward output 0: 1 of 256 elements non-finite, first [0, 0] = nan (float32[8, 32]);
+    its input 0 was non-finite already``."""
+    name = finding.get("module") or "the outermost module"
+    where = "forward output" if finding.get("where") == "forward" else "gradient of output"
+    shape = [int(size) for size in finding.get("shape", [])]
+    position = _unravel(int(finding.get("first_index", 0)), shape)
+    text = (
+        f"{name} ({finding.get('module_class', '?')}), {where} {finding.get('tensor', 0)}: "
+        f"{finding.get('nonfinite')} of {finding.get('elements')} elements non-finite, first "
+        f"{position} = {finding.get('value')} ({finding.get('dtype')}{shape})"
+    )
+    inputs = finding.get("inputs_nonfinite") or []
+    if inputs:
+        text += f"; its input {', '.join(str(i) for i in inputs)} was non-finite already (it came in with the input: the batch, or code outside the modules)"
+    return text
+
+
+def _unravel(flat: int, shape: list[int]) -> list[int]:
+    position = []
+    for size in reversed(shape):
+        position.append(flat % size if size else 0)
+        flat = flat // size if size else 0
+    return list(reversed(position))
 
 
 def _origin(result: x.OriginResult, unit: str) -> list[str]:

@@ -6,7 +6,7 @@ from rich.console import Group, RenderableType
 from rich.text import Text
 
 from timetravel.explore import explain_results as x
-from timetravel.explore.commands.render import link_head
+from timetravel.explore.commands.render import link_head, site_lines
 from timetravel.shell.render.registry import RenderContext, renders
 from timetravel.shell.render.results import failure_text
 
@@ -41,6 +41,10 @@ def render_explain(result: x.ExplainResult, context: RenderContext) -> Renderabl
         parts.append(
             Text(f"(stopped on its budget after tracing {result.traced_events} events)", style="dim")
         )
+    if result.site is not None:
+        lines = site_lines(result.site)
+        parts.append(Text(lines[0], style="bold red"))
+        parts += [Text(line, style="yellow" if "non-finite" in line else "") for line in lines[1:]]
     return Group(*parts)
 
 

@@ -1,0 +1,117 @@
+"""How ``explain`` ends on a torch run: the rank, the step, its batch's sampler indices, the module.
+
+The causal chain of :mod:`.explain` follows events; on a torch recording it reaches the collective a
+NaN entered, which is where the World sees it but not where the user's code made it. This module
+adds the :class:`~timetravel.explore.explain_results.FailureSite`:
+
+* from the stored recording, with no execution (timetravel/torch/module_probe.py): the failing
+  rank, the optimizer step in progress there and the sampler indices its DataLoader yielded for
+  that step's batches (``nodes/rN/batch``);
+* by the **module probe**: the run is re-executed from #0 through the Session's world source, the
+  failing rank started with a probe of that step (read-only forward hooks and output-gradient
+  hooks on every module: torch/rank_probe.py), up to the failure. Every re-executed event is
+  checked against the recorded hash chain by the :class:`~timetravel.explore.stepper.Stepper` (the
+  probe changes no bit of the World: its answer comes back on a side channel), and the run pauses
+  after each event so that no rank checkpoint of a probed process is kept for later seeks.
+
+Executing the script needs the user's ``--script PATH``: without it (or without torch) the site
+says so in one line and keeps what the recording knows.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from timetravel.explore.explain_results import PROBE_FINITE, PROBE_FOUND, PROBE_NOT_RUN, FailureSite
+from timetravel.explore.session import Session
+from timetravel.explore.stepper import Stepper
+from timetravel.explore.work import ProgressCallback, WorkProgress
+
+TORCH_SCENARIO = "torch"
+PROBED_KINDS = frozenset({"nan"})
+"""Failures the module probe looks for: a NaN or Inf a rank fed into a collective (``detect_nan``)."""
+
+
+def is_torch(session: Session) -> bool:
+    return session.scenario.name == TORCH_SCENARIO
+
+
+def execution_refusal(session: Session) -> str | None:
+    """Why this torch recording's script may not run here (one line), None when it may."""
+    from timetravel.torch import module_probe
+
+    return module_probe.execution_refusal(dict(session.header["config"]))
+
+
+def failure_site(
+    session: Session, failure: dict[str, Any], progress: ProgressCallback | None = None
+) -> FailureSite | None:
+    """The site of ``failure`` on this torch branch (None when it names no rank); the module
+    probe runs when the script may execute here."""
+    from timetravel.torch import module_probe
+
+    last = len(session.snapshots()) - 1
+    stored = module_probe.failure_site(session.snapshot_world(last), failure)
+    if stored is None:
+        return None
+    indices = stored["indices"]
+    site = FailureSite(
+        rank=stored["rank"],
+        step=int(stored["step"]),
+        indices=tuple(indices) if indices is not None else None,
+        indices_note=str(stored["indices_note"]),
+        batches=int(stored.get("batches", 0)),
+        probe=PROBE_NOT_RUN,
+    )
+    refusal = execution_refusal(session)
+    if failure.get("kind") not in PROBED_KINDS:
+        note = f"none looked for (a {failure.get('kind')} failure is not a non-finite value)"
+        if refusal is not None:
+            note += f"; the causal chain re-executes the run: {refusal}"
+        return _with_probe(site, PROBE_NOT_RUN, note)
+    if refusal is not None:
+        note = f"not probed (the probe re-executes step {site.step} with module hooks): {refusal}"
+        return _with_probe(site, PROBE_NOT_RUN, note)
+    return _probe(session, site, progress)
+
+
+def _with_probe(
+    site: FailureSite, probe: str, note: str, module: dict[str, Any] | None = None
+) -> FailureSite:
+    return FailureSite(
+        site.rank, site.step, site.indices, site.indices_note, site.batches, probe, note, module
+    )
+
+
+def _probe(session: Session, site: FailureSite, progress: ProgressCallback | None) -> FailureSite:
+    from timetravel.torch import module_probe
+
+    rank = module_probe.rank_number(site.rank)
+    assert rank is not None, site.rank
+    if session.fork_events:  # a branch's ranks past its fork come from its parent's checkpoints
+        note = f"not probed: the module probe re-executes a run from #0, and this branch forks at #{session.fork_events}"
+        return _with_probe(site, PROBE_NOT_RUN, note)
+    if progress is not None:
+        progress(WorkProgress("explain", 0, 1, f"module probe: re-executing {site.rank} to step {site.step}"))
+    with module_probe.probing(rank, site.step) as findings:
+        stepper = Stepper(session, 0)
+        try:
+            stepper.advance_observed(stepper.horizon - stepper.events, _ignore)
+        finally:
+            module_probe.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
+        answer = findings.get(rank)
+    if answer is None or answer["finding"] is None:
+        note = (
+            f"every module output and gradient of {site.rank}'s step {site.step} was finite up to the "
+            "failure: the non-finite value was made outside any module (a loss scaled by inf, an op in "
+            "the training loop)"
+        )
+        return _with_probe(site, PROBE_FINITE, note)
+    return _with_probe(site, PROBE_FOUND, "", dict(answer["finding"]))
+
+
+def _ignore(_event: Any) -> None:
+    """The probe's run pauses after every event (so no checkpoint of a probed rank is kept)."""
+
+
+__all__ = ["execution_refusal", "failure_site", "is_torch"]
