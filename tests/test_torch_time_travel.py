@@ -23,6 +23,7 @@ from timetravel.explore.rerun import rerun
 from timetravel.explore.search import find_first
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
+from timetravel.torch import world_source
 from timetravel.torch.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -90,6 +91,7 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
         report["failure"]["node"] == "r1"
         and "differs on r1 from the other 2 replicas" in report["failure"]["message"]
     )
+    users = world_source._SHARED.users
     with Session.open(path) as session:
         fixed = branch(session, FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
         assert fixed.outcome == "pass", fixed.failure
@@ -98,6 +100,9 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
         assert first is not None and first.node == "c10d" and first.t_ns >= FLIP_AT_NS
         assert "all_reduce 0#" in first.reason and "on r1, output tensor 0" in first.reason
         changed = diff(session, "main", fixed.name, at=report["failure"]["t_ns"], path="nodes/r1/params")
+    # every track the branch, compare and diff opened on other branches ended with the session: no
+    # rank checkpoint outlives it (they kept the shared checkpoints alive before)
+    assert world_source._SHARED.users == users
     entries = [entry for entry in changed.paths if entry.path.startswith("nodes/r1/params/")]
     assert len(entries) == 1  # one parameter tensor
     assert "1/" in entries[0].summary and "elements differ" in entries[0].summary  # one element, named

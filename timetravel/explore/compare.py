@@ -30,7 +30,7 @@ from timetravel.explore.results import (
     RunSide,
 )
 from timetravel.explore.session import Session
-from timetravel.explore.tracks import check_branch, open_track
+from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.work import ProgressCallback, StopCheck
 
 CURVE_POINTS_MAX = 10_000
@@ -72,17 +72,18 @@ def metric_curve(points: list[list[Any]]) -> list[list[Any]]:
 
 def metric_curves(session: Session, a: str, b: str) -> dict[str, dict[str, list[list[Any]]]]:
     """``{metric: {"a": curve, "b": curve}}`` for the metrics either branch recorded."""
-    tracks = {"a": open_track(session, a), "b": open_track(session, b)}
-    names: list[str] = []
-    for track in tracks.values():
-        names += [name for name in track.metric_names() if name not in names]
-    curves: dict[str, dict[str, list[list[Any]]]] = {}
-    for name in names[:METRICS_MAX]:
-        curves[name] = {
-            side: metric_curve(track.metric_series(name)) if name in track.metric_names() else []
-            for side, track in tracks.items()
-        }
-    return curves
+    with track_on(session, a) as track_a, track_on(session, b) as track_b:
+        tracks = {"a": track_a, "b": track_b}
+        names: list[str] = []
+        for track in tracks.values():
+            names += [name for name in track.metric_names() if name not in names]
+        curves: dict[str, dict[str, list[list[Any]]]] = {}
+        for name in names[:METRICS_MAX]:
+            curves[name] = {
+                side: metric_curve(track.metric_series(name)) if name in track.metric_names() else []
+                for side, track in tracks.items()
+            }
+        return curves
 
 
 def compare(
@@ -167,7 +168,20 @@ def _diff_at(
     curves: dict[str, dict[str, list[list[Any]]]],
 ) -> DiffCommandResult:
     """The diff at ``at``, else at ``divergence``, else at the ends (what compare and diff share)."""
-    track_a, track_b = open_track(session, a), open_track(session, b)
+    with track_on(session, a) as track_a, track_on(session, b) as track_b:
+        return _diff_of_tracks(track_a, track_b, at, path, divergence, changes_max, curves)
+
+
+def _diff_of_tracks(
+    track_a: Session,
+    track_b: Session,
+    at: int | str | None,
+    path: str,
+    divergence: Divergence | None,
+    changes_max: int,
+    curves: dict[str, dict[str, list[list[Any]]]],
+) -> DiffCommandResult:
+    a, b = track_a.branch, track_b.branch
     if at is not None:
         track_a.goto(at)
         track_b.goto(at)

@@ -53,7 +53,7 @@ from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.search import last_change
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import Stepper, position_at_or_before
-from timetravel.explore.tracks import check_branch, open_track
+from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.work import ExploreError, ProgressCallback, StopCheck, WorkProgress
 from timetravel.sim.encoding import digest
 from timetravel.sim.event import Event
@@ -597,13 +597,10 @@ def explain(
     failure = end.get("failure")
     if not isinstance(failure, dict):
         return ExplainResult(name, None, ())
-    track = open_track(session, name)
-    try:
+    # the track shares the session's reader, but its world source is its own: a torch source left
+    # open kept its checkpoints alive after the session closed
+    with track_on(session, name) as track:
         return _explain_track(track, name, failure, progress, should_stop)
-    finally:
-        # the track shares the session's reader (never closed here), but its world source is its
-        # own: a torch source left open kept its checkpoints alive after the session closed
-        track.source.close()
 
 
 def _explain_track(

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from timetravel.explore.branching import BranchChanges, branch, fork_track
 from timetravel.explore.results import FanoutResult, LikelihoodResult
 from timetravel.explore.session import Session
-from timetravel.explore.tracks import open_track, overrides_of
+from timetravel.explore.tracks import overrides_of, track_on
 from timetravel.explore.work import (
     OUTCOME_UNFINISHED,
     ExploreError,
@@ -176,12 +176,13 @@ def likelihood_points(
 ) -> list[int]:
     """Event numbers of the snapshots to fan out from: before the end (and the failure), within
     ``[start_ns, end_ns]`` when given, thinned to ``points_max``."""
-    track = open_track(session, branch_name)
-    last = track.end.events
+    with track_on(session, branch_name) as track:
+        last = track.end.events
+        snapshots = track.snapshots()
     counts = sorted(
         {
             info.events
-            for info in track.snapshots()
+            for info in snapshots
             if info.events < last
             and (start_ns is None or info.t_ns >= start_ns)
             and (end_ns is None or info.t_ns <= end_ns)

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.explore.session import Session
-from timetravel.explore.tracks import open_track
+from timetravel.explore.tracks import track_on
 from timetravel.explore.work import ExploreError
 from timetravel.recording.files import open_regular
 
@@ -277,12 +277,13 @@ def overlay_branch(
 ) -> ReferenceOverlay:
     """:func:`overlay` of branch ``branch``'s ``metric`` on ``node`` (read from its last snapshot, no
     re-execution); a branch without that metric, or without it on ``node``, says so in ``missing``."""
-    track = open_track(session, branch)
-    names = track.metric_names()
+    with track_on(session, branch) as track:
+        names = track.metric_names()
+        series = track.metric_series(metric) if metric in names else []
     if metric not in names:
         missing = f"no metric {metric!r} on {branch} (metrics: {', '.join(names[:12]) or 'none'})"
         return ReferenceOverlay(branch, metric, node, rtol, (), len(reference), 0, None, missing)
-    values = node_values(track.metric_series(metric), node)
+    values = node_values(series, node)
     if not values:
         missing = f"metric {metric!r} has no values on node {node!r} in {branch}"
         return ReferenceOverlay(branch, metric, node, rtol, (), len(reference), 0, None, missing)

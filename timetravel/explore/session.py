@@ -262,10 +262,13 @@ class Session:
         """Where this session's worlds come from (explore/world_source.py): every restore and every
         re-execution goes through it, so a scenario whose worlds own external processes plugs in
         its own (``Scenario.world_source``) and every action over the Session works unchanged."""
+        self._source_open = True
+        self._tracks: list[Session] = []
+        """Sessions on other branches of this reader (explore/tracks.py): their sources end with ours."""
         try:
             self.world: World = self.restore_world(self._manifests[0], full_check=True)
         except BaseException:
-            self.source.close()
+            self.close_source()
             raise
         self.last_replay_events = 0
 
@@ -297,9 +300,31 @@ class Session:
     def close(self) -> None:
         """End what the world source owns (processes, checkpoints), then close the file."""
         try:
-            self.source.close()
+            self.close_source()
         finally:
             self.reader.close()
+
+    def close_source(self) -> None:
+        """End what the world source owns, once, with the sources of the tracks opened on this
+        session's reader (a track's reader is ours: closing a track closes only its source)."""
+        if not self._source_open:
+            return
+        self._source_open = False
+        try:
+            while self._tracks:
+                self._tracks.pop().close_source()
+        finally:
+            self.source.close()
+
+    def adopt_track(self, track: Session) -> None:
+        """``track`` (another branch on our reader) ends with us unless it is closed before."""
+        self._tracks.append(track)
+
+    def release_track(self, track: Session) -> None:
+        """End ``track``'s source now (the action that opened it is done with it)."""
+        if track in self._tracks:
+            self._tracks.remove(track)
+        track.close_source()
 
     # -- the world source: the one way to a world (explore/world_source.py) ------------------------
 

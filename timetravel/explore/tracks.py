@@ -13,7 +13,9 @@ another branch never moves the caller's cursor and never reopens the file.
 
 from __future__ import annotations
 
+import contextlib
 import re
+from collections.abc import Iterator
 from typing import Any
 
 from timetravel.explore.branch_tree import branch_names
@@ -102,6 +104,20 @@ def overrides_of(reader: RecordingReader, name: str, events: int) -> Overrides:
 
 def open_track(session: Session, name: str) -> Session:
     """A Session on branch ``name`` of ``session``'s recording, sharing its reader (never close it:
-    closing would close the reader). Its cursor is its own."""
+    closing would close the reader). Its cursor is its own; its world source ends with
+    ``session``'s, or sooner with ``session.release_track(track)`` (:func:`track_on`)."""
     check_branch(session.reader, name)
-    return Session(session.reader, session.scenario, name)
+    track = Session(session.reader, session.scenario, name)
+    session.adopt_track(track)
+    return track
+
+
+@contextlib.contextmanager
+def track_on(session: Session, name: str) -> Iterator[Session]:
+    """:func:`open_track` for the length of a ``with`` block: its world source (a torch run's
+    rank processes and checkpoints) ends at the block's end."""
+    track = open_track(session, name)
+    try:
+        yield track
+    finally:
+        session.release_track(track)
