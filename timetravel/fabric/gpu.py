@@ -92,7 +92,7 @@ def launch(
         raise ValueError(
             f"kernel {name!r}: duration must be a non-negative int of ns or None, got {duration_ns!r}"
         )
-    gpu = _gpu(ctx)
+    gpu = ctx.state.get(GPU_KEY) or _gpu(ctx)
     queue_stream = gpu["streams"].get(stream) or _stream(gpu, stream)
     _enqueue_and_pump(
         gpu,
@@ -283,7 +283,7 @@ def _start_kernel(
     if len(clock) <= index:
         clock.extend([0] * (index + 1 - len(clock)))
     clock[index] += 1
-    if ctx.world.fabric.get("race_detector", True):
+    if (op["reads"] or op["writes"]) and ctx.world.fabric.get("race_detector", True):
         check_kernel(gpu, name, stream, op["name"], op["reads"], op["writes"], ctx)
     gpu["tickets"] += 1
     ticket = gpu["tickets"]

@@ -30,6 +30,8 @@ TRACKED_BUFFERS_MAX = 100_000
 
 def join(into: list[int], other: list[int]) -> None:
     """``into = max(into, other)`` entry by entry (clocks grow as streams are created)."""
+    if into == other:  # common on the hot path (a host clock joined twice), and one C comparison
+        return
     if len(into) < len(other):
         into.extend([0] * (len(other) - len(into)))
     for index, value in enumerate(other):
