@@ -55,5 +55,7 @@ def test_a_snapshot_fsyncs_once_enough_bytes_were_written(
     monkeypatch.setattr(recording_writer, "SYNC_BYTES_MIN", 1)
     recorder = _recorder(tmp_path / "run.ttr")
     recorder.run(max_events=1000)
-    assert len(fsyncs) == len(recorder.writer.catalog.manifests["main"]) >= 2  # every snapshot wrote at least a byte
+    assert (
+        len(fsyncs) == len(recorder.writer.catalog.manifests["main"]) >= 2
+    )  # every snapshot wrote at least a byte
     recorder.finish(recorder.run())

@@ -124,7 +124,9 @@ def record(ctx: Context, stream: str, event: str) -> None:
         entry = events[event] = {"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}
     entry["recorded"] += 1
     entry["pending"].append(entry["recorded"])
-    _enqueue_and_pump(gpu, queue_stream, {"op": "record", "event": event, "generation": entry["recorded"]}, ctx)
+    _enqueue_and_pump(
+        gpu, queue_stream, {"op": "record", "event": event, "generation": entry["recorded"]}, ctx
+    )
 
 
 def wait(ctx: Context, stream: str, event: str) -> None:

@@ -19,9 +19,8 @@ another world in the same process gets the same bits with or without it (it just
 
 from __future__ import annotations
 
-from typing import Any
-
 import operator
+from typing import Any
 
 import numpy as np
 import xxhash
