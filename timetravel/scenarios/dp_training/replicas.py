@@ -47,7 +47,7 @@ def _weights_key(weights: np.ndarray) -> int:
     the three numpy calls of a uint8 view: the same digest, a third of the time)."""
     if not weights.flags.c_contiguous:
         weights = np.ascontiguousarray(weights)
-    return xxhash.xxh3_128_intdigest(weights)
+    return xxhash.xxh3_128_intdigest(weights.data)
 
 
 def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
