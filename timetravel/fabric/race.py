@@ -50,7 +50,7 @@ def check_kernel(
 ) -> None:
     """Check a starting kernel's accesses against earlier ones and record them; fail on the first race.
 
-    Runs at every kernel start of every rank (40,000 times a step at 10,000 ranks), so the
+    Runs at every kernel start of every rank (40,000 times a step at 10,000 ranks), so
     the lookup of a buffer's entry and the test "this access by another stream is not ordered
     before the kernel" (its tick above the kernel's clock entry for that stream) are written out.
     """
