@@ -1,6 +1,8 @@
 """The stream engine skips the pump after an operation queued behind a running kernel or a
-blocked wait (fabric/gpu.py ``_enqueue_and_pump``): the same runs, bit for bit, as pumping after
-every operation, on worlds that exercise streams, waits, races, order flips and faults."""
+blocked wait, and after a completion on a stream with nothing queued (fabric/gpu.py
+``_enqueue_and_pump``, ``_pump_after_completion``): the same runs, bit for bit, as pumping after
+every operation and completion, on worlds that exercise streams, waits, races, order flips and
+faults."""
 
 from __future__ import annotations
 
@@ -34,6 +36,10 @@ def _always_pump(gpu_state: dict[str, Any], stream: dict[str, Any], op: dict[str
     gpu._pump(gpu_state, ctx)
 
 
+def _always_pump_after_completion(gpu_state: dict[str, Any], _stream: dict[str, Any], ctx: Any) -> None:
+    gpu._pump(gpu_state, ctx)
+
+
 @pytest.mark.parametrize("settings", WORLDS)
 @pytest.mark.parametrize("seed", [0, 3])
 def test_skipping_idle_pumps_changes_no_bit(
@@ -41,4 +47,5 @@ def test_skipping_idle_pumps_changes_no_bit(
 ) -> None:
     skipped = _run(settings, seed)
     monkeypatch.setattr(gpu, "_enqueue_and_pump", _always_pump)
+    monkeypatch.setattr(gpu, "_pump_after_completion", _always_pump_after_completion)
     assert _run(settings, seed) == skipped
