@@ -24,3 +24,5 @@ def test_the_quick_training_bench_reports_every_workload() -> None:
     assert figures["realistic_fabric_level"] == "collective"
     assert figures["realistic_sim_per_wall"] > 1.0
     assert figures["peak_rss_gib"] < 16
+    assert figures["seek_1000_p95_ms"] >= figures["seek_1000_p50_ms"] > 0  # a recorded tree run, sought
+    assert figures["seek_1000_snapshots"] >= 2

@@ -12,7 +12,8 @@ Both sides run the same files on this machine in one bench run (the gloo side on
 
 Best of ``REPEATS`` for each figure. The CPU build of torch, 1 intra-op thread on both sides.
 Then the rewind figures of a recorded transformer run (seek, cold seek, record overhead, checkpoint
-memory, branch): bench/torch_rewind.py.
+memory, branch): bench/torch_rewind.py; ``torch_ranks_in_16gib`` and the step time at that size:
+bench/torch_scale.py.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 
 from timetravel.bench.timing import best_of
 from timetravel.bench.torch_rewind import run_rewind_bench
+from timetravel.bench.torch_scale import run_scale_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 DDP_SCRIPT = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -110,6 +112,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
     gloo_empty_s = min(_command_s(_gloo(LOOP_SCRIPT, "0")) for _ in range(repeats))
     ddp_s, report = best_of(lambda: _in_process(DDP_SCRIPT, "--steps", steps), repeats)
     rewind = run_rewind_bench(quick)
+    scale = run_scale_bench(quick)
     return {
         "bench": "torch",
         "figures": {
@@ -122,5 +125,6 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
             "sim_per_wall": round(report["t_end_ns"] / 1e9 / ddp_s, 6),
             "warm_run_s": round(ddp_s, 3),
             **rewind,
+            **scale,
         },
     }

@@ -20,7 +20,8 @@ ranks on), ``realistic``: 64 ranks timed as GPT-2 XL's DDP step on H100s):
 * ``W_build_s``: building the world (model replicas, data shards, neighbour tables);
 * ``W_fabric_level``: the level the run used.
 
-plus ``peak_rss_gib``, the largest of them. Targets (issue 18): ``ring_1024_step_wall_s`` <= 1.0,
+plus ``peak_rss_gib``, the largest of them, and the seek figures of a recorded ``tree_10000``
+(``seek_10000_p95_ms`` and its neighbours: bench/training_seek.py; ``quick``: 1,000 ranks). Targets (issue 18): ``ring_1024_step_wall_s`` <= 1.0,
 ``tree_10000_step_wall_s`` <= 1.0 within 16 GiB, ``realistic_sim_per_wall`` >= 10 (24 is "three
 days of training in three hours"). The small workload is the best of REPEATS_SMALL runs;
 the large ones run once (minutes each on a 2-core machine). ``quick`` shrinks every workload (the
@@ -110,11 +111,20 @@ def _figures(name: str, runs: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _seeks_in_fresh_process(quick: bool) -> dict[str, Any]:
+    from timetravel.bench.training_seek import measure_seeks, seek_settings
+
+    context = multiprocessing.get_context("spawn")
+    with context.Pool(1) as pool:
+        return pool.apply(measure_seeks, seek_settings(quick))
+
+
 def run_bench(quick: bool = False) -> dict[str, Any]:
     """Measure every workload (``quick``: the small set) and return the training figures."""
     figures: dict[str, Any] = {}
     for name, settings, repeats in QUICK_WORKLOADS if quick else WORKLOADS:
         runs = [_in_fresh_process(settings) for _ in range(repeats)]
         figures.update(_figures(name, runs))
+    figures.update(_seeks_in_fresh_process(quick))
     figures["peak_rss_gib"] = max(value for key, value in figures.items() if key.endswith("_peak_rss_gib"))
     return {"bench": "training", "figures": figures}

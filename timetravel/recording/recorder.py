@@ -177,12 +177,13 @@ class Recorder:
     # -- snapshots --------------------------------------------------------------------------------
 
     def snapshot(self, *, full: bool = False, final: bool = False) -> Snapshot:
-        """Take a snapshot now, write its new blobs and manifest, and fsync."""
+        """Take a snapshot now, write its new blobs and manifest, and flush them to the OS (fsync
+        every SYNC_BYTES_MIN and at close: writer.SYNC_BYTES_MIN says why)."""
         since = None if full or not self.store.snapshots else [*self.since, self.world.chain_batch]
         snapshot = self.store.take(self.world, since)
         self.since = []
         write_snapshot(self.writer, snapshot, self.branch, final=final)
-        self.writer.sync()
+        self.writer.sync(durable=False)
         return snapshot
 
     def finish(self, result: RunResult) -> dict[str, Any]:

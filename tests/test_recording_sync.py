@@ -1,0 +1,61 @@
+"""When a recording reaches the disk (issue 18 part 6): every snapshot is flushed to the OS, so a
+reader (or a writer that dies) sees it at once; fsync, which only an OS crash needs and which cost
+~10 ms a snapshot, runs every SYNC_BYTES_MIN bytes and at close."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from timetravel.recording import Recorder, RecordingReader
+from timetravel.recording import writer as recording_writer
+from timetravel.scenarios import get_scenario
+from timetravel.sim.runner import build_world
+
+
+def _recorder(path: Path) -> Recorder:
+    scenario = get_scenario("gossip")
+    config = scenario.resolve_config(["nodes=24", "rumors=6"])
+    return Recorder(scenario, build_world(scenario, config, 4), path, snapshot_every_events=256)
+
+
+def _count_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    calls: list[int] = []
+    real = os.fsync
+
+    def counting(descriptor: int) -> None:
+        calls.append(descriptor)
+        real(descriptor)
+
+    monkeypatch.setattr(recording_writer.os, "fsync", counting)
+    return calls
+
+
+def test_snapshots_are_flushed_but_fsynced_only_at_close(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs = _count_fsyncs(monkeypatch)
+    recorder = _recorder(tmp_path / "run.ttr")
+    recorder.run(max_events=1000)
+    taken = len(recorder.writer.catalog.manifests["main"])
+    assert taken >= 2 and fsyncs == []  # a few snapshots of a few KB: no fsync yet
+    with RecordingReader.open(tmp_path / "run.ttr") as reader:  # yet every snapshot is readable
+        assert len(reader.catalog.manifests["main"]) == taken
+    result = recorder.run()
+    recorder.finish(result)
+    assert len(fsyncs) == 1  # close
+
+
+def test_a_snapshot_fsyncs_once_enough_bytes_were_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fsyncs = _count_fsyncs(monkeypatch)
+    monkeypatch.setattr(recording_writer, "SYNC_BYTES_MIN", 1)
+    recorder = _recorder(tmp_path / "run.ttr")
+    recorder.run(max_events=1000)
+    assert (
+        len(fsyncs) == len(recorder.writer.catalog.manifests["main"]) >= 2
+    )  # every snapshot wrote at least a byte
+    recorder.finish(recorder.run())

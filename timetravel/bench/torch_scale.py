@@ -1,0 +1,157 @@
+"""``timetravel bench torch`` at scale: how many ranks of the tiny DDP example fit in 16 GiB.
+
+The example (docs/examples/torch/ddp_mlp.py) runs as N rank processes forked from one zygote that
+has imported torch. Pages the zygote touched before the fork stay shared until a rank writes them,
+so the memory of a job is not N times a torch process: it is what the processes' proportional set
+sizes (PSS, /proc/PID/smaps_rollup: each shared page divided among the processes that map it) add
+up to. This module measures that sum, at a collective boundary (every rank alive and blocked in an
+all_reduce, the coordinator's World holding its state), for a few rank counts N, in this process
+(the coordinator), the zygote and every rank:
+
+    total_pss(N) = fixed + per_rank * N        (least squares over the measured N)
+    torch_ranks_in_16gib = floor((16 GiB - fixed) / per_rank)
+
+``per_rank`` is a rank's own memory (its heap, the pages of torch it wrote after the fork, the
+model and the DDP buckets); ``fixed`` the zygote, the coordinator and the pages they share. The wall
+seconds per training step are measured at each N (warm zygote; a run of STEPS steps minus one of
+STEPS_SHORT, over the difference, so the ranks' start is not a step)
+and extrapolated the same way (``step_wall_s(N) = a + b * N``: the ranks take turns on the
+machine's cores, so a step grows linearly with N) to ``torch_ranks_in_16gib``. Both figures are
+**extrapolated** from the measured N, and say so in ``torch_scale_method``; the largest N is
+measured, not guessed (``torch_scale_measured``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+DDP_SCRIPT = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
+BUDGET_BYTES = 16 * 1024**3
+RANK_COUNTS = (4, 8, 16, 32)
+RANK_COUNTS_QUICK = (2, 4)
+STEPS = 6
+SAMPLE_EVERY_EVENTS = 16
+"""The World pauses this often for a memory sample (ranks are blocked in a collective then)."""
+STEPS_SHORT = 2
+"""Steps of the short run: a step's wall time is (long run - short run) / (STEPS - STEPS_SHORT), so
+that starting the ranks (fork, process group, DDP's first broadcast) is not counted as a step."""
+
+
+def memory_bytes(pid: int) -> tuple[int, int] | None:
+    """(PSS, USS) of ``pid`` in bytes from /proc/PID/smaps_rollup (None when it is gone)."""
+    fields = {}
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as rollup:
+            for line in rollup:
+                name, _, rest = line.partition(":")
+                if name in ("Pss", "Private_Clean", "Private_Dirty"):
+                    fields[name] = int(rest.split()[0]) * 1024
+    except (OSError, ValueError):
+        return None
+    if "Pss" not in fields:
+        return None
+    return fields["Pss"], fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
+
+
+def _job_pids() -> list[int]:
+    from timetravel.torch import driver
+
+    pids = [os.getpid()]
+    zygote = driver.zygote()
+    pids.append(zygote.process.pid)
+    active = driver.active()
+    if active is not None:
+        pids.extend(active.pids.values())
+    return pids
+
+
+def measure_ranks(ranks: int, steps: int = STEPS) -> dict[str, Any]:
+    """Run the example with ``ranks`` ranks; the largest PSS sum seen at a pause, and wall per step."""
+    from timetravel.scenarios import get_scenario
+    from timetravel.sim import Simulation
+    from timetravel.sim.runner import build_world
+    from timetravel.torch.scenario import authorize_script
+
+    authorize_script(str(DDP_SCRIPT))
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config(
+        [f"script={DDP_SCRIPT}", f"nproc={ranks}", f"args=--steps {steps}", "rank_output=quiet"]
+    )
+    peak = {"bytes": 0, "processes": 0, "rank_uss_bytes": 0}
+
+    def sample(_simulation: Any) -> None:
+        sizes = [size for size in map(memory_bytes, _job_pids()) if size is not None]
+        total = sum(pss for pss, _uss in sizes)
+        if len(sizes) >= ranks + 2 and total > peak["bytes"]:
+            peak["bytes"] = total
+            peak["processes"] = len(sizes)
+            peak["rank_uss_bytes"] = sum(uss for _pss, uss in sizes[2:]) // ranks
+
+    world = build_world(scenario, config, 0)
+    started = time.perf_counter()
+    result = Simulation(scenario, world).run(pause_every_events=SAMPLE_EVERY_EVENTS, on_pause=sample)
+    wall_s = time.perf_counter() - started
+    if result.outcome != "pass":
+        raise RuntimeError(f"torch scale run with {ranks} ranks did not pass: {result.failure}")
+    if peak["processes"] == 0:
+        raise RuntimeError(f"no memory sample with all {ranks} ranks alive (no /proc/PID/smaps_rollup?)")
+    return {
+        "ranks": ranks,
+        "pss_bytes": peak["bytes"],
+        "rank_uss_bytes": peak["rank_uss_bytes"],
+        "wall_s": wall_s,
+    }
+
+
+def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
+    """Least-squares line ``y = a + b x`` through ``points``."""
+    count = len(points)
+    mean_x = sum(x for x, _ in points) / count
+    mean_y = sum(y for _, y in points) / count
+    spread = sum((x - mean_x) ** 2 for x, _ in points)
+    slope = sum((x - mean_x) * (y - mean_y) for x, y in points) / spread
+    return mean_y - slope * mean_x, slope
+
+
+def run_scale_bench(quick: bool = False) -> dict[str, Any]:
+    """The ``torch_ranks_in_16gib`` figures (``quick``: two small N, a smoke test)."""
+    from timetravel.torch import driver
+
+    counts = RANK_COUNTS_QUICK if quick else RANK_COUNTS
+    driver.zygote()  # warm: the zygote's start is not a step
+    steps = STEPS_SHORT + 1 if quick else STEPS
+    runs = []
+    for ranks in counts:
+        short = measure_ranks(ranks, STEPS_SHORT)
+        run = measure_ranks(ranks, steps)
+        run["step_wall_s"] = max(run["wall_s"] - short["wall_s"], 0.0) / (steps - STEPS_SHORT)
+        runs.append(run)
+    fixed, per_rank = _fit([(run["ranks"], run["pss_bytes"]) for run in runs])
+    fitted_ranks = math.floor((BUDGET_BYTES - fixed) / per_rank) if per_rank > 0 else None
+    wall_fixed, wall_per_rank = _fit([(run["ranks"], run["step_wall_s"]) for run in runs])
+    step_wall = wall_fixed + wall_per_rank * fitted_ranks if fitted_ranks is not None else None
+    return {
+        "torch_ranks_in_16gib": fitted_ranks,
+        "torch_step_wall_s_at_16gib": round(step_wall, 2) if step_wall is not None else None,
+        "torch_rank_pss_mib": round(per_rank / 2**20, 2),
+        "torch_fixed_pss_mib": round(fixed / 2**20, 1),
+        "torch_rank_uss_mib": round(runs[-1]["rank_uss_bytes"] / 2**20, 1),
+        "torch_scale_measured": [
+            {
+                "ranks": run["ranks"],
+                "pss_mib": round(run["pss_bytes"] / 2**20, 1),
+                "step_wall_s": round(run["step_wall_s"], 3),
+            }
+            for run in runs
+        ],
+        "torch_scale_method": (
+            f"PSS of coordinator + zygote + ranks at collective boundaries, max over the run, N in "
+            f"{list(counts)}; ranks = (16 GiB - fixed) / per_rank and step wall = a + b*N, both "
+            "least-squares fits extrapolated from the measured N"
+        ),
+    }

@@ -1,0 +1,82 @@
+"""``timetravel bench training``: seeking in a 10,000-rank recording (issue 18: ``seek_p95_ms`` <= 200).
+
+The workload is the bench's own ``tree_10000`` (10,000 ranks, tree all-reduce, 256 parameters),
+recorded for SEEK_STEPS steps at the default snapshot interval, then opened with
+:class:`~timetravel.explore.session.Session` and sought SEEKS times to uniformly random times
+(seeded, so every run seeks the same moments). A seek restores the nearest snapshot at or before
+the target (10,000 rank states) and re-executes up to one snapshot interval of events, checking the
+hash chain. Run in a fresh process by bench/training.py, like the other workloads, so that its peak
+RSS is its own.
+
+Figures: ``seek_10000_p50_ms``, ``seek_10000_p95_ms``, ``seek_10000_max_ms``,
+``seek_10000_open_ms``, ``seek_10000_record_s``, ``seek_10000_recording_bytes``,
+``seek_10000_snapshots``, ``seek_10000_peak_rss_gib``.
+"""
+
+from __future__ import annotations
+
+import random
+import resource
+import statistics
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+SEEK_RANKS = 10_000
+SEEK_STEPS = 2
+SEEKS = 20
+QUICK = {"ranks": 1000, "steps": 1, "seeks": 5}
+KIB_PER_GIB = 1024 * 1024
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
+def measure_seeks(ranks: int, steps: int, seeks: int) -> dict[str, Any]:
+    """Record ``ranks`` ranks for ``steps`` steps, then time ``seeks`` random seeks (this process)."""
+    from timetravel.explore.session import Session
+    from timetravel.recording import record_run
+    from timetravel.scenarios import get_scenario
+
+    scenario = get_scenario("dp_training")
+    config = scenario.resolve_config({"ranks": ranks, "allreduce": "tree", "params": 256, "steps": steps})
+    with tempfile.TemporaryDirectory(prefix="timetravel-bench-seek-") as folder:
+        path = Path(folder) / "tree.ttr"
+        started = time.perf_counter()
+        report, _world = record_run(scenario, config, 0, path)
+        record_s = time.perf_counter() - started
+        rng = random.Random(1)
+        opened = time.perf_counter()
+        with Session.open(path) as session:
+            open_ms = (time.perf_counter() - opened) * 1000
+            end_ns = session.end.t_ns
+            seek_ms = []
+            for _ in range(seeks):
+                target = rng.randrange(0, end_ns)
+                started = time.perf_counter()
+                session.goto(target)
+                seek_ms.append((time.perf_counter() - started) * 1000)
+        size = path.stat().st_size
+    rss_kib = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    prefix = f"seek_{ranks}"
+    return {
+        f"{prefix}_p50_ms": round(statistics.median(seek_ms), 1),
+        f"{prefix}_p95_ms": round(_percentile(seek_ms, 0.95), 1),
+        f"{prefix}_max_ms": round(max(seek_ms), 1),
+        f"{prefix}_open_ms": round(open_ms, 1),
+        f"{prefix}_record_s": round(record_s, 2),
+        f"{prefix}_recording_bytes": size,
+        f"{prefix}_snapshots": report["recording"]["snapshots"],
+        f"{prefix}_events": report["events"],
+        f"{prefix}_peak_rss_gib": round(rss_kib / KIB_PER_GIB, 3),
+    }
+
+
+def seek_settings(quick: bool) -> tuple[int, int, int]:
+    """(ranks, steps, seeks) of the seek workload."""
+    if quick:
+        return QUICK["ranks"], QUICK["steps"], QUICK["seeks"]
+    return SEEK_RANKS, SEEK_STEPS, SEEKS
