@@ -93,11 +93,12 @@ LIVE_DRIVERS_MAX = 4
 on_evict: list[Callable[[RankDriver], None]] = []
 """Called with a driver about to be stopped to make room (the torch world source checkpoints its
 ranks first, so its world resumes them when it runs again)."""
-lockstep = [False]
-"""When set, a result reaches its rank at the rank's ``poll`` event, never earlier: every moment
-between two events is then quiescent (each rank blocked in a wait, nothing in flight), which rank
-checkpoints need. A run without checkpoints sends results as soon as the World knows them, so
-ranks compute in parallel; the World is the same bits either way (the result is in the event)."""
+in_session = [False]
+"""Set while a torch Session is open (its world source: torch/world_source.py): a new run then leaves
+the other drivers alone (a Session's cursor and its checkpoints' working directories live on)."""
+BLOCKING_KINDS = ("wait", "exit")
+"""The messages after which a rank sends nothing until the World answers: ``wait`` (it blocks for a
+result) and ``exit`` (its script ended; it lingers until the coordinator closes its channel)."""
 
 
 def zygote() -> Zygote:
@@ -171,7 +172,10 @@ class RankDriver:
         self.delivered: dict[int, int] = {}
         """Per rank: the number of the last result its process has received."""
         self.pending: dict[int, tuple[int, dict[str, Any]]] = {}
-        """Per rank: the result it will be handed at its poll (lockstep), with its number."""
+        """Per rank: the result known to the coordinator and not sent yet, with its number."""
+        self.inbox: dict[int, list[dict[str, Any]]] = {}
+        """Per rank: messages read from its channel ahead of its ``poll`` (:meth:`quiesce`), which
+        :meth:`receive` hands out first, in order."""
         self.folder = tempfile.mkdtemp(prefix="timetravel-ranks-")
         self.address = os.path.join(self.folder, "coordinator.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -209,10 +213,24 @@ class RankDriver:
             self.pids[int(hello["rank"])] = int(hello["pid"])
 
     def offer(self, rank: int, number: int, message: dict[str, Any]) -> None:
-        """Result ``number`` is known: keep it, and send it now unless in lockstep (``lockstep``)."""
+        """Result ``number`` is known: send it now, so that ranks compute in parallel between
+        collectives. The rank's process then runs ahead of the World by at most one result (its next
+        result needs its next wait, which the World reads at the poll this result schedules); the
+        World is the same bits either way: what the rank sends is a function of what it was handed."""
         self.pending[rank] = (number, message)
-        if not lockstep[0]:
-            self.deliver(rank, number)
+        self.deliver(rank, number)
+
+    def ahead(self, rank: int, delivered: int) -> bool:
+        """The rank's process was handed more results than the World's ``delivered`` count says."""
+        return self.delivered.get(rank, 0) > delivered
+
+    def quiesce(self, rank: int) -> None:
+        """Read what a rank that runs ahead sends until it blocks again (a wait, or its exit), into
+        :attr:`inbox`: then its process waits, as at a moment between two events, and can be forked;
+        its poll reads the same messages from the inbox. Raises as :meth:`receive` does."""
+        queue = self.inbox.setdefault(rank, [])
+        while not (queue and queue[-1].get("kind") in BLOCKING_KINDS):
+            queue.append(self._read(rank))
 
     def deliver(self, rank: int, number: int) -> None:
         """Make sure the rank's process has result ``number`` (sent once, whoever asks first)."""
@@ -231,6 +249,7 @@ class RankDriver:
         self.pids.clear()
         self.delivered.clear()
         self.pending.clear()
+        self.inbox.clear()
         self.specs = specs
         self._spawn()
 
@@ -256,6 +275,12 @@ class RankDriver:
 
     def receive(self, rank: int) -> dict[str, Any]:
         """The rank's next message. Raises ChannelClosed if it died, RankStuck past the watchdog."""
+        queue = self.inbox.get(rank)
+        if queue:
+            return queue.pop(0)
+        return self._read(rank)
+
+    def _read(self, rank: int) -> dict[str, Any]:
         connection = self.sockets[rank]
         connection.settimeout(self.stuck_timeout_s)
         try:
@@ -286,6 +311,7 @@ class RankDriver:
         connection = self.sockets.pop(rank, None)
         if connection is not None:
             connection.close()
+        self.inbox.pop(rank, None)
 
     def emit(self, rank: int, stream: str, lines: list[str]) -> None:
         if self.output is None:
@@ -303,7 +329,7 @@ class RankDriver:
         with contextlib.suppress(OSError):
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
-        if self.workdir is not None and not lockstep[0]:
+        if self.workdir is not None and not in_session[0]:
             self.workdir.close()
         self.world = None
         if self in _live:
