@@ -113,7 +113,8 @@ class CheckpointKeeper:
         ranks have not run yet and are started anew on resume."""
         self.tokens += 1
         delivered = {rank: driver.delivered.get(rank, 0) for rank in ranks}
-        inbox = {rank: copy.deepcopy(driver.inbox[rank]) for rank in ranks if driver.inbox.get(rank)}
+        queued = {rank: driver.inboxes.messages(rank) for rank in ranks}
+        inbox = {rank: copy.deepcopy(messages) for rank, messages in queued.items() if messages}
         taken = RankCheckpoints(self.tokens, fresh=list(fresh), delivered=delivered, inbox=inbox)
         for rank in ranks:
             driver.send(rank, {"kind": "checkpoint", "token": taken.token, "keeper": self.address})
@@ -179,7 +180,8 @@ class CheckpointKeeper:
                 raise CheckpointUnusable(f"the checkpoint of r{rank} stopped answering") from None
         driver.accept_resumed(sorted(taken.ranks), taken.token)
         driver.delivered.update(taken.delivered)
-        driver.inbox.update(copy.deepcopy(taken.inbox))  # a poll consumes (and edits) its messages
+        for rank, messages in taken.inbox.items():
+            driver.inboxes.put(rank, copy.deepcopy(messages))  # a poll consumes (and edits) them
         if taken.fresh:
             driver.spawn(taken.fresh)
 

@@ -26,8 +26,9 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from timetravel.torch.inbox import Inboxes
 from timetravel.torch.limits import RANK_START_TIMEOUT_S
-from timetravel.torch.wire import ChannelClosed, receive_message, send_message
+from timetravel.torch.wire import receive_message, send_message
 from timetravel.torch.zygote import read_frame, write_frame
 
 
@@ -96,9 +97,6 @@ ranks first, so its world resumes them when it runs again)."""
 in_session = [False]
 """Set while a torch Session is open (its world source: torch/world_source.py): a new run then leaves
 the other drivers alone (a Session's cursor and its checkpoints' working directories live on)."""
-BLOCKING_KINDS = ("wait", "exit")
-"""The messages after which a rank sends nothing until the World answers: ``wait`` (it blocks for a
-result) and ``exit`` (its script ended; it lingers until the coordinator closes its channel)."""
 
 
 def zygote() -> Zygote:
@@ -173,9 +171,8 @@ class RankDriver:
         """Per rank: the number of the last result its process has received."""
         self.pending: dict[int, tuple[int, dict[str, Any]]] = {}
         """Per rank: the result known to the coordinator and not sent yet, with its number."""
-        self.inbox: dict[int, list[dict[str, Any]]] = {}
-        """Per rank: messages read from its channel ahead of its ``poll`` (:meth:`quiesce`), which
-        :meth:`receive` hands out first, in order."""
+        self.inboxes = Inboxes()
+        """Per rank: messages read from its channel before its ``poll`` asked (torch/inbox.py)."""
         self.folder = tempfile.mkdtemp(prefix="timetravel-ranks-")
         self.address = os.path.join(self.folder, "coordinator.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -225,12 +222,17 @@ class RankDriver:
         return self.delivered.get(rank, 0) > delivered
 
     def quiesce(self, rank: int) -> None:
-        """Read what a rank that runs ahead sends until it blocks again (a wait, or its exit), into
-        :attr:`inbox`: then its process waits, as at a moment between two events, and can be forked;
-        its poll reads the same messages from the inbox. Raises as :meth:`receive` does."""
-        queue = self.inbox.setdefault(rank, [])
-        while not (queue and queue[-1].get("kind") in BLOCKING_KINDS):
-            queue.append(self._read(rank))
+        """Read what a rank that runs ahead sends until it blocks again (a wait, or its exit): then
+        its process waits, as at a moment between two events, and can be forked; its poll reads the
+        same messages from the inbox. Raises ChannelClosed, ProtocolError or RankStuck."""
+        inboxes = self.inboxes
+        while not inboxes.blocked(rank):
+            ended = inboxes.end(rank)
+            if ended is not None:
+                raise ended
+            more = len(inboxes.queues.get(rank, ())) + 1
+            if not inboxes.wait_for(rank, self.sockets, self.stuck_timeout_s, more):
+                raise self._stuck(rank)
 
     def deliver(self, rank: int, number: int) -> None:
         """Make sure the rank's process has result ``number`` (sent once, whoever asks first)."""
@@ -249,7 +251,7 @@ class RankDriver:
         self.pids.clear()
         self.delivered.clear()
         self.pending.clear()
-        self.inbox.clear()
+        self.inboxes.clear()
         self.specs = specs
         self._spawn()
 
@@ -274,23 +276,14 @@ class RankDriver:
             self.sockets[int(hello["rank"])] = connection
 
     def receive(self, rank: int) -> dict[str, Any]:
-        """The rank's next message. Raises ChannelClosed if it died, RankStuck past the watchdog."""
-        queue = self.inbox.get(rank)
-        if queue:
-            return queue.pop(0)
-        return self._read(rank)
+        """The rank's next message. Raises ChannelClosed if it died, ProtocolError for a malformed
+        message, RankStuck past the watchdog. Meanwhile every rank's channel is read (inbox.py)."""
+        if not self.inboxes.wait_for(rank, self.sockets, self.stuck_timeout_s):
+            raise self._stuck(rank)
+        return self.inboxes.take(rank)
 
-    def _read(self, rank: int) -> dict[str, Any]:
-        connection = self.sockets[rank]
-        connection.settimeout(self.stuck_timeout_s)
-        try:
-            return receive_message(connection)
-        except TimeoutError:
-            raise RankStuck(
-                f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World"
-            ) from None
-        except OSError as error:
-            raise ChannelClosed(str(error)) from None
+    def _stuck(self, rank: int) -> RankStuck:
+        return RankStuck(f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World")
 
     def send(self, rank: int, message: dict[str, Any]) -> None:
         connection = self.sockets.get(rank)
@@ -311,7 +304,7 @@ class RankDriver:
         connection = self.sockets.pop(rank, None)
         if connection is not None:
             connection.close()
-        self.inbox.pop(rank, None)
+        self.inboxes.forget(rank)
 
     def emit(self, rank: int, stream: str, lines: list[str]) -> None:
         if self.output is None:
