@@ -50,3 +50,16 @@ def test_immutable_arrays_are_shared_and_the_rest_copied() -> None:
     view_of_writeable.flags.writeable = False
     assert not immutable(view_of_writeable)  # its base can still change it
     assert world_bytes(world) == 6 * 4 + 3 * 4 + 4 * 8
+
+
+def test_a_kept_copy_stores_equal_immutable_arrays_once() -> None:
+    world = World("torch", {}, 0)
+    replica = np.arange(32 * 1024, dtype=np.float32)  # 128 KiB: above the deduplication floor
+    for rank in range(3):
+        world.add_node(f"r{rank}", "rank", {"params": {"w": np.frombuffer(replica.tobytes(), np.float32)}})
+    world.nodes["r2"]["params"]["w"] = np.frombuffer((replica + 1).tobytes(), np.float32)  # differs
+    kept = copy_world(world, deduplicate=True)
+    arrays = [kept.nodes[f"r{rank}"]["params"]["w"] for rank in range(3)]
+    assert arrays[0] is arrays[1] and arrays[2] is not arrays[0]
+    assert kept.state_hash() == world.state_hash()
+    assert world_bytes(kept) == 2 * replica.nbytes < world_bytes(world)

@@ -12,7 +12,8 @@ session's world source for such recordings (explore/world_source.py defines the 
 * keeps **checkpoints** — a forked copy of every live rank (checkpoints.py) — at the recording's
   snapshot points it re-executes through, and where the cursor's world is copied (a branch, a
   fan-out: ``before_copy``), keyed by :func:`scenario.rank_key` (what the processes have been
-  handed, which is what they are);
+  handed, which is what they are); beside one at a snapshot point, a copy of the World
+  (world_copy.py), which a seek restores instead of decoding the snapshot's arrays;
 * attaches a world to ranks **resumed** from the matching checkpoint when a handler first needs
   them, or, when none is kept (a recording opened in a new process), **rebuilds** them by
   deterministic re-execution from the nearest earlier checkpoint or from the start, as rr does;
@@ -35,9 +36,10 @@ from timetravel.torch.wire import ChannelClosed, ProtocolError
 
 CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
 CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
-"""Private memory all live checkpoints may hold: a quarter of the memory available when the first
-torch Session opens, within these bounds (TIMETRAVEL_CHECKPOINT_BYTES sets it). 2 GiB kept 11 of a
-1.2M-parameter run's 41 snapshot points (40 MiB a rank) and seeks re-executed 270 events on average."""
+"""Memory all live checkpoints may hold (their processes' private memory and the World copies kept
+beside them): a quarter of the memory available when the first torch Session opens, within these
+bounds (TIMETRAVEL_CHECKPOINT_BYTES sets it). 2 GiB kept 11 of a 1.2M-parameter run's 41 snapshot
+points (40 MiB a rank) and seeks re-executed 270 events on average."""
 CHECKPOINTS_MAX_CEILING = 64
 CHECKPOINTS_MIN = 2
 BOUND_MEASURE_EVERY = 8
@@ -305,7 +307,7 @@ class TorchWorlds:
         state_hash = world.state_hash()
         kept = KeptCheckpoint(world.events_processed, world.t_ns, state_hash, key, ranks, live.workdir, files)
         if self._is_snapshot(world.events_processed, state_hash):
-            kept.world = world_copy.copy_world(world)
+            kept.world = world_copy.copy_world(world, deduplicate=True)
             kept.world_bytes = world_copy.world_bytes(kept.world)
         if all(directory is not live.workdir for directory in self.shared.directories):
             self.shared.directories.append(live.workdir)
