@@ -20,7 +20,7 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 from timetravel.explore import Session
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.scenario import authorize_script, released
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -74,6 +74,43 @@ def test_seeks_back_and_forth_resume_checkpoints_bit_for_bit(ddp_recording: tupl
         assert session.position.events == 140 and session.state_hash() == forward[140]
 
 
+def test_ranks_that_ran_ahead_are_forked_blocked_and_a_kept_world_restores_the_recorded_one(
+    ddp_recording: tuple[Path, dict],
+) -> None:
+    """Re-execution sends a result when it is released, so at a snapshot a rank may hold a result its
+    poll has not handed over: it is read until it blocks, and what it sent goes into the checkpoint."""
+    path, _report = ddp_recording
+    with Session.open(path) as session:
+        manifests = {info.events: info for info in session.snapshots_info if not info.final}
+        target = session.end.events - 1
+        session.goto_event(target)  # through every snapshot before it: a checkpoint at each
+        kept_at_snapshots = [kept for kept in session.source.shared.kept if kept.world is not None]
+        passed = [events for events in manifests if 0 < events < target]  # #0: nothing ran there yet
+        assert len(kept_at_snapshots) >= len(passed), (sorted(manifests), target)
+        ahead = 0
+        for kept in kept_at_snapshots:
+            world = kept.world
+            assert world is not None
+            for rank in range(world.nodes["c10d"]["ranks"]):
+                state = world.nodes[f"r{rank}"]
+                ran_ahead = state["status"] == "waiting" and released(world, rank) > state["delivered"]
+                assert (rank in kept.ranks.inbox) == ran_ahead
+                if ran_ahead:
+                    assert kept.ranks.inbox[rank][-1]["kind"] in ("wait", "exit")
+                    ahead += 1
+            manifest = manifests[kept.events]
+            restored = session.source.restore(manifest)
+            assert restored is not world and restored.state_hash() == manifest.state_hash
+            assert session.reader.restore(manifest, full_check=True).state_hash() == manifest.state_hash
+        assert ahead, "no snapshot fell between a result's release and its poll: the test tests nothing"
+        for events in sorted(manifests)[1:]:
+            session.goto_event(events)
+            assert session.state_hash() == manifests[events].state_hash
+            onward = min(events + 3, session.end.events - 1)
+            session.goto_event(onward)  # the resumed ranks (and their kept messages) run on
+            assert session.position.events == onward, session.world.failures
+
+
 def test_a_killed_checkpoint_is_rebuilt_by_re_execution(ddp_recording: tuple[Path, dict]) -> None:
     path, _report = ddp_recording
     with Session.open(path) as session:
@@ -118,7 +155,7 @@ def _is_zombie(pid: int) -> bool:
 COLD_SEEK = """
 import json, sys
 from timetravel.explore import Session
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.scenario import authorize_script, released
 authorize_script(sys.argv[2])
 with Session.open(sys.argv[1]) as session:
     session.goto_event(int(sys.argv[3]))

@@ -65,6 +65,23 @@ class Channel:
         self.clock.set(max(self.clock.now_ns(), int(reply["t_ns"])))
         return reply
 
+    def linger(self) -> None:
+        """After the exit message, wait until the coordinator closes the channel (or kills us).
+
+        The World reads a rank's messages at its ``poll``, and the rank may run ahead of it to its
+        end: a checkpoint taken at that moment must still find a process to fork (it is forked here,
+        and a rank resumed from it lingers in turn). Anything but a checkpoint request ends it."""
+        while True:
+            try:
+                reply = receive_message(self.sock)
+            except (OSError, ValueError):
+                return
+            if reply.get("kind") != "checkpoint":
+                return
+            from timetravel.torch import rank_checkpoint
+
+            rank_checkpoint.take(self, reply)
+
     def next_work_id(self) -> int:
         self.work_count += 1
         return self.work_count

@@ -14,6 +14,7 @@ never connects): the caller learns the set is unusable and re-executes instead �
 from __future__ import annotations
 
 import contextlib
+import copy
 import os
 import shutil
 import signal
@@ -50,7 +51,11 @@ class RankCheckpoints:
     """Ranks not polled yet: nothing to fork (their unread first messages would be lost); a resume
     starts them again from the zygote, which is what they are — a function of their spec."""
     delivered: dict[int, int] = field(default_factory=dict)
-    """Per rank: how many results the process had received (the World's count at that moment)."""
+    """Per rank: how many results the process had received (one more than the World's count for a
+    rank that ran ahead of it: driver.py, ``RankDriver.offer``)."""
+    inbox: dict[int, list[dict[str, Any]]] = field(default_factory=dict)
+    """Per rank that ran ahead: what it sent after that result, up to the wait (or exit) it was
+    forked in — read before the fork (``RankDriver.quiesce``), handed to a resumed driver's polls."""
     uss_bytes: int = 0
     """Memory the checkpoints hold of their own (unique set size), measured when taken."""
 
@@ -108,7 +113,9 @@ class CheckpointKeeper:
         ranks have not run yet and are started anew on resume."""
         self.tokens += 1
         delivered = {rank: driver.delivered.get(rank, 0) for rank in ranks}
-        taken = RankCheckpoints(self.tokens, fresh=list(fresh), delivered=delivered)
+        queued = {rank: driver.inboxes.messages(rank) for rank in ranks}
+        inbox = {rank: copy.deepcopy(messages) for rank, messages in queued.items() if messages}
+        taken = RankCheckpoints(self.tokens, fresh=list(fresh), delivered=delivered, inbox=inbox)
         for rank in ranks:
             driver.send(rank, {"kind": "checkpoint", "token": taken.token, "keeper": self.address})
         refusals: list[str] = []
@@ -173,6 +180,8 @@ class CheckpointKeeper:
                 raise CheckpointUnusable(f"the checkpoint of r{rank} stopped answering") from None
         driver.accept_resumed(sorted(taken.ranks), taken.token)
         driver.delivered.update(taken.delivered)
+        for rank, messages in taken.inbox.items():
+            driver.inboxes.put(rank, copy.deepcopy(messages))  # a poll consumes (and edits) them
         if taken.fresh:
             driver.spawn(taken.fresh)
 

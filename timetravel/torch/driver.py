@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from timetravel.torch.inbox import Inboxes
 from timetravel.torch.limits import RANK_START_TIMEOUT_S
 from timetravel.torch.wire import ChannelClosed, ProtocolError, receive_message, send_message
 from timetravel.torch.zygote import read_frame, write_frame
@@ -93,11 +94,9 @@ LIVE_DRIVERS_MAX = 4
 on_evict: list[Callable[[RankDriver], None]] = []
 """Called with a driver about to be stopped to make room (the torch world source checkpoints its
 ranks first, so its world resumes them when it runs again)."""
-lockstep = [False]
-"""When set, a result reaches its rank at the rank's ``poll`` event, never earlier: every moment
-between two events is then quiescent (each rank blocked in a wait, nothing in flight), which rank
-checkpoints need. A run without checkpoints sends results as soon as the World knows them, so
-ranks compute in parallel; the World is the same bits either way (the result is in the event)."""
+in_session = [False]
+"""Set while a torch Session is open (its world source: torch/world_source.py): a new run then leaves
+the other drivers alone (a Session's cursor and its checkpoints' working directories live on)."""
 
 
 def zygote() -> Zygote:
@@ -176,7 +175,9 @@ class RankDriver:
         self.delivered: dict[int, int] = {}
         """Per rank: the number of the last result its process has received."""
         self.pending: dict[int, tuple[int, dict[str, Any]]] = {}
-        """Per rank: the result it will be handed at its poll (lockstep), with its number."""
+        """Per rank: the result known to the coordinator and not sent yet, with its number."""
+        self.inboxes = Inboxes()
+        """Per rank: messages read from its channel before its ``poll`` asked (torch/inbox.py)."""
         self.folder = tempfile.mkdtemp(prefix="timetravel-ranks-")
         self.address = os.path.join(self.folder, "coordinator.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -214,10 +215,29 @@ class RankDriver:
             self.pids[int(hello["rank"])] = int(hello["pid"])
 
     def offer(self, rank: int, number: int, message: dict[str, Any]) -> None:
-        """Result ``number`` is known: keep it, and send it now unless in lockstep (``lockstep``)."""
+        """Result ``number`` is known: send it now, so that ranks compute in parallel between
+        collectives. The rank's process then runs ahead of the World by at most one result (its next
+        result needs its next wait, which the World reads at the poll this result schedules); the
+        World is the same bits either way: what the rank sends is a function of what it was handed."""
         self.pending[rank] = (number, message)
-        if not lockstep[0]:
-            self.deliver(rank, number)
+        self.deliver(rank, number)
+
+    def ahead(self, rank: int, delivered: int) -> bool:
+        """The rank's process was handed more results than the World's ``delivered`` count says."""
+        return self.delivered.get(rank, 0) > delivered
+
+    def quiesce(self, rank: int) -> None:
+        """Read what a rank that runs ahead sends until it blocks again (a wait, or its exit): then
+        its process waits, as at a moment between two events, and can be forked; its poll reads the
+        same messages from the inbox. Raises ChannelClosed, ProtocolError or RankStuck."""
+        inboxes = self.inboxes
+        while not inboxes.blocked(rank):
+            ended = inboxes.end(rank)
+            if ended is not None:
+                raise ended
+            more = len(inboxes.queues.get(rank, ())) + 1
+            if not inboxes.wait_for(rank, self.sockets, self.stuck_timeout_s, more):
+                raise self._stuck(rank)
 
     def deliver(self, rank: int, number: int) -> None:
         """Make sure the rank's process has result ``number`` (sent once, whoever asks first)."""
@@ -236,6 +256,7 @@ class RankDriver:
         self.pids.clear()
         self.delivered.clear()
         self.pending.clear()
+        self.inboxes.clear()
         self.specs = specs
         self._spawn()
 
@@ -260,17 +281,14 @@ class RankDriver:
             self.sockets[int(hello["rank"])] = connection
 
     def receive(self, rank: int) -> dict[str, Any]:
-        """The rank's next message. Raises ChannelClosed if it died, RankStuck past the watchdog."""
-        connection = self.sockets[rank]
-        connection.settimeout(self.stuck_timeout_s)
-        try:
-            return receive_message(connection)
-        except TimeoutError:
-            raise RankStuck(
-                f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World"
-            ) from None
-        except OSError as error:
-            raise ChannelClosed(str(error)) from None
+        """The rank's next message. Raises ChannelClosed if it died, ProtocolError for a malformed
+        message, RankStuck past the watchdog. Meanwhile every rank's channel is read (inbox.py)."""
+        if not self.inboxes.wait_for(rank, self.sockets, self.stuck_timeout_s):
+            raise self._stuck(rank)
+        return self.inboxes.take(rank)
+
+    def _stuck(self, rank: int) -> RankStuck:
+        return RankStuck(f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World")
 
     def run_to_next_wait(self, rank: int) -> None:
         """Read the rank's messages (showing its output, dropping its calls) until it waits, exits or
@@ -304,6 +322,7 @@ class RankDriver:
         connection = self.sockets.pop(rank, None)
         if connection is not None:
             connection.close()
+        self.inboxes.forget(rank)
 
     def emit(self, rank: int, stream: str, lines: list[str]) -> None:
         if self.output is None:
@@ -321,7 +340,7 @@ class RankDriver:
         with contextlib.suppress(OSError):
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
-        if self.workdir is not None and not lockstep[0]:
+        if self.workdir is not None and not in_session[0]:
             self.workdir.close()
         self.world = None
         if self in _live:

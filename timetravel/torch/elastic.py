@@ -52,11 +52,11 @@ def restart(state: dict[str, Any], ctx: Context, reason: str) -> None:
 def _settle(state: dict[str, Any], ctx: Context, live: Any) -> None:
     """Before the restart kills them: every surviving rank runs to its next wait on the World.
 
-    A rank whose collective completed has its result (at once, or at its poll in lockstep) and runs
+    A rank whose collective completed has its result (as soon as the World released it) and runs
     on in wall time — it may be halfway through ``torch.save`` when the restart kills it, and what
     the restarted ranks then read would depend on the machine's timing. Here each rank is handed every
     result the World released to it and runs until it blocks again (a wait, its exit or its death),
-    so the files a restart finds are the same on every run, with checkpoints (lockstep) or without.
+    so the files a restart finds are the same on every run, under a Session or not.
     What such a rank sends after its result is dropped with its incarnation; its output is shown."""
     for rank in range(state["ranks"]):
         offered = int(state["deliveries"].get(str(rank), 0))

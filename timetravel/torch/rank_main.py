@@ -124,7 +124,8 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
         _flush_outputs()
         rank_channel.post(exit_message)
     except (OSError, StopRank):
-        pass
+        return int(exit_message["code"]) & 0xFF
+    rank_channel.linger()
     return int(exit_message["code"]) & 0xFF
 
 

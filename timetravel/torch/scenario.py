@@ -230,7 +230,7 @@ def _check_script(config: dict[str, Any]) -> Path | None:
 def build(config: dict[str, Any], seed: int) -> World:
     from timetravel.torch import driver
 
-    if not driver.lockstep[0]:
+    if not driver.in_session[0]:
         driver.stop_active()  # a new run outside a Session: the previous run's ranks end here
     script = _check_script(config)
     workdir_sha256 = workdir.source_digest(config["workdir"])
@@ -252,8 +252,9 @@ def build(config: dict[str, Any], seed: int) -> World:
 def _rank_state(t_ns: int, incarnation: int) -> dict[str, Any]:
     """A rank node: where its process is, and a digest of everything the World ever handed it.
 
-    ``delivered`` counts the results its process has been handed; c10d chains their digests
-    (``received``), so two worlds that agree on both gave their rank processes the same inputs."""
+    ``delivered`` counts the results its polls handed over (the process may hold one more, on its way:
+    :func:`released`); c10d chains their digests (``received``), so two worlds that agree on both gave
+    their rank processes the same inputs."""
     return {
         "status": "new",
         "t_ns": t_ns,
@@ -395,6 +396,9 @@ def _spec_digest(config: dict[str, Any]) -> str:
 def rank_key(world: World) -> str:
     """What the rank processes of ``world`` are: the seed, the script, the config they start from and,
     per rank, its incarnation and the digest of every result handed to it (see :func:`_rank_state`).
+    Per rank it counts the results *released* to it (:func:`released`), not only those its poll
+    handed over: a rank's process runs ahead of the World by the result on its way, and two worlds
+    whose ranks were handed the same results hold the same processes (once quiesced).
     Config that a branch may change is not part of it: until a change reaches a rank as a different
     result, the process is the same. Checkpoints are shared by every Session of a process, so the
     key must tell apart runs of other recordings too (a run with ``--steps 10`` resumed for one with
@@ -403,9 +407,19 @@ def rank_key(world: World) -> str:
     parts = [str(world.seed), str(c10d_state["script_sha256"]), _spec_digest(world.config)]
     for rank, state in enumerate(_rank_states(world)):
         chain = c10d_state["received"].get(str(rank), {})
-        parts.append(f"{state['incarnation']}:{state['delivered']}:{chain.get(str(state['delivered']), '')}")
+        handed = released(world, rank)
+        parts.append(f"{state['incarnation']}:{handed}:{chain.get(str(handed), '')}")
         parts.append(str(state["status"]))
     return xxhash.xxh3_128_hexdigest("|".join(parts).encode())
+
+
+def released(world: World, rank: int) -> int:
+    """How many results the World has released to ``rank``'s process: its ``delivered`` count, or
+    one more while a result is on its way to the rank's poll. The driver sends a result as soon as
+    it is released (``RankDriver.offer``), so this is what the process has been handed."""
+    delivered = int(world.nodes[f"r{rank}"]["delivered"])
+    entry = world.nodes[C10D_NODE]["delivering"].get(str(rank))
+    return max(delivered, int(entry["number"])) if entry is not None else delivered
 
 
 def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:

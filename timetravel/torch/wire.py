@@ -37,10 +37,20 @@ def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
 
 
 def receive_message(sock: socket.socket) -> dict[str, Any]:
-    length = _LENGTH.unpack(_receive_exactly(sock, MESSAGE_HEADER_BYTES))[0]
+    length = message_length(_receive_exactly(sock, MESSAGE_HEADER_BYTES))
+    return decode_message(_receive_exactly(sock, length))
+
+
+def message_length(header: bytes | bytearray) -> int:
+    """The body length a message's header announces, checked against the limit."""
+    length = int(_LENGTH.unpack(header)[0])
     if length > MESSAGE_BYTES_MAX:
         raise ProtocolError(f"message length {length:,} exceeds {MESSAGE_BYTES_MAX:,}")
-    body = _receive_exactly(sock, length)
+    return length
+
+
+def decode_message(body: bytes | bytearray | memoryview) -> dict[str, Any]:
+    """A message's body as the dict it must be (a ProtocolError otherwise)."""
     try:
         message = msgpack.unpackb(body, raw=False, strict_map_key=True, max_bin_len=MESSAGE_BYTES_MAX)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as error:

@@ -5,12 +5,15 @@ For the ``torch`` scenario that is not enough: the World's rank nodes stand for 
 the user's script, and those must be exactly where the snapshot says. :class:`TorchWorlds` is the
 session's world source for such recordings (explore/world_source.py defines the seam): it
 
-* runs every re-execution in **lockstep** (a result reaches its rank at the rank's poll), so the
-  moment between two events is quiescent and rank processes can be forked there;
+* lets every re-execution run its ranks **in parallel** (a result is sent when the World knows it, so
+  a rank may run ahead of the World by one result) and **quiesces** them only where a checkpoint is
+  taken: a rank that ran ahead is read until it blocks again, what it sent kept for its poll
+  (``RankDriver.quiesce``), so every rank process is blocked where the World says and can be forked;
 * keeps **checkpoints** — a forked copy of every live rank (checkpoints.py) — at the recording's
   snapshot points it re-executes through, and where the cursor's world is copied (a branch, a
   fan-out: ``before_copy``), keyed by :func:`scenario.rank_key` (what the processes have been
-  handed, which is what they are);
+  handed, which is what they are); beside one at a snapshot point, a copy of the World
+  (world_copy.py), which a seek restores instead of decoding the snapshot's arrays;
 * attaches a world to ranks **resumed** from the matching checkpoint when a handler first needs
   them, or, when none is kept (a recording opened in a new process), **rebuilds** them by
   deterministic re-execution from the nearest earlier checkpoint or from the start, as rr does;
@@ -28,13 +31,15 @@ from typing import Any
 
 from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
 from timetravel.sim.world import World
-from timetravel.torch import checkpoints, driver, scenario, workdir
+from timetravel.torch import checkpoints, driver, scenario, workdir, world_copy
+from timetravel.torch.wire import ChannelClosed, ProtocolError
 
 CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
 CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
-"""Private memory all live checkpoints may hold: a quarter of the memory available when the first
-torch Session opens, within these bounds (TIMETRAVEL_CHECKPOINT_BYTES sets it). 2 GiB kept 11 of a
-1.2M-parameter run's 41 snapshot points (40 MiB a rank) and seeks re-executed 270 events on average."""
+"""Memory all live checkpoints may hold (their processes' private memory and the World copies kept
+beside them): a quarter of the memory available when the first torch Session opens, within these
+bounds (TIMETRAVEL_CHECKPOINT_BYTES sets it). 2 GiB kept 11 of a 1.2M-parameter run's 41 snapshot
+points (40 MiB a rank) and seeks re-executed 270 events on average."""
 CHECKPOINTS_MAX_CEILING = 64
 CHECKPOINTS_MIN = 2
 BOUND_MEASURE_EVERY = 8
@@ -55,6 +60,10 @@ class KeptCheckpoint:
     """Its files at this moment (a FilesManifest): restored before the ranks resume, so a branch
     sees the files as they were at its fork point and a script resuming from latest.pt never reads
     its own future."""
+    world: World | None = None
+    """A copy of the World at this moment when it is one of the recording's snapshots (same event
+    and state hash): a seek restores from it instead of decoding the snapshot (world_copy.py)."""
+    world_bytes: int = 0
 
 
 @dataclass
@@ -111,13 +120,18 @@ class TorchWorlds:
         self.reexecuted_events = 0
         self.refused: str | None = None
         """Why the last checkpoint was refused (threads, shared memory), if one was."""
-        driver.lockstep[0] = True
+        driver.in_session[0] = True
         driver.on_evict.append(self._evicted)
         scenario.set_rank_output(_NullOutput())
 
     # -- the seam ----------------------------------------------------------------------------------
 
     def restore(self, manifest: Any, full_check: bool = False) -> World:
+        """The snapshot's World: a copy of the one kept with its checkpoint, or decoded from the file
+        (always, for a ``full_check``, which checks the decoder too)."""
+        kept = None if full_check else self._find(manifest.events, manifest.state_hash)
+        if kept is not None and kept.world is not None:
+            return world_copy.copy_world(kept.world)
         return self.session.reader.restore(manifest, full_check=full_check)
 
     def can_start_at(self, manifest: Any) -> bool:
@@ -153,7 +167,7 @@ class TorchWorlds:
             checkpoints.keeper().discard(kept.ranks)
         self.shared.kept.clear()
         driver.stop_active()
-        driver.lockstep[0] = False
+        driver.in_session[0] = False
         for directory in self.shared.directories:
             directory.close()
         self.shared.directories.clear()
@@ -172,6 +186,7 @@ class TorchWorlds:
             "processes": processes,
             "uss_bytes": uss,
             "uss_bytes_per_process": uss // processes if processes else 0,
+            "world_bytes": sum(kept.world_bytes for kept in self.shared.kept),
             "budget_bytes": budget_bytes(),
             "reexecuted_events": self.reexecuted_events,
             "refused": self.refused,
@@ -291,15 +306,27 @@ class TorchWorlds:
             return
         waiting = [rank for rank, state in enumerate(states) if state["status"] == "waiting"]
         fresh = [rank for rank, state in enumerate(states) if state["status"] == "new"]
+        if any(live.delivered.get(rank, 0) != scenario.released(world, rank) for rank in waiting):
+            self.refused = "a rank's process was not handed what the World released to it"
+            return  # the rank key would say more (or less) than the process is: never resume it
+        try:
+            for rank in waiting:
+                if live.ahead(rank, states[rank]["delivered"]):
+                    live.quiesce(rank)
+        except (ChannelClosed, ProtocolError, TimeoutError) as error:
+            self.refused = f"a rank that ran ahead of the World did not block again: {error}"
+            return  # its poll meets the same message or error in the inbox and the channel
         try:
             ranks = checkpoints.keeper().take(live, waiting, fresh)
         except checkpoints.CheckpointUnusable as error:
             self.refused = str(error)
             return
         files = live.workdir.capture()
-        kept = KeptCheckpoint(
-            world.events_processed, world.t_ns, world.state_hash(), key, ranks, live.workdir, files
-        )
+        state_hash = world.state_hash()
+        kept = KeptCheckpoint(world.events_processed, world.t_ns, state_hash, key, ranks, live.workdir, files)
+        if self._is_snapshot(world.events_processed, state_hash):
+            kept.world = world_copy.copy_world(world, deduplicate=True)
+            kept.world_bytes = world_copy.world_bytes(kept.world)
         if all(directory is not live.workdir for directory in self.shared.directories):
             self.shared.directories.append(live.workdir)
         self.shared.kept.append(kept)
@@ -313,7 +340,10 @@ class TorchWorlds:
         checkpoint owns almost nothing; its private pages grow as the live rank writes (44 MiB a
         rank for a small model once it has trained on). The mean of the oldest sets is the measure."""
         oldest = sorted(self.shared.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
-        sizes = [sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) for kept in oldest]
+        sizes = [
+            sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) + kept.world_bytes
+            for kept in oldest
+        ]
         per_set = max(sum(sizes) // max(len(sizes), 1), 1)
         self.shared.checkpoints_max = max(
             CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set)
@@ -342,6 +372,9 @@ class TorchWorlds:
         if kept in self.shared.kept:
             self.shared.kept.remove(kept)
 
+    def _is_snapshot(self, events: int, state_hash: str) -> bool:
+        return any(m.events == events and m.state_hash == state_hash for m in self.session.snapshots_info)
+
     def _find(self, events: int, state_hash: str) -> KeptCheckpoint | None:
         for kept in self.shared.kept:
             if kept.events == events and kept.state_hash == state_hash:
@@ -362,11 +395,16 @@ class TorchWorlds:
 
 
 def _hand_over_pending(world: World, live: Any) -> None:
-    """Results the World released but the ranks' polls have not handed over yet (c10d keeps them)."""
+    """Results the World released but the ranks' polls have not handed over yet (c10d keeps them):
+    sent at once (unless the resumed process has it already), so that the ranks run in parallel."""
     delivering = world.nodes[scenario.C10D_NODE]["delivering"]
     for rank, state in enumerate(scenario._rank_states(world)):
         entry = delivering.get(str(rank))
-        if entry is not None and entry["number"] > state["delivered"]:
+        if entry is None or entry["number"] <= state["delivered"]:
+            continue
+        if rank in live.sockets:
+            live.offer(rank, entry["number"], entry["message"])
+        else:  # a rank without a process (it ended): nothing to send, as before it ended
             live.pending[rank] = (entry["number"], entry["message"])
 
 

@@ -1,0 +1,126 @@
+"""The coordinator reads every rank's channel while it waits for one (timetravel/torch/inbox.py).
+
+Without it a rank sending more than a socket buffer (a gradient bucket, its step's state) blocked in
+``sendall`` until the World's poll of that rank, and ranks computed one after another. What the World
+sees must not change: each rank's messages in order, and a channel's end or a malformed message
+raised where it was, after the messages before it. No torch needed: socket pairs stand for ranks.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+
+import pytest
+
+from timetravel.torch.driver import RankDriver, RankStuck
+from timetravel.torch.inbox import Inboxes
+from timetravel.torch.wire import ChannelClosed, ProtocolError, send_message
+
+BIG_BYTES = 6 * 1024 * 1024
+"""Larger than any socket buffer: a writer of this blocks until the other side reads."""
+
+
+def pairs(count: int) -> tuple[dict[int, socket.socket], dict[int, socket.socket]]:
+    coordinator, ranks = {}, {}
+    for rank in range(count):
+        coordinator[rank], ranks[rank] = socket.socketpair()
+    return coordinator, ranks
+
+
+def test_a_rank_sending_a_large_message_is_read_while_the_coordinator_waits_for_another() -> None:
+    coordinator, ranks = pairs(2)
+    sent = threading.Event()
+
+    def rank_one() -> None:
+        send_message(ranks[1], {"kind": "call", "data": b"x" * BIG_BYTES})  # blocks until read
+        send_message(ranks[1], {"kind": "wait", "works": [1]})
+        sent.set()
+        send_message(ranks[0], {"kind": "wait", "works": [7]})  # rank 0 answers only after that
+
+    writer = threading.Thread(target=rank_one)
+    writer.start()
+    inboxes = Inboxes()
+    assert inboxes.wait_for(0, coordinator, timeout_s=30.0)
+    writer.join(timeout=30)
+    assert sent.is_set()
+    assert inboxes.take(0) == {"kind": "wait", "works": [7]}
+    assert inboxes.queued(1)  # read while waiting for rank 0: rank 1 never waited for its poll
+    received = []
+    for _ in range(2):
+        assert inboxes.wait_for(1, coordinator, timeout_s=30.0)
+        received.append(inboxes.take(1))
+    assert [(message["kind"], len(message.get("data", b""))) for message in received] == [
+        ("call", BIG_BYTES),
+        ("wait", 0),
+    ]
+
+
+def test_a_closed_channel_is_raised_after_the_messages_before_it_and_again_after() -> None:
+    coordinator, ranks = pairs(1)
+    send_message(ranks[0], {"kind": "output", "lines": ["a"]})
+    send_message(ranks[0], {"kind": "output", "lines": ["b"]})
+    ranks[0].close()
+    inboxes = Inboxes()
+    for expected in ("a", "b"):
+        assert inboxes.wait_for(0, coordinator, timeout_s=5.0)
+        assert inboxes.take(0)["lines"] == [expected]
+    for _ in range(2):
+        assert inboxes.wait_for(0, coordinator, timeout_s=5.0)
+        with pytest.raises(ChannelClosed):
+            inboxes.take(0)
+
+
+def test_a_malformed_message_is_raised_at_its_place() -> None:
+    coordinator, ranks = pairs(1)
+    send_message(ranks[0], {"kind": "output", "lines": ["fine"]})
+    ranks[0].sendall(struct.pack("<I", 3) + b"\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+    inboxes = Inboxes()
+    assert inboxes.wait_for(0, coordinator, timeout_s=5.0)
+    assert inboxes.take(0)["lines"] == ["fine"]
+    assert inboxes.wait_for(0, coordinator, timeout_s=5.0)
+    with pytest.raises(ProtocolError):
+        inboxes.take(0)
+
+
+def test_waiting_for_a_silent_rank_times_out() -> None:
+    coordinator, _ranks = pairs(1)
+    assert Inboxes().wait_for(0, coordinator, timeout_s=0.05) is False
+
+
+def driver_over(coordinator: dict[int, socket.socket], stuck_timeout_s: float = 5.0) -> RankDriver:
+    live = RankDriver([], output=None, stuck_timeout_s=stuck_timeout_s)
+    live.sockets.update(coordinator)
+    return live
+
+
+def test_quiesce_reads_a_rank_that_ran_ahead_until_it_blocks_and_its_poll_reads_the_same() -> None:
+    coordinator, ranks = pairs(1)
+    messages = [
+        {"kind": "call", "id": 3, "inputs": []},
+        {"kind": "output", "stream": "stdout", "lines": ["step 2"]},
+        {"kind": "wait", "works": [3]},
+    ]
+    for message in messages:
+        send_message(ranks[0], message)
+    live = driver_over(coordinator)
+    try:
+        live.quiesce(0)
+        assert live.inboxes.blocked(0)
+        assert live.inboxes.messages(0) == messages
+        assert [live.receive(0) for _ in messages] == messages
+    finally:
+        live.stop()
+
+
+def test_quiesce_of_a_rank_that_never_blocks_says_it_is_stuck() -> None:
+    coordinator, ranks = pairs(1)
+    send_message(ranks[0], {"kind": "call", "id": 1, "inputs": []})
+    live = driver_over(coordinator, stuck_timeout_s=0.05)
+    try:
+        with pytest.raises(RankStuck):
+            live.quiesce(0)
+        assert live.receive(0)["kind"] == "call"  # what was read stays for the poll
+    finally:
+        live.stop()

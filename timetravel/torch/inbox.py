@@ -1,0 +1,151 @@
+"""What every rank of a driver has sent, read as it arrives (coordinator side).
+
+The World reads a rank's messages at the rank's ``poll`` event, in order. If the coordinator read a
+rank's channel only then, a rank sending more than the socket buffer holds (a 1 MB gradient bucket,
+its training state at a step) would block in ``sendall`` until its poll: ranks would compute one after
+another although each was handed its result at once. So whenever the coordinator waits for one rank,
+it reads whatever any rank of the driver has sent (``select`` over their channels) into that rank's
+queue; a poll takes messages from the queue first. The order of each rank's messages is kept, and so
+is where its channel ended or broke: a queue holds that as its last entry, raised when a poll reaches
+it, at the same place in the World as before. Bounded: a rank sends nothing after a blocking message
+(a wait, its exit) until the World answers, so a queue holds at most one step's messages.
+"""
+
+from __future__ import annotations
+
+import select
+import socket
+import time
+from collections import deque
+from typing import Any
+
+from timetravel.torch.limits import MESSAGE_HEADER_BYTES
+from timetravel.torch.wire import ChannelClosed, ProtocolError, decode_message, message_length
+
+READ_BYTES_MAX = 1 << 22
+"""One ``recv`` of a message body: a large message arrives in several reads."""
+BLOCKING_KINDS = ("wait", "exit")
+"""The messages after which a rank sends nothing until the World answers: ``wait`` (it blocks for a
+result) and ``exit`` (its script ended; it lingers until the coordinator closes its channel)."""
+
+
+class _Reader:
+    """The message being read from one channel: its header, then its body."""
+
+    def __init__(self) -> None:
+        self.header = bytearray()
+        self.body: bytearray | None = None
+        self.filled = 0
+
+    def idle(self) -> bool:
+        return not self.header and self.body is None
+
+
+class Inboxes:
+    """Per rank: the messages read from its channel that no poll has taken yet; see the module docstring."""
+
+    def __init__(self) -> None:
+        self.queues: dict[int, deque[Any]] = {}
+        self.readers: dict[int, _Reader] = {}
+        self.ended: set[int] = set()
+        """Ranks whose channel ended or broke (the queue's last entry says how): not read again."""
+
+    def queued(self, rank: int) -> bool:
+        return bool(self.queues.get(rank))
+
+    def take(self, rank: int) -> dict[str, Any]:
+        """The rank's next queued message (raises the error its channel ended with, at its place)."""
+        entry = self.queues[rank].popleft()
+        if isinstance(entry, BaseException):
+            self.queues[rank].appendleft(entry)  # every later read meets the same end
+            raise entry
+        message: dict[str, Any] = entry
+        return message
+
+    def messages(self, rank: int) -> list[dict[str, Any]]:
+        """The queued messages of a rank (a checkpoint keeps them for the ranks resumed from it)."""
+        return [entry for entry in self.queues.get(rank, ()) if not isinstance(entry, BaseException)]
+
+    def put(self, rank: int, messages: list[dict[str, Any]]) -> None:
+        self.queues.setdefault(rank, deque()).extend(messages)
+
+    def forget(self, rank: int) -> None:
+        self.queues.pop(rank, None)
+        self.readers.pop(rank, None)
+        self.ended.discard(rank)
+
+    def clear(self) -> None:
+        self.queues.clear()
+        self.readers.clear()
+        self.ended.clear()
+
+    def blocked(self, rank: int) -> bool:
+        """The rank's last queued message blocks it (a wait, its exit): it sends nothing more."""
+        queue = self.queues.get(rank)
+        if not queue or not isinstance(queue[-1], dict):
+            return False
+        return queue[-1].get("kind") in BLOCKING_KINDS
+
+    def end(self, rank: int) -> BaseException | None:
+        """How the rank's channel ended, if it did (the queue's last entry)."""
+        queue = self.queues.get(rank)
+        return queue[-1] if queue and isinstance(queue[-1], BaseException) else None
+
+    def wait_for(
+        self, rank: int, sockets: dict[int, socket.socket], timeout_s: float, count: int = 1
+    ) -> bool:
+        """Read every channel as data arrives until ``rank`` has ``count`` queued entries; False after
+        ``timeout_s`` wall seconds without them (the caller says the rank is stuck)."""
+        deadline = time.monotonic() + timeout_s
+        while len(self.queues.get(rank, ())) < count:
+            if rank not in sockets:
+                raise KeyError(rank)  # as a read of a channel the driver does not hold
+            if rank in self.ended:  # ended with nothing queued: a poll reads the end again
+                self.queues.setdefault(rank, deque()).append(ChannelClosed("the channel ended"))
+                return True
+            readable = {sockets[r]: r for r in sorted(sockets) if r not in self.ended}
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            ready, _, _ = select.select(list(readable), [], [], remaining)
+            for channel in ready:
+                self._read(readable[channel], channel)
+        return True
+
+    def _read(self, rank: int, channel: socket.socket) -> None:
+        reader = self.readers.setdefault(rank, _Reader())
+        try:
+            if reader.body is None:
+                chunk = channel.recv(MESSAGE_HEADER_BYTES - len(reader.header))
+                if not chunk:
+                    self._end(rank, ChannelClosed("the other side closed the channel"))
+                    return
+                reader.header += chunk
+                if len(reader.header) < MESSAGE_HEADER_BYTES:
+                    return
+                reader.body = bytearray(message_length(reader.header))
+                reader.filled = 0
+            if reader.filled < len(reader.body):
+                with memoryview(reader.body) as view:
+                    count = channel.recv_into(
+                        view[reader.filled :], min(READ_BYTES_MAX, len(view) - reader.filled)
+                    )
+                if count == 0:
+                    self._end(rank, ChannelClosed("the other side closed the channel"))
+                    return
+                reader.filled += count
+            if reader.filled == len(reader.body):
+                message = decode_message(reader.body)
+                self.readers[rank] = _Reader()
+                self.queues.setdefault(rank, deque()).append(message)
+        except ProtocolError as error:
+            self._end(rank, error)
+        except (BlockingIOError, InterruptedError, TimeoutError):
+            return  # nothing after all: select again
+        except OSError as error:
+            self._end(rank, ChannelClosed(str(error)))
+
+    def _end(self, rank: int, error: BaseException) -> None:
+        self.ended.add(rank)
+        self.readers.pop(rank, None)
+        self.queues.setdefault(rank, deque()).append(error)
