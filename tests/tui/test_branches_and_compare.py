@@ -88,6 +88,27 @@ def test_compare_header_names_both_outcomes_and_the_first_divergence() -> None:
     run_compare(scenario)
 
 
+def test_compare_header_names_the_completing_event_when_the_divergence_is_a_collectives_completion() -> None:
+    """A torch divergence is dated at the collective's completion; the event that completed it came
+    earlier, and the header says so as `compare` does (it read as if the event were at t_done)."""
+    import dataclasses
+
+    from timetravel.tui.model import Divergence
+
+    data = dataclasses.replace(
+        sample.compare_data(), first_divergence=Divergence(1_190_678, "c10d", "call", 107, 107, 1_177_070)
+    )
+    view = CompareView(data)
+    lines: list[str] = []
+
+    async def scenario(pilot) -> None:
+        await pilot.pause()
+        lines.extend(view.header_text().plain.split("\n"))
+
+    drive(Harness(view), scenario, (80, 24))
+    assert lines[2] == "first divergence 1.190678ms: completed by call on c10d at 1.17707ms (a #107, b #107)"
+
+
 def test_differing_paths_are_rows_and_enter_opens_one() -> None:
     async def scenario(pilot, app, view: CompareView) -> None:
         table = view.query_one(DataTable)

@@ -63,7 +63,7 @@ def likelihood_points(result: r.LikelihoodResult) -> tuple[tuple[int, float], ..
 def divergence(value: r.Divergence | None) -> Divergence | None:
     if value is None:
         return None
-    return Divergence(value.t_ns, value.node, value.kind, value.event_a, value.event_b)
+    return Divergence(value.t_ns, value.node, value.kind, value.event_a, value.event_b, value.event_t_ns)
 
 
 def _side(side: r.RunSide, unit: str, changes: str = "") -> BranchInfo:

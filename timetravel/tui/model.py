@@ -227,6 +227,9 @@ class Divergence:
     event_a: int | None = None
     event_b: int | None = None
     """The diverging event's number on each side (None: that side has no such event)."""
+    event_t_ns: int | None = None
+    """The diverging event's own time when ``t_ns`` is the scenario's moment instead (a torch
+    collective's completion, a modelled transfer after the event that completed it)."""
 
 
 @dataclass(frozen=True)

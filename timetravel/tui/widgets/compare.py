@@ -130,7 +130,10 @@ class CompareView(Widget):
             where = f" on {divergence.node}" if divergence.node else ""
             seqs = f" ({event_refs(divergence.event_a, divergence.event_b)})"
             text.append(f"first divergence {exact_time(divergence.t_ns, data.unit)}: ")
-            text.append(f"{divergence.kind}{where}{seqs}", self._style("changed"))
+            what = f"{divergence.kind}{where}"
+            if divergence.event_t_ns is not None:  # as `compare` prints it: the event came earlier
+                what = f"completed by {what} at {exact_time(divergence.event_t_ns, data.unit)}"
+            text.append(f"{what}{seqs}", self._style("changed"))
         count = len(data.entries)
         text.append(
             f"\nat {exact_time(data.at_ns, data.unit)}: {count} path{'s' if count != 1 else ''} differ"
