@@ -314,13 +314,16 @@ def record_run(
     *,
     until_ns: int | None = None,
     max_events: int | None = None,
-    snapshot_every_events: int = SNAPSHOT_EVERY_EVENTS_DEFAULT,
+    snapshot_every_events: int | None = None,
     record_choices: bool = False,
     determinism: str | None = None,
     force: bool = False,
 ) -> tuple[dict[str, Any], World]:
     """Run one seed while recording it to ``path``; the report has ``run --json``'s fields.
 
+    ``snapshot_every_events`` None: the scenario's own interval (``Scenario.snapshot_every_events``:
+    a torch run's is small, each re-executed event may be a training step), else the default —
+    as ``timetravel run --record`` chooses.
     ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
     replays run under the same mode. ``force``: replace a recording that holds branches
     (``check_replaceable``)."""
@@ -330,7 +333,9 @@ def record_run(
         scenario,
         world,
         path,
-        snapshot_every_events=snapshot_every_events,
+        snapshot_every_events=snapshot_every_events
+        or scenario.snapshot_every_events
+        or SNAPSHOT_EVERY_EVENTS_DEFAULT,
         record_choices=record_choices,
         determinism=determinism,
     )
@@ -360,7 +365,7 @@ def record_run(
         "path": str(recorder.path),
         "bytes": recorder.writer.offset,
         "snapshots": len(recorder.writer.catalog.manifests.get(recorder.branch, [])),
-        "snapshot_every_events": snapshot_every_events,
+        "snapshot_every_events": recorder.snapshot_every_events,
         "notes": recorder.notes,
     }
     return report, world
