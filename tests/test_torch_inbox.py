@@ -16,7 +16,7 @@ import pytest
 
 from timetravel.torch.driver import RankDriver, RankStuck
 from timetravel.torch.inbox import Inboxes
-from timetravel.torch.wire import ChannelClosed, ProtocolError, send_message
+from timetravel.torch.wire import ChannelClosed, ProtocolError, encode_message, receive_message, send_message
 
 BIG_BYTES = 6 * 1024 * 1024
 """Larger than any socket buffer: a writer of this blocks until the other side reads."""
@@ -124,3 +124,24 @@ def test_quiesce_of_a_rank_that_never_blocks_says_it_is_stuck() -> None:
         assert live.receive(0)["kind"] == "call"  # what was read stays for the poll
     finally:
         live.stop()
+
+
+def test_the_coordinator_sending_a_large_result_reads_a_rank_sending_a_large_message() -> None:
+    """The deadlock a branch's re-execution met: the World hands a rank a large result while the rank
+    sends its step's state; each side in ``sendall`` on a full buffer, nobody read. Before the fix the
+    coordinator blocked in ``sendall`` and this test's rank never got to read."""
+    coordinator, ranks = pairs(2)
+    received: list[dict] = []
+
+    def rank_one() -> None:
+        send_message(ranks[1], {"kind": "state", "data": b"s" * BIG_BYTES})  # blocks until read
+        received.append(receive_message(ranks[1]))
+
+    thread = threading.Thread(target=rank_one, daemon=True)
+    thread.start()
+    inboxes = Inboxes()
+    header, body = encode_message({"kind": "result", "data": b"r" * BIG_BYTES})
+    inboxes.send(1, coordinator, header + body, timeout_s=60.0)
+    thread.join(timeout=60)
+    assert not thread.is_alive() and received[0]["data"] == b"r" * BIG_BYTES
+    assert inboxes.take(1)["data"] == b"s" * BIG_BYTES  # what the rank sent meanwhile is queued, whole

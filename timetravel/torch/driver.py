@@ -28,7 +28,7 @@ from typing import Any, TextIO
 
 from timetravel.torch.inbox import Inboxes
 from timetravel.torch.limits import RANK_START_TIMEOUT_S
-from timetravel.torch.wire import ChannelClosed, ProtocolError, receive_message, send_message
+from timetravel.torch.wire import ChannelClosed, ProtocolError, encode_message, receive_message
 from timetravel.torch.zygote import read_frame, write_frame
 
 
@@ -310,8 +310,9 @@ class RankDriver:
                 f"r{rank} has no channel in this driver (its ranks: {sorted(self.sockets)}, "
                 f"{'stopped' if self.world is None else 'live'})"
             )
+        header, body = encode_message(message)
         with contextlib.suppress(OSError):
-            send_message(connection, message)
+            self.inboxes.send(rank, self.sockets, header + body, self.stuck_timeout_s)
 
     def kill(self, rank: int) -> None:
         """End one rank now (a crash fault, or a rank whose run is over)."""

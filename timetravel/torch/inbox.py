@@ -112,6 +112,33 @@ class Inboxes:
                 self._read(readable[channel], channel)
         return True
 
+    def send(self, rank: int, sockets: dict[int, socket.socket], data: bytes, timeout_s: float) -> None:
+        """Write ``data`` to ``rank``'s channel, reading every channel meanwhile.
+
+        A rank may be sending a large message (its step's state) at the moment the World hands it a
+        large result: each side blocked in ``sendall`` on a full buffer while nobody reads is a
+        deadlock (seen in a branch's re-execution). So the coordinator writes only what the
+        channel takes at once and reads whatever arrives in between. Past ``timeout_s`` wall seconds
+        (a rank that has stopped reading) it falls back to a blocking write."""
+        target = sockets[rank]
+        deadline = time.monotonic() + timeout_s
+        with memoryview(data) as view:
+            sent = 0
+            while sent < len(view):
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    target.sendall(view[sent:])
+                    return
+                readable = {sockets[r]: r for r in sorted(sockets) if r not in self.ended}
+                ready, writable, _ = select.select(list(readable), [target], [], remaining)
+                for channel in ready:
+                    self._read(readable[channel], channel)
+                if writable:
+                    try:
+                        sent += target.send(view[sent : sent + READ_BYTES_MAX], socket.MSG_DONTWAIT)
+                    except BlockingIOError:
+                        continue
+
     def _read(self, rank: int, channel: socket.socket) -> None:
         reader = self.readers.setdefault(rank, _Reader())
         try:

@@ -27,10 +27,16 @@ class ProtocolError(ValueError):
     """A message that breaks the wire format (too long, not msgpack, not a dict)."""
 
 
-def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
+def encode_message(message: dict[str, Any]) -> tuple[bytes, bytes]:
+    """(header, body) of ``message`` as the wire carries it (the body checked against the limit)."""
     body = msgpack.packb(message, use_bin_type=True)
     if len(body) > MESSAGE_BYTES_MAX:
         raise ProtocolError(f"message of {len(body):,} bytes exceeds {MESSAGE_BYTES_MAX:,}")
+    return _LENGTH.pack(len(body)), body
+
+
+def send_message(sock: socket.socket, message: dict[str, Any]) -> None:
+    _header, body = encode_message(message)
     sock.sendall(_LENGTH.pack(len(body)) + body if len(body) < 65536 else _LENGTH.pack(len(body)))
     if len(body) >= 65536:
         sock.sendall(body)
