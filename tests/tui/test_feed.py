@@ -152,3 +152,6 @@ def test_a_torch_hang_names_the_rank_that_never_entered_the_collective() -> None
         ("r1", 2, 8, ""),
         ("r2", 2, 9, "r1"),
     ]
+
+    # the rank the hang names is the one the others wait for: hung, the waiting ones stay healthy
+    assert [c.state for c in cells] == ["healthy", "hung", "healthy"]

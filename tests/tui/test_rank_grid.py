@@ -128,6 +128,10 @@ def test_at_a_torch_hang_the_selected_rank_says_whom_it_waits_on() -> None:
 
     async def scenario(pilot, app, grid: RankGrid) -> None:
         text = " · ".join(widget_lines(grid))
+        assert names(grid)[0] == "r1" and "⊘" in text  # the rank the others wait for comes first, hung
+        assert "r1 hung" in text and "1 hung, 2 healthy" in text
+        await pilot.press("right")
+        text = " · ".join(widget_lines(grid))
         assert "r0" in text and "waiting on r1" in text and "step 2" in text and "coll #9" in text
         await pilot.press("m", "m")
         assert grid.mode == "seq" and names(grid)[0] == "r1"  # the rank behind is the odd one out

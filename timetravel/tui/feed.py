@@ -263,6 +263,8 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
             candidates.append("slow")
         if kinds & set(PARTITION_FAULT_KINDS):
             candidates.append("partitioned")
+        if (name, "hang") in failed:  # the rank a hang names: the others wait for it
+            candidates.append("hung")
         if (digests[name] is not None and digests[name] != majority) or (name, "divergence") in failed:
             candidates.append("diverged")
         if name in world.down:

@@ -18,7 +18,7 @@ from typing import Protocol
 MARK_KINDS = ("snapshot", "fault", "branch", "failure", "cursor")
 """What a timeline mark can be; later kinds win a column shared with earlier ones."""
 
-RANK_STATES = ("healthy", "slow", "partitioned", "diverged", "crashed", "nan")
+RANK_STATES = ("healthy", "slow", "partitioned", "hung", "diverged", "crashed", "nan")
 """A rank's condition, from least to most severe: the rank grid sorts its outliers by this order."""
 
 OUTCOMES = ("pass", "fail", "running", "cancelled", "unknown")

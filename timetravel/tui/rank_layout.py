@@ -32,6 +32,7 @@ STATE_GLYPHS = {
     "healthy": "●",
     "slow": "◐",
     "partitioned": "◌",
+    "hung": "⊘",
     "diverged": "≠",
     "crashed": "✖",
     "nan": "!",

@@ -1,7 +1,7 @@
 """RankGrid: every rank a cell, the odd ones out first — which rank went bad, and who is it waiting on?
 
-Modes (``m`` cycles): the rank's state (healthy ``●``, slow ``◐``, partitioned ``◌``, diverged
-``≠``, crashed ``✖``, NaN ``!``), steps behind the leader, collective sequence number against the
+Modes (``m`` cycles): the rank's state (healthy ``●``, slow ``◐``, partitioned ``◌``, hung ``⊘``
+— the rank a hang names, the one the others wait for —, diverged ``≠``, crashed ``✖``, NaN ``!``), steps behind the leader, collective sequence number against the
 majority's, and time since the rank last made progress. Outliers come first, worst first; when
 the ranks do not fit they fold into buckets of consecutive ranks (underlined, labelled by their
 first rank, showing their worst member) — see :mod:`timetravel.tui.rank_layout`.
