@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
@@ -83,6 +84,39 @@ def test_dask_records_a_stuck_seed_as_timeout_and_restarts_its_worker(
         summary = run_sweep(plan, database, executor)
         outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
     assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(6)}
+    assert summary.killed_for_timeout == 1
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_slow_worker_restart_does_not_time_out_the_seed_queued_behind_the_stuck_one(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One worker thread: seed 3 waits behind stuck seed 2 and re-runs on the restarted worker. The
+    restart is made to take 1.5 s, as a loaded machine's did in CI (4 s), longer than the 0.8 s a seed
+    may be in flight: it is not seed 3's time, and seed 3 passes."""
+    from timetravel.farm.dask_executor import DaskExecutor
+
+    monkeypatch.setattr(executor_module, "HARD_TIMEOUT_GRACE_S", 0.2)
+    plan = plan_sweep(
+        "stuck",
+        ["stuck_seeds=[2]"],
+        parse_seeds("0:5"),
+        scenario_target="farm_scenarios:STUCK",
+        seed_timeout_s=0.2,
+    )
+    executor = DaskExecutor(workers=1)
+    restart_workers = executor.client.restart_workers
+
+    def slow_restart(*arguments: Any, **options: Any) -> Any:
+        time.sleep(1.5)
+        return restart_workers(*arguments, **options)
+
+    monkeypatch.setattr(executor.client, "restart_workers", slow_restart)
+    with FindingsDatabase(tmp_path / "f.db") as database:
+        summary = run_sweep(plan, database, executor)
+        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
+    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(5)}
     assert summary.killed_for_timeout == 1
 
 

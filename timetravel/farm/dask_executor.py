@@ -21,7 +21,7 @@ from typing import Any
 
 from timetravel.farm.executor import SEED_ATTEMPTS_MAX, ExecutorStats, FarmWorkerError, hard_deadline_s
 from timetravel.farm.job import SeedJob, crash_row, timeout_row
-from timetravel.farm.worker import run_job
+from timetravel.farm.worker import run_job, warm_worker
 
 CONNECT_TIMEOUT_S = 30
 POLL_INTERVAL_S = 0.25
@@ -69,6 +69,8 @@ class DaskExecutor:
             self.close()
             raise DaskSetupError(f"cannot reach the Dask scheduler at {address}: {error}") from None
         self.workers = max(1, sum(self.client.nthreads().values()))
+        self.warmed_for: SeedJob | None = None
+        """The job whose code the workers imported (``_warm``), once the first is submitted."""
 
     def run(self, jobs: Iterator[SeedJob], stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
         distributed = _distributed()
@@ -80,6 +82,8 @@ class DaskExecutor:
                 if job is None:
                     exhausted = True
                     break
+                if self.warmed_for is None:
+                    self._warm(job)
                 future = self.client.submit(run_job, job, pure=False, retries=0)
                 in_flight[future] = (job, time.monotonic())
             if not in_flight:
@@ -95,6 +99,11 @@ class DaskExecutor:
                 yield self._row(distributed, future, job)
             yield from self._expire(in_flight)
 
+    def _warm(self, job: SeedJob) -> None:
+        """Every worker imports the sweep's code before the first seed's deadline starts counting."""
+        self.warmed_for = job
+        self.client.run(warm_worker, job)
+
     def _row(self, distributed: Any, future: Any, job: SeedJob) -> dict[str, Any]:
         if future.status == "finished":
             row: dict[str, Any] = future.result()
@@ -109,7 +118,10 @@ class DaskExecutor:
         """Seeds past their hard deadline: record ``timeout`` and restart the worker that holds them.
 
         The deadline counts from submission and allows for one seed queued ahead on the worker
-        thread (each of which is itself bounded by the cooperative timeout).
+        thread (each of which is itself bounded by the cooperative timeout). A restart starts every
+        seed still in flight afresh: those queued behind the stuck one are re-run on the new worker,
+        and the seconds the restart took (4 s and more on a loaded machine) were no seed's own — before,
+        they made a seed queued behind a stuck one expire too.
         """
         now = time.monotonic()
         expired = []
@@ -129,6 +141,11 @@ class DaskExecutor:
             yield timeout_row(job, now - submitted, None, None)
         if stuck_workers:
             self.client.restart_workers(stuck_workers, timeout=RESTART_TIMEOUT_S, raise_for_error=False)
+            if self.warmed_for is not None:
+                self._warm(self.warmed_for)
+            restarted = time.monotonic()
+            for future, (job, _submitted) in list(in_flight.items()):
+                in_flight[future] = (job, restarted)
 
     def close(self) -> None:
         client = getattr(self, "client", None)
