@@ -32,6 +32,17 @@ def dask_executor() -> Any:
     return executor
 
 
+def stuck_seed_plan(seeds: int) -> Any:
+    """Seeds 0..seeds-1 of farm_scenarios' STUCK, seed 2 stuck, with a 0.2 s seed timeout."""
+    return plan_sweep(
+        "stuck",
+        ["stuck_seeds=[2]"],
+        parse_seeds(f"0:{seeds}"),
+        scenario_target="farm_scenarios:STUCK",
+        seed_timeout_s=0.2,
+    )
+
+
 def sweep_rows(plan: Any, path: Path, executor: Any) -> list[dict[str, Any]]:
     with FindingsDatabase(path) as database:
         run_sweep(plan, database, executor)
@@ -72,13 +83,7 @@ def test_dask_records_a_stuck_seed_as_timeout_and_restarts_its_worker(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(executor_module, "HARD_TIMEOUT_GRACE_S", 0.2)
-    plan = plan_sweep(
-        "stuck",
-        ["stuck_seeds=[2]"],
-        parse_seeds("0:6"),
-        scenario_target="farm_scenarios:STUCK",
-        seed_timeout_s=0.2,
-    )
+    plan = stuck_seed_plan(seeds=6)
     executor = dask_executor()
     with FindingsDatabase(tmp_path / "f.db") as database:
         summary = run_sweep(plan, database, executor)
@@ -98,13 +103,7 @@ def test_a_slow_worker_restart_does_not_time_out_the_seed_queued_behind_the_stuc
     from timetravel.farm.dask_executor import DaskExecutor
 
     monkeypatch.setattr(executor_module, "HARD_TIMEOUT_GRACE_S", 0.2)
-    plan = plan_sweep(
-        "stuck",
-        ["stuck_seeds=[2]"],
-        parse_seeds("0:5"),
-        scenario_target="farm_scenarios:STUCK",
-        seed_timeout_s=0.2,
-    )
+    plan = stuck_seed_plan(seeds=5)
     executor = DaskExecutor(workers=1)
     restart_workers = executor.client.restart_workers
 
