@@ -33,13 +33,15 @@ def dask_executor() -> Any:
 
 
 def stuck_seed_plan(seeds: int) -> Any:
-    """Seeds 0..seeds-1 of farm_scenarios' STUCK, seed 2 stuck, with a 0.2 s seed timeout."""
+    """Seeds 0..seeds-1 of farm_scenarios' STUCK, seed 2 stuck. The 1 s seed timeout makes a seed
+    expire 3 s after its submission (two per worker thread, 1.5 s hard deadline each): a fresh
+    worker's imports on a loaded machine took more than the 0.8 s of a 0.2 s timeout."""
     return plan_sweep(
         "stuck",
         ["stuck_seeds=[2]"],
         parse_seeds(f"0:{seeds}"),
         scenario_target="farm_scenarios:STUCK",
-        seed_timeout_s=0.2,
+        seed_timeout_s=1.0,
     )
 
 
@@ -98,8 +100,8 @@ def test_a_slow_worker_restart_does_not_time_out_the_seed_queued_behind_the_stuc
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """One worker thread: seed 3 waits behind stuck seed 2 and re-runs on the restarted worker. The
-    restart is made to take 1.5 s, as a loaded machine's did in CI (4 s), longer than the 0.8 s a seed
-    may be in flight: it is not seed 3's time, and seed 3 passes."""
+    restart is made to take 4 s, as a loaded machine's did in CI, longer than the 3 s a seed may be
+    in flight: it is not seed 3's time, and seed 3 passes."""
     from timetravel.farm.dask_executor import DaskExecutor
 
     monkeypatch.setattr(executor_module, "HARD_TIMEOUT_GRACE_S", 0.2)
@@ -108,7 +110,7 @@ def test_a_slow_worker_restart_does_not_time_out_the_seed_queued_behind_the_stuc
     restart_workers = executor.client.restart_workers
 
     def slow_restart(*arguments: Any, **options: Any) -> Any:
-        time.sleep(1.5)
+        time.sleep(4.0)
         return restart_workers(*arguments, **options)
 
     monkeypatch.setattr(executor.client, "restart_workers", slow_restart)

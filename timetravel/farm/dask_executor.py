@@ -33,6 +33,16 @@ class DaskSetupError(RuntimeError):
     """dask is not installed, or the scheduler cannot be reached."""
 
 
+def _past(job: SeedJob, seconds: float, deadlines: int) -> bool:
+    limit = hard_deadline_s(job.seed_timeout_s)
+    return limit is not None and seconds > deadlines * limit
+
+
+def executing_task_keys(dask_worker: Any) -> list[Any]:
+    """On a worker (``Client.run`` passes it): the keys of the tasks its threads execute now."""
+    return [task.key for task in dask_worker.state.executing]
+
+
 def _distributed() -> Any:
     try:
         import distributed
@@ -117,35 +127,45 @@ class DaskExecutor:
     def _expire(self, in_flight: dict[Any, tuple[SeedJob, float]]) -> Iterator[dict[str, Any]]:
         """Seeds past their hard deadline: record ``timeout`` and restart the worker that holds them.
 
-        The deadline counts from submission and allows for one seed queued ahead on the worker
-        thread (each of which is itself bounded by the cooperative timeout). A restart starts every
-        seed still in flight afresh: those queued behind the stuck one are re-run on the new worker,
-        and the seconds the restart took (4 s and more on a loaded machine) were no seed's own — before,
-        they made a seed queued behind a stuck one expire too.
+        A seed's clock counts from the last moment it was seen *not* executing: submission, then,
+        once it is in flight longer than its hard deadline, every poll that finds it still queued
+        (behind a stuck seed on its worker thread, or on the scheduler). It expires only while it
+        executes, after ``IN_FLIGHT_PER_THREAD`` deadlines of that clock — so a stuck seed is killed
+        and the seed queued behind it is not: before, both had been submitted together and expired
+        together (CI, a loaded machine). A restart starts every seed still in flight afresh: those
+        queued on the restarted worker run again elsewhere, and the restart's seconds are no seed's.
         """
         now = time.monotonic()
+        overdue = [future for future, (job, since) in in_flight.items() if _past(job, now - since, 1)]
+        if not overdue:
+            return
+        executing = self._executing()
         expired = []
-        for future, (job, submitted) in in_flight.items():
-            limit = hard_deadline_s(job.seed_timeout_s)
-            if limit is not None and now - submitted > IN_FLIGHT_PER_THREAD * limit:
+        for future in overdue:
+            job, since = in_flight[future]
+            if future.key not in executing:
+                in_flight[future] = (job, now)
+            elif _past(job, now - since, IN_FLIGHT_PER_THREAD):
                 expired.append(future)
         if not expired:
             return
-        processing = self.client.processing()
-        keys = {future.key for future in expired}
-        stuck_workers = [worker for worker, tasks in processing.items() if keys & set(tasks)]
+        stuck_workers = sorted({executing[future.key] for future in expired})
         for future in expired:
-            job, submitted = in_flight.pop(future)
+            job, since = in_flight.pop(future)
             future.cancel()
             self.stats.killed_for_timeout += 1
-            yield timeout_row(job, now - submitted, None, None)
-        if stuck_workers:
-            self.client.restart_workers(stuck_workers, timeout=RESTART_TIMEOUT_S, raise_for_error=False)
-            if self.warmed_for is not None:
-                self._warm(self.warmed_for)
-            restarted = time.monotonic()
-            for future, (job, _submitted) in list(in_flight.items()):
-                in_flight[future] = (job, restarted)
+            yield timeout_row(job, now - since, None, None)
+        self.client.restart_workers(stuck_workers, timeout=RESTART_TIMEOUT_S, raise_for_error=False)
+        if self.warmed_for is not None:
+            self._warm(self.warmed_for)
+        restarted = time.monotonic()
+        for future, (job, _since) in list(in_flight.items()):
+            in_flight[future] = (job, restarted)
+
+    def _executing(self) -> dict[Any, str]:
+        """Task key -> address of the worker executing it (a worker that does not answer has none)."""
+        answers = self.client.run(executing_task_keys, on_error="ignore")
+        return {key: address for address, keys in sorted(answers.items()) for key in keys}
 
     def close(self) -> None:
         client = getattr(self, "client", None)
