@@ -32,9 +32,16 @@ OUTPUT_LINE_CHARS_MAX = 10_000
 TRACEBACK_CHARS_MAX = 20_000
 """A rank's traceback kept in its failure record."""
 
-SNAPSHOT_EVERY_EVENTS_TORCH = 96
+SNAPSHOT_EVERY_EVENTS_TORCH = 192
 """A torch recording's snapshot interval: a seek from a rank checkpoint re-executes at most this
-many events, each of which may run the user's code (a training step between two collectives)."""
+many events, each of which may run the user's code (a training step between two collectives).
+
+Each snapshot point costs the recording every rank's training state and, once sought through, a
+checkpoint set in memory (a forked copy of every rank, ~34 MB each for bench torch's 1.2M-parameter
+model, and a World copy). At 96 events (~1 snapshot per optimizer step of that run, 41 points) the
+default checkpoint budget held 23 sets, so random seeks re-executed several intervals (p95 1.57 s),
+and recording cost 1.74x the run; at 192 every set fits the budget and a seek re-executes at most one
+interval (p95 0.94 s measured quiet, docs/performance.md)."""
 
 WORK_NS_MAX = 3_600 * 1_000_000_000
 """The most compute one interval between two calls may charge under ``compute_model=flops`` (an
