@@ -47,10 +47,12 @@ def shoot(
     *,
     size: tuple[int, int],
     lines: Sequence[str] = (),
-    keys: Sequence[str] = (),
+    keys: Sequence[Sequence[str]] = (),
     scenario: Scenario | None = None,
 ) -> None:
-    """Open ``path``, run ``lines`` then press ``keys``, and write the screen to ``out``."""
+    """Open ``path``, run ``lines`` then press each group of ``keys``, letting the App settle after each
+    (a key pressed before the screen it is meant for exists goes to the one before), and write the
+    screen to ``out``."""
 
     async def main() -> None:
         with open_context(path, scenario=scenario) as context:
@@ -60,8 +62,8 @@ def shoot(
                 for line in lines:
                     app.run_command(line)
                     await _settle(app, pilot)
-                if keys:
-                    await pilot.press(*keys)
+                for group in keys:
+                    await pilot.press(*group)
                     await _settle(app, pilot)
                 out.write_text(app.export_screenshot(title=f"timetravel tui {path.name}"), encoding="utf-8")
 
@@ -79,18 +81,22 @@ def write_all(directory: Path) -> list[Path]:
         record(race, FABRIC_EXAMPLE, {"bug": "missing_wait"}, 3)
         _failure, cause = root_cause(demo)
         story = ["goto 1000", "goto 950", f"branch --drop-fault {cause['id']}"]
-        compare_keys = ["4", "down", "c"]
+        compare_keys = [["4", "down", "c"]]
         shots: list[tuple[str, Path, dict[str, Any]]] = [
             ("main-80x24.svg", demo, {"size": (80, 24), "lines": ["goto 1000", "goto 950"]}),
             ("main-160x48.svg", demo, {"size": (160, 48), "lines": story}),
             ("compare-120x36.svg", demo, {"size": (120, 36), "lines": story, "keys": compare_keys}),
-            ("diff-120x36.svg", demo, {"size": (120, 36), "lines": story, "keys": [*compare_keys, "enter"]}),
+            (
+                "diff-120x36.svg",
+                demo,
+                {"size": (120, 36), "lines": story, "keys": [*compare_keys, ["enter"]]},
+            ),
             (
                 "streams-race-120x36.svg",
                 race,
-                {"size": (120, 36), "keys": ["end", "3"], "scenario": FABRIC_EXAMPLE},
+                {"size": (120, 36), "keys": [["end", "3"]], "scenario": FABRIC_EXAMPLE},
             ),
-            ("keymap-100x30.svg", demo, {"size": (100, 30), "keys": ["question_mark"]}),
+            ("keymap-100x30.svg", demo, {"size": (100, 30), "keys": [["question_mark"]]}),
         ]
         for name, path, options in shots:
             fresh = Path(scratch) / name / path.name  # a fresh copy for each: a branch appends to the file
