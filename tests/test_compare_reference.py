@@ -199,13 +199,18 @@ def test_cli_reference_from_the_recording_itself_is_within_rtol(
     assert "reference vs arr (loss on r0, rtol 0.001)" in out
 
 
+def perturbed_reference(tmp_path: Path, losses: list[float]) -> Path:
+    """A reference CSV of the first 15 steps with step 7's loss 1% off: the step a compare must name."""
+    lines = ["step,loss"] + [f"{k + 1},{v * 1.01 if k + 1 == 7 else v!r}" for k, v in enumerate(losses)]
+    return write(tmp_path, "ref.csv", "\n".join(lines[:16]) + "\n")
+
+
 def test_cli_names_the_perturbed_step(
     recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path, losses = recording
     capsys.readouterr()
-    lines = ["step,loss"] + [f"{k + 1},{v * 1.01 if k + 1 == 7 else v!r}" for k, v in enumerate(losses)]
-    reference = write(tmp_path, "ref.csv", "\n".join(lines[:16]) + "\n")
+    reference = perturbed_reference(tmp_path, losses)
     code, out, _err = cli(capsys, "compare", str(path), "main", "arr", "--reference", str(reference))
     assert code == 0
     assert out.count(f"first step outside rtol: 7 (ref {losses[6] * 1.01:.8g}, sim {losses[6]:.8g})") == 2
@@ -304,8 +309,7 @@ def test_shell_compare_reference_prints_the_cli_s_lines(
 ) -> None:
     path, losses = recording
     capsys.readouterr()
-    lines = ["step,loss"] + [f"{k + 1},{v * 1.01 if k + 1 == 7 else v!r}" for k, v in enumerate(losses)]
-    reference = write(tmp_path, "ref.csv", "\n".join(lines[:16]) + "\n")
+    reference = perturbed_reference(tmp_path, losses)
     code, cli_out, _err = cli(capsys, "compare", str(path), "main", "arr", "--reference", str(reference))
     assert code == 0
     code, out, err = cli(
