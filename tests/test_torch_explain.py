@@ -95,8 +95,14 @@ def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_mo
     assert result.site == probed  # the probe is deterministic: the same answer twice
     # explain's track of the branch closed its world source: no checkpoint outlives the session
     assert world_source._SHARED.users == users
-    # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site)
-    assert [(link.role, link.node) for link in result.links] == [("detector", "c10d"), ("message", "r2")]
+    # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site),
+    # and no fault explains it (the run has none)
+    assert [(link.role, link.node) for link in result.links] == [
+        ("detector", "c10d"),
+        ("message", "r2"),
+        ("root", "r2"),
+    ]
+    assert result.links[-1].what.startswith("no fault explains it: the fault schedule is empty; the nan is")
     assert result.complete
     site = result.site
     assert site is not None

@@ -95,6 +95,9 @@ class ExplainLink:
     otherwise: str = ""
     """The counterfactual: what the event writes when it reads its peers' value instead
     (``with its peers' skip_local (False): skipped_steps 0``); empty when not checked."""
+    fault: dict[str, Any] | None = None
+    """On a fault link of a torch run: the fault and the collective its hit was in (``id``,
+    ``kind``, ``target``, ``t_ns``, ``op``, ``collective``, ``group``, ``seq``, ``hit``: its log line)."""
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -107,6 +110,7 @@ class ExplainLink:
             "changes": [change.to_data() for change in self.changes],
             "because": self.because,
             "otherwise": self.otherwise,
+            "fault": dict(self.fault) if self.fault is not None else None,
         }
 
 

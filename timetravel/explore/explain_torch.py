@@ -20,11 +20,14 @@ says so in one line and keeps what the recording knows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from timetravel.explore.explain_results import PROBE_FINITE, PROBE_FOUND, PROBE_NOT_RUN, FailureSite
+from timetravel.explore.provenance import EventTrace
 from timetravel.explore.session import Session
-from timetravel.explore.stepper import Stepper
+from timetravel.explore.stepper import Stepper, event_number_at_time, recorded_events
 from timetravel.explore.work import ProgressCallback, WorkProgress
 
 TORCH_SCENARIO = "torch"
@@ -43,15 +46,105 @@ def execution_refusal(session: Session) -> str | None:
     return module_probe.execution_refusal(dict(session.header["config"]))
 
 
+@dataclass(frozen=True)
+class FaultCause:
+    """A fault's hit that explains a torch failure: the event it acted in, and the chain's words."""
+
+    trace: EventTrace
+    fault_id: str
+    what: str
+    """``fault f1 (corrupt) acted on r1 in all_reduce 0#10 (group 0, seq 10): result: ...``."""
+    because: str
+    """Why it explains the failure (``hit r1, the replica that drifted``)."""
+    detail: dict[str, Any] = field(default_factory=dict)
+    """The JSON's ``fault`` of the link: id, kind, target, t_ns, op, collective, group, seq, hit."""
+
+
+def fault_causes(
+    session: Session, failure: dict[str, Any], trace: Callable[[int], EventTrace]
+) -> tuple[list[FaultCause], str]:
+    """The faults whose hits explain ``failure`` (first hit first), each at the event it acted in
+    (re-executed by ``trace``, which holds the explanation's budget); and when none does, the one
+    line that says so and whose the failure is (torch/fault_causes.py decides)."""
+    from timetravel.torch import fault_causes as causes
+
+    world = _end_world(session)
+    full = causes.full_failure(world, failure)
+    acted = causes.acted(world, full)
+    found = []
+    for fault in acted:
+        hit = _hit_trace(session, fault, trace)
+        if hit is None:
+            continue
+        collective = causes.collective_of(hit.event)
+        because = causes.explains(fault, collective, full)
+        if not because:
+            continue
+        detail = {
+            "id": fault["id"],
+            "kind": fault["kind"],
+            "target": fault["target"],
+            "t_ns": hit.event.t,
+            **(collective or {"op": None, "collective": None, "group": None, "seq": None}),
+            "hit": fault["line"],
+        }
+        found.append(FaultCause(hit, fault["id"], causes.hit_text(fault, collective), because, detail))
+    return found, "" if found else causes.no_fault_text(world, full, acted)
+
+
+SAME_TIME_EVENTS_MAX = 64
+"""Events at one logical time looked through for a fault's hit (a collective's entries and waits)."""
+
+
+def _hit_trace(
+    session: Session, fault: dict[str, Any], trace: Callable[[int], EventTrace]
+) -> EventTrace | None:
+    """The event the fault first acted in: among the events at its log line's time and node (or,
+    when the bounded log dropped the line, in the snapshot interval where its hits first rose),
+    the first whose re-execution raised its hit count."""
+    for number in _hit_candidates(session, fault):
+        traced = trace(number)
+        if fault["id"] in traced.faults_hit:
+            return traced
+    return None
+
+
+def _hit_candidates(session: Session, fault: dict[str, Any]) -> list[int]:
+    end = session.end.events
+    if fault["t_ns"] is not None:
+        first = event_number_at_time(session, fault["t_ns"] - 1) + 1
+        candidates = []
+        for number, event in recorded_events(session, first, min(first + SAME_TIME_EVENTS_MAX, end)):
+            if event.t != fault["t_ns"]:
+                break
+            if event.dst == fault["node"]:
+                candidates.append(number)
+        return candidates
+    snapshots = session.snapshots()
+    before = 0
+    for position in range(len(snapshots)):
+        hits = session.snapshot_world(position).fabric.get("fault_hits", {})
+        if hits.get(fault["id"]):
+            nodes = ("c10d", str(fault["target"]))
+            window = recorded_events(session, before + 1, snapshots[position].events)
+            return [number for number, event in window if event.dst in nodes]
+        before = snapshots[position].events
+    return []
+
+
+def _end_world(session: Session) -> Any:
+    return session.snapshot_world(len(session.snapshots()) - 1)
+
+
 def failure_site(
     session: Session, failure: dict[str, Any], progress: ProgressCallback | None = None
 ) -> FailureSite | None:
     """The site of ``failure`` on this torch branch (None when it names no rank); the module
     probe runs when the script may execute here."""
-    from timetravel.torch import module_probe
+    from timetravel.torch import fault_causes, module_probe
 
-    last = len(session.snapshots()) - 1
-    stored = module_probe.failure_site(session.snapshot_world(last), failure)
+    world = _end_world(session)
+    stored = module_probe.failure_site(world, fault_causes.full_failure(world, failure))
     if stored is None:
         return None
     indices = stored["indices"]
@@ -114,4 +207,4 @@ def _ignore(_event: Any) -> None:
     """The probe's run pauses after every event (so no checkpoint of a probed rank is kept)."""
 
 
-__all__ = ["execution_refusal", "failure_site", "is_torch"]
+__all__ = ["FaultCause", "execution_refusal", "failure_site", "fault_causes", "is_torch"]
