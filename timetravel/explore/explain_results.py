@@ -163,6 +163,8 @@ class FailureSite:
     """One of PROBE_FOUND, PROBE_FINITE, PROBE_NOT_RUN."""
     probe_note: str = ""
     module: dict[str, Any] | None = None
+    probe_from: int | None = None
+    """The event the module probe re-executed from (a snapshot before the step, or 0); None: not run."""
     """The finding: ``module`` (name from the outermost module, '' for it), ``module_class``,
     ``where`` (``forward``: an output; ``gradient``: the gradient of an output), ``tensor`` (which
     output), ``nonfinite``/``elements``, ``first_index`` (flat), ``value``, ``shape``, ``dtype`` and
@@ -178,4 +180,5 @@ class FailureSite:
             "probe": self.probe,
             "probe_note": self.probe_note,
             "module": dict(self.module) if self.module is not None else None,
+            "probe_from": self.probe_from,
         }
