@@ -191,6 +191,7 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
     assert rank is not None, site.rank
     start = probe_start(session, rank, site.step)
     answer = None
+    start_events = 0
     if start is not None:
         answer = _probe_run(session, rank, site, start, progress)
         start_events = session.snapshots()[start].events
@@ -199,10 +200,11 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
         start_events = 0
     if answer is None or answer.get("refused"):
         why = (answer or {}).get("refused") or "the probed rank never answered"
-        fork = f"this branch forks at #{session.fork_events}"
-        note = (
-            f"not probed: no snapshot of this branch before step {site.step} could start it ({fork}; {why})"
-        )
+        if session.fork_events:
+            fork = f"this branch forks at #{session.fork_events}"
+            note = f"not probed: no snapshot of this branch before step {site.step} could start it ({fork}; {why})"
+        else:
+            note = f"not probed: the re-execution of {site.rank} from #0 gave no answer ({why})"
         return _with_probe(site, PROBE_NOT_RUN, note)
     if answer["finding"] is None:
         note = (
