@@ -11,16 +11,20 @@ that changed a bit of the World would raise instead of answering.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
+import shutil
 import subprocess
 import sys
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
-from timetravel.explore import Session
+from timetravel.explore import Session, explain_torch
+from timetravel.explore.branching import branch
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.explain import explain
 from timetravel.explore.explain_torch import failure_site
@@ -87,16 +91,29 @@ def test_the_world_keeps_each_step_s_sampler_indices_per_rank(nan_run: Path) -> 
 
 def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_module(nan_run: Path) -> None:
     users = world_source._SHARED.users
+    opened = len(workdir._open)
     with Session.open(nan_run) as session:
         directories = len(workdir._open)
         probed = failure_site(session, session.reader.end(session.branch)["failure"])
-        assert len(workdir._open) == directories  # the probed ranks' working directory is removed too
+        # the probed ranks' working directory is removed too; what stays open is the directory of
+        # the checkpoints the probe's start rebuilt (as a seek would), closed with the session
+        assert all(
+            any(kept is directory for kept in world_source._SHARED.directories)
+            for directory in workdir._open[directories:]
+        )
         result = explain(session)
+    assert len(workdir._open) == opened
     assert result.site == probed  # the probe is deterministic: the same answer twice
     # explain's track of the branch closed its world source: no checkpoint outlives the session
     assert world_source._SHARED.users == users
-    # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site)
-    assert [(link.role, link.node) for link in result.links] == [("detector", "c10d"), ("message", "r2")]
+    # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site),
+    # and no fault explains it (the run has none)
+    assert [(link.role, link.node) for link in result.links] == [
+        ("detector", "c10d"),
+        ("message", "r2"),
+        ("root", "r2"),
+    ]
+    assert result.links[-1].what.startswith("no fault explains it: the fault schedule is empty; the nan is")
     assert result.complete
     site = result.site
     assert site is not None
@@ -115,6 +132,56 @@ def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_mo
     shown = ", ".join(str(index) for index in distributed_sampler_batch(2, NAN_STEP_INDEX))
     assert f"  sampler indices of its batch: [{shown}]" in lines
     assert any(line.startswith("  first non-finite module: 0 (Linear), forward output 0:") for line in lines)
+
+
+def test_the_probe_starts_at_a_snapshot_before_the_step_and_answers_as_from_the_start(
+    nan_run: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with Session.open(nan_run) as session:
+        failure = session.reader.end(session.branch)["failure"]
+        near = failure_site(session, failure)
+        assert near is not None and near.probe == "found", near
+        # the snapshot it started at: r2 waits there, before its step 8 began (at most 6 completed)
+        starts = {snapshot.events: index for index, snapshot in enumerate(session.snapshots())}
+        assert near.probe_from in starts and 0 < near.probe_from < session.end.events
+        world = session.snapshot_world(starts[near.probe_from])
+        assert world.nodes["r2"]["status"] == "waiting"
+        assert world.nodes["c10d"]["steps_checked"] <= NAN_STEP_INDEX + 1 - 2
+        monkeypatch.setattr(explain_torch, "probe_start", lambda *_args: None)
+        from_start = failure_site(session, failure)
+    assert from_start is not None and from_start.probe_from == 0
+    assert dataclasses.replace(near, probe_from=0) == from_start  # the same rank, step and module
+
+
+def test_a_resumed_rank_refuses_the_probe_when_it_may_be_inside_the_step_already() -> None:
+    from timetravel.torch.rank_setup import _install_probe
+
+    class Posts:
+        def __init__(self) -> None:
+            self.messages: list[dict] = []
+
+        def post(self, message: dict) -> None:
+            self.messages.append(message)
+
+    channel, reporter = Posts(), types.SimpleNamespace(steps=7)
+    _install_probe(channel, reporter, {"kind": "probe", "step": 8}, resumed=True)  # type: ignore[arg-type]
+    assert [(m["kind"], m["step"], m["finding"]) for m in channel.messages] == [("probe", 8, None)]
+    assert channel.messages[0]["refused"].startswith("the rank had completed 7 optimizer steps")
+
+
+@pytest.mark.slow
+def test_explain_probes_a_branch_from_a_snapshot_after_its_fork(nan_run: Path, tmp_path: Path) -> None:
+    path = tmp_path / "branched.ttr"
+    shutil.copyfile(nan_run, path)
+    with Session.open(path) as session:
+        made = branch(session, "0.5ms", {"branch_key": 1})  # other compute jitter, the same bug
+    with Session.open(path, branch=made.name) as session:
+        result = explain(session)
+        fork = session.fork_events
+    site = result.site
+    assert site is not None and (site.rank, site.step, site.probe) == ("r2", NAN_STEP_INDEX + 1, "found")
+    assert site.probe_from is not None and site.probe_from >= fork > 0
+    assert (site.module or {}).get("module") == "0" and (site.module or {}).get("where") == "forward"
 
 
 def test_without_script_explain_answers_from_the_recording_and_names_the_option(nan_run: Path) -> None:

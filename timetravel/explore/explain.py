@@ -47,7 +47,13 @@ from timetravel.explore.explain_results import (
     ExplainResult,
     StateChange,
 )
-from timetravel.explore.explain_torch import execution_refusal, failure_site, is_torch
+from timetravel.explore.explain_torch import (
+    FaultCause,
+    execution_refusal,
+    failure_site,
+    fault_causes,
+    is_torch,
+)
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.search import last_change
@@ -95,6 +101,8 @@ class _Explainer:
         self.pruned = 0
         self.counterfactuals = 0
         """Branches of the search that reached no fault and were left out."""
+        self.torch = False
+        """A torch run: faults are found from their hits (:meth:`torch_faults`), not by the peer rule."""
 
     def unusual(self, nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> bool:
         """Unusual now (see :func:`_unusual`) but not in the built world: a node's identity (its
@@ -129,7 +137,8 @@ class _Explainer:
 
     # -- the chain -------------------------------------------------------------------------
 
-    def run(self, failure: dict[str, Any]) -> None:
+    def detector(self, failure: dict[str, Any]) -> EventTrace | None:
+        """The first link: the event whose handler recorded the failure (None: the end-of-run checks)."""
         end = self.track.end.events
         detector = self.trace(end) if end > 0 else None
         if detector is None or not detector.failed:
@@ -143,10 +152,7 @@ class _Explainer:
                     f"the end-of-run checks fired: {failure.get('message', '')}",
                 )
             )
-            node = failure.get("node")
-            if node and end > 0:
-                self.onset(node, end + 1)
-            return
+            return None
         self.add(
             ExplainLink(
                 LINK_DETECTOR,
@@ -158,6 +164,16 @@ class _Explainer:
                 _link_changes(detector)[:1],
             )
         )
+        return detector
+
+    def run(self, failure: dict[str, Any]) -> None:
+        detector = self.detector(failure)
+        if detector is None:
+            node = failure.get("node")
+            end = self.track.end.events
+            if node and end > 0:
+                self.onset(node, end + 1)
+            return
         node = failure.get("node")
         sender = self.seqs.scheduled_by(detector.event.seq)
         reporter = self.trace(sender).event.dst if sender is not None else None
@@ -392,8 +408,51 @@ class _Explainer:
             return f"with its peers' {read_key} ({_short(peer)}) it writes the same: not the cause alone"
         return f"with its peers' {read_key} ({_short(peer)}) it would have written {', '.join(written)}"
 
+    def torch_faults(self, failure: dict[str, Any]) -> None:
+        """A torch run's chain ends at the faults whose hits explain the failure (the event each
+        acted in, with the collective, then its record), or at the line saying none does."""
+        causes, no_fault = fault_causes(self.track, failure, self.trace)
+        for cause in causes:
+            self.fault_link(cause)
+        if not causes:
+            node = str(failure.get("node") or "")
+            self.add(ExplainLink(LINK_ROOT, None, None, node, "the script", no_fault))
+
+    def fault_link(self, cause: FaultCause) -> None:
+        trace = cause.trace
+        record = next((f for f in trace.faults if str(f.get("id")) == cause.fault_id), {})
+        self.fault_events.add(trace.number)
+        self.add(
+            ExplainLink(
+                LINK_FAULT,
+                trace.number,
+                trace.event.t,
+                trace.event.dst,
+                trace.event.kind,
+                cause.what,
+                because=cause.because,
+                fault=cause.detail,
+            )
+        )
+        if cause.fault_id not in self.roots:
+            self.roots.append(cause.fault_id)
+            self.add(self.root_link(cause.fault_id, record))
+
+    def root_link(self, fault_id: str, record: dict[str, Any]) -> ExplainLink:
+        return ExplainLink(
+            LINK_ROOT,
+            None,
+            record.get("t_start"),
+            str(record.get("target", "")),
+            "fault record",
+            f"{fault_id} {_record_text(record)}: a fault record, no cause inside the simulation",
+        )
+
     def fault_roots(self, trace: EventTrace) -> bool:
-        """A fault event, or faults that acted during the event: their links and records."""
+        """A fault event, or faults that acted during the event: their links and records (on a
+        torch run :meth:`torch_faults` finds them instead, at the end of the chain)."""
+        if self.torch:
+            return False
         fault_ids: list[str] = []
         payload = trace.event.payload
         records = {str(f.get("id")): f for f in trace.faults}
@@ -434,16 +493,7 @@ class _Explainer:
             if fault_id in self.roots:
                 continue
             self.roots.append(fault_id)
-            self.add(
-                ExplainLink(
-                    LINK_ROOT,
-                    None,
-                    record.get("t_start"),
-                    str(record.get("target", "")),
-                    "fault record",
-                    f"{fault_id} {_record_text(record)}: a fault record, no cause inside the simulation",
-                )
-            )
+            self.add(self.root_link(fault_id, record))
         return True
 
 
@@ -620,12 +670,22 @@ def _explain_track(
     explainer = _Explainer(track, progress, should_stop)
     if is_torch(track):
         explainer.stop_at = _at_the_rank_s_call(failure)
+        explainer.torch = True
     try:
-        explainer.run(failure)
+        if explainer.torch and failure.get("kind") != "nan":
+            explainer.detector(failure)  # the peer rule would follow the ranks' call counters
+        else:
+            explainer.run(failure)
     except _Budget:
         explainer.complete = False
     except _Reached:
         pass
+    if explainer.torch and explainer.complete:
+        explainer.stop_at = None
+        try:
+            explainer.torch_faults(failure)
+        except _Budget:
+            explainer.complete = False
     traced = len(explainer.traces) + explainer.counterfactuals
     site = failure_site(track, failure, progress) if is_torch(track) else None
     return ExplainResult(name, dict(failure), tuple(explainer.links), traced, explainer.complete, site)

@@ -95,6 +95,9 @@ class ExplainLink:
     otherwise: str = ""
     """The counterfactual: what the event writes when it reads its peers' value instead
     (``with its peers' skip_local (False): skipped_steps 0``); empty when not checked."""
+    fault: dict[str, Any] | None = None
+    """On a fault link of a torch run: the fault and the collective its hit was in (``id``,
+    ``kind``, ``target``, ``t_ns``, ``op``, ``collective``, ``group``, ``seq``, ``hit``: its log line)."""
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -107,6 +110,7 @@ class ExplainLink:
             "changes": [change.to_data() for change in self.changes],
             "because": self.because,
             "otherwise": self.otherwise,
+            "fault": dict(self.fault) if self.fault is not None else None,
         }
 
 
@@ -159,6 +163,8 @@ class FailureSite:
     """One of PROBE_FOUND, PROBE_FINITE, PROBE_NOT_RUN."""
     probe_note: str = ""
     module: dict[str, Any] | None = None
+    probe_from: int | None = None
+    """The event the module probe re-executed from (a snapshot before the step, or 0); None: not run."""
     """The finding: ``module`` (name from the outermost module, '' for it), ``module_class``,
     ``where`` (``forward``: an output; ``gradient``: the gradient of an output), ``tensor`` (which
     output), ``nonfinite``/``elements``, ``first_index`` (flat), ``value``, ``shape``, ``dtype`` and
@@ -174,4 +180,5 @@ class FailureSite:
             "probe": self.probe,
             "probe_note": self.probe_note,
             "module": dict(self.module) if self.module is not None else None,
+            "probe_from": self.probe_from,
         }

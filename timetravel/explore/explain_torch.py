@@ -7,12 +7,16 @@ adds the :class:`~timetravel.explore.explain_results.FailureSite`:
 * from the stored recording, with no execution (timetravel/torch/module_probe.py): the failing
   rank, the optimizer step in progress there and the sampler indices its DataLoader yielded for
   that step's batches (``nodes/rN/batch``);
-* by the **module probe**: the run is re-executed from #0 through the Session's world source, the
-  failing rank started with a probe of that step (read-only forward hooks and output-gradient
-  hooks on every module: torch/rank_probe.py), up to the failure. Every re-executed event is
-  checked against the recorded hash chain by the :class:`~timetravel.explore.stepper.Stepper` (the
-  probe changes no bit of the World: its answer comes back on a side channel), and the run pauses
-  after each event so that no rank checkpoint of a probed process is kept for later seeks.
+* by the **module probe**: the run is re-executed through the Session's world source from the
+  latest snapshot before that step (:func:`probe_start`: its ranks resumed from a live checkpoint,
+  or rebuilt as a seek rebuilds them), the failing rank's process asked to install a probe of that
+  step before it runs on (read-only forward hooks and output-gradient hooks on every module:
+  torch/rank_probe.py), up to the failure; from #0, with the probe in the rank's start settings,
+  when no snapshot will do (or the rank refused: it may be in the step already). Every re-executed
+  event is checked against the recorded hash chain by the
+  :class:`~timetravel.explore.stepper.Stepper` (the probe changes no bit of the World: its answer
+  comes back on a side channel), and no rank checkpoint of a probed process is kept for later seeks.
+  On a branch only snapshots from its fork on will do: before it, its parent's history runs.
 
 Executing the script needs the user's ``--script PATH``: without it (or without torch) the site
 says so in one line and keeps what the recording knows.
@@ -20,11 +24,14 @@ says so in one line and keeps what the recording knows.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from typing import Any
 
 from timetravel.explore.explain_results import PROBE_FINITE, PROBE_FOUND, PROBE_NOT_RUN, FailureSite
+from timetravel.explore.provenance import EventTrace
 from timetravel.explore.session import Session
-from timetravel.explore.stepper import Stepper
+from timetravel.explore.stepper import Stepper, event_number_at_time, recorded_events
 from timetravel.explore.work import ProgressCallback, WorkProgress
 
 TORCH_SCENARIO = "torch"
@@ -43,15 +50,105 @@ def execution_refusal(session: Session) -> str | None:
     return module_probe.execution_refusal(dict(session.header["config"]))
 
 
+@dataclass(frozen=True)
+class FaultCause:
+    """A fault's hit that explains a torch failure: the event it acted in, and the chain's words."""
+
+    trace: EventTrace
+    fault_id: str
+    what: str
+    """``fault f1 (corrupt) acted on r1 in all_reduce 0#10 (group 0, seq 10): result: ...``."""
+    because: str
+    """Why it explains the failure (``hit r1, the replica that drifted``)."""
+    detail: dict[str, Any] = field(default_factory=dict)
+    """The JSON's ``fault`` of the link: id, kind, target, t_ns, op, collective, group, seq, hit."""
+
+
+def fault_causes(
+    session: Session, failure: dict[str, Any], trace: Callable[[int], EventTrace]
+) -> tuple[list[FaultCause], str]:
+    """The faults whose hits explain ``failure`` (first hit first), each at the event it acted in
+    (re-executed by ``trace``, which holds the explanation's budget); and when none does, the one
+    line that says so and whose the failure is (torch/fault_causes.py decides)."""
+    from timetravel.torch import fault_causes as causes
+
+    world = _end_world(session)
+    full = causes.full_failure(world, failure)
+    acted = causes.acted(world, full)
+    found = []
+    for fault in acted:
+        hit = _hit_trace(session, fault, trace)
+        if hit is None:
+            continue
+        collective = causes.collective_of(hit.event)
+        because = causes.explains(fault, collective, full)
+        if not because:
+            continue
+        detail = {
+            "id": fault["id"],
+            "kind": fault["kind"],
+            "target": fault["target"],
+            "t_ns": hit.event.t,
+            **(collective or {"op": None, "collective": None, "group": None, "seq": None}),
+            "hit": fault["line"],
+        }
+        found.append(FaultCause(hit, fault["id"], causes.hit_text(fault, collective), because, detail))
+    return found, "" if found else causes.no_fault_text(world, full, acted)
+
+
+SAME_TIME_EVENTS_MAX = 64
+"""Events at one logical time looked through for a fault's hit (a collective's entries and waits)."""
+
+
+def _hit_trace(
+    session: Session, fault: dict[str, Any], trace: Callable[[int], EventTrace]
+) -> EventTrace | None:
+    """The event the fault first acted in: among the events at its log line's time and node (or,
+    when the bounded log dropped the line, in the snapshot interval where its hits first rose),
+    the first whose re-execution raised its hit count."""
+    for number in _hit_candidates(session, fault):
+        traced = trace(number)
+        if fault["id"] in traced.faults_hit:
+            return traced
+    return None
+
+
+def _hit_candidates(session: Session, fault: dict[str, Any]) -> list[int]:
+    end = session.end.events
+    if fault["t_ns"] is not None:
+        first = event_number_at_time(session, fault["t_ns"] - 1) + 1
+        candidates = []
+        for number, event in recorded_events(session, first, min(first + SAME_TIME_EVENTS_MAX, end)):
+            if event.t != fault["t_ns"]:
+                break
+            if event.dst == fault["node"]:
+                candidates.append(number)
+        return candidates
+    snapshots = session.snapshots()
+    before = 0
+    for position in range(len(snapshots)):
+        hits = session.snapshot_world(position).fabric.get("fault_hits", {})
+        if hits.get(fault["id"]):
+            nodes = ("c10d", str(fault["target"]))
+            window = recorded_events(session, before + 1, snapshots[position].events)
+            return [number for number, event in window if event.dst in nodes]
+        before = snapshots[position].events
+    return []
+
+
+def _end_world(session: Session) -> Any:
+    return session.snapshot_world(len(session.snapshots()) - 1)
+
+
 def failure_site(
     session: Session, failure: dict[str, Any], progress: ProgressCallback | None = None
 ) -> FailureSite | None:
     """The site of ``failure`` on this torch branch (None when it names no rank); the module
     probe runs when the script may execute here."""
-    from timetravel.torch import module_probe
+    from timetravel.torch import fault_causes, module_probe
 
-    last = len(session.snapshots()) - 1
-    stored = module_probe.failure_site(session.snapshot_world(last), failure)
+    world = _end_world(session)
+    stored = module_probe.failure_site(world, fault_causes.full_failure(world, failure))
     if stored is None:
         return None
     indices = stored["indices"]
@@ -76,10 +173,14 @@ def failure_site(
 
 
 def _with_probe(
-    site: FailureSite, probe: str, note: str, module: dict[str, Any] | None = None
+    site: FailureSite,
+    probe: str,
+    note: str,
+    module: dict[str, Any] | None = None,
+    probe_from: int | None = None,
 ) -> FailureSite:
     return FailureSite(
-        site.rank, site.step, site.indices, site.indices_note, site.batches, probe, note, module
+        site.rank, site.step, site.indices, site.indices_note, site.batches, probe, note, module, probe_from
     )
 
 
@@ -88,30 +189,76 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
 
     rank = module_probe.rank_number(site.rank)
     assert rank is not None, site.rank
-    if session.fork_events:  # a branch's ranks past its fork come from its parent's checkpoints
-        note = f"not probed: the module probe re-executes a run from #0, and this branch forks at #{session.fork_events}"
+    start = probe_start(session, rank, site.step)
+    answer = None
+    start_events = 0
+    if start is not None:
+        answer = _probe_run(session, rank, site, start, progress)
+        start_events = session.snapshots()[start].events
+    if (answer is None or answer.get("refused")) and not session.fork_events:
+        answer = _probe_run(session, rank, site, None, progress)  # from #0: a fresh process
+        start_events = 0
+    if answer is None or answer.get("refused"):
+        why = (answer or {}).get("refused") or "the probed rank never answered"
+        if session.fork_events:
+            fork = f"this branch forks at #{session.fork_events}"
+            note = f"not probed: no snapshot of this branch before step {site.step} could start it ({fork}; {why})"
+        else:
+            note = f"not probed: the re-execution of {site.rank} from #0 gave no answer ({why})"
         return _with_probe(site, PROBE_NOT_RUN, note)
-    if progress is not None:
-        progress(WorkProgress("explain", 0, 1, f"module probe: re-executing {site.rank} to step {site.step}"))
-    with module_probe.probing(rank, site.step) as findings:
-        stepper = Stepper(session, 0)
-        try:
-            stepper.advance_observed(stepper.horizon - stepper.events, _ignore)
-        finally:
-            module_probe.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
-        answer = findings.get(rank)
-    if answer is None or answer["finding"] is None:
+    if answer["finding"] is None:
         note = (
             f"every module output and gradient of {site.rank}'s step {site.step} was finite up to the "
             "failure: the non-finite value was made outside any module (a loss scaled by inf, an op in "
             "the training loop)"
         )
-        return _with_probe(site, PROBE_FINITE, note)
-    return _with_probe(site, PROBE_FOUND, "", dict(answer["finding"]))
+        return _with_probe(site, PROBE_FINITE, note, probe_from=start_events)
+    return _with_probe(site, PROBE_FOUND, "", dict(answer["finding"]), start_events)
+
+
+def probe_start(session: Session, rank: int, step: int) -> int | None:
+    """The snapshot the module probe re-executes from: the latest one (after a branch's fork, on a
+    branch) where ``rank`` waits in a collective and has completed at most ``step - 2`` optimizer
+    steps — its process, which may have run one result ahead of the World, cannot be in ``step``
+    yet, so hooks installed there see all of it. None: no such snapshot (the probe starts at #0)."""
+    from timetravel.torch import module_probe
+
+    snapshots = session.snapshots()
+    for position in range(len(snapshots) - 1, 0, -1):
+        snapshot = snapshots[position]
+        if snapshot.final or snapshot.events < session.fork_events:
+            continue
+        world = session.snapshot_world(position)
+        state = world.nodes.get(f"r{rank}", {})
+        if state.get("status") == "waiting" and module_probe.steps_completed(world, rank) <= step - 2:
+            return position
+    return None
+
+
+def _probe_run(
+    session: Session, rank: int, site: FailureSite, start: int | None, progress: ProgressCallback | None
+) -> dict[str, Any] | None:
+    """Re-execute from snapshot ``start`` (None: #0) to the end with the probe on ``rank``; its answer."""
+    from timetravel.torch import module_probe
+
+    stepper = Stepper(session, start or 0)
+    if progress is not None:
+        where = f"#{stepper.events}" if start is not None else "#0"
+        progress(
+            WorkProgress(
+                "explain", 0, 1, f"module probe: re-executing {site.rank} from {where} to step {site.step}"
+            )
+        )
+    with module_probe.probing(rank, site.step, stepper.world if start is not None else None) as findings:
+        try:
+            stepper.advance_observed(stepper.horizon - stepper.events, _ignore)
+        finally:
+            module_probe.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
+        return findings.get(rank)
 
 
 def _ignore(_event: Any) -> None:
     """The probe's run pauses after every event (so no checkpoint of a probed rank is kept)."""
 
 
-__all__ = ["execution_refusal", "failure_site", "is_torch"]
+__all__ = ["FaultCause", "execution_refusal", "failure_site", "fault_causes", "is_torch"]

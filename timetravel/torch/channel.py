@@ -16,7 +16,7 @@ from timetravel.torch.wire import receive_message, send_message
 
 WORK_CHARGED_KINDS = ("call", "exit")
 """The messages at which the World charges a rank's compute (scenario: the compute model)."""
-NON_BLOCKING_KINDS = frozenset({"metric", "output", "warning", "step"})
+NON_BLOCKING_KINDS = frozenset({"metric", "output", "warning", "step", "probe"})
 """Messages that do not end the rank's stretch of free running (``before_blocking`` skips them)."""
 
 
@@ -34,8 +34,10 @@ class Channel:
         self.work_meter: Any = None
         """The ``flops`` compute model's meter (:mod:`timetravel.torch.rank_env.work_model`), or None."""
         self.before_blocking: list[Callable[[], None]] = []
-        """Called before every message other than a metric, output, warning or step (the loss
+        """Called before every message other than a metric, output, warning, step or probe (the loss
         capture sends the last step's loss there: :mod:`timetravel.torch.rank_env.loss_capture`)."""
+        self.on_probe: Callable[[dict[str, Any]], None] | None = None
+        """explain's module probe, asked for while this rank waits (rank_setup.py installs it)."""
 
     def post(self, message: dict[str, Any], t_ns: int | None = None) -> None:
         """Send without waiting (a non-blocking op, output, a metric), stamped with the rank's
@@ -55,10 +57,8 @@ class Channel:
         """Send and wait for the coordinator's reply; the clock moves to the reply's time."""
         self.post(message)
         reply = receive_message(self.sock)
-        while reply.get("kind") == "checkpoint":  # a quiescent point: fork a copy, then keep waiting
-            from timetravel.torch import rank_checkpoint
-
-            rank_checkpoint.take(self, reply)
+        while reply.get("kind") in ("checkpoint", "probe"):
+            self._while_waiting(reply)  # a quiescent point: fork a copy, or install the probe
             reply = receive_message(self.sock)
         if reply.get("kind") == "stop":
             raise StopRank()
@@ -76,11 +76,23 @@ class Channel:
                 reply = receive_message(self.sock)
             except (OSError, ValueError):
                 return
-            if reply.get("kind") != "checkpoint":
+            if reply.get("kind") not in ("checkpoint", "probe"):
                 return
+            self._while_waiting(reply)
+
+    def _while_waiting(self, request: dict[str, Any]) -> None:
+        """A request the coordinator sends a waiting rank: fork a checkpoint, or install explain's
+        module probe (read-only hooks) in this process, which a probe re-execution resumed."""
+        if request.get("kind") == "checkpoint":
             from timetravel.torch import rank_checkpoint
 
-            rank_checkpoint.take(self, reply)
+            rank_checkpoint.take(self, request)
+        elif self.on_probe is not None:
+            self.on_probe(request)
+        else:  # the script ended, or never set the rank up: nothing to hook
+            self.post(
+                {"kind": "probe", "step": request.get("step"), "finding": None, "refused": "no rank set-up"}
+            )
 
     def next_work_id(self) -> int:
         self.work_count += 1

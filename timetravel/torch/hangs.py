@@ -53,7 +53,9 @@ def fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> None
     culprit = missing[0] if missing else rank
     exited = [member for member in missing if str(member) in state["exited"]]
     why = ""
-    if pending is not None:
+    if pending is not None and not missing and state["ops"].get(pending["key"], {}).get("held_by_partition"):
+        why = f" in {pending['what']} (collective {pending['key']}): every member entered; a partition that never heals holds it"
+    elif pending is not None:
         how = f"; r{exited[0]} had already exited" if exited else ""
         why = f" in {pending['what']} (collective {pending['key']}), waiting for {', '.join(f'r{m}' for m in missing)}{how}"
     ctx.now = max(ctx.now, t_ns)

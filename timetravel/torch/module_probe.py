@@ -9,12 +9,20 @@ batches and the first **module** whose output or gradient went non-finite.
   ``nodes/c10d/steps_checked`` and the step reports ``c10d`` still holds, + 1; a divergence names
   its own step); the indices are ``nodes/rN/batch`` (torch/rank_batches.py) when that rank's
   DataLoader recorded them for that step.
-* :func:`probing` is the side channel of the fourth: while it is active, the rank it names starts
-  with ``settings["probe"] = {"step": S}`` (:func:`settings_for`, read by ``scenario.rank_specs``),
-  installs the read-only hooks of torch/rank_probe.py for step S, and posts one ``probe`` message;
+* :func:`probing` is the side channel of the fourth: while it is active, the rank it names gets
+  the read-only hooks of torch/rank_probe.py for step S and posts one ``probe`` message;
   ``scenario.on_poll`` hands it to :func:`note` and never to the World (no event, no state: the
   re-executed events match the recorded hash chain). The caller (explore/explain_torch.py) runs
-  the re-execution itself, from #0 so that the rank is a fresh process that read its settings.
+  the re-execution itself, from one of two starts:
+
+  - **a snapshot before the step** (``probing(..., world=W)``): W is the re-executed world; when
+    the torch world source resumes W's ranks from a checkpoint (or rebuilds them, as a seek does)
+    it calls :func:`on_resume` before handing them anything, which asks the waiting rank to install
+    the hooks (``{"kind": "probe"}``, torch/channel.py). A process that may be inside step S
+    already refuses, and says so in its ``probe`` message. W's ranks are never kept as checkpoints
+    (:func:`is_probed`), so no later seek resumes a probed process;
+  - **#0**: the rank starts with ``settings["probe"] = {"step": S}`` (:func:`settings_for`, read
+    by ``scenario.rank_specs``), a fresh process that read its settings.
 """
 
 from __future__ import annotations
@@ -31,34 +39,67 @@ _requested: dict[int, int] = {}
 """Rank -> the optimizer step its probe watches (empty outside :func:`probing`)."""
 _findings: dict[int, dict[str, Any]] = {}
 """Rank -> its ``probe`` message's finding, while probing (the first message per rank only)."""
+_target: list[World] = []
+"""The world whose resumed ranks get the probe (empty: the probe starts at #0, by settings)."""
+_asked: set[int] = set()
+"""Ranks of the target world asked to install the probe (once: a second resume is not probed)."""
 
 
 @contextlib.contextmanager
-def probing(rank: int, step: int) -> Iterator[dict[int, dict[str, Any]]]:
-    """While active, rank ``rank`` starts with a probe of step ``step``; yields the findings by rank."""
+def probing(rank: int, step: int, world: World | None = None) -> Iterator[dict[int, dict[str, Any]]]:
+    """While active, rank ``rank`` gets a probe of step ``step`` — when ``world``'s ranks are
+    resumed (:func:`on_resume`), or, without ``world``, when it starts; yields the findings by rank."""
     _requested.clear()
     _findings.clear()
+    _target.clear()
+    _asked.clear()
     _requested[rank] = step
+    if world is not None:
+        _target.append(world)
     try:
         yield _findings
     finally:
         _requested.clear()
+        _target.clear()
+        _asked.clear()
 
 
 def settings_for(rank: int) -> dict[str, Any]:
-    """The extra rank settings a rank starts with (a probe, while :func:`probing` names it)."""
+    """The extra rank settings a rank starts with (a probe from #0, while :func:`probing` names it;
+    never while a probe starts from a snapshot, whose rebuilds start ranks that are kept)."""
     step = _requested.get(rank)
-    return {PROBE_SETTING: {"step": step}} if step is not None else {}
+    return {PROBE_SETTING: {"step": step}} if step is not None and not _target else {}
+
+
+def is_probed(world: World) -> bool:
+    """Whether ``world`` is the one a probe re-executes (its ranks must not become checkpoints)."""
+    return any(target is world for target in _target)
+
+
+def on_resume(world: World, live: Any) -> None:
+    """The torch world source resumed ``world``'s ranks into ``live`` and has handed them nothing
+    yet: if it is the probed world, ask the probed rank, blocked in its wait, to install the hooks."""
+    if not is_probed(world):
+        return
+    for rank, step in _requested.items():
+        if rank in _asked:
+            continue
+        _asked.add(rank)
+        if rank in live.sockets:
+            live.send(rank, {"kind": "probe", "step": step})
+        else:
+            _findings[rank] = {"step": step, "finding": None, "calls": 0, "refused": "its process had ended"}
 
 
 def end_probe(world: World) -> None:
-    """Stop the probed world's ranks and remove their working directory: no checkpoint holds them
-    (the probe's run pauses after every event), so nothing else will resume them or read it."""
-    from timetravel.torch import driver
+    """Stop the probed world's ranks and remove their working directory unless checkpoints share it:
+    no checkpoint holds the probed processes, so nothing else will resume them or read it."""
+    from timetravel.torch import driver, world_source
 
     live = driver.driver_for(world)
     driver.stop_world(world)
-    if live is not None and live.workdir is not None:
+    shared = world_source._SHARED.directories
+    if live is not None and live.workdir is not None and all(d is not live.workdir for d in shared):
         live.workdir.close()
 
 
@@ -72,6 +113,7 @@ def note(rank: int, message: dict[str, Any]) -> None:
         "step": int(message["step"]),
         "finding": dict(finding) if isinstance(finding, dict) else None,
         "calls": int(message.get("calls", 0)),
+        "refused": str(message["refused"]) if message.get("refused") else None,
     }
 
 
@@ -135,7 +177,9 @@ __all__ = [
     "end_probe",
     "execution_refusal",
     "failure_site",
+    "is_probed",
     "note",
+    "on_resume",
     "probing",
     "rank_number",
     "settings_for",

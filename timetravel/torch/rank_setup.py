@@ -83,13 +83,29 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     from timetravel.torch.rank_batches import install_batch_indices
 
     install_batch_indices(rank_channel, lambda: reporter.steps + 1)
+    rank_channel.on_probe = functools.partial(_install_probe, rank_channel, reporter, resumed=True)
     probe = settings.get("probe")
-    if probe:  # explain re-executes this rank to find the first non-finite module (rank_probe.py)
-        from timetravel.torch.rank_probe import ModuleProbe
+    if probe:  # explain re-executes this rank from the start to find the first non-finite module
+        _install_probe(rank_channel, reporter, probe)
 
-        hooks = ModuleProbe(rank_channel, int(probe["step"]), lambda: reporter.steps, module_names)
-        hooks.install()
-        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: hooks.step_done())
+
+def _install_probe(
+    rank_channel: Channel, reporter: Any, request: dict[str, Any], resumed: bool = False
+) -> None:
+    """explain's module probe of optimizer step ``request["step"]`` (rank_probe.py): at the start,
+    or asked for while the rank waits in a process a probe re-execution resumed from a checkpoint.
+    Refused (one ``probe`` message saying why) when this process may be inside that step already:
+    its forward hooks would have missed the modules that ran before them."""
+    from timetravel.torch.rank_probe import ModuleProbe
+
+    step = int(request["step"])
+    if resumed and reporter.steps > step - 2:
+        why = f"the rank had completed {reporter.steps} optimizer steps: it may be in step {step} already"
+        rank_channel.post({"kind": "probe", "step": step, "finding": None, "refused": why})
+        return
+    hooks = ModuleProbe(rank_channel, step, lambda: reporter.steps, module_names)
+    hooks.install()
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: hooks.step_done())
 
 
 def _metrics_sink(rank_channel: Channel, capture: Any) -> Any:

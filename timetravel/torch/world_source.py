@@ -31,7 +31,7 @@ from typing import Any
 
 from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
 from timetravel.sim.world import World
-from timetravel.torch import checkpoints, driver, scenario, workdir, world_copy
+from timetravel.torch import checkpoints, driver, module_probe, scenario, workdir, world_copy
 from timetravel.torch.wire import ChannelClosed, ProtocolError
 
 CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
@@ -214,6 +214,7 @@ class TorchWorlds:
                 raise driver.RankStartError(
                     f"the ranks rebuilt for #{world.events_processed} could not resume"
                 )
+        module_probe.on_resume(world, live)  # explain's probe: hooks before the ranks run on
         _hand_over_pending(world, live)
         return live
 
@@ -296,8 +297,8 @@ class TorchWorlds:
     def keep(self, world: World) -> None:
         """Fork the live ranks of ``world`` now, if they are quiescent and not kept already."""
         live = driver.driver_for(world)
-        if live is None or world.failures:
-            return
+        if live is None or world.failures or module_probe.is_probed(world):
+            return  # a probed process (explain's module hooks) is never resumed by a later seek
         states = scenario._rank_states(world)
         if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
             return  # a rank stopped mid-poll (stuck, a protocol error): the world has failed

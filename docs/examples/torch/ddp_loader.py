@@ -3,7 +3,7 @@
     torchrun --standalone --nproc-per-node 3 docs/examples/torch/ddp_loader.py --steps 9
     timetravel torchrun --nproc-per-node 3 docs/examples/torch/ddp_loader.py --steps 9 --bug nan_data
 
-Planted bug (--bug nan_data): rank 2's batch at step 7 holds a NaN, as in ddp_mlp.py. Here the batch
+Planted bug (--bug nan_data): rank 2's batch at step 7 (``--nan-step``) holds a NaN, as in ddp_mlp.py. Here the batch
 comes from a sampler, so ``timetravel explain`` names the sampler indices of that step's batch (the
 samples to look at) besides the rank, the step and the first module whose output went non-finite.
 """
@@ -38,6 +38,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--bug", choices=("none", "nan_data"), default="none")
+    parser.add_argument("--nan-step", type=int, default=7, help="the 0-based step whose batch gets the NaN")
     args = parser.parse_args()
     dist.init_process_group("gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
@@ -48,7 +49,7 @@ def main() -> None:
     data = batches()
     for step in range(args.steps):
         inputs, targets = next(data)
-        if args.bug == "nan_data" and rank == 2 and step == 7:
+        if args.bug == "nan_data" and rank == 2 and step == args.nan_step:
             inputs[0, 0] = float("nan")
         loss = torch.nn.functional.mse_loss(ddp(inputs), targets)
         optimizer.zero_grad()
