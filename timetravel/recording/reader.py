@@ -618,16 +618,25 @@ class RecordingReader:
 
     def value(self, digest: bytes, *, writeable: bool = True) -> Any:
         """The plain-data value a blob holds, arrays rebuilt from their pages."""
+        return self.value_sized(digest, writeable=writeable)[0]
+
+    def value_sized(self, digest: bytes, *, writeable: bool = True) -> tuple[Any, int]:
+        """:meth:`value` and the length of its stored blob (what a cache of decoded values weighs)."""
         try:
             data = self.value_bytes(digest)
-            return decode_value(
-                data,
-                lambda array_digest: self.array(array_digest, writeable=writeable),
-                bytes_max=FRAME_RAW_BYTES_MAX,
-                items_max=_items_max(len(data), VALUE_ITEMS_MAX),
+            factory = self._array_copy if writeable else self._array_shared
+            value = decode_value(
+                data, factory, bytes_max=FRAME_RAW_BYTES_MAX, items_max=_items_max(len(data), VALUE_ITEMS_MAX)
             )
         except DecodeError as error:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
+        return value, len(data)
+
+    def _array_copy(self, digest: bytes) -> np.ndarray:
+        return self.array(digest, writeable=True)
+
+    def _array_shared(self, digest: bytes) -> np.ndarray:
+        return self.array(digest, writeable=False)
 
     # -- restoring --------------------------------------------------------------------------------
 

@@ -98,9 +98,9 @@ class SharedNodes:
         if held is not None:
             self._states.move_to_end(digest)
             return held[0]
-        state = self.reader.value(digest, writeable=False)
+        state, blob_bytes = self.reader.value_sized(digest, writeable=False)
         self.decoded_shared += 1
-        nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * len(self.reader.value_bytes(digest))
+        nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes
         self._states[digest] = (state, nbytes)
         self.bytes_held += nbytes
         while self.bytes_held > self.bytes_max and len(self._states) > 1:
