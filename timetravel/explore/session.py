@@ -466,10 +466,10 @@ class Session:
         snapshot = self._start_snapshot(t_ns, by_time=True)
         world = self.world
         from_cursor = world.t_ns <= t_ns and world.events_processed >= snapshot.events and not world.failures
-        world = self._world_to_replay(
+        world, shared = self._world_to_replay(
             None if from_cursor else snapshot, until_ns=t_ns, events_max=self._end.events
         )
-        self._replay(world, until_ns=t_ns, events_max=self._end.events)
+        self._replay(world, until_ns=t_ns, events_max=self._end.events, shared=shared)
         return self.position
 
     @_gc_paused()
@@ -481,8 +481,10 @@ class Session:
         snapshot = self._start_snapshot(number, by_time=False)
         world = self.world
         from_cursor = snapshot.events <= world.events_processed <= number and not world.failures
-        world = self._world_to_replay(None if from_cursor else snapshot, until_ns=None, events_max=number)
-        self._replay(world, until_ns=None, events_max=number)
+        world, shared = self._world_to_replay(
+            None if from_cursor else snapshot, until_ns=None, events_max=number
+        )
+        self._replay(world, until_ns=None, events_max=number, shared=shared)
         return self.position
 
     def step(self, count: int = 1) -> Position:
@@ -495,14 +497,15 @@ class Session:
 
     def _world_to_replay(
         self, snapshot: ManifestInfo | None, *, until_ns: int | None, events_max: int
-    ) -> World:
-        """The world a seek re-executes: restored from ``snapshot`` (None: the cursor's world), every
-        node the recorded events up to the target run on private (explore/seek_nodes.py's rule).
+    ) -> tuple[World, dict[str, bytes]]:
+        """The world a seek re-executes, restored from ``snapshot`` (None: the cursor's world), with
+        every node the recorded events up to the target run on private (explore/seek_nodes.py's
+        rule), and its shared nodes by digest (what ``_shared`` becomes when the cursor moves to it).
 
-        Only plain-data worlds (RecordedWorlds) share decoded states; another source's restores are
-        its own, and so is the cursor's world then (``_shared`` stays empty)."""
+        Only RecordedWorlds itself shares decoded states: another source (a subclass too, which may
+        count or refuse restores) is asked for every restore, as before, and ``_shared`` stays empty."""
         source = self.source
-        sharing = source if self._may_share and isinstance(source, RecordedWorlds) else None
+        sharing = source if self._may_share and type(source) is RecordedWorlds else None
         start = snapshot.events if snapshot is not None else self.world.events_processed
         touched = None
         if sharing is not None:
@@ -516,26 +519,25 @@ class Session:
             )
         if snapshot is not None:
             if sharing is None or touched is None:
-                self._shared = {}
-                return self.restore_world(snapshot)
-            world, self._shared = sharing.restore_shared(snapshot, touched)
-            return world
+                return self.restore_world(snapshot), {}
+            return sharing.restore_shared(snapshot, touched)
         world = self.world
         if self._shared and isinstance(source, RecordedWorlds):
             names = list(self._shared) if touched is None else [n for n in touched if n in self._shared]
             for name in names:
-                world.nodes[name] = source.private_value(self._shared.pop(name))
-        return world
+                world.nodes[name] = source.private_value(self._shared[name])
+                del self._shared[name]
+        return world, self._shared
 
     def _to_end(self) -> Position:
-        self._shared = {}
         last = self._manifests[-1]
         if last.final or (last.events == self._end.events and self.reader.end(self.branch) is None):
             self.world = self.restore_world(last)
+            self._shared = {}
             self.last_replay_events = 0
             return self.position
         snapshot = self._start_snapshot(self._end.events, by_time=False)
-        self._replay(self.restore_world(snapshot), until_ns=None, events_max=self._end.events)
+        self._replay(self.restore_world(snapshot), until_ns=None, events_max=self._end.events, shared={})
         return self.position
 
     def _overrides_at(self, events: int) -> Overrides | None:
@@ -544,8 +546,11 @@ class Session:
             return self._branch_overrides or None
         return self.overrides or None
 
-    def _replay(self, world: World, *, until_ns: int | None, events_max: int) -> None:
-        """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain."""
+    def _replay(
+        self, world: World, *, until_ns: int | None, events_max: int, shared: dict[str, bytes]
+    ) -> None:
+        """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain; the
+        cursor then holds ``world``, whose nodes ``shared`` are shared decoded states."""
         verifier = ChainVerifier(self.reader, self._batches, self.cause_if_mismatch)
         simulation = self.simulation(
             world,
@@ -565,16 +570,18 @@ class Session:
             raise
         self.last_replay_events = world.events_processed - start
         self.world = world
+        self._shared = shared
         if verifier.mismatch is not None:
             self._forget_shared()
             raise ReplayDivergence(verifier.mismatch)
 
     def _forget_shared(self) -> None:
-        """A re-execution that raised, failed or left the recorded events may have run on a node it
-        was not expected to (a handler of a diverged event): no decoded state is shared any more."""
+        """A re-execution that raised or left the recorded events may have run on a node it was not
+        expected to (a handler of a diverged event): the source forgets every decoded state, so no
+        later seek is given one. The cursor's world keeps its ``_shared`` names: they are made
+        private (decoded afresh from their digests) before anything runs on them, as before."""
         if isinstance(self.source, RecordedWorlds):
             self.source.forget_shared()
-        self._shared = {}
 
     # -- re-executing without moving the cursor (searches, exports: explore/stepper.py) -----------
 
