@@ -16,14 +16,21 @@ import numpy as np
 import pytest
 from scenario_fixtures import NONDETERMINISTIC, TRESPASSER
 
-from timetravel.explore import ReplayDivergence, Session
-from timetravel.explore.seek_nodes import nodes_run
+from timetravel.explore import ReplayDivergence, Session, seek_nodes
+from timetravel.explore.seek_nodes import nodes_run, worth_sharing
 from timetravel.explore.world_source import RecordedWorlds
 from timetravel.recording import record_run
 from timetravel.recording.catalog import EventBatchInfo
 from timetravel.scenarios import get_scenario
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.world import World
+
+
+@pytest.fixture(autouse=True)
+def share_small_worlds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These recordings are small, so that the tests are fast: share in them as in a 10,000-rank one."""
+    monkeypatch.setattr(seek_nodes, "SHARED_NODES_MIN", 0)
+    monkeypatch.setattr(seek_nodes, "SHARED_TOUCHED_FRACTION_MAX", 1.0)
 
 
 class FullRestores:
@@ -185,3 +192,25 @@ def test_nodes_run_reads_the_recorded_destinations_or_says_it_cannot() -> None:
     }
     # a gap between batches
     assert nodes_run(reader, [_batch(0, 4), _batch(5, 4)], 2, until_ns=None, events_max=7, end=9) is None
+
+
+def test_small_worlds_and_seeks_that_run_most_nodes_decode_every_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.undo()
+    assert seek_nodes.SHARED_NODES_MIN == 4096
+    assert worth_sharing(10_000, {f"r{i}" for i in range(1_800)})
+    assert not worth_sharing(10_000, {f"r{i}" for i in range(6_000)})
+    assert not worth_sharing(1_024, {"n1"})
+    assert not worth_sharing(10_000, None)
+
+
+def test_a_small_recording_is_not_shared_by_default(
+    gossip_recording: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.undo()
+    path, report = gossip_recording
+    with Session.open(path) as session:
+        session.goto(report["t_end_ns"] // 2)
+        assert session._shared == {}
+        assert session.source._shared_nodes is None  # type: ignore[attr-defined]

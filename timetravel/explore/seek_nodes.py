@@ -19,6 +19,24 @@ import bisect
 from timetravel.recording.catalog import EventBatchInfo
 from timetravel.recording.reader import RecordingReader
 
+SHARED_NODES_MIN = 4096
+"""Worlds of fewer nodes restore every node afresh. Sharing pays where a full restore is large and a
+seek runs few of the nodes: a 10,000-rank snapshot takes 0.6-1 s to decode and a seek runs 850-1,800
+ranks. A 1,024-node gossip snapshot decodes in ~12 ms, a seek runs most of its nodes, and its 125
+snapshots are rarely revisited: there the shared states only grew what the garbage collector walks
+(p50 of 100 random seeks 85-134 ms against 59-86 ms without sharing, measured side by side)."""
+SHARED_TOUCHED_FRACTION_MAX = 0.5
+"""A seek that runs more than this fraction of the nodes restores every node afresh."""
+
+
+def worth_sharing(nodes: int, touched: set[str] | None) -> bool:
+    """Whether a seek over a world of ``nodes`` nodes that runs ``touched`` should share the rest."""
+    return (
+        touched is not None
+        and nodes >= SHARED_NODES_MIN
+        and len(touched) <= SHARED_TOUCHED_FRACTION_MAX * nodes
+    )
+
 
 def nodes_run(
     reader: RecordingReader,
@@ -56,4 +74,4 @@ def nodes_run(
     return None
 
 
-__all__ = ["nodes_run"]
+__all__ = ["SHARED_NODES_MIN", "SHARED_TOUCHED_FRACTION_MAX", "nodes_run", "worth_sharing"]

@@ -93,6 +93,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from timetravel.explore import seek_nodes
 from timetravel.explore.replay import (
     ChainVerifier,
     Mismatch,
@@ -100,7 +101,6 @@ from timetravel.explore.replay import (
     classify,
     event_json,
 )
-from timetravel.explore.seek_nodes import nodes_run
 from timetravel.explore.world_source import RecordedWorlds, WorldSource, world_source_for
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
 from timetravel.recording.format import RecordingError
@@ -505,11 +505,14 @@ class Session:
         Only RecordedWorlds itself shares decoded states: another source (a subclass too, which may
         count or refuse restores) is asked for every restore, as before, and ``_shared`` stays empty."""
         source = self.source
+        nodes = len(self.world.nodes)
         sharing = source if self._may_share and type(source) is RecordedWorlds else None
+        if sharing is not None and not (self._shared or nodes >= seek_nodes.SHARED_NODES_MIN):
+            sharing = None
         start = snapshot.events if snapshot is not None else self.world.events_processed
         touched = None
         if sharing is not None:
-            touched = nodes_run(
+            touched = seek_nodes.nodes_run(
                 self.reader,
                 self._batches,
                 start,
@@ -517,6 +520,8 @@ class Session:
                 events_max=events_max,
                 end=self._end.events,
             )
+            if not seek_nodes.worth_sharing(nodes, touched):
+                touched = None
         if snapshot is not None:
             if sharing is None or touched is None:
                 return self.restore_world(snapshot), {}
