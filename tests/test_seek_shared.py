@@ -8,6 +8,7 @@ a re-execution that diverged, never leaves a stale state behind.
 
 from __future__ import annotations
 
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -214,3 +215,28 @@ def test_a_small_recording_is_not_shared_by_default(
         session.goto(report["t_end_ns"] // 2)
         assert session._shared == {}
         assert session.source._shared_nodes is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_a_large_recording_shares_at_the_default_thresholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above SHARED_NODES_MIN, with the thresholds as shipped: every seek's world equals a full decode."""
+    monkeypatch.undo()
+    size = os.environ.get("TIMETRAVEL_SLOW", "ci")
+    ranks, seeks = (4_200, 6) if size != "full" else (10_000, 20)
+    scenario = get_scenario("dp_training")
+    config = scenario.resolve_config({"ranks": ranks, "allreduce": "tree", "params": 256, "steps": 1})
+    path = tmp_path / "tree.ttr"
+    report, _world = record_run(scenario, config, 0, path)
+    rng = random.Random(1)
+    shared_seeks = 0
+    with Session.open(path) as session, _reference(path) as reference:
+        for _ in range(seeks):
+            target = rng.randrange(0, report["t_end_ns"])
+            assert session.goto(target) == reference.goto(target)
+            shared_seeks += bool(session._shared)
+            assert session.world.state_hash() == reference.world.state_hash()
+            assert session.step(3) == reference.step(3)
+            assert session.world.state_hash() == reference.world.state_hash()
+    assert shared_seeks > 0

@@ -183,6 +183,8 @@ class RecordingReader:
         )
         self.decoded_bytes = 0
         """Bytes of the distinct frames decoded so far (charged against ``recording_bytes_max``)."""
+        self._array_bytes = 0
+        """Bytes of the arrays the value being decoded holds (value_sized)."""
         self._charged: set[int] = set()
 
     @classmethod
@@ -620,8 +622,10 @@ class RecordingReader:
         """The plain-data value a blob holds, arrays rebuilt from their pages."""
         return self.value_sized(digest, writeable=writeable)[0]
 
-    def value_sized(self, digest: bytes, *, writeable: bool = True) -> tuple[Any, int]:
-        """:meth:`value` and the length of its stored blob (what a cache of decoded values weighs)."""
+    def value_sized(self, digest: bytes, *, writeable: bool = True) -> tuple[Any, int, int]:
+        """:meth:`value`, the length of its stored blob and the bytes of the arrays in it (what a
+        cache of decoded values weighs)."""
+        self._array_bytes = 0
         try:
             data = self.value_bytes(digest)
             factory = self._array_copy if writeable else self._array_shared
@@ -630,13 +634,17 @@ class RecordingReader:
             )
         except DecodeError as error:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
-        return value, len(data)
+        return value, len(data), self._array_bytes
 
     def _array_copy(self, digest: bytes) -> np.ndarray:
-        return self.array(digest, writeable=True)
+        array = self.array(digest, writeable=True)
+        self._array_bytes += array.nbytes
+        return array
 
     def _array_shared(self, digest: bytes) -> np.ndarray:
-        return self.array(digest, writeable=False)
+        array = self.array(digest, writeable=False)
+        self._array_bytes += array.nbytes
+        return array
 
     # -- restoring --------------------------------------------------------------------------------
 

@@ -42,10 +42,12 @@ from timetravel.sim.world import World
 from timetravel.snapshot.assemble import stored_event
 
 SHARED_NODE_BYTES_MAX = 512 * 1024 * 1024
-"""Estimated bytes of the decoded node states kept (about six distinct snapshots of 10,000 ranks)."""
+"""Estimated bytes of the decoded node states kept, their arrays included (about five distinct
+snapshots of 10,000 dp_training ranks). A state's arrays are the reader's cached read-only arrays,
+counted here too: a state keeps them alive after the array cache has let them go."""
 DECODED_BYTES_PER_BLOB_BYTE = 6
 """A decoded dp_training rank state weighs ~5.6x its hash-form blob (tracemalloc: 7.9 KB of Python
-objects for 1.4 KB of msgpack; its arrays are counted by the reader's array cache)."""
+objects for 1.4 KB of msgpack), arrays apart."""
 OBJECT_BYTES = 100
 QUEUE_CHUNK_EVENTS_MAX = 200_000
 """Decoded queue-chunk events kept (Event tuples are immutable and shared, as the store shares them)."""
@@ -98,9 +100,9 @@ class SharedNodes:
         if held is not None:
             self._states.move_to_end(digest)
             return held[0]
-        state, blob_bytes = self.reader.value_sized(digest, writeable=False)
+        state, blob_bytes, array_bytes = self.reader.value_sized(digest, writeable=False)
         self.decoded_shared += 1
-        nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes
+        nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes + array_bytes
         self._states[digest] = (state, nbytes)
         self.bytes_held += nbytes
         while self.bytes_held > self.bytes_max and len(self._states) > 1:
