@@ -96,9 +96,11 @@ def strict(monkeypatch: pytest.MonkeyPatch) -> Iterator[Ledger]:
     reader_restore = RecordingReader.restore
     simulation_init = Simulation.__init__
 
-    def restore(self: RecordingReader, info: ManifestInfo, *, full_check: bool = False) -> World:
+    def restore(
+        self: RecordingReader, info: ManifestInfo, *, full_check: bool = False, **hooks: Any
+    ) -> World:
         assert ledger.inside, "a world was restored from the reader, not through session.restore_world"
-        return reader_restore(self, info, full_check=full_check)
+        return reader_restore(self, info, full_check=full_check, **hooks)
 
     def init(self: Simulation, *args: Any, **options: Any) -> None:
         assert ledger.inside, "a Simulation was built over a session's world, not through session.simulation"

@@ -4,8 +4,10 @@ The workload is the bench's own ``tree_10000`` (10,000 ranks, tree all-reduce, 2
 recorded for SEEK_STEPS steps at the default snapshot interval, then opened with
 :class:`~timetravel.explore.session.Session` and sought SEEKS times to uniformly random times
 (seeded, so every run seeks the same moments). A seek restores the nearest snapshot at or before
-the target (10,000 rank states) and re-executes up to one snapshot interval of events, checking the
-hash chain. Run in a fresh process by bench/training.py, like the other workloads, so that its peak
+the target and re-executes up to one snapshot interval of events, checking the hash chain; the
+restore decodes afresh the ranks that re-execution runs and shares the others' decoded states with
+earlier seeks (recording/shared_nodes.py), so a seek into a snapshot visited before decodes a few
+hundred to two thousand rank states and the first seek into each snapshot decodes all of them. Run in a fresh process by bench/training.py, like the other workloads, so that its peak
 RSS is its own.
 
 Figures: ``seek_10000_p50_ms``, ``seek_10000_p95_ms``, ``seek_10000_max_ms``,

@@ -93,6 +93,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from timetravel.explore import seek_nodes
 from timetravel.explore.replay import (
     ChainVerifier,
     Mismatch,
@@ -100,10 +101,11 @@ from timetravel.explore.replay import (
     classify,
     event_json,
 )
-from timetravel.explore.world_source import WorldSource, world_source_for
+from timetravel.explore.world_source import RecordedWorlds, WorldSource, world_source_for
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
 from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
+from timetravel.recording.recorder import COPY_ON_WRITE_NOTE
 from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
@@ -265,6 +267,12 @@ class Session:
         self._source_open = True
         self._tracks: list[Session] = []
         """Sessions on other branches of this reader (explore/tracks.py): their sources end with ours."""
+        self._may_share = _rule_kept(reader, branch)
+        """Seeks may share decoded node states (explore/seek_nodes.py): the run ended and its
+        recorder's copy-on-write check found no handler changing another node's state."""
+        self._shared: dict[str, bytes] = {}
+        """Nodes of ``world`` whose state is shared with the source's decoded states (never run: a
+        seek makes a node private before re-executing events on it), by content digest."""
         try:
             self.world: World = self.restore_world(self._manifests[0], full_check=True)
         except BaseException:
@@ -359,6 +367,7 @@ class Session:
         self._batch_firsts = [batch.first for batch in self._batches]
         self._end = self._find_end()
         self.info = self._info()
+        self._may_share = _rule_kept(reader, self.branch)
 
     def __enter__(self) -> Session:
         return self
@@ -456,9 +465,11 @@ class Session:
             return self.goto_event(0)
         snapshot = self._start_snapshot(t_ns, by_time=True)
         world = self.world
-        if not (world.t_ns <= t_ns and world.events_processed >= snapshot.events and not world.failures):
-            world = self.restore_world(snapshot)
-        self._replay(world, until_ns=t_ns, events_max=self._end.events)
+        from_cursor = world.t_ns <= t_ns and world.events_processed >= snapshot.events and not world.failures
+        world, shared = self._world_to_replay(
+            None if from_cursor else snapshot, until_ns=t_ns, events_max=self._end.events
+        )
+        self._replay(world, until_ns=t_ns, events_max=self._end.events, shared=shared)
         return self.position
 
     @_gc_paused()
@@ -469,9 +480,11 @@ class Session:
         number = max(number, 0)
         snapshot = self._start_snapshot(number, by_time=False)
         world = self.world
-        if not (snapshot.events <= world.events_processed <= number and not world.failures):
-            world = self.restore_world(snapshot)
-        self._replay(world, until_ns=None, events_max=number)
+        from_cursor = snapshot.events <= world.events_processed <= number and not world.failures
+        world, shared = self._world_to_replay(
+            None if from_cursor else snapshot, until_ns=None, events_max=number
+        )
+        self._replay(world, until_ns=None, events_max=number, shared=shared)
         return self.position
 
     def step(self, count: int = 1) -> Position:
@@ -482,14 +495,54 @@ class Session:
         """``count`` events back (stops at #0)."""
         return self.goto_event(max(self.world.events_processed - max(count, 0), 0))
 
+    def _world_to_replay(
+        self, snapshot: ManifestInfo | None, *, until_ns: int | None, events_max: int
+    ) -> tuple[World, dict[str, bytes]]:
+        """The world a seek re-executes, restored from ``snapshot`` (None: the cursor's world), with
+        every node the recorded events up to the target run on private (explore/seek_nodes.py's
+        rule), and its shared nodes by digest (what ``_shared`` becomes when the cursor moves to it).
+
+        Only RecordedWorlds itself shares decoded states: another source (a subclass too, which may
+        count or refuse restores) is asked for every restore, as before, and ``_shared`` stays empty."""
+        source = self.source
+        nodes = len(self.world.nodes)
+        sharing = source if self._may_share and type(source) is RecordedWorlds else None
+        if sharing is not None and not (self._shared or nodes >= seek_nodes.SHARED_NODES_MIN):
+            sharing = None
+        start = snapshot.events if snapshot is not None else self.world.events_processed
+        touched = None
+        if sharing is not None:
+            touched = seek_nodes.nodes_run(
+                self.reader,
+                self._batches,
+                start,
+                until_ns=until_ns,
+                events_max=events_max,
+                end=self._end.events,
+            )
+            if not seek_nodes.worth_sharing(nodes, touched):
+                touched = None
+        if snapshot is not None:
+            if sharing is None or touched is None:
+                return self.restore_world(snapshot), {}
+            return sharing.restore_shared(snapshot, touched)
+        world = self.world
+        if self._shared and isinstance(source, RecordedWorlds):
+            names = list(self._shared) if touched is None else [n for n in touched if n in self._shared]
+            for name in names:
+                world.nodes[name] = source.private_value(self._shared[name])
+                del self._shared[name]
+        return world, self._shared
+
     def _to_end(self) -> Position:
         last = self._manifests[-1]
         if last.final or (last.events == self._end.events and self.reader.end(self.branch) is None):
             self.world = self.restore_world(last)
+            self._shared = {}
             self.last_replay_events = 0
             return self.position
         snapshot = self._start_snapshot(self._end.events, by_time=False)
-        self._replay(self.restore_world(snapshot), until_ns=None, events_max=self._end.events)
+        self._replay(self.restore_world(snapshot), until_ns=None, events_max=self._end.events, shared={})
         return self.position
 
     def _overrides_at(self, events: int) -> Overrides | None:
@@ -498,8 +551,11 @@ class Session:
             return self._branch_overrides or None
         return self.overrides or None
 
-    def _replay(self, world: World, *, until_ns: int | None, events_max: int) -> None:
-        """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain."""
+    def _replay(
+        self, world: World, *, until_ns: int | None, events_max: int, shared: dict[str, bytes]
+    ) -> None:
+        """Re-execute ``world`` up to ``until_ns`` / event #``events_max``, verifying the chain; the
+        cursor then holds ``world``, whose nodes ``shared`` are shared decoded states."""
         verifier = ChainVerifier(self.reader, self._batches, self.cause_if_mismatch)
         simulation = self.simulation(
             world,
@@ -510,13 +566,27 @@ class Session:
         )
         start = world.events_processed
         remaining = events_max - start
-        if remaining > 0 or (until_ns is not None and until_ns > world.t_ns):
-            simulation.run(until_ns=until_ns, max_events=max(remaining, 0))
-        verifier.check_open_batch(world.chain_events, world.chain_batch)
+        try:
+            if remaining > 0 or (until_ns is not None and until_ns > world.t_ns):
+                simulation.run(until_ns=until_ns, max_events=max(remaining, 0))
+            verifier.check_open_batch(world.chain_events, world.chain_batch)
+        except BaseException:
+            self._forget_shared()
+            raise
         self.last_replay_events = world.events_processed - start
         self.world = world
+        self._shared = shared
         if verifier.mismatch is not None:
+            self._forget_shared()
             raise ReplayDivergence(verifier.mismatch)
+
+    def _forget_shared(self) -> None:
+        """A re-execution that raised or left the recorded events may have run on a node it was not
+        expected to (a handler of a diverged event): the source forgets every decoded state, so no
+        later seek is given one. The cursor's world keeps its ``_shared`` names: they are made
+        private (decoded afresh from their digests) before anything runs on them, as before."""
+        if isinstance(self.source, RecordedWorlds):
+            self.source.forget_shared()
 
     # -- re-executing without moving the cursor (searches, exports: explore/stepper.py) -----------
 
@@ -580,6 +650,15 @@ class Session:
     def snapshots_info(self) -> list[ManifestInfo]:
         """The recorded snapshots this branch sees (its parent's before the fork), as the catalog has them."""
         return list(self._manifests)
+
+
+def _rule_kept(reader: RecordingReader, branch: str) -> bool:
+    """Whether the recording says its handlers kept to their own nodes: the branch and the main run
+    ended (the recorder checks the rule at the end) and no note says the check failed."""
+    catalog = reader.catalog
+    if reader.end(branch) is None or reader.end(MAIN_BRANCH) is None or catalog.notes_dropped:
+        return False
+    return not any(str(note.get("message", "")).startswith(COPY_ON_WRITE_NOTE) for note in catalog.notes)
 
 
 def _overrides(entries: Any) -> Overrides:

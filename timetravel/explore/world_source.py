@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol
 
+from timetravel.recording.shared_nodes import SharedNodes
 from timetravel.sim.kernel import Simulation
 
 if TYPE_CHECKING:
@@ -79,13 +80,41 @@ class WorldSource(Protocol):
 
 
 class RecordedWorlds:
-    """Plain-data worlds: restored from the recording's snapshots, re-executed by the kernel."""
+    """Plain-data worlds: restored from the recording's snapshots, re-executed by the kernel.
+
+    Besides the protocol, it serves the Session's seeks with worlds that share the decoded states
+    of the nodes a seek does not run (``restore_shared``, ``private_value``, ``forget_shared``:
+    recording/shared_nodes.py). These are optional: a source without them (the torch source)
+    gets full restores. ``restore`` itself always decodes every node afresh, for every action that
+    runs a world its own way (branches, fan-outs, searches).
+    """
 
     def __init__(self, session: OpenRecording) -> None:
         self.session = session
+        self._shared_nodes: SharedNodes | None = None
 
     def restore(self, manifest: ManifestInfo, full_check: bool = False) -> World:
         return self.session.reader.restore(manifest, full_check=full_check)
+
+    def _shared(self) -> SharedNodes:
+        reader = self.session.reader
+        if self._shared_nodes is None or self._shared_nodes.reader is not reader:
+            self._shared_nodes = SharedNodes(reader)  # Session.reload replaced the reader
+        return self._shared_nodes
+
+    def restore_shared(self, manifest: ManifestInfo, private: set[str]) -> tuple[World, dict[str, bytes]]:
+        """A world at ``manifest`` whose ``private`` nodes are decoded afresh and whose other nodes
+        share decoded states (never to be written; {node: digest} of those is returned too)."""
+        return self._shared().restore(manifest, private)
+
+    def private_value(self, digest: bytes) -> Any:
+        """A fresh decode of a node state, to replace a shared one before it runs."""
+        return self._shared().private_value(digest)
+
+    def forget_shared(self) -> None:
+        """Drop every shared decoded state (a re-execution diverged or failed to run)."""
+        if self._shared_nodes is not None:
+            self._shared_nodes.clear()
 
     def simulation(self, world: World, **options: Any) -> Simulation:
         return Simulation(self.session.scenario, world, **options)

@@ -91,6 +91,10 @@ ARRAY_CACHE_BYTES_MAX = 256 * 1024 * 1024
 them from header and pages. A 10,000-rank dp_training snapshot holds 220,000 small arrays, most
 of them (data shards, unchanged slots) the same from one snapshot to the next; rebuilding each
 (header lookup, page lookups, shape check, frombuffer) was half of a seek's time."""
+NodeValue = Callable[[str, bytes], Any]
+"""``node_value(name, digest) -> state``: a node's state for :meth:`RecordingReader.restore`."""
+QueueChunkValue = Callable[[bytes], list[Any]]
+"""``queue_chunk(digest) -> events``: a queue chunk's events for :meth:`RecordingReader.restore`."""
 VALUE_ITEMS_MAX = 4_000_000
 """Containers and entries one stored value (a node state, a part) may decode to."""
 UNCOUNTED_DECODE_BYTES_MAX = 1024 * 1024
@@ -179,6 +183,8 @@ class RecordingReader:
         )
         self.decoded_bytes = 0
         """Bytes of the distinct frames decoded so far (charged against ``recording_bytes_max``)."""
+        self._array_bytes = 0
+        """Bytes of the arrays the value being decoded holds (value_sized)."""
         self._charged: set[int] = set()
 
     @classmethod
@@ -614,32 +620,59 @@ class RecordingReader:
 
     def value(self, digest: bytes, *, writeable: bool = True) -> Any:
         """The plain-data value a blob holds, arrays rebuilt from their pages."""
+        return self.value_sized(digest, writeable=writeable)[0]
+
+    def value_sized(self, digest: bytes, *, writeable: bool = True) -> tuple[Any, int, int]:
+        """:meth:`value`, the length of its stored blob and the bytes of the arrays in it (what a
+        cache of decoded values weighs)."""
+        self._array_bytes = 0
         try:
             data = self.value_bytes(digest)
-            return decode_value(
-                data,
-                lambda array_digest: self.array(array_digest, writeable=writeable),
-                bytes_max=FRAME_RAW_BYTES_MAX,
-                items_max=_items_max(len(data), VALUE_ITEMS_MAX),
+            factory = self._array_copy if writeable else self._array_shared
+            value = decode_value(
+                data, factory, bytes_max=FRAME_RAW_BYTES_MAX, items_max=_items_max(len(data), VALUE_ITEMS_MAX)
             )
         except DecodeError as error:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
+        return value, len(data), self._array_bytes
+
+    def _array_copy(self, digest: bytes) -> np.ndarray:
+        array = self.array(digest, writeable=True)
+        self._array_bytes += array.nbytes
+        return array
+
+    def _array_shared(self, digest: bytes) -> np.ndarray:
+        array = self.array(digest, writeable=False)
+        self._array_bytes += array.nbytes
+        return array
 
     # -- restoring --------------------------------------------------------------------------------
 
-    def restore(self, info: ManifestInfo, *, full_check: bool = False) -> World:
+    def restore(
+        self,
+        info: ManifestInfo,
+        *,
+        full_check: bool = False,
+        node_value: NodeValue | None = None,
+        queue_chunk: QueueChunkValue | None = None,
+    ) -> World:
         """The World a snapshot recorded.
 
         Every blob is checked against its digest as it is read, and the manifest's Merkle root is
         recomputed from the digests it lists, so the restored world is the recorded one without
         rehashing it. ``full_check`` also recomputes ``state_hash()`` of the restored world
         (tests and ``replay`` use it: it checks the decoder as well as the data).
+
+        ``node_value(name, digest)`` and ``queue_chunk(digest)``, when given, supply a node's state
+        and a queue chunk's events instead of decoding them here (recording/shared_nodes.py shares
+        decoded states between the seeks of one Session); the digests they are asked for are the
+        ones the manifest's root was checked against, and they return what :meth:`value` would.
         """
         manifest = self.manifest(info)
         where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
         try:
             root = manifest_root(manifest)
-            world = self._assemble(manifest)
+            world = self._assemble(manifest, node_value, queue_chunk)
         except (KeyError, TypeError, ValueError) as error:
             raise RecordingError(f"{where}: manifest is malformed: {error}") from None
         if root != info.state_hash or manifest.get("state_hash") != info.state_hash:
@@ -650,15 +683,27 @@ class RecordingReader:
             )
         return world
 
-    def _assemble(self, manifest: dict[str, Any]) -> World:
+    def _assemble(
+        self,
+        manifest: dict[str, Any],
+        node_value: NodeValue | None = None,
+        queue_chunk: QueueChunkValue | None = None,
+    ) -> World:
         part_digests = manifest["parts"]
         parts = {name: self.value(_digest(part_digests[name])) for name in STORED_PARTS}
         nodes = {}
-        for name, node_digest in manifest["nodes"]:
-            nodes[str(name)] = self.value(_digest(node_digest))
+        if node_value is None:
+            for name, node_digest in manifest["nodes"]:
+                nodes[str(name)] = self.value(_digest(node_digest))
+        else:
+            for name, node_digest in manifest["nodes"]:
+                nodes[str(name)] = node_value(str(name), _digest(node_digest))
         events: list[Any] = []
         for _low, _high, _count, _total, chunk_digest in manifest["queue"]:
-            events.extend(self.value(_digest(chunk_digest), writeable=False))
+            if queue_chunk is None:
+                events.extend(self.value(_digest(chunk_digest), writeable=False))
+            else:
+                events.extend(queue_chunk(_digest(chunk_digest)))
         metrics: dict[str, list[Any]] = {}
         for name, _length, chunk_digests in manifest["metrics"]:
             series: list[Any] = []

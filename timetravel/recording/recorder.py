@@ -56,6 +56,9 @@ from timetravel.snapshot.entries import Blob
 from timetravel.snapshot.store import Snapshot, SnapshotStore
 
 SNAPSHOT_EVERY_EVENTS_DEFAULT = 2 * CHAIN_BATCH_EVENTS_DEFAULT
+COPY_ON_WRITE_NOTE = "copy-on-write check failed"
+"""How the warning NOTE of a run whose handler changed another node's state begins: readers that
+rely on the rule (a Session sharing decoded node states between seeks) check for it."""
 SNAPSHOT_EVERY_EVENTS_MIN = 64
 BRANCHES_NAMED_MAX = 5
 
@@ -203,7 +206,7 @@ class Recorder:
         snapshot = self.snapshot(final=True)
         if snapshot.state_hash != world.state_hash():
             note = (
-                f"copy-on-write check failed at event #{world.events_processed}: a handler changed "
+                f"{COPY_ON_WRITE_NOTE} at event #{world.events_processed}: a handler changed "
                 "state outside its own node; the final snapshot was re-encoded in full"
             )
             self.notes.append(note)

@@ -91,17 +91,18 @@ def assemble_world(
         _expect(state, dict, f"state of node {name}")
     world.nodes = nodes
     world.metrics = metrics
-    world.queue = [_event(data) for data in queue_events]
+    world.queue = [stored_event(data) for data in queue_events]
     heapq.heapify(world.queue)
     chain_digest, chain_events, open_batch = chain
     world.chain_digest = _expect(chain_digest, bytes, "chain digest")
     world.chain_events = _expect(chain_events, int, "chain events")
-    world.chain_batch = [_event(data) for data in open_batch]
+    world.chain_batch = [stored_event(data) for data in open_batch]
     world.display_unit = display_unit
     return world
 
 
-def _event(data: Any) -> Event:
+def stored_event(data: Any) -> Event:
+    """An Event from its stored form (a 5-item list), checked; an Event is returned as it is."""
     if isinstance(data, Event):
         return data
     if not isinstance(data, (list, tuple)):

@@ -1,0 +1,242 @@
+"""Seeks that share decoded node states (recording/shared_nodes.py, explore/seek_nodes.py).
+
+What a user relies on: after any move, the Session's world is bit for bit the world a full decode
+of the snapshot and a re-execution give (its state hash recomputed from scratch), however many
+seeks came before and in whatever order; a recording whose handlers broke the own-node rule, or
+a re-execution that diverged, never leaves a stale state behind.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from scenario_fixtures import NONDETERMINISTIC, TRESPASSER
+
+from timetravel.explore import ReplayDivergence, Session, seek_nodes
+from timetravel.explore.seek_nodes import nodes_run, worth_sharing
+from timetravel.explore.world_source import RecordedWorlds
+from timetravel.recording import record_run
+from timetravel.recording.catalog import EventBatchInfo
+from timetravel.scenarios import get_scenario
+from timetravel.sim.kernel import Simulation
+from timetravel.sim.world import World
+
+
+@pytest.fixture(autouse=True)
+def share_small_worlds(monkeypatch: pytest.MonkeyPatch) -> None:
+    """These recordings are small, so that the tests are fast: share in them as in a 10,000-rank one."""
+    monkeypatch.setattr(seek_nodes, "SHARED_NODES_MIN", 0)
+    monkeypatch.setattr(seek_nodes, "SHARED_TOUCHED_FRACTION_MAX", 1.0)
+
+
+class FullRestores:
+    """The world source every seek had before sharing: each restore decodes every node afresh."""
+
+    def __init__(self, session: Session) -> None:
+        self.plain = RecordedWorlds(session)
+
+    def restore(self, manifest: Any, full_check: bool = False) -> World:
+        return self.plain.restore(manifest, full_check)
+
+    def simulation(self, world: World, **options: Any) -> Simulation:
+        return self.plain.simulation(world, **options)
+
+    def can_start_at(self, manifest: Any) -> bool:
+        return True
+
+    def before_copy(self, world: World) -> None:
+        """Nothing to keep."""
+
+    def close(self) -> None:
+        """Nothing to release."""
+
+
+def _reference(path: Path) -> Session:
+    session = Session.open(path)
+    session.source = FullRestores(session)
+    return session
+
+
+@pytest.fixture(scope="module")
+def training_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    scenario = get_scenario("dp_training")
+    config = scenario.resolve_config(
+        {"ranks": 32, "allreduce": "tree", "params": 256, "steps": 3, "fabric_level": "collective"}
+    )
+    path = tmp_path_factory.mktemp("seek-shared") / "tree32.ttr"
+    report, _world = record_run(scenario, config, 4, path, snapshot_every_events=128)
+    assert report["recording"]["snapshots"] >= 5
+    return path, report
+
+
+@pytest.fixture(scope="module")
+def gossip_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    scenario = get_scenario("gossip")
+    config = scenario.resolve_config({"nodes": 64, "rumors": 12})
+    path = tmp_path_factory.mktemp("seek-shared") / "gossip64.ttr"
+    report, _world = record_run(scenario, config, 7, path, snapshot_every_events=256)
+    return path, report
+
+
+def _moves(report: dict[str, Any], seed: int) -> list[str]:
+    rng = random.Random(seed)
+    moves = [str(rng.randrange(0, report["t_end_ns"])) + "ns" for _ in range(14)]
+    moves += [f"#{rng.randrange(1, report['events'])}" for _ in range(8)]
+    moves[5:5] = [moves[2], moves[2]]  # the same target twice: the second seek shares the most
+    moves[9:9] = ["end", "start", moves[0]]
+    return moves
+
+
+@pytest.mark.parametrize("which", ["training_recording", "gossip_recording"])
+def test_every_move_gives_the_world_a_full_decode_gives(which: str, request: pytest.FixtureRequest) -> None:
+    path, report = request.getfixturevalue(which)
+    with Session.open(path) as session, _reference(path) as reference:
+        for move in _moves(report, 3):
+            assert session.goto(move) == reference.goto(move), move
+            assert session.world.state_hash() == reference.world.state_hash(), move
+            for count in (1, 40):
+                assert session.step(count) == reference.step(count)
+                assert session.world.state_hash() == reference.world.state_hash(), (move, "step", count)
+            assert session.back(7) == reference.back(7)
+            assert session.world.state_hash() == reference.world.state_hash(), (move, "back")
+        assert session.world_copy().state_hash() == reference.world.state_hash()
+
+
+def test_a_repeated_seek_decodes_only_the_nodes_it_runs(training_recording: tuple[Path, Any]) -> None:
+    path, report = training_recording
+    target = report["t_end_ns"] // 2
+    with Session.open(path) as session:
+        session.goto(target)
+        session.goto("start")
+        session.goto(target)
+        shared = session.source._shared_nodes  # type: ignore[attr-defined]
+        assert shared is not None and shared.decoded_shared == 0
+        nodes = len(session.world.nodes)
+        assert 0 < shared.decoded_private < nodes
+        # at a snapshot nothing runs: every node is its shared decoded state, arrays read-only
+        session.goto(f"#{session.snapshots()[3].events}")
+        assert session.last_replay_events == 0
+        outside = [name for name in session._shared if isinstance(session.world.nodes[name], dict)]
+        assert len(outside) == nodes
+        arrays = [
+            value
+            for name in outside
+            for value in session.world.nodes[name].values()
+            if isinstance(value, np.ndarray)
+        ]
+        assert arrays and not any(array.flags.writeable for array in arrays)
+
+
+def test_branches_and_copies_still_get_fully_private_worlds(training_recording: tuple[Path, Any]) -> None:
+    path, report = training_recording
+    with Session.open(path) as session:
+        session.goto(report["t_end_ns"] // 3)
+        copy = session.world_copy()
+        restored = session.snapshot_world(2)
+    for world in (copy, restored):
+        arrays = [v for state in world.nodes.values() if isinstance(state, dict) for v in state.values()]
+        assert all(v.flags.writeable for v in arrays if isinstance(v, np.ndarray))
+
+
+def test_a_recording_whose_handler_broke_the_rule_is_not_shared(tmp_path: Path) -> None:
+    path = tmp_path / "trespasser.ttr"
+    record_run(TRESPASSER, {}, 1, path, snapshot_every_events=64)
+    with Session.open(path, scenario=TRESPASSER) as session:
+        assert not session._may_share
+        session.goto("#300")
+        assert session._shared == {}
+
+
+def test_a_divergence_forgets_every_shared_state(tmp_path: Path) -> None:
+    path = tmp_path / "nondeterministic.ttr"
+    record_run(NONDETERMINISTIC, NONDETERMINISTIC.resolve_config({}), 1, path, snapshot_every_events=512)
+    with Session.open(path, scenario=NONDETERMINISTIC) as session:
+        assert session._may_share
+        with pytest.raises(ReplayDivergence):
+            session.goto("#3000")
+        shared = session.source._shared_nodes  # type: ignore[attr-defined]
+        assert shared is None or (shared.bytes_held == 0 and not shared._states)
+
+
+def _batch(first: int, count: int) -> EventBatchInfo:
+    return EventBatchInfo(first=first, count=count, offset=0, digest=b"", partial=False)
+
+
+class _Events:
+    """A stand-in reader: batch ``first`` holds events to nodes n<first+i> at times 10*(first+i)."""
+
+    def events(self, batch: EventBatchInfo) -> list[Any]:
+        from timetravel.sim.event import Event
+
+        return [
+            Event(10 * (batch.first + i + 1), 0, f"n{batch.first + i + 1}", "k", None)
+            for i in range(batch.count)
+        ]
+
+
+def test_nodes_run_reads_the_recorded_destinations_or_says_it_cannot() -> None:
+    reader: Any = _Events()
+    batches = [_batch(0, 4), _batch(4, 4), _batch(8, 4)]
+    assert nodes_run(reader, batches, 2, until_ns=None, events_max=6, end=12) == {"n3", "n4", "n5", "n6"}
+    # by time: every event with t <= until, and the first one after it
+    assert nodes_run(reader, batches, 0, until_ns=35, events_max=12, end=12) == {"n1", "n2", "n3", "n4"}
+    assert nodes_run(reader, batches, 5, until_ns=None, events_max=5, end=12) == set()
+    # the last recorded event runs: the end-of-run checks may read any node
+    assert nodes_run(reader, batches, 6, until_ns=None, events_max=12, end=12) is None
+    assert nodes_run(reader, batches, 6, until_ns=None, events_max=11, end=12) == {
+        f"n{i}" for i in range(7, 12)
+    }
+    # a gap between batches
+    assert nodes_run(reader, [_batch(0, 4), _batch(5, 4)], 2, until_ns=None, events_max=7, end=9) is None
+
+
+def test_small_worlds_and_seeks_that_run_most_nodes_decode_every_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.undo()
+    assert seek_nodes.SHARED_NODES_MIN == 4096
+    assert worth_sharing(10_000, {f"r{i}" for i in range(1_800)})
+    assert not worth_sharing(10_000, {f"r{i}" for i in range(6_000)})
+    assert not worth_sharing(1_024, {"n1"})
+    assert not worth_sharing(10_000, None)
+
+
+def test_a_small_recording_is_not_shared_by_default(
+    gossip_recording: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.undo()
+    path, report = gossip_recording
+    with Session.open(path) as session:
+        session.goto(report["t_end_ns"] // 2)
+        assert session._shared == {}
+        assert session.source._shared_nodes is None  # type: ignore[attr-defined]
+
+
+@pytest.mark.slow
+def test_a_large_recording_shares_at_the_default_thresholds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Above SHARED_NODES_MIN, with the thresholds as shipped: every seek's world equals a full decode."""
+    monkeypatch.undo()
+    size = os.environ.get("TIMETRAVEL_SLOW", "ci")
+    ranks, seeks = (4_200, 6) if size != "full" else (10_000, 20)
+    scenario = get_scenario("dp_training")
+    config = scenario.resolve_config({"ranks": ranks, "allreduce": "tree", "params": 256, "steps": 1})
+    path = tmp_path / "tree.ttr"
+    report, _world = record_run(scenario, config, 0, path)
+    rng = random.Random(1)
+    shared_seeks = 0
+    with Session.open(path) as session, _reference(path) as reference:
+        for _ in range(seeks):
+            target = rng.randrange(0, report["t_end_ns"])
+            assert session.goto(target) == reference.goto(target)
+            shared_seeks += bool(session._shared)
+            assert session.world.state_hash() == reference.world.state_hash()
+            assert session.step(3) == reference.step(3)
+            assert session.world.state_hash() == reference.world.state_hash()
+    assert shared_seeks > 0

@@ -1,0 +1,124 @@
+"""Decoded node states shared between the seeks of one Session, so a seek decodes only what it runs.
+
+A seek in a 10,000-rank recording restored 10,000 node states (2.7 million Python objects:
+msgpack decoding alone took ~0.5 s on the shared 2-core machine), then re-executed events that
+reach a few hundred to a couple of thousand of those nodes, then freed the previous world's 10,000
+states and let the garbage collector walk the new ones. Most of that work was for nodes the seek
+never touches.
+
+:class:`SharedNodes` keeps each node state it has decoded, by content digest (the blob's xxh3-128,
+which is the node's Merkle leaf), with its arrays read-only (the reader's array cache), bounded by
+``bytes_max``. :meth:`SharedNodes.restore` builds the World of a snapshot in which
+
+* the nodes named ``private`` (the ones the re-execution will run: the ``dst`` of the recorded
+  events up to the target) are decoded afresh, writeable, exactly as ``RecordingReader.restore``
+  decodes them;
+* every other node is the shared decoded state of its digest: equal content, by the digest the
+  manifest's Merkle root was checked against, so the World is bit for bit the one a full decode
+  gives (``state_hash()`` equal; tests/test_seek_shared.py checks it after every kind of move).
+
+The rule that makes sharing sound is the kernel's, the one copy-on-write snapshots already rely
+on: a handler changes only its own node (``dst``). A shared state is therefore never written while
+the events that run are the recorded ones; the Session privatizes a node (:meth:`private_value`)
+before re-executing an event on it, and forgets every shared state (:meth:`clear`) when a
+re-execution fails or diverges from the recording, since diverged events may have run on nodes
+that were shared. The arrays of a shared state are read-only, so a handler that breaks the rule by
+writing another node's arrays fails loudly instead of changing a state other worlds hold.
+
+Limits are the reader's: every value goes through ``RecordingReader.value`` (blob digests,
+containers, dtypes and shapes checked before anything is built), so a hostile recording is refused
+here exactly as in a full restore.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any
+
+from timetravel.recording.catalog import ManifestInfo
+from timetravel.recording.reader import RecordingReader
+from timetravel.sim.event import Event
+from timetravel.sim.world import World
+from timetravel.snapshot.assemble import stored_event
+
+SHARED_NODE_BYTES_MAX = 512 * 1024 * 1024
+"""Estimated bytes of the decoded node states kept, their arrays included (about five distinct
+snapshots of 10,000 dp_training ranks). A state's arrays are the reader's cached read-only arrays,
+counted here too: a state keeps them alive after the array cache has let them go."""
+DECODED_BYTES_PER_BLOB_BYTE = 6
+"""A decoded dp_training rank state weighs ~5.6x its hash-form blob (tracemalloc: 7.9 KB of Python
+objects for 1.4 KB of msgpack), arrays apart."""
+OBJECT_BYTES = 100
+QUEUE_CHUNK_EVENTS_MAX = 200_000
+"""Decoded queue-chunk events kept (Event tuples are immutable and shared, as the store shares them)."""
+
+
+class SharedNodes:
+    """Decoded node states and queue chunks by digest, for the restores of one Session's seeks."""
+
+    def __init__(self, reader: RecordingReader, bytes_max: int = SHARED_NODE_BYTES_MAX) -> None:
+        self.reader = reader
+        self.bytes_max = bytes_max
+        self.bytes_held = 0
+        self._states: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
+        """digest -> (decoded state, estimated bytes), least recently used first."""
+        self._chunks: dict[bytes, list[Event]] = {}
+        self._chunk_events = 0
+        self.decoded_private = 0
+        self.decoded_shared = 0
+        """Node states decoded by the last restore, private and shared (what a seek cost)."""
+
+    def clear(self) -> None:
+        """Forget every shared state (a re-execution failed or diverged: it may have written one)."""
+        self._states.clear()
+        self._chunks.clear()
+        self.bytes_held = 0
+        self._chunk_events = 0
+
+    def restore(self, info: ManifestInfo, private: set[str]) -> tuple[World, dict[str, bytes]]:
+        """The World at snapshot ``info``, the ``private`` nodes decoded afresh and the others shared;
+        also {node: digest} of the shared ones (the Session privatizes them before running them)."""
+        shared: dict[str, bytes] = {}
+        self.decoded_private = self.decoded_shared = 0
+
+        def node_value(name: str, digest: bytes) -> Any:
+            if name in private:
+                self.decoded_private += 1
+                return self.reader.value(digest)
+            shared[name] = digest
+            return self._shared_state(digest)
+
+        world = self.reader.restore(info, node_value=node_value, queue_chunk=self._queue_chunk)
+        return world, shared
+
+    def private_value(self, digest: bytes) -> Any:
+        """A fresh, writeable decode of a node state (what a full restore gives)."""
+        return self.reader.value(digest)
+
+    def _shared_state(self, digest: bytes) -> Any:
+        held = self._states.get(digest)
+        if held is not None:
+            self._states.move_to_end(digest)
+            return held[0]
+        state, blob_bytes, array_bytes = self.reader.value_sized(digest, writeable=False)
+        self.decoded_shared += 1
+        nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes + array_bytes
+        self._states[digest] = (state, nbytes)
+        self.bytes_held += nbytes
+        while self.bytes_held > self.bytes_max and len(self._states) > 1:
+            self.bytes_held -= self._states.popitem(last=False)[1][1]
+        return state
+
+    def _queue_chunk(self, digest: bytes) -> list[Event]:
+        events = self._chunks.get(digest)
+        if events is None:
+            events = [stored_event(data) for data in self.reader.value(digest, writeable=False)]
+            if self._chunk_events + len(events) > QUEUE_CHUNK_EVENTS_MAX:
+                self._chunks.clear()
+                self._chunk_events = 0
+            self._chunks[digest] = events
+            self._chunk_events += len(events)
+        return events
+
+
+__all__ = ["SHARED_NODE_BYTES_MAX", "SharedNodes"]
