@@ -75,7 +75,7 @@ def test_a_closed_channel_is_raised_after_the_messages_before_it_and_again_after
 def test_a_malformed_message_is_raised_at_its_place() -> None:
     coordinator, ranks = pairs(1)
     send_message(ranks[0], {"kind": "output", "lines": ["fine"]})
-    ranks[0].sendall(struct.pack("<I", 3) + b"\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+    ranks[0].sendall(struct.pack("<II", 3, 0) + b"\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
     inboxes = Inboxes()
     assert inboxes.wait_for(0, coordinator, timeout_s=5.0)
     assert inboxes.take(0)["lines"] == ["fine"]
@@ -140,8 +140,7 @@ def test_the_coordinator_sending_a_large_result_reads_a_rank_sending_a_large_mes
     thread = threading.Thread(target=rank_one, daemon=True)
     thread.start()
     inboxes = Inboxes()
-    header, body = encode_message({"kind": "result", "data": b"r" * BIG_BYTES})
-    inboxes.send(1, coordinator, header + body, timeout_s=60.0)
+    inboxes.send(1, coordinator, encode_message({"kind": "result", "data": b"r" * BIG_BYTES}), timeout_s=60.0)
     thread.join(timeout=60)
     assert not thread.is_alive() and received[0]["data"] == b"r" * BIG_BYTES
     assert inboxes.take(1)["data"] == b"s" * BIG_BYTES  # what the rank sent meanwhile is queued, whole

@@ -46,10 +46,15 @@ def strip_prefixes(name: str) -> str:
 
 
 def _local(tensor: torch.Tensor) -> torch.Tensor:
+    """The rank's own part of ``tensor`` (a DTensor's local shard), in CPU memory, contiguous: the
+    tensor itself when it already is (no copy), since the step message that carries it is sent
+    before the script runs on. What must outlive the moment is cloned by its caller."""
     data = tensor.detach()
     if hasattr(data, "to_local"):
         data = data.to_local()
-    return data.cpu().contiguous()
+    if data.device.type != "cpu":
+        data = data.cpu()  # only off the CPU: rank_env's patched .cpu() copies even a CPU tensor
+    return data.contiguous()
 
 
 def _shard_dim(tensor: torch.Tensor) -> int | None:
@@ -66,7 +71,7 @@ def _shard_dim(tensor: torch.Tensor) -> int | None:
 def _digest(tensor: torch.Tensor) -> str:
     flat = tensor.reshape(-1)  # a 0-dim tensor (BatchNorm's num_batches_tracked) has no byte view
     raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
-    return xxhash.xxh3_64_hexdigest(raw.numpy().tobytes())
+    return xxhash.xxh3_64_hexdigest(raw.numpy())  # type: ignore[arg-type]  # hashed in place, no bytes copy
 
 
 def _norm(tensor: torch.Tensor) -> float:
@@ -140,7 +145,8 @@ class StateReporter:
 
     def _grad_ready(self, parameter: torch.Tensor) -> None:
         if self.state_step() and parameter.grad is not None:
-            self.grads[id(parameter)] = _local(parameter.grad).clone()
+            # DDP's all_reduce averages .grad in place later: the local gradient needs its own copy
+            self.grads[id(parameter)] = _local(parameter.grad).clone(memory_format=torch.contiguous_format)
 
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if _initialising_state():
@@ -148,7 +154,10 @@ class StateReporter:
         if self.state_step():
             for group in optimizer.param_groups:
                 for parameter in group["params"]:
-                    self.before[id(parameter)] = _local(parameter).clone()
+                    # the step updates the parameter in place: the weights before it need their own copy
+                    self.before[id(parameter)] = _local(parameter).clone(
+                        memory_format=torch.contiguous_format
+                    )
 
     def after_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if _initialising_state():
