@@ -131,21 +131,26 @@ class Inboxes:
                     continue
 
     def _read(self, rank: int, channel: socket.socket) -> None:
-        """Take what the channel holds now into the rank's message in progress (a partial read
-        resumes at the next one: wire.MessageReader keeps where it is)."""
+        """Take what the channel holds now into the rank's message in progress, up to its end (a
+        partial read resumes at the next one: wire.MessageReader keeps where it is)."""
         reader = self.readers.get(rank)
         if reader is None:
             reader = self.readers[rank] = MessageReader(writable=False)
         try:
-            with reader.target() as view:
-                count = channel.recv_into(view, min(READ_BYTES_MAX, len(view)))
-            if count == 0:
-                self._end(rank, ChannelClosed("the other side closed the channel"))
-                return
-            message = reader.advance(count)
-            if message is not None:
-                del self.readers[rank]
-                self.queues.setdefault(rank, deque()).append(message)
+            while True:  # on while each read fills what it asked for: the prefix, then the body...
+                with reader.target() as view:
+                    asked = min(READ_BYTES_MAX, len(view))
+                    count = channel.recv_into(view, asked, socket.MSG_DONTWAIT)
+                if count == 0:
+                    self._end(rank, ChannelClosed("the other side closed the channel"))
+                    return
+                message = reader.advance(count)
+                if message is not None:
+                    del self.readers[rank]
+                    self.queues.setdefault(rank, deque()).append(message)
+                    return
+                if count < asked:
+                    return  # the channel holds no more for now: select again
         except ProtocolError as error:
             self._end(rank, error)
         except (BlockingIOError, InterruptedError, TimeoutError):
