@@ -181,6 +181,8 @@ def placeholder(index: int, code: int = wire.FRAME_CODE) -> msgpack.ExtType:
         ({"a": placeholder(0, code=7)}, [b"a" * 8], "unknown msgpack ext type 7"),
         ({"a": msgpack.ExtType(wire.FRAME_CODE, b"\x00" * 9)}, [b"a" * 8], "not valid msgpack"),
         ([placeholder(0)], [b"a" * 8], "not a map"),
+        ({"kind": placeholder(0)}, [b"a" * 8], "outside a tensor's data \\(at 'kind'\\)"),
+        ({"inputs": [placeholder(0)]}, [b"a" * 8], "outside a tensor's data"),
     ],
     ids=[
         "a frame that is not there",
@@ -189,6 +191,8 @@ def placeholder(index: int, code: int = wire.FRAME_CODE) -> msgpack.ExtType:
         "an unknown ext type",
         "a placeholder too long",
         "not a map",
+        "a frame as a message's kind",
+        "a frame in a list",
     ],
 )
 def test_a_malformed_frame_reference_is_a_protocol_error(

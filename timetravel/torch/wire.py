@@ -18,7 +18,8 @@ becomes a uint8 array over its frame in that buffer: ``arrays.decode`` and the r
 in place, with no copy (read-only on the coordinator, so the World's arrays are immutable as bytes
 were). Every count is checked before anything it announces is read or allocated: the skeleton and the
 frame count first, then each frame's size and the total against ``MESSAGE_BYTES_MAX``; a placeholder
-naming no frame, a frame named twice or never, an unknown ext type — a :class:`ProtocolError`.
+naming no frame, a frame named twice or never or anywhere but as a ``data`` value, an unknown ext
+type — a :class:`ProtocolError`.
 
 A send owns nothing: ``send_message`` returns once the kernel has every byte, so a frame may be a
 view of a live tensor only because nothing runs on the rank between the encoding and that moment.
@@ -257,4 +258,19 @@ def decode_message(
         raise ProtocolError(f"message is a {type(message).__name__}, not a map")
     if len(used) != len(frames):
         raise ProtocolError(f"message names {len(used)} of its {len(frames)} frames")
+    if frames:
+        _check_placement(message)
     return message
+
+
+def _check_placement(value: Any, key: Any = None) -> None:
+    """A frame may only be a tensor's ``data``: anywhere else (a kind, a rank, a list) it would reach
+    code that expects plain data, so the message is malformed."""
+    if isinstance(value, dict):
+        for name, item in value.items():
+            _check_placement(item, name)
+    elif isinstance(value, list):
+        for item in value:
+            _check_placement(item)
+    elif isinstance(value, np.ndarray) and key != "data":
+        raise ProtocolError(f"message holds a frame outside a tensor's data (at {key!r})")
