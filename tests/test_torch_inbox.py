@@ -8,12 +8,15 @@ raised where it was, after the messages before it. No torch needed: socket pairs
 
 from __future__ import annotations
 
+import itertools
 import socket
 import struct
 import threading
 
+import numpy as np
 import pytest
 
+from timetravel.torch import arrays
 from timetravel.torch.driver import RankDriver, RankStuck
 from timetravel.torch.inbox import Inboxes
 from timetravel.torch.wire import ChannelClosed, ProtocolError, encode_message, receive_message, send_message
@@ -75,7 +78,7 @@ def test_a_closed_channel_is_raised_after_the_messages_before_it_and_again_after
 def test_a_malformed_message_is_raised_at_its_place() -> None:
     coordinator, ranks = pairs(1)
     send_message(ranks[0], {"kind": "output", "lines": ["fine"]})
-    ranks[0].sendall(struct.pack("<I", 3) + b"\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
+    ranks[0].sendall(struct.pack("<II", 3, 0) + b"\xc1\xc1\xc1")  # 0xc1 is never valid msgpack
     inboxes = Inboxes()
     assert inboxes.wait_for(0, coordinator, timeout_s=5.0)
     assert inboxes.take(0)["lines"] == ["fine"]
@@ -140,8 +143,62 @@ def test_the_coordinator_sending_a_large_result_reads_a_rank_sending_a_large_mes
     thread = threading.Thread(target=rank_one, daemon=True)
     thread.start()
     inboxes = Inboxes()
-    header, body = encode_message({"kind": "result", "data": b"r" * BIG_BYTES})
-    inboxes.send(1, coordinator, header + body, timeout_s=60.0)
+    inboxes.send(1, coordinator, encode_message({"kind": "result", "data": b"r" * BIG_BYTES}), timeout_s=60.0)
     thread.join(timeout=60)
     assert not thread.is_alive() and received[0]["data"] == b"r" * BIG_BYTES
     assert inboxes.take(1)["data"] == b"s" * BIG_BYTES  # what the rank sent meanwhile is queued, whole
+
+
+def test_a_framed_message_arriving_in_pieces_is_read_between_another_ranks_messages() -> None:
+    """Tensors travel as frames after the msgpack skeleton (torch/wire.py): a read that stops inside
+    the prefix, the frame-size table, the skeleton or a frame resumes there at the channel's next read,
+    while the coordinator keeps taking the other rank's messages."""
+    coordinator, ranks = pairs(2)
+    weights = np.arange(200_000, dtype=np.float32)
+    message = {
+        "kind": "step",
+        "state": {"w": {"dtype": "float32", "shape": [200_000], "data": weights}, "b": np.ones(3)},
+    }
+    data = b"".join(bytes(buffer) for buffer in encode_message(message))
+    cuts = [0, 3, 8, 10, 13, 40, 100, 5_000, 60_000]  # inside each part of the message, each piece
+    inboxes = Inboxes()  # smaller than a socket buffer (so that this thread's sendall returns)
+    for number, (start, end) in enumerate(itertools.pairwise(cuts)):
+        ranks[1].sendall(data[start:end])
+        send_message(ranks[0], {"kind": "output", "lines": [str(number)]})
+        assert inboxes.wait_for(0, coordinator, timeout_s=5.0)
+        assert inboxes.take(0)["lines"] == [str(number)]
+        assert not inboxes.queued(1)
+    assert not inboxes.readers[1].idle()  # a message in progress, read up to where its bytes end
+    rest = threading.Thread(target=ranks[1].sendall, args=(data[cuts[-1] :],))
+    rest.start()
+    assert inboxes.wait_for(1, coordinator, timeout_s=5.0)
+    received = inboxes.take(1)
+    assert arrays.decode(received["state"]["w"]).tobytes() == weights.tobytes()
+    assert received["state"]["b"] == np.ones(3).tobytes()  # a small array rides inline, as bytes
+    rest.join(timeout=5)
+    assert not inboxes.queued(1) and 1 not in inboxes.readers
+
+
+def test_the_coordinator_sending_framed_results_reads_a_rank_sending_framed_state() -> None:
+    """The deadlock of the test above, with tensors as frames both ways (the World's result lifted out
+    of its ``bytes`` by arrays.out_of_band, the rank's state from numpy views)."""
+    coordinator, ranks = pairs(2)
+    state = np.full(BIG_BYTES // 4, 7, dtype=np.float32)
+    result = arrays.encode(np.full(BIG_BYTES // 8, 3.0), "float64")
+    received: list[dict] = []
+
+    def rank_one() -> None:
+        send_message(
+            ranks[1], {"kind": "step", "w": {"dtype": "float32", "shape": [state.size], "data": state}}
+        )
+        received.append(receive_message(ranks[1]))
+
+    thread = threading.Thread(target=rank_one, daemon=True)
+    thread.start()
+    inboxes = Inboxes()
+    message = {"kind": "result", "t_ns": 1, "results": {"1": [result]}}
+    inboxes.send(1, coordinator, encode_message(arrays.out_of_band(message)), timeout_s=60.0)
+    thread.join(timeout=60)
+    assert not thread.is_alive()
+    assert bytes(received[0]["results"]["1"][0]["data"]) == result["data"]
+    assert arrays.decode(inboxes.take(1)["w"]).tobytes() == state.tobytes()

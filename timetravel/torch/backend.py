@@ -52,6 +52,11 @@ def channel() -> Channel:
 
 
 def tensor_to_wire(tensor: torch.Tensor) -> dict[str, Any]:
+    """The wire form of a tensor: its data a numpy view of the tensor's own memory (no copy unless it
+    is not contiguous), which the wire sends as a frame or inline (timetravel/torch/wire.py).
+
+    The view is read while the message is sent, synchronously: the bytes that leave are the tensor's
+    at the moment of the call. A caller that sends later must pass a tensor of its own (a clone)."""
     tensor = tensor.detach()
     if tensor.device.type != "cpu":
         tensor = tensor.cpu()
@@ -60,21 +65,28 @@ def tensor_to_wire(tensor: torch.Tensor) -> dict[str, Any]:
         raise UnsupportedCollective(f"unsupported tensor dtype {tensor.dtype} in a collective")
     tensor = tensor.contiguous()
     if name == "bfloat16":
-        data = tensor.view(torch.int16).numpy().tobytes()
+        data = tensor.view(torch.int16).numpy()
     elif name == "bool":
-        data = tensor.to(torch.uint8).numpy().tobytes()
+        data = tensor.to(torch.uint8).numpy()
     else:
-        data = tensor.numpy().tobytes()
+        data = tensor.numpy()
     return {"dtype": name, "shape": list(tensor.shape), "data": data}
 
 
 def wire_to_tensor(wire: dict[str, Any]) -> torch.Tensor:
+    """A received tensor: over the message's own buffer when its bytes came as a frame (a fresh buffer
+    per message, owned by nobody else), a copy when they came inline (``bytes`` are read-only)."""
     name = wire["dtype"]
+    data = wire["data"]
+    numpy_dtype = np.dtype(np.int16) if name == "bfloat16" else DTYPES[name]
+    if isinstance(data, np.ndarray) and data.flags.writeable:
+        array = data.view(numpy_dtype)
+    else:
+        array = np.frombuffer(data, dtype=numpy_dtype).copy()
+    tensor = torch.from_numpy(array)
     if name == "bfloat16":
-        array = np.frombuffer(wire["data"], dtype=np.int16)
-        return torch.from_numpy(array.copy()).view(torch.bfloat16).reshape(wire["shape"])
-    array = np.frombuffer(wire["data"], dtype=DTYPES[name])
-    return torch.from_numpy(array.copy()).reshape(wire["shape"])
+        tensor = tensor.view(torch.bfloat16)
+    return tensor.reshape(wire["shape"])
 
 
 class SimulatedWork(dist.Work):

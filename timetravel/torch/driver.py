@@ -26,6 +26,7 @@ import tempfile
 from collections.abc import Callable
 from typing import Any, TextIO
 
+from timetravel.torch import arrays
 from timetravel.torch.inbox import Inboxes
 from timetravel.torch.limits import RANK_START_TIMEOUT_S
 from timetravel.torch.wire import ChannelClosed, ProtocolError, encode_message, receive_message
@@ -310,9 +311,9 @@ class RankDriver:
                 f"r{rank} has no channel in this driver (its ranks: {sorted(self.sockets)}, "
                 f"{'stopped' if self.world is None else 'live'})"
             )
-        header, body = encode_message(message)
+        buffers = encode_message(arrays.out_of_band(message))
         with contextlib.suppress(OSError):
-            self.inboxes.send(rank, self.sockets, header + body, self.stuck_timeout_s)
+            self.inboxes.send(rank, self.sockets, buffers, self.stuck_timeout_s)
 
     def kill(self, rank: int) -> None:
         """End one rank now (a crash fault, or a rank whose run is over)."""

@@ -19,26 +19,14 @@ import time
 from collections import deque
 from typing import Any
 
-from timetravel.torch.limits import MESSAGE_HEADER_BYTES
-from timetravel.torch.wire import ChannelClosed, ProtocolError, decode_message, message_length
+from timetravel.torch.wire import ChannelClosed, MessageReader, Outgoing, ProtocolError
 
 READ_BYTES_MAX = 1 << 22
-"""One ``recv`` of a message body: a large message arrives in several reads."""
+"""One ``recv`` of a message body: a large message arrives in several reads, and the other channels
+are read in between."""
 BLOCKING_KINDS = ("wait", "exit")
 """The messages after which a rank sends nothing until the World answers: ``wait`` (it blocks for a
 result) and ``exit`` (its script ended; it lingers until the coordinator closes its channel)."""
-
-
-class _Reader:
-    """The message being read from one channel: its header, then its body."""
-
-    def __init__(self) -> None:
-        self.header = bytearray()
-        self.body: bytearray | None = None
-        self.filled = 0
-
-    def idle(self) -> bool:
-        return not self.header and self.body is None
 
 
 class Inboxes:
@@ -46,7 +34,7 @@ class Inboxes:
 
     def __init__(self) -> None:
         self.queues: dict[int, deque[Any]] = {}
-        self.readers: dict[int, _Reader] = {}
+        self.readers: dict[int, MessageReader] = {}
         self.ended: set[int] = set()
         """Ranks whose channel ended or broke (the queue's last entry says how): not read again."""
 
@@ -112,8 +100,11 @@ class Inboxes:
                 self._read(readable[channel], channel)
         return True
 
-    def send(self, rank: int, sockets: dict[int, socket.socket], data: bytes, timeout_s: float) -> None:
-        """Write ``data`` to ``rank``'s channel, reading every channel meanwhile.
+    def send(
+        self, rank: int, sockets: dict[int, socket.socket], buffers: list[Any], timeout_s: float
+    ) -> None:
+        """Write a message's ``buffers`` (wire.encode_message) to ``rank``'s channel, reading every
+        channel meanwhile.
 
         A rank may be sending a large message (its step's state) at the moment the World hands it a
         large result: each side blocked in ``sendall`` on a full buffer while nobody reads is a
@@ -122,49 +113,44 @@ class Inboxes:
         (a rank that has stopped reading) it falls back to a blocking write."""
         target = sockets[rank]
         deadline = time.monotonic() + timeout_s
-        with memoryview(data) as view:
-            sent = 0
-            while sent < len(view):
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    target.sendall(view[sent:])
-                    return
-                readable = {sockets[r]: r for r in sorted(sockets) if r not in self.ended}
-                ready, writable, _ = select.select(list(readable), [target], [], remaining)
-                for channel in ready:
-                    self._read(readable[channel], channel)
-                if writable:
-                    try:
-                        sent += target.send(view[sent : sent + READ_BYTES_MAX], socket.MSG_DONTWAIT)
-                    except BlockingIOError:
-                        continue
+        outgoing = Outgoing(buffers)
+        while not outgoing.done():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                while not outgoing.done():
+                    outgoing.send(target)
+                return
+            readable = {sockets[r]: r for r in sorted(sockets) if r not in self.ended}
+            ready, writable, _ = select.select(list(readable), [target], [], remaining)
+            for channel in ready:
+                self._read(readable[channel], channel)
+            if writable:
+                try:
+                    outgoing.send(target, socket.MSG_DONTWAIT)
+                except BlockingIOError:
+                    continue
 
     def _read(self, rank: int, channel: socket.socket) -> None:
-        reader = self.readers.setdefault(rank, _Reader())
+        """Take what the channel holds now into the rank's message in progress, up to its end (a
+        partial read resumes at the next one: wire.MessageReader keeps where it is)."""
+        reader = self.readers.get(rank)
+        if reader is None:
+            reader = self.readers[rank] = MessageReader(writable=False)
         try:
-            if reader.body is None:
-                chunk = channel.recv(MESSAGE_HEADER_BYTES - len(reader.header))
-                if not chunk:
-                    self._end(rank, ChannelClosed("the other side closed the channel"))
-                    return
-                reader.header += chunk
-                if len(reader.header) < MESSAGE_HEADER_BYTES:
-                    return
-                reader.body = bytearray(message_length(reader.header))
-                reader.filled = 0
-            if reader.filled < len(reader.body):
-                with memoryview(reader.body) as view:
-                    count = channel.recv_into(
-                        view[reader.filled :], min(READ_BYTES_MAX, len(view) - reader.filled)
-                    )
+            while True:  # on while each read fills what it asked for: the prefix, then the body...
+                with reader.target() as view:
+                    asked = min(READ_BYTES_MAX, len(view))
+                    count = channel.recv_into(view, asked, socket.MSG_DONTWAIT)
                 if count == 0:
                     self._end(rank, ChannelClosed("the other side closed the channel"))
                     return
-                reader.filled += count
-            if reader.filled == len(reader.body):
-                message = decode_message(reader.body)
-                self.readers[rank] = _Reader()
-                self.queues.setdefault(rank, deque()).append(message)
+                message = reader.advance(count)
+                if message is not None:
+                    del self.readers[rank]
+                    self.queues.setdefault(rank, deque()).append(message)
+                    return
+                if count < asked:
+                    return  # the channel holds no more for now: select again
         except ProtocolError as error:
             self._end(rank, error)
         except (BlockingIOError, InterruptedError, TimeoutError):

@@ -9,8 +9,22 @@ MESSAGE_BYTES_MAX = 1 << 31
 """One message between a rank and the coordinator: 2 GiB, the largest tensor set one collective may
 carry (a 500M-parameter fp32 bucket). Checked from the length prefix, before anything is read."""
 
-MESSAGE_HEADER_BYTES = 4
-"""A message is a 4-byte little-endian length, then that many bytes of msgpack."""
+MESSAGE_HEADER_BYTES = 8
+"""A message starts with two 4-byte little-endian counts: the bytes of its msgpack skeleton and the
+number of out-of-band frames that follow it (timetravel/torch/wire.py)."""
+
+FRAMES_MAX = 65_536
+"""Out-of-band frames (tensors' bytes) in one message: a state message carries about four per
+parameter tensor (the tensor, its gradient, two Adam moments), so this admits a model of 16,000
+parameter tensors; the frame-size table a count announces is at most 256 KiB, read before the body."""
+
+FRAME_BYTES_MIN = 4096
+"""A tensor's bytes travel out of band from this size on: below it, copying them into the msgpack
+skeleton costs less than a frame's bookkeeping (an entry in the size table, a buffer to send)."""
+
+FRAME_ALIGN_BYTES = 64
+"""Each frame starts at a multiple of this offset in the receiver's buffer (which numpy allocates at
+least 16-byte aligned), so that the arrays read over it in place are aligned for every dtype."""
 
 NPROC_MAX = 1024
 """Ranks one run may start: each is a forked process of a few tens of MiB private memory."""

@@ -282,14 +282,16 @@ def parameter_digests(optimizer: torch.optim.Optimizer, shards: bool = False) ->
             data = parameter.detach()
             if hasattr(data, "to_local"):
                 data = data.to_local()
-            data = data.cpu().contiguous()
+            if data.device.type != "cpu":
+                data = data.cpu()  # only off the CPU: rank_env's patched .cpu() copies even a CPU tensor
+            data = data.contiguous()
             raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
             digests.append(
                 [
                     parameter_name(parameter, group_index, position),
                     list(data.shape),
                     str(data.dtype).removeprefix("torch."),
-                    xxhash.xxh3_64_hexdigest(raw.numpy().tobytes()),
+                    xxhash.xxh3_64_hexdigest(raw.numpy()),  # hashed in place, not copied to bytes
                 ]
             )
     return digests

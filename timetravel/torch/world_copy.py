@@ -7,8 +7,9 @@ of pages to decompress, un-shuffle and un-XOR). The torch world source (world_so
 copy of the World where it keeps a checkpoint at a snapshot point, and hands out copies of that.
 
 A copy shares what cannot change — scalars, strings, bytes, and read-only arrays whose memory is
-immutable (a view of ``bytes``, as every tensor a rank sends is: torch/arrays.py ``decode``; or a
-frozen array that owns its memory, as ``freeze`` makes) — and copies everything else, so neither the
+immutable (a view of ``bytes`` or of a read-only message buffer, as every tensor a rank sends is:
+torch/arrays.py ``decode``, torch/wire.py; or a frozen array that owns its memory, as ``freeze``
+makes) — and copies everything else, so neither the
 kept World nor any copy handed out can reach another's mutable state. The World is plain data
 (sim/world.py), so this walk is the whole of it.
 """
@@ -82,6 +83,8 @@ def immutable(array: np.ndarray) -> bool:
     while isinstance(base, np.ndarray):
         if base.flags.writeable:
             return False
+        if base.base is None:
+            return True  # over a read-only array owning its memory: a frame's message buffer (wire.py)
         base = base.base
     return isinstance(base, bytes)
 
