@@ -7,7 +7,8 @@ Both sides run the same files on this machine in one bench run (the gloo side on
   import included: what a user waits for). Target ≤ 1.0.
 * ``collective_overhead_us`` — the simulator's wall cost of one small all_reduce on 4 ranks: a script
   doing ``LOOP_CALLS`` of them, minus the same script doing none, over ``LOOP_CALLS`` (in-process, the
-  zygote warm); ``gloo_collective_us`` is the same figure for real gloo.
+  zygote warm); ``gloo_collective_us`` is the same figure for real gloo, timed by the script itself
+  around its loop (subtracting whole torchrun commands left 0.0: their start-up noise swamped it).
 * ``sim_per_wall`` — simulated seconds per wall second on the DDP run (warm zygote).
 
 Best of ``REPEATS`` for each figure. The CPU build of torch, 1 intra-op thread on both sides.
@@ -44,6 +45,11 @@ active exception" after the script's last line): such a run is tried again, and 
 
 
 def _command_s(command: list[str]) -> float:
+    return _command(command)[0]
+
+
+def _command(command: list[str]) -> tuple[float, str]:
+    """(wall seconds, stdout) of a command that succeeded, tried up to ATTEMPTS times."""
     environment = {**os.environ, "OMP_NUM_THREADS": "1", "GLOO_SOCKET_IFNAME": "lo"}
     for _attempt in range(ATTEMPTS):
         started = time.perf_counter()
@@ -52,9 +58,18 @@ def _command_s(command: list[str]) -> float:
         )
         wall_s = time.perf_counter() - started
         if result.returncode == 0:
-            return wall_s
+            return wall_s, result.stdout
     last_line = (result.stderr.strip().splitlines() or ["no output"])[-1]
     raise RuntimeError(f"{' '.join(command[2:4])} failed {ATTEMPTS} times: {last_line}")
+
+
+def _gloo_loop_s(calls: int) -> float:
+    """The loop's own seconds under real torchrun (the script's ``loop_wall_s`` line, rank 0)."""
+    _wall_s, output = _command(_gloo(LOOP_SCRIPT, str(calls)))
+    for line in output.splitlines():
+        if line.startswith("loop_wall_s "):
+            return float(line.split()[1])
+    raise RuntimeError(f"{LOOP_SCRIPT.name} under torchrun printed no loop_wall_s line")
 
 
 def _gloo(script: Path, *arguments: str) -> list[str]:
@@ -108,8 +123,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
     _in_process(LOOP_SCRIPT, "0")  # starts the zygote: what follows is warm
     loop_s, _ = best_of(lambda: _in_process(LOOP_SCRIPT, str(calls)), repeats)
     empty_s, _ = best_of(lambda: _in_process(LOOP_SCRIPT, "0"), repeats)
-    gloo_loop_s = min(_command_s(_gloo(LOOP_SCRIPT, str(calls))) for _ in range(repeats))
-    gloo_empty_s = min(_command_s(_gloo(LOOP_SCRIPT, "0")) for _ in range(repeats))
+    gloo_loop_s = min(_gloo_loop_s(calls) for _ in range(repeats))
     ddp_s, report = best_of(lambda: _in_process(DDP_SCRIPT, "--steps", steps), repeats)
     scale = run_scale_bench(quick)  # first: the rewind figures leave this process holding a recording
     rewind = run_rewind_bench(quick)
@@ -121,7 +135,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
             "timetravel_run_s": round(simulated_s, 3),
             "run_ratio_vs_gloo": round(simulated_s / gloo_s, 3),
             "collective_overhead_us": round(max(loop_s - empty_s, 0.0) / calls * 1e6, 1),
-            "gloo_collective_us": round(max(gloo_loop_s - gloo_empty_s, 0.0) / calls * 1e6, 1),
+            "gloo_collective_us": round(gloo_loop_s / calls * 1e6, 1),
             "sim_per_wall": round(report["t_end_ns"] / 1e9 / ddp_s, 6),
             "warm_run_s": round(ddp_s, 3),
             **rewind,
