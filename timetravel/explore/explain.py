@@ -422,18 +422,7 @@ class _Explainer:
         trace = cause.trace
         record = next((f for f in trace.faults if str(f.get("id")) == cause.fault_id), {})
         self.fault_events.add(trace.number)
-        self.add(
-            ExplainLink(
-                LINK_FAULT,
-                trace.number,
-                trace.event.t,
-                trace.event.dst,
-                trace.event.kind,
-                cause.what,
-                because=cause.because,
-                fault=cause.detail,
-            )
-        )
+        self.add(_fault_link(trace, cause.what, because=cause.because, fault=cause.detail))
         if cause.fault_id not in self.roots:
             self.roots.append(cause.fault_id)
             self.add(self.root_link(cause.fault_id, record))
@@ -479,22 +468,18 @@ class _Explainer:
             what = f"fault {fault_id} ({record.get('kind', '?')}) acted" + (
                 f", drawing {', '.join(drawn)}" if drawn else ""
             )
-            self.add(
-                ExplainLink(
-                    LINK_FAULT,
-                    trace.number,
-                    trace.event.t,
-                    trace.event.dst,
-                    trace.event.kind,
-                    what.rstrip(": "),
-                    _link_changes(trace, flipped=True),
-                )
-            )
+            self.add(_fault_link(trace, what.rstrip(": "), _link_changes(trace, flipped=True)))
             if fault_id in self.roots:
                 continue
             self.roots.append(fault_id)
             self.add(self.root_link(fault_id, record))
         return True
+
+
+def _fault_link(trace: EventTrace, what: str, *arguments: Any, **options: Any) -> ExplainLink:
+    """The link of the event a fault acted in (``arguments``/``options``: ExplainLink's after ``what``)."""
+    event = trace.event
+    return ExplainLink(LINK_FAULT, trace.number, event.t, event.dst, event.kind, what, *arguments, **options)
 
 
 SUMMARY_CHARS_MAX = 110
