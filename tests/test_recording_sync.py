@@ -1,6 +1,7 @@
-"""When a recording reaches the disk (issue 18 part 6): every snapshot is flushed to the OS, so a
-reader (or a writer that dies) sees it at once; fsync, which only an OS crash needs and which cost
-~10 ms a snapshot, runs every SYNC_BYTES_MIN bytes and at close."""
+"""When a recording reaches the disk (issue 18 part 6): every snapshot is flushed to the OS as soon
+as the recorder's writer thread wrote it (``Recorder.flush`` waits for that), so a reader (or a
+writer that dies) sees it; fsync, which only an OS crash needs and which cost ~10 ms a snapshot,
+runs every SYNC_BYTES_MIN bytes and at close."""
 
 from __future__ import annotations
 
@@ -39,6 +40,7 @@ def test_snapshots_are_flushed_but_fsynced_only_at_close(
     fsyncs = _count_fsyncs(monkeypatch)
     recorder = _recorder(tmp_path / "run.ttr")
     recorder.run(max_events=1000)
+    recorder.flush()
     taken = len(recorder.writer.catalog.manifests["main"])
     assert taken >= 2 and fsyncs == []  # a few snapshots of a few KB: no fsync yet
     with RecordingReader.open(tmp_path / "run.ttr") as reader:  # yet every snapshot is readable
@@ -55,6 +57,7 @@ def test_a_snapshot_fsyncs_once_enough_bytes_were_written(
     monkeypatch.setattr(recording_writer, "SYNC_BYTES_MIN", 1)
     recorder = _recorder(tmp_path / "run.ttr")
     recorder.run(max_events=1000)
+    recorder.flush()
     assert (
         len(fsyncs) == len(recorder.writer.catalog.manifests["main"]) >= 2
     )  # every snapshot wrote at least a byte

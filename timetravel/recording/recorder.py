@@ -42,6 +42,7 @@ from timetravel.recording.format import (
     FrameType,
     RecordingError,
 )
+from timetravel.recording.write_thread import WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
 from timetravel.sim.encoding import PAGE_BYTES, pack
@@ -52,7 +53,7 @@ from timetravel.sim.runner import build_world, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 from timetravel.snapshot.codec import XOR_CHAIN_MAX, element_bytes, encode_page
-from timetravel.snapshot.entries import Blob
+from timetravel.snapshot.entries import Blob, Item, Page
 from timetravel.snapshot.store import Snapshot, SnapshotStore
 
 SNAPSHOT_EVERY_EVENTS_DEFAULT = 2 * CHAIN_BATCH_EVENTS_DEFAULT
@@ -146,6 +147,8 @@ class Recorder:
         header["determinism"] = self.simulation.determinism
         self.writer = writer if writer is not None else RecordingWriter.create(path, header)
         self.path = self.writer.path
+        self.write_thread = WriteThread(f"timetravel writer {self.path.name}")
+        """Every frame after the header is written by this thread, in order (write_thread.py says why)."""
         self.snapshot()
 
     # -- the run ----------------------------------------------------------------------------------
@@ -159,12 +162,20 @@ class Recorder:
             on_pause=self._on_pause,
         )
 
+    def flush(self) -> None:
+        """Wait until the writer thread has written every frame so far (and raise its error, if a
+        write failed): a reader opening the file then sees every snapshot taken."""
+        self.write_thread.drain()
+
     def _on_pause(self, _simulation: Simulation) -> None:
         self.snapshot()
 
     def _on_batch(self, first: int, events: list[Event], digest: bytes) -> None:
-        self.writer.events(
-            self.branch, first, self.simulation.chain_batch_bytes, len(events), digest, partial=False
+        packed = self.simulation.chain_batch_bytes  # a new bytes object per batch: the job owns it
+        self.write_thread.submit(
+            functools.partial(
+                self.writer.events, self.branch, first, packed, len(events), digest, partial=False
+            )
         )
         self.since.append(events)
         self._write_choices()
@@ -172,21 +183,29 @@ class Recorder:
     def _write_choices(self) -> None:
         log = self.choice_log
         if log:
-            payload = {"branch": self.branch, "first": self.choices_written, "entries": log}
-            self.writer.frame(FrameType.CHOICES, payload)
+            payload = {"branch": self.branch, "first": self.choices_written, "entries": list(log)}
+            self.write_thread.submit(functools.partial(self.writer.frame, FrameType.CHOICES, payload))
             self.choices_written += len(log)
             del log[:]
+
+    def _write(self, frame_type: FrameType, payload: dict[str, Any]) -> None:
+        self.write_thread.submit(functools.partial(self.writer.frame, frame_type, payload))
 
     # -- snapshots --------------------------------------------------------------------------------
 
     def snapshot(self, *, full: bool = False, final: bool = False) -> Snapshot:
-        """Take a snapshot now, write its new blobs and manifest, and flush them to the OS (fsync
-        every SYNC_BYTES_MIN and at close: writer.SYNC_BYTES_MIN says why)."""
+        """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot)."""
         since = None if full or not self.store.snapshots else [*self.since, self.world.chain_batch]
         snapshot = self.store.take(self.world, since)
         self.since = []
-        write_snapshot(self.writer, snapshot, self.branch, final=final)
-        self.writer.sync(durable=False)
+        manifest = snapshot.manifest()
+        manifest["branch"] = self.branch
+        manifest["final"] = final
+        # The store empties new_items and bases at its next take: the job keeps its own references.
+        job = functools.partial(
+            write_snapshot, self.writer, list(snapshot.new_items), dict(snapshot.bases), manifest
+        )
+        self.write_thread.submit(job)
         return snapshot
 
     def finish(self, result: RunResult) -> dict[str, Any]:
@@ -194,7 +213,8 @@ class Recorder:
         world = self.world
         if world.chain_batch:
             digest = chain_step(world.chain_digest, world.chain_batch)
-            self.writer.events(
+            job = functools.partial(
+                self.writer.events,
                 self.branch,
                 world.chain_events,
                 pack(world.chain_batch),
@@ -202,6 +222,7 @@ class Recorder:
                 digest,
                 partial=True,
             )
+            self.write_thread.submit(job)
         self._write_choices()
         snapshot = self.snapshot(final=True)
         if snapshot.state_hash != world.state_hash():
@@ -210,10 +231,10 @@ class Recorder:
                 "state outside its own node; the final snapshot was re-encoded in full"
             )
             self.notes.append(note)
-            self.writer.frame(FrameType.NOTE, {"branch": self.branch, "level": "warning", "message": note})
+            self._write(FrameType.NOTE, {"branch": self.branch, "level": "warning", "message": note})
             self.snapshot(full=True, final=True)
         for failure in world.failures[:1]:
-            self.writer.frame(
+            self._write(
                 FrameType.FAILURE,
                 {"branch": self.branch, "event": world.events_processed, "failure": public_failure(failure)},
             )
@@ -227,39 +248,47 @@ class Recorder:
             "state_hash": world.state_hash(),
             "hash_chain": chain_head(world),
         }
-        self.writer.frame(FrameType.END, end)
-        self.writer.close()
+        self._write(FrameType.END, end)
+        try:
+            self.write_thread.submit(self.writer.close)
+            self.write_thread.drain()
+        finally:
+            self.write_thread.stop()
         return end
 
     def abort(self) -> None:
-        """Close after an interruption: what was written stays readable, without an END frame."""
+        """Close after an interruption: what was written stays readable, without an END frame
+        (what was queued for the writer thread is written first, unless a write failed)."""
+        self.write_thread.stop()
         if not self.writer.closed:
             self.writer.close()
 
 
-def write_snapshot(writer: RecordingWriter, snapshot: Snapshot, branch: str, *, final: bool = False) -> None:
-    """Write the blobs a snapshot created (float pages as XOR deltas), then its MANIFEST frame.
+def write_snapshot(
+    writer: RecordingWriter, new_items: list[Item], bases: dict[int, Page], manifest: dict[str, Any]
+) -> None:
+    """Write the blobs a snapshot created (float pages as XOR deltas against ``bases``), then its
+    MANIFEST frame, and flush them to the OS (fsync every SYNC_BYTES_MIN and at close:
+    writer.SYNC_BYTES_MIN says why).
 
     Blobs always precede the manifest that names them, so a file cut anywhere never holds a
     manifest whose blobs are missing."""
-    for item in snapshot.new_items:
+    for item in new_items:
         if isinstance(item, Blob):
-            _write_blob(writer, item, snapshot)
+            _write_blob(writer, item, bases)
     writer.flush_blobs()
-    manifest = snapshot.manifest()
-    manifest["branch"] = branch
-    manifest["final"] = final
     writer.frame(FrameType.MANIFEST, manifest)
+    writer.sync(durable=False)
 
 
-def _write_blob(writer: RecordingWriter, blob: Blob, snapshot: Snapshot) -> None:
+def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> None:
     for array in blob.arrays:
         if writer.has_blob(array.digest):
             continue
         for page in array.pages:
             if writer.has_blob(page.digest):
                 continue
-            base = snapshot.bases.get(id(page))
+            base = bases.get(id(page))
             depth = writer.page_depths.get(base.digest) if base is not None else None
             base_data = (
                 base.data if base is not None and depth is not None and depth < XOR_CHAIN_MAX else None

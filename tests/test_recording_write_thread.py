@@ -1,0 +1,108 @@
+"""The recorder's writer thread (recording/write_thread.py): the file is the one an inline writer
+writes, bit for bit; the queue is bounded; a failed write reaches the recorder; nothing is left
+running."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from timetravel.recording import RecordingReader, record_run
+from timetravel.recording import recorder as recorder_module
+from timetravel.recording.write_thread import WRITE_JOBS_QUEUED_MAX, WriteThread
+from timetravel.scenarios import get_scenario
+
+
+class InlineWrites:
+    """Runs each job at once on the recorder's thread: how recordings were written before."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def submit(self, job: Callable[[], object]) -> None:
+        job()
+
+    def drain(self) -> None:
+        pass
+
+    def stop(self) -> None:
+        pass
+
+
+def _record(path: Path, scenario_name: str, settings: list[str], seed: int) -> dict[str, object]:
+    scenario = get_scenario(scenario_name)
+    config = scenario.resolve_config(settings)
+    report, _world = record_run(scenario, config, seed, path, snapshot_every_events=256)
+    return report
+
+
+@pytest.mark.parametrize(
+    ("scenario_name", "settings", "seed"),
+    [("gossip", ["nodes=48", "rumors=12"], 5), ("dp_training", ["ranks=4", "steps=20"], 2)],
+)
+def test_the_writer_thread_writes_the_same_file_as_inline_writes(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scenario_name: str,
+    settings: list[str],
+    seed: int,
+) -> None:
+    threaded = _record(tmp_path / "threaded.ttr", scenario_name, settings, seed)
+    monkeypatch.setattr(recorder_module, "WriteThread", InlineWrites)
+    inline = _record(tmp_path / "inline.ttr", scenario_name, settings, seed)
+    assert (tmp_path / "threaded.ttr").read_bytes() == (tmp_path / "inline.ttr").read_bytes()
+    recording = threaded["recording"]
+    assert isinstance(recording, dict) and recording["snapshots"] >= 3
+    assert threaded["hash_chain"] == inline["hash_chain"]
+
+
+def test_no_writer_thread_outlives_its_recording(tmp_path: Path) -> None:
+    _record(tmp_path / "run.ttr", "gossip", ["nodes=16", "rumors=4"], 1)
+    assert not [thread for thread in threading.enumerate() if thread.name.startswith("timetravel writer")]
+    with RecordingReader.open(tmp_path / "run.ttr") as reader:
+        assert reader.truncation is None and reader.end("main") is not None
+
+
+def test_a_failed_write_is_raised_at_the_next_submit_and_stops_later_writes() -> None:
+    written: list[int] = []
+    writes = WriteThread("test writer")
+
+    def fail() -> None:
+        raise OSError(28, "No space left on device")
+
+    writes.submit(lambda: written.append(1))
+    writes.submit(fail)
+    writes.submit(lambda: written.append(3))  # queued before the failure is known: skipped
+    with pytest.raises(OSError, match="No space left"):
+        writes.drain()
+    with pytest.raises(OSError, match="No space left"):
+        writes.submit(lambda: written.append(4))
+    writes.stop()
+    assert written == [1] and writes.failed
+
+
+def test_submit_blocks_once_the_queue_is_full() -> None:
+    release = threading.Event()
+    writes = WriteThread("test writer")
+    started = threading.Event()
+
+    def first() -> None:
+        started.set()
+        release.wait(timeout=30)
+
+    writes.submit(first)
+    assert started.wait(timeout=30)  # the thread holds the first job; the queue is empty
+    for _ in range(WRITE_JOBS_QUEUED_MAX):
+        writes.submit(lambda: None)
+    blocked = threading.Thread(target=writes.submit, args=(lambda: None,))
+    blocked.start()
+    blocked.join(timeout=0.5)
+    assert blocked.is_alive()  # one job past the bound waits for room
+    release.set()
+    blocked.join(timeout=30)
+    assert not blocked.is_alive()
+    writes.drain()
+    writes.stop()
