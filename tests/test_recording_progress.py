@@ -31,7 +31,7 @@ def _start_recording(path: Path, events: int = 300) -> Recorder:
     config = scenario.resolve_config(["nodes=24", "rumors=6"])
     recorder = Recorder(scenario, build_world(scenario, config, 4), path, snapshot_every_events=256)
     recorder.run(max_events=events)
-    recorder.writer.sync()
+    recorder.flush()  # the writer thread is idle from here: the test may use the writer itself
     return recorder
 
 

@@ -4,16 +4,18 @@ running."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from timetravel.recording import RecordingReader, record_run
+from timetravel.recording import Recorder, RecordingReader, record_run
 from timetravel.recording import recorder as recorder_module
 from timetravel.recording.write_thread import WRITE_JOBS_QUEUED_MAX, WriteThread
 from timetravel.scenarios import get_scenario
+from timetravel.sim.runner import build_world
 
 
 class InlineWrites:
@@ -29,6 +31,9 @@ class InlineWrites:
         pass
 
     def stop(self) -> None:
+        pass
+
+    def abandon(self) -> None:
         pass
 
 
@@ -59,11 +64,33 @@ def test_the_writer_thread_writes_the_same_file_as_inline_writes(
     assert threaded["hash_chain"] == inline["hash_chain"]
 
 
+def _writer_threads(path: Path) -> list[threading.Thread]:
+    return [thread for thread in threading.enumerate() if thread.name == f"timetravel writer {path.name}"]
+
+
 def test_no_writer_thread_outlives_its_recording(tmp_path: Path) -> None:
-    _record(tmp_path / "run.ttr", "gossip", ["nodes=16", "rumors=4"], 1)
-    assert not [thread for thread in threading.enumerate() if thread.name.startswith("timetravel writer")]
-    with RecordingReader.open(tmp_path / "run.ttr") as reader:
+    path = tmp_path / "finished-here.ttr"
+    _record(path, "gossip", ["nodes=16", "rumors=4"], 1)
+    assert not _writer_threads(path)
+    with RecordingReader.open(path) as reader:
         assert reader.truncation is None and reader.end("main") is not None
+
+
+def test_a_recorder_dropped_without_finish_ends_its_thread(tmp_path: Path) -> None:
+    path = tmp_path / "dropped-here.ttr"
+    scenario = get_scenario("gossip")
+    recorder = Recorder(
+        scenario,
+        build_world(scenario, scenario.resolve_config(["nodes=16"]), 1),
+        path,
+        snapshot_every_events=64,
+    )
+    recorder.run(max_events=200)
+    (thread,) = _writer_threads(path)
+    del recorder  # the last reference (its simulation's callbacks make a cycle: the collector frees it)
+    gc.collect()
+    thread.join(timeout=30)
+    assert not thread.is_alive()
 
 
 def test_a_failed_write_is_raised_at_the_next_submit_and_stops_later_writes() -> None:

@@ -102,7 +102,7 @@ def test_a_recording_in_progress_is_followed_as_it_grows(tmp_path: Path) -> None
         scenario, build_world(scenario, scenario.resolve_config({}), 1), path, snapshot_every_events=64
     )
     recorder.run(max_events=200)
-    recorder.writer.sync()
+    recorder.flush()
     try:
 
         async def script(pilot: Pilot[Any], app: TimeTravelApp) -> None:
@@ -111,7 +111,7 @@ def test_a_recording_in_progress_is_followed_as_it_grows(tmp_path: Path) -> None
             assert "recording in progress" in view.status
             first_events = view.events_total
             recorder.run(max_events=300)
-            recorder.writer.sync()
+            recorder.flush()
             app._follow_recording()
             await settle(pilot)
             assert app.view is not None and app.view.in_progress

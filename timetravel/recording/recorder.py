@@ -26,6 +26,7 @@ the recorded choices by site.
 from __future__ import annotations
 
 import functools
+import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -149,6 +150,7 @@ class Recorder:
         self.path = self.writer.path
         self.write_thread = WriteThread(f"timetravel writer {self.path.name}")
         """Every frame after the header is written by this thread, in order (write_thread.py says why)."""
+        weakref.finalize(self, self.write_thread.abandon)
         self.snapshot()
 
     # -- the run ----------------------------------------------------------------------------------
@@ -163,8 +165,9 @@ class Recorder:
         )
 
     def flush(self) -> None:
-        """Wait until the writer thread has written every frame so far (and raise its error, if a
-        write failed): a reader opening the file then sees every snapshot taken."""
+        """Write every frame so far and flush the file to the OS, waiting for the writer thread (and
+        raise its error, if a write failed): a reader opening the file then sees all of it."""
+        self.write_thread.submit(functools.partial(self.writer.sync, durable=False))
         self.write_thread.drain()
 
     def _on_pause(self, _simulation: Simulation) -> None:

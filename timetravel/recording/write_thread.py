@@ -25,6 +25,7 @@ written before it stay readable.
 
 from __future__ import annotations
 
+import contextlib
 import queue
 import threading
 from collections.abc import Callable
@@ -43,6 +44,7 @@ class WriteThread:
         self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=WRITE_JOBS_QUEUED_MAX)
         self._error: BaseException | None = None
         self._stopped = False
+        self._abandoned = False
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
 
@@ -65,6 +67,13 @@ class WriteThread:
         self._jobs.put(None)
         self._thread.join()
 
+    def abandon(self) -> None:
+        """End the thread once what is queued ran, without waiting (its recorder was dropped without
+        ``finish`` or ``abort``: the thread must not outlive it, blocked on an empty queue)."""
+        self._abandoned = True
+        with contextlib.suppress(queue.Full):
+            self._jobs.put_nowait(None)
+
     @property
     def failed(self) -> bool:
         return self._error is not None
@@ -85,3 +94,5 @@ class WriteThread:
                 self._error = error
             finally:
                 self._jobs.task_done()
+            if self._abandoned and self._jobs.empty():
+                return
