@@ -252,7 +252,11 @@ def encode_page(data: bytes, dtype: str, base: bytes | None) -> tuple[int, bytes
         return CODEC_RAW, data
     itemsize = element_bytes(dtype)
     if base is not None and len(base) == len(data):
-        return CODEC_XOR_SHUFFLE, shuffle(xor_bytes(data, base), itemsize)
+        if itemsize <= 1 or len(data) % itemsize:
+            return CODEC_XOR_SHUFFLE, xor_bytes(data, base)
+        # XOR and shuffle in one pass over the page (shuffle(xor_bytes(...)) copies it once more)
+        delta = np.bitwise_xor(np.frombuffer(data, dtype=np.uint8), np.frombuffer(base, dtype=np.uint8))
+        return CODEC_XOR_SHUFFLE, delta.reshape(-1, itemsize).T.tobytes()
     return CODEC_SHUFFLE, shuffle(data, itemsize)
 
 
