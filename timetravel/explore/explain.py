@@ -412,6 +412,8 @@ class _Explainer:
         """A torch run's chain ends at the faults whose hits explain the failure (the event each
         acted in, with the collective, then its record), or at the line saying none does."""
         causes, no_fault = fault_causes(self.track, failure, self.trace)
+        if causes and failure.get("kind") == "nan":
+            self.links = [_made_from_a_fault(link) for link in self.links]
         for cause in causes:
             self.fault_link(cause)
         if not causes:
@@ -602,6 +604,9 @@ def _peer_value(nodes: dict[str, Any], roles: dict[str, str], node: str, key: st
     return max(counts.values(), key=lambda item: item[0])[1] if counts else None
 
 
+_NAN_CALL_TEXT = "sent the call whose inputs held the non-finite values"
+
+
 def _at_the_rank_s_call(failure: dict[str, Any]) -> Callable[[ExplainLink], ExplainLink | None]:
     """On a torch ``nan`` failure the chain ends at the failing rank's call that fed the values: what
     led the rank's process there is its own step (the failure site: step, batch, module), not the
@@ -610,13 +615,22 @@ def _at_the_rank_s_call(failure: dict[str, Any]) -> Callable[[ExplainLink], Expl
     def stop_at(link: ExplainLink) -> ExplainLink | None:
         if failure.get("kind") != "nan" or link.role != LINK_MESSAGE or link.node != failure.get("node"):
             return None
-        what = (
-            "sent the call whose inputs held the non-finite values: they were made in "
-            f"{link.node}'s own step (below)"
-        )
+        what = f"{_NAN_CALL_TEXT}: they were made in {link.node}'s own step (below)"
         return dataclasses.replace(link, what=what, because="")
 
     return stop_at
+
+
+def _made_from_a_fault(link: ExplainLink) -> ExplainLink:
+    """A nan's rank link once a fault explains it: the rank's step made the non-finite values (the site
+    says where), but from values the fault corrupted — the step alone did not."""
+    if not link.what.startswith(_NAN_CALL_TEXT):
+        return link
+    what = (
+        f"{_NAN_CALL_TEXT}: {link.node}'s own step made them (below), from values the fault in the "
+        "next link corrupted"
+    )
+    return dataclasses.replace(link, what=what)
 
 
 def explain(
