@@ -198,7 +198,16 @@ def test_without_script_explain_answers_from_the_recording_and_names_the_option(
     assert f"at r2, optimizer step {NAN_STEP_INDEX + 1} ({NAN_STEP_INDEX} completed before it)" in lines
     assert "sampler indices of its batch: [" in done.stdout
     needs = [line for line in lines if "--script PATH" in line]
-    assert len(needs) == 1 and needs[0].startswith("  first non-finite module: not probed"), lines
+    assert [line.split(":")[0] for line in needs] == [
+        "     (read from the recording",
+        "  first non-finite module",
+    ]
+    # no fault acted: the stored answer is the script's own, with what re-executing would add
+    assert not any("nothing upstream" in line for line in lines)
+    assert any(
+        line.startswith("   the script r2: no fault explains it: the fault schedule is empty")
+        for line in lines
+    )
     as_json = subprocess.run(
         [sys.executable, "-m", "timetravel", "explain", str(nan_run), "--json"],
         capture_output=True,

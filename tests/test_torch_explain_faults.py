@@ -146,6 +146,30 @@ def test_the_cli_json_names_the_fault_and_its_collective(flip_run: Path) -> None
     assert links[2]["role"] == "root" and links[2]["what"].startswith("f1 corrupt r1")
 
 
+def test_without_script_explain_still_names_the_fault_and_its_event_from_the_recording(
+    flip_run: Path,
+) -> None:
+    """No ``--script``: nothing re-executes, yet the fault, the event it acted in and its collective
+    are in the recording. They must be the ones the re-executing explain finds."""
+    executed = explained(flip_run)
+    _detector, hit, _root = executed.links
+    done = subprocess.run(
+        [sys.executable, "-m", "timetravel", "explain", str(flip_run), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+        cwd=flip_run.parent,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    data = json.loads(done.stdout)
+    assert [link["role"] for link in data["links"]] == ["fault", "root"]
+    stored = data["links"][0]
+    assert (stored["event"], stored["what"], stored["because"]) == (hit.event, hit.what, hit.because)
+    assert stored["fault"] == hit.fault
+    assert stored["otherwise"].startswith("read from the recording: with --script PATH")
+    assert data["traced_events"] == 0 and data["site"]["probe"] == "not_run"
+
+
 def test_a_dropped_contribution_s_hang_ends_at_the_drop_in_the_collective_it_hangs_in(tmp_path: Path) -> None:
     path = tmp_path / "drop.ttr"
     report = record(path, "--steps 4", [{"kind": "drop", "target": "r1", "t_start": 1_000_000}])

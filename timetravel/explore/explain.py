@@ -408,10 +408,11 @@ class _Explainer:
             return f"with its peers' {read_key} ({_short(peer)}) it writes the same: not the cause alone"
         return f"with its peers' {read_key} ({_short(peer)}) it would have written {', '.join(written)}"
 
-    def torch_faults(self, failure: dict[str, Any]) -> None:
+    def torch_faults(self, failure: dict[str, Any], *, executes: bool = True) -> None:
         """A torch run's chain ends at the faults whose hits explain the failure (the event each
-        acted in, with the collective, then its record), or at the line saying none does."""
-        causes, no_fault = fault_causes(self.track, failure, self.trace)
+        acted in, with the collective, then its record), or at the line saying none does.
+        ``executes=False``: the script may not run, the events are read from the recording."""
+        causes, no_fault = fault_causes(self.track, failure, self.trace if executes else None)
         if causes and failure.get("kind") == "nan":
             self.links = [_made_from_a_fault(link) for link in self.links]
         for cause in causes:
@@ -621,6 +622,25 @@ def _at_the_rank_s_call(failure: dict[str, Any]) -> Callable[[ExplainLink], Expl
     return stop_at
 
 
+STORED_CHAIN_NOTE = (
+    "read from the recording: with --script PATH, explain re-executes the run and shows the events "
+    "between the failure and this"
+)
+
+
+def _stored_fault_links(track: Session, failure: dict[str, Any]) -> tuple[ExplainLink, ...]:
+    """Without ``--script``: the fault whose hit explains a torch failure, its event and collective
+    read from the recording (or the line saying no fault does); the links between the failure and
+    that event need the re-execution, and the first link says so."""
+    explainer = _Explainer(track, None, None)
+    explainer.torch = True
+    explainer.torch_faults(failure, executes=False)
+    links = list(explainer.links)
+    if links:
+        links[0] = dataclasses.replace(links[0], otherwise=STORED_CHAIN_NOTE)
+    return tuple(links)
+
+
 def _made_from_a_fault(link: ExplainLink) -> ExplainLink:
     """A nan's rank link once a fault explains it: the rank's step made the non-finite values (the site
     says where), but from values the fault corrupted — the step alone did not."""
@@ -665,7 +685,7 @@ def _explain_track(
         site = failure_site(track, failure)
         if site is None:  # a failure of no rank: nothing stored to tell
             raise ExploreError(refusal)
-        return ExplainResult(name, dict(failure), (), 0, True, site)
+        return ExplainResult(name, dict(failure), _stored_fault_links(track, failure), 0, True, site)
     explainer = _Explainer(track, progress, should_stop)
     if is_torch(track):
         explainer.stop_at = _at_the_rank_s_call(failure)

@@ -65,11 +65,12 @@ class FaultCause:
 
 
 def fault_causes(
-    session: Session, failure: dict[str, Any], trace: Callable[[int], EventTrace]
+    session: Session, failure: dict[str, Any], trace: Callable[[int], EventTrace] | None
 ) -> tuple[list[FaultCause], str]:
     """The faults whose hits explain ``failure`` (first hit first), each at the event it acted in
-    (re-executed by ``trace``, which holds the explanation's budget); and when none does, the one
-    line that says so and whose the failure is (torch/fault_causes.py decides)."""
+    (re-executed by ``trace``, which holds the explanation's budget; None when the script may not
+    run: the event is then read from the recording, :func:`_recorded_hit`); and when none does, the
+    one line that says so and whose the failure is (torch/fault_causes.py decides)."""
     from timetravel.torch import fault_causes as causes
 
     world = _end_world(session)
@@ -77,7 +78,7 @@ def fault_causes(
     acted = causes.acted(world, full)
     found = []
     for fault in acted:
-        hit = _hit_trace(session, fault, trace)
+        hit = _hit_trace(session, fault, trace) if trace is not None else _recorded_hit(session, fault, world)
         if hit is None:
             continue
         collective = causes.collective_of(hit.event)
@@ -113,17 +114,64 @@ def _hit_trace(
     return None
 
 
-def _hit_candidates(session: Session, fault: dict[str, Any]) -> list[int]:
-    end = session.end.events
-    if fault["t_ns"] is not None:
-        first = event_number_at_time(session, fault["t_ns"] - 1) + 1
-        candidates = []
-        for number, event in recorded_events(session, first, min(first + SAME_TIME_EVENTS_MAX, end)):
-            if event.t != fault["t_ns"]:
+def _recorded_hit(session: Session, fault: dict[str, Any], world: Any) -> EventTrace | None:
+    """The event a fault first acted in, read from the recording alone (no ``--script``): among the
+    events at its first hit's log line time and node, the first call of the collective operation the
+    line names (``fault f1 (corrupt) on r1: all_reduce result: ...``). None when the bounded log
+    dropped that line: only re-executing the interval where its hits rose could tell the event.
+
+    The trace carries what the recording holds (the event, the fault schedule) and nothing a
+    re-execution would have seen (reads, changes): the chain's fault link needs no more."""
+    from timetravel.torch import fault_causes as causes
+
+    if fault["t_ns"] is None:
+        return None
+    prefix = f"fault {fault['id']} ({fault['kind']}) on {fault['target']}: "
+    line = str(fault.get("line") or "")
+    operation = line[len(prefix) :].split(" ", 1)[0] if line.startswith(prefix) else ""
+    chosen: tuple[int, Any] | None = None
+    for number, event in _same_time_events(session, fault):
+        collective = causes.collective_of(event)
+        if chosen is None or (collective is not None and collective["op"] == operation):
+            chosen = (number, event)
+            if collective is not None and collective["op"] == operation:
                 break
-            if event.dst == fault["node"]:
-                candidates.append(number)
-        return candidates
+    if chosen is None:
+        return None
+    number, event = chosen
+    return EventTrace(
+        number=number,
+        event=event,
+        reads=(),
+        before={},
+        after={},
+        changes=(),
+        faults_hit=(str(fault["id"]),),
+        log=(),
+        scheduled=(),
+        failed=False,
+        roles={},
+        faults=tuple(world.faults),
+    )
+
+
+def _same_time_events(session: Session, fault: dict[str, Any]) -> list[tuple[int, Any]]:
+    """The recorded events (number, event) at the time and on the node of the fault's first hit."""
+    first = event_number_at_time(session, fault["t_ns"] - 1) + 1
+    found = []
+    for number, event in recorded_events(
+        session, first, min(first + SAME_TIME_EVENTS_MAX, session.end.events)
+    ):
+        if event.t != fault["t_ns"]:
+            break
+        if event.dst == fault["node"]:
+            found.append((number, event))
+    return found
+
+
+def _hit_candidates(session: Session, fault: dict[str, Any]) -> list[int]:
+    if fault["t_ns"] is not None:
+        return [number for number, _event in _same_time_events(session, fault)]
     snapshots = session.snapshots()
     before = 0
     for position in range(len(snapshots)):

@@ -340,7 +340,7 @@ def _explain(result: x.ExplainResult, unit: str) -> list[str]:
             lines.append(f"     because it {link.because}")
         if link.otherwise:
             lines.append(f"     ({link.otherwise})")
-    if len(result.links) == 1 and result.complete:
+    if len(result.links) == 1 and result.complete and result.traced_events:  # (0: read from the recording)
         lines.append(
             "  (nothing upstream: no value it read is unlike its peers'; origin PATH follows one value back)"
         )
