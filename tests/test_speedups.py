@@ -205,3 +205,7 @@ def test_untrack_takes_plain_data_out_of_the_collector_and_changes_nothing_else(
     assert speedups.compiled.untrack(value) == 0  # already out: nothing to do
     value["gpu"]["late"] = [object()]
     assert gc.is_tracked(value["gpu"])  # CPython tracks a dict again when it is given a tracked item
+    cyclic: list[Any] = [{"x": []}]
+    cyclic.append(cyclic)
+    assert speedups.compiled.untrack(cyclic) == 3  # ends: each container is entered once
+    cyclic.clear()

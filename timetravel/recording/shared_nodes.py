@@ -62,7 +62,7 @@ def untrack(value: Any) -> None:
     walked them all in the first young collection after the seek (170-330 ms) and again in the
     older generations (a full collection of 610-800 ms inside a later seek), for nothing: decoded
     plain data is acyclic, so reference counting frees it when the last world and this cache let it
-    go. The compiled core untracks them (~10 ms for 10,000 ranks); without it they stay tracked, as
+    go. The compiled core untracks them (~50 ms for 10,000 ranks); without it they stay tracked, as
     before (a Python walk would cost what the collector's does). The value itself is unchanged: the
     World is the same, and a dict that is given a tracked item later is tracked again by CPython."""
     if speedups.compiled is not None:

@@ -27,12 +27,14 @@ untrack(PyObject *module, PyObject *value)
         PyObject *top = stack[--size];
         PyTypeObject *type = Py_TYPE(top);
         Py_ssize_t length;
-        if (!IS_PLAIN_CONTAINER(top))
+        /* An untracked container holds nothing tracked (CPython tracks a dict again when a tracked
+         * item goes in, and untracks a dict or tuple only when nothing in it is tracked), so the
+         * walk stops there; each container is entered once, which also ends the walk of a value
+         * that (unlike decoded data) has a cycle. */
+        if (!IS_PLAIN_CONTAINER(top) || !PyObject_GC_IsTracked(top))
             continue;
-        if (PyObject_GC_IsTracked(top)) {
-            PyObject_GC_UnTrack(top);
-            count++;
-        }
+        PyObject_GC_UnTrack(top);
+        count++;
         length = type == &PyDict_Type ? 2 * PyDict_GET_SIZE(top) : Py_SIZE(top);
         if (size + length > capacity) {
             PyObject **grown;
