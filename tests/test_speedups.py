@@ -175,3 +175,37 @@ def test_a_built_core_is_used_unless_switched_off() -> None:
         assert speedups.kernel_implementation() == "compiled", f"{built[0].name} is stale: run make install"
     if speedups.compiled is not None:
         assert speedups.compiled.INTERFACE_VERSION == speedups.INTERFACE_VERSION
+
+
+def test_untrack_takes_plain_data_out_of_the_collector_and_changes_nothing_else() -> None:
+    """recording/shared_nodes.py untracks the shared decoded states; their bits must not move."""
+    import gc
+
+    import numpy as np
+
+    from timetravel.sim.encoding import pack
+
+    if speedups.compiled is None:
+        assert speedups.kernel_implementation() == "python"
+        return
+    inner: list[Any] = [1, "a", None]
+    event = Event(5, 1, "n", "k", [1])
+    array = np.arange(3)
+    value = {"gpu": {"streams": {"compute": {"queue": [inner, {"x": []}]}}}, "pair": (inner, 2), "e": event}
+    value["array"] = array
+    before = pack(value)
+    containers = [value, value["gpu"], value["gpu"]["streams"], value["gpu"]["streams"]["compute"]]
+    containers += [value["gpu"]["streams"]["compute"]["queue"], inner, value["pair"]]
+    assert all(gc.is_tracked(item) for item in containers if not isinstance(item, dict) or item is value)
+    counted = speedups.compiled.untrack(value)
+    assert counted >= 5
+    assert not any(gc.is_tracked(item) for item in containers)
+    assert gc.is_tracked(event) and gc.is_tracked(event.payload)  # a tuple subclass is not plain data
+    assert pack(value) == before and value["array"] is array
+    assert speedups.compiled.untrack(value) == 0  # already out: nothing to do
+    value["gpu"]["late"] = [object()]
+    assert gc.is_tracked(value["gpu"])  # CPython tracks a dict again when it is given a tracked item
+    cyclic: list[Any] = [{"x": []}]
+    cyclic.append(cyclic)
+    assert speedups.compiled.untrack(cyclic) == 3  # ends: each container is entered once
+    cyclic.clear()

@@ -374,6 +374,7 @@ static PyTypeObject ContextCoreType = {
 
 #include "_speedups_loop.h"
 #include "_speedups_pack.h"
+#include "_speedups_plain.h"
 
 /* configure(Event, xxh3_64_intdigest, counters_key, python_choose, python_timer, python_deliver) */
 static PyObject *
@@ -407,6 +408,7 @@ static PyMethodDef module_methods[] = {
     {"pack_events", (PyCFunction)(void (*)(void))pack_events, METH_FASTCALL,
      "msgpack bytes of a chain batch, as encoding.pack gives them (None: pack it in Python)."},
     {"configure", configure, METH_VARARGS, "Hand the module the Python objects it builds on."},
+    {"untrack", untrack, METH_O, "Take a plain-data value's containers out of the garbage collector's reach."},
     {NULL, NULL, 0, NULL},
 };
 
