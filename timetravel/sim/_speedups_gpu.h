@@ -1,0 +1,739 @@
+/* The GPU stream engine's pump (fabric/gpu.py ``_pump_python`` and what it calls) in C.
+ * Included once, by _speedups.c (one translation unit); see that file for the rules it follows.
+ *
+ * gpu_pump(gpu, ctx) does what ``_pump_python(gpu, ctx)`` does, step for step, on the same state
+ * dicts: pass over the streams in their order, advance each idle one (take a wait whose record has
+ * completed, complete a record, start a kernel), and pass again only after a pass completed a
+ * record. A kernel start ticks the stream's vector clock, checks and records its buffer accesses
+ * (fabric/race.py ``check_kernel``), takes a ticket, delivers its ``gpu.done`` and builds the
+ * ``running`` dict with the same keys in the same order. Everything off the common path calls the
+ * Python reference functions handed over by ``configure_gpu``: a race found (``race._report``, after
+ * the same partial bookkeeping), a timed kernel starting while another stream runs one (``gpu.
+ * _draw_completion_order``: the ``gpu.order`` choice), a compute factor other than 1.0 (``math.ceil``
+ * of the product, as Python computes it). Any value of an unexpected type raises TypeError; the
+ * state is the engine's own, so that is a bug, not an input. tests/test_fabric_gpu_compiled.py runs
+ * worlds with this pump and with the Python one and compares every bit.
+ */
+#ifndef _SPEEDUPS_GPU_H
+#define _SPEEDUPS_GPU_H
+
+static PyObject *gpu_draw_order = NULL; /* gpu._draw_completion_order */
+static PyObject *gpu_python_pump = NULL; /* gpu._pump_python */
+static PyObject *gpu_report = NULL;     /* race._report */
+static PyObject *gpu_ceil = NULL;       /* math.ceil */
+static PyObject *gpu_done_kind = NULL;  /* gpu.DONE_KIND */
+static long gpu_tracked_max = 0;        /* race.TRACKED_BUFFERS_MAX */
+static PyObject *s_streams, *s_events, *s_running, *s_queue, *s_op, *s_wait, *s_record, *s_event,
+    *s_generation, *s_pending, *s_clock, *s_completed, *s_t_ns, *s_index, *s_host_clock, *s_reads,
+    *s_writes, *s_name, *s_tickets, *s_duration_ns, *s_compute_factor, *s_epoch, *s_end_ns,
+    *s_done_kind, *s_payload, *s_started_kind, *s_ticket, *s_start_ns, *s_access, *s_write, *s_fabric,
+    *s_race_detector, *s_deliver, *s_wrote, *s_read, *s_reads_verb, *s_writes_verb, *float_one;
+
+/* A borrowed item of an exact dict; NULL with TypeError set when the key is missing. */
+static PyObject *
+need(PyObject *dict, PyObject *key)
+{
+    PyObject *value;
+    if (!PyDict_CheckExact(dict)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: the GPU state holds a value of the wrong type");
+        return NULL;
+    }
+    value = PyDict_GetItemWithError(dict, key);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, key);
+    return value;
+}
+
+static int
+need_list(PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    if (!PyList_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: a clock or queue is not a list");
+        return -1;
+    }
+    return 0;
+}
+
+/* race.join: into = max(into, other) entry by entry. */
+static int
+gpu_join(PyObject *into, PyObject *other)
+{
+    Py_ssize_t index, length;
+    if (need_list(into) < 0 || need_list(other) < 0)
+        return -1;
+    length = PyList_GET_SIZE(other);
+    while (PyList_GET_SIZE(into) < length) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL || PyList_Append(into, zero) < 0) {
+            Py_XDECREF(zero);
+            return -1;
+        }
+        Py_DECREF(zero);
+    }
+    for (index = 0; index < length; index++) {
+        PyObject *value = PyList_GET_ITEM(other, index);
+        int greater = PyObject_RichCompareBool(value, PyList_GET_ITEM(into, index), Py_GT);
+        if (greater < 0)
+            return -1;
+        if (greater) {
+            Py_INCREF(value);
+            PyList_SetItem(into, index, value);
+        }
+    }
+    return 0;
+}
+
+/* queue.pop(0), returning a new reference to the op. */
+static PyObject *
+pop_front(PyObject *queue)
+{
+    PyObject *op = PyList_GET_ITEM(queue, 0);
+    Py_INCREF(op);
+    if (PyList_SetSlice(queue, 0, 1, NULL) < 0) {
+        Py_DECREF(op);
+        return NULL;
+    }
+    return op;
+}
+
+/* The clock entry of stream ``other`` as race.check_kernel reads it (0 past the clock's end), or
+ * NULL on error; a borrowed reference (or the cached small int 0). */
+static PyObject *
+clock_at(PyObject *clock, PyObject *other, PyObject *zero)
+{
+    Py_ssize_t at = PyLong_AsSsize_t(other);
+    if (at == -1 && PyErr_Occurred())
+        return NULL;
+    if (at < PyList_GET_SIZE(clock) && at >= 0)
+        return PyList_GET_ITEM(clock, at);
+    if (at < 0) { /* Python indexes from the end; the engine never writes such an index */
+        PyErr_SetString(PyExc_ValueError, "gpu_pump: negative stream index in an access record");
+        return NULL;
+    }
+    return zero;
+}
+
+/* 1 when ``access`` (stream, tick, kernel) by another stream is not ordered before the kernel. */
+static int
+unordered(PyObject *access, Py_ssize_t index, PyObject *clock, PyObject *zero)
+{
+    PyObject *other, *seen;
+    Py_ssize_t other_index;
+    if (!(PyList_CheckExact(access) || PyTuple_CheckExact(access)) || PySequence_Fast_GET_SIZE(access) < 2) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: an access record is not a list");
+        return -1;
+    }
+    other = PySequence_Fast_GET_ITEM(access, 0);
+    other_index = PyLong_AsSsize_t(other);
+    if (other_index == -1 && PyErr_Occurred())
+        return -1;
+    if (other_index == index)
+        return 0;
+    seen = clock_at(clock, other, zero);
+    if (seen == NULL)
+        return -1;
+    return PyObject_RichCompareBool(PySequence_Fast_GET_ITEM(access, 1), seen, Py_GT);
+}
+
+/* race._entry: the access entry of ``buffer``, created empty (a borrowed reference). */
+static PyObject *
+access_entry(PyObject *access, PyObject *buffer)
+{
+    PyObject *entry = PyDict_GetItemWithError(access, buffer), *reads;
+    int failed;
+    if (entry != NULL || PyErr_Occurred())
+        return entry;
+    if (PyDict_GET_SIZE(access) >= gpu_tracked_max) {
+        PyErr_Format(PyExc_ValueError, "a rank tracks at most %ld buffers for the race detector",
+                     gpu_tracked_max);
+        return NULL;
+    }
+    reads = PyDict_New();
+    entry = reads == NULL ? NULL : PyDict_New();
+    failed = entry == NULL || PyDict_SetItem(entry, s_write, Py_None) < 0 ||
+             PyDict_SetItem(entry, s_reads, reads) < 0 || PyDict_SetItem(access, buffer, entry) < 0;
+    Py_XDECREF(reads);
+    Py_XDECREF(entry);
+    return failed ? NULL : PyDict_GetItemWithError(access, buffer);
+}
+
+static int
+report(PyObject *ctx, PyObject *gpu, PyObject *buffer, PyObject *earlier, PyObject *earlier_verb,
+       PyObject *kernel, PyObject *stream_name, PyObject *verb)
+{
+    PyObject *args[8] = {ctx, gpu, buffer, earlier, earlier_verb, kernel, stream_name, verb};
+    PyObject *result = PyObject_Vectorcall(gpu_report, args, 8, NULL);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* race.check_kernel, step for step. */
+static int
+check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *stream, PyObject *kernel, PyObject *reads,
+             PyObject *writes, PyObject *ctx)
+{
+    PyObject *access, *clock, *mine, *zero, *index_object;
+    Py_ssize_t index, position;
+    int result = -1, conflict;
+
+    access = need(gpu, s_access);
+    index_object = need(stream, s_index);
+    clock = need(stream, s_clock);
+    if (access == NULL || index_object == NULL || need_list(clock) < 0 || !PyDict_CheckExact(access) ||
+        need_list(reads) < 0 || need_list(writes) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "gpu_pump: access table is not a dict");
+        return -1;
+    }
+    index = PyLong_AsSsize_t(index_object);
+    if (index == -1 && PyErr_Occurred())
+        return -1;
+    if (index < 0 || index >= PyList_GET_SIZE(clock)) {
+        PyErr_SetString(PyExc_IndexError, "gpu_pump: stream clock shorter than its index");
+        return -1;
+    }
+    zero = PyLong_FromLong(0);
+    mine = zero == NULL ? NULL : PyList_New(3);
+    if (mine == NULL) {
+        Py_XDECREF(zero);
+        return -1;
+    }
+    Py_INCREF(index_object);
+    PyList_SET_ITEM(mine, 0, index_object);
+    Py_INCREF(PyList_GET_ITEM(clock, index));
+    PyList_SET_ITEM(mine, 1, PyList_GET_ITEM(clock, index));
+    Py_INCREF(kernel);
+    PyList_SET_ITEM(mine, 2, kernel);
+
+    for (position = 0; position < PyList_GET_SIZE(reads); position++) {
+        PyObject *buffer = PyList_GET_ITEM(reads, position), *entry, *write, *entry_reads;
+        entry = access_entry(access, buffer);
+        if (entry == NULL || !PyDict_CheckExact(entry))
+            goto done;
+        write = need(entry, s_write);
+        if (write == NULL)
+            goto done;
+        if (write != Py_None) {
+            conflict = unordered(write, index, clock, zero);
+            if (conflict < 0)
+                goto done;
+            if (conflict) {
+                result = report(ctx, gpu, buffer, write, s_wrote, kernel, stream_name, s_reads_verb);
+                goto done;
+            }
+        }
+        entry_reads = need(entry, s_reads);
+        if (entry_reads == NULL || PyObject_SetItem(entry_reads, stream_name, mine) < 0)
+            goto done;
+    }
+    for (position = 0; position < PyList_GET_SIZE(writes); position++) {
+        PyObject *buffer = PyList_GET_ITEM(writes, position), *entry, *write, *entry_reads, *key, *reader;
+        PyObject *empty;
+        Py_ssize_t cursor = 0;
+        entry = access_entry(access, buffer);
+        if (entry == NULL || !PyDict_CheckExact(entry))
+            goto done;
+        write = need(entry, s_write);
+        if (write == NULL)
+            goto done;
+        if (write != Py_None) {
+            conflict = unordered(write, index, clock, zero);
+            if (conflict < 0)
+                goto done;
+            if (conflict) {
+                result = report(ctx, gpu, buffer, write, s_wrote, kernel, stream_name, s_writes_verb);
+                goto done;
+            }
+        }
+        entry_reads = need(entry, s_reads);
+        if (entry_reads == NULL)
+            goto done;
+        if (!PyDict_CheckExact(entry_reads)) {
+            PyErr_SetString(PyExc_TypeError, "gpu_pump: a buffer's reads are not a dict");
+            goto done;
+        }
+        while (PyDict_Next(entry_reads, &cursor, &key, &reader)) {
+            conflict = unordered(reader, index, clock, zero);
+            if (conflict < 0)
+                goto done;
+            if (conflict) {
+                Py_INCREF(reader);
+                result = report(ctx, gpu, buffer, reader, s_read, kernel, stream_name, s_writes_verb);
+                Py_DECREF(reader);
+                goto done;
+            }
+        }
+        if (PyDict_SetItem(entry, s_write, mine) < 0)
+            goto done;
+        empty = PyDict_New();
+        if (empty == NULL || PyDict_SetItem(entry, s_reads, empty) < 0) {
+            Py_XDECREF(empty);
+            goto done;
+        }
+        Py_DECREF(empty);
+    }
+    result = 0;
+done:
+    Py_DECREF(mine);
+    Py_DECREF(zero);
+    return result;
+}
+
+static int
+deliver(PyObject *ctx, PyObject *t, PyObject *dst, PyObject *kind, PyObject *payload)
+{
+    PyObject *args[5] = {ctx, t, dst, kind, payload};
+    PyObject *result = PyObject_VectorcallMethod(s_deliver, args, 5, NULL);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* gpu._start_kernel, step for step. ``race`` is whether the race detector is on. */
+static int
+start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyObject *ctx, int race)
+{
+    PyObject *clock, *index_object, *value, *bumped, *reads, *writes, *tickets, *ticket = NULL, *now;
+    PyObject *duration, *end = NULL, *running = NULL, *started_kind, *node;
+    Py_ssize_t index;
+    int result = -1;
+
+    clock = need(stream, s_clock);
+    index_object = need(stream, s_index);
+    value = need(op, s_host_clock);
+    if (need_list(clock) < 0 || index_object == NULL || value == NULL || gpu_join(clock, value) < 0)
+        return -1;
+    index = PyLong_AsSsize_t(index_object);
+    if (index == -1 && PyErr_Occurred())
+        return -1;
+    if (index < 0) {
+        PyErr_SetString(PyExc_ValueError, "gpu_pump: negative stream index");
+        return -1;
+    }
+    while (PyList_GET_SIZE(clock) <= index) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL || PyList_Append(clock, zero) < 0) {
+            Py_XDECREF(zero);
+            return -1;
+        }
+        Py_DECREF(zero);
+    }
+    bumped = PyNumber_Add(PyList_GET_ITEM(clock, index), one);
+    if (bumped == NULL)
+        return -1;
+    PyList_SetItem(clock, index, bumped);
+    reads = need(op, s_reads);
+    writes = need(op, s_writes);
+    if (reads == NULL || writes == NULL)
+        return -1;
+    if (race) {
+        int any_access = PyObject_IsTrue(reads);
+        if (any_access == 0)
+            any_access = PyObject_IsTrue(writes);
+        if (any_access < 0)
+            return -1;
+        if (any_access) {
+            value = need(op, s_name);
+            if (value == NULL || check_kernel(gpu, name, stream, value, reads, writes, ctx) < 0)
+                return -1;
+        }
+    }
+    tickets = need(gpu, s_tickets);
+    if (tickets == NULL)
+        return -1;
+    ticket = PyNumber_Add(tickets, one);
+    if (ticket == NULL || PyDict_SetItem(gpu, s_tickets, ticket) < 0)
+        goto done;
+    now = ((ContextCore *)ctx)->now;
+    node = ((ContextCore *)ctx)->node;
+    if (now == NULL || node == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "gpu_pump: the context has no now or node");
+        goto done;
+    }
+    Py_INCREF(now);
+    Py_INCREF(node);
+    duration = need(op, s_duration_ns);
+    if (duration == NULL)
+        goto release;
+    if (duration == Py_None) {
+        end = Py_NewRef(Py_None);
+    } else {
+        PyObject *factor = need(gpu, s_compute_factor), *length, *payload, *epoch;
+        int plain;
+        if (factor == NULL)
+            goto release;
+        plain = PyObject_RichCompareBool(factor, float_one, Py_EQ);
+        if (plain < 0)
+            goto release;
+        if (plain) {
+            length = Py_NewRef(duration);
+        } else {
+            PyObject *product = PyNumber_Multiply(duration, factor);
+            length = product == NULL ? NULL : PyObject_CallOneArg(gpu_ceil, product);
+            Py_XDECREF(product);
+        }
+        if (length == NULL)
+            goto release;
+        end = PyNumber_Add(now, length);
+        Py_DECREF(length);
+        if (end == NULL)
+            goto release;
+        {
+            /* _draw_completion_order draws only for a timed kernel running on another stream */
+            PyObject *streams = need(gpu, s_streams), *other_name, *other;
+            Py_ssize_t cursor = 0;
+            int draw = 0;
+            if (streams == NULL)
+                goto release;
+            while (PyDict_Next(streams, &cursor, &other_name, &other)) {
+                PyObject *other_running;
+                if (other == stream)
+                    continue;
+                other_running = need(other, s_running);
+                if (other_running == NULL)
+                    goto release;
+                if (other_running != Py_None) {
+                    PyObject *other_end = need(other_running, s_end_ns);
+                    if (other_end == NULL)
+                        goto release;
+                    if (other_end != Py_None) {
+                        draw = 1;
+                        break;
+                    }
+                }
+            }
+            if (draw) {
+                PyObject *args[4] = {gpu, name, end, ctx};
+                PyObject *drawn = PyObject_Vectorcall(gpu_draw_order, args, 4, NULL);
+                if (drawn == NULL)
+                    goto release;
+                Py_SETREF(end, drawn);
+            }
+        }
+        epoch = need(gpu, s_epoch);
+        if (epoch == NULL)
+            goto release;
+        payload = PyList_New(3);
+        if (payload == NULL)
+            goto release;
+        Py_INCREF(epoch);
+        PyList_SET_ITEM(payload, 0, epoch);
+        Py_INCREF(name);
+        PyList_SET_ITEM(payload, 1, name);
+        Py_INCREF(ticket);
+        PyList_SET_ITEM(payload, 2, ticket);
+        if (deliver(ctx, end, node, gpu_done_kind, payload) < 0) {
+            Py_DECREF(payload);
+            goto release;
+        }
+        Py_DECREF(payload);
+    }
+    running = PyDict_New();
+    if (running == NULL)
+        goto release;
+    {
+        PyObject *kernel = need(op, s_name), *done_kind, *payload;
+        if (kernel == NULL || PyDict_SetItem(running, s_name, kernel) < 0 ||
+            PyDict_SetItem(running, s_ticket, ticket) < 0 || PyDict_SetItem(running, s_start_ns, now) < 0 ||
+            PyDict_SetItem(running, s_end_ns, end) < 0)
+            goto release;
+        done_kind = need(op, s_done_kind);
+        if (done_kind == NULL || PyDict_SetItem(running, s_done_kind, done_kind) < 0)
+            goto release;
+        payload = need(op, s_payload);
+        if (payload == NULL || PyDict_SetItem(running, s_payload, payload) < 0)
+            goto release;
+        if (PyDict_SetItem(stream, s_running, running) < 0)
+            goto release;
+        started_kind = need(op, s_started_kind);
+        if (started_kind == NULL)
+            goto release;
+        if (started_kind != Py_None && deliver(ctx, now, node, started_kind, payload) < 0)
+            goto release;
+    }
+    result = 0;
+release:
+    Py_DECREF(now);
+    Py_DECREF(node);
+done:
+    Py_XDECREF(ticket);
+    Py_XDECREF(end);
+    Py_XDECREF(running);
+    return result;
+}
+
+/* gpu._complete_record. */
+static int
+complete_record(PyObject *entry, PyObject *generation, PyObject *stream, PyObject *now)
+{
+    PyObject *pending = need(entry, s_pending), *completed, *removed, *clock, *copy;
+    int later;
+    if (pending == NULL)
+        return -1;
+    removed = PyObject_CallMethod(pending, "remove", "O", generation);
+    if (removed == NULL)
+        return -1;
+    Py_DECREF(removed);
+    completed = need(entry, s_completed);
+    if (completed == NULL)
+        return -1;
+    later = PyObject_RichCompareBool(generation, completed, Py_GT);
+    if (later <= 0)
+        return later;
+    clock = need(stream, s_clock);
+    if (need_list(clock) < 0)
+        return -1;
+    copy = PyList_GetSlice(clock, 0, PyList_GET_SIZE(clock));
+    if (copy == NULL)
+        return -1;
+    if (PyDict_SetItem(entry, s_completed, generation) < 0 || PyDict_SetItem(entry, s_clock, copy) < 0 ||
+        PyDict_SetItem(entry, s_t_ns, now) < 0) {
+        Py_DECREF(copy);
+        return -1;
+    }
+    Py_DECREF(copy);
+    return 0;
+}
+
+/* gpu._advance: 1 when a record completed on the way, 0 when not, -1 on error. */
+static int
+advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *ctx, int race)
+{
+    PyObject *queue = need(stream, s_queue), *events = need(gpu, s_events);
+    int recorded = 0;
+    if (need_list(queue) < 0 || events == NULL)
+        return -1;
+    if (!PyDict_CheckExact(events)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: the events table is not a dict");
+        return -1;
+    }
+    for (;;) {
+        PyObject *running = need(stream, s_running), *op, *kind;
+        if (running == NULL)
+            return -1;
+        if (running != Py_None || PyList_GET_SIZE(queue) == 0)
+            return recorded;
+        op = PyList_GET_ITEM(queue, 0);
+        kind = need(op, s_op);
+        if (kind == NULL)
+            return -1;
+        if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_wait) == 0) {
+            PyObject *event_name = need(op, s_event), *generation = need(op, s_generation), *entry;
+            if (event_name == NULL || generation == NULL)
+                return -1;
+            entry = PyDict_GetItemWithError(events, event_name);
+            if (entry == NULL && PyErr_Occurred())
+                return -1;
+            if (entry != NULL) {
+                PyObject *pending = need(entry, s_pending);
+                int blocked = pending == NULL ? -1 : PySequence_Contains(pending, generation);
+                if (blocked < 0)
+                    return -1;
+                if (blocked)
+                    return recorded;
+            }
+            Py_XINCREF(entry);
+            op = pop_front(queue);
+            if (op == NULL) {
+                Py_XDECREF(entry);
+                return -1;
+            }
+            Py_DECREF(op);
+            if (entry != NULL) {
+                PyObject *clock = need(stream, s_clock), *entry_clock = need(entry, s_clock);
+                int joined = clock == NULL || entry_clock == NULL ? -1 : gpu_join(clock, entry_clock);
+                Py_DECREF(entry);
+                if (joined < 0)
+                    return -1;
+            }
+        } else if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_record) == 0) {
+            PyObject *entry, *event_name, *generation;
+            int completed;
+            op = pop_front(queue);
+            if (op == NULL)
+                return -1;
+            event_name = need(op, s_event);
+            generation = need(op, s_generation);
+            entry = event_name == NULL ? NULL : need(events, event_name);
+            completed = entry == NULL || generation == NULL
+                            ? -1
+                            : complete_record(entry, generation, stream, ((ContextCore *)ctx)->now);
+            Py_DECREF(op);
+            if (completed < 0)
+                return -1;
+            recorded = 1;
+        } else {
+            int started;
+            op = pop_front(queue);
+            if (op == NULL)
+                return -1;
+            started = start_kernel(gpu, name, stream, op, ctx, race);
+            Py_DECREF(op);
+            if (started < 0)
+                return -1;
+        }
+    }
+}
+
+/* gpu_pump(gpu, ctx): gpu._pump_python(gpu, ctx) in C. */
+static PyObject *
+gpu_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *gpu, *ctx, *streams, *fabric, *detector;
+    int again = 1, race;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump takes 2 arguments");
+        return NULL;
+    }
+    gpu = args[0];
+    ctx = args[1];
+    if (gpu_report == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gpu_pump: configure_gpu was not called");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(ctx, &ContextCoreType) || ((ContextCore *)ctx)->now == NULL ||
+        ((ContextCore *)ctx)->world == NULL || ((ContextCore *)ctx)->node == NULL)
+        return PyObject_Vectorcall(gpu_python_pump, args, 2, NULL); /* another context: the reference */
+    streams = need(gpu, s_streams);
+    if (streams == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(streams)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: streams is not a dict");
+        return NULL;
+    }
+    fabric = PyObject_GetAttr(((ContextCore *)ctx)->world, s_fabric);
+    if (fabric == NULL)
+        return NULL;
+    if (PyDict_CheckExact(fabric)) {
+        detector = PyDict_GetItemWithError(fabric, s_race_detector);
+        if (detector == NULL && PyErr_Occurred()) {
+            Py_DECREF(fabric);
+            return NULL;
+        }
+        race = detector == NULL ? 1 : PyObject_IsTrue(detector);
+    } else {
+        detector = PyObject_CallMethod(fabric, "get", "OO", s_race_detector, Py_True);
+        race = detector == NULL ? -1 : PyObject_IsTrue(detector);
+        Py_XDECREF(detector);
+    }
+    Py_DECREF(fabric);
+    if (race < 0)
+        return NULL;
+    Py_INCREF(gpu);
+    Py_INCREF(streams);
+    while (again) {
+        PyObject *name, *stream;
+        Py_ssize_t cursor = 0;
+        again = 0;
+        while (PyDict_Next(streams, &cursor, &name, &stream)) {
+            PyObject *running = need(stream, s_running), *queue;
+            int moved;
+            if (running == NULL)
+                goto fail;
+            if (running != Py_None)
+                continue;
+            queue = need(stream, s_queue);
+            if (need_list(queue) < 0)
+                goto fail;
+            if (PyList_GET_SIZE(queue) == 0)
+                continue;
+            Py_INCREF(name);
+            Py_INCREF(stream);
+            moved = advance(gpu, name, stream, ctx, race);
+            Py_DECREF(name);
+            Py_DECREF(stream);
+            if (moved < 0)
+                goto fail;
+            if (moved)
+                again = 1;
+        }
+    }
+    Py_DECREF(streams);
+    Py_DECREF(gpu);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(streams);
+    Py_DECREF(gpu);
+    return NULL;
+}
+
+#define GPU_INTERN(variable, text)                                                                   \
+    do {                                                                                             \
+        if ((variable = PyUnicode_InternFromString(text)) == NULL)                                   \
+            return -1;                                                                               \
+    } while (0)
+
+static int
+gpu_intern(void)
+{
+    GPU_INTERN(s_streams, "streams");
+    GPU_INTERN(s_events, "events");
+    GPU_INTERN(s_running, "running");
+    GPU_INTERN(s_queue, "queue");
+    GPU_INTERN(s_op, "op");
+    GPU_INTERN(s_wait, "wait");
+    GPU_INTERN(s_record, "record");
+    GPU_INTERN(s_event, "event");
+    GPU_INTERN(s_generation, "generation");
+    GPU_INTERN(s_pending, "pending");
+    GPU_INTERN(s_clock, "clock");
+    GPU_INTERN(s_completed, "completed");
+    GPU_INTERN(s_t_ns, "t_ns");
+    GPU_INTERN(s_index, "index");
+    GPU_INTERN(s_host_clock, "host_clock");
+    GPU_INTERN(s_reads, "reads");
+    GPU_INTERN(s_writes, "writes");
+    GPU_INTERN(s_name, "name");
+    GPU_INTERN(s_tickets, "tickets");
+    GPU_INTERN(s_duration_ns, "duration_ns");
+    GPU_INTERN(s_compute_factor, "compute_factor");
+    GPU_INTERN(s_epoch, "epoch");
+    GPU_INTERN(s_end_ns, "end_ns");
+    GPU_INTERN(s_done_kind, "done_kind");
+    GPU_INTERN(s_payload, "payload");
+    GPU_INTERN(s_started_kind, "started_kind");
+    GPU_INTERN(s_ticket, "ticket");
+    GPU_INTERN(s_start_ns, "start_ns");
+    GPU_INTERN(s_access, "access");
+    GPU_INTERN(s_write, "write");
+    GPU_INTERN(s_fabric, "fabric");
+    GPU_INTERN(s_race_detector, "race_detector");
+    GPU_INTERN(s_deliver, "deliver");
+    GPU_INTERN(s_wrote, "wrote");
+    GPU_INTERN(s_read, "read");
+    GPU_INTERN(s_reads_verb, "reads");
+    GPU_INTERN(s_writes_verb, "writes");
+    if ((float_one = PyFloat_FromDouble(1.0)) == NULL)
+        return -1;
+    return 0;
+}
+
+/* configure_gpu(pump_python, draw_completion_order, report, ceil, done_kind, tracked_buffers_max) */
+static PyObject *
+configure_gpu(PyObject *module, PyObject *args)
+{
+    PyObject *python_pump, *draw, *report_function, *ceil_function, *done_kind;
+    long tracked;
+    if (!PyArg_ParseTuple(args, "OOOOUl", &python_pump, &draw, &report_function, &ceil_function, &done_kind,
+                          &tracked))
+        return NULL;
+    Py_INCREF(python_pump);
+    Py_XSETREF(gpu_python_pump, python_pump);
+    Py_INCREF(draw);
+    Py_XSETREF(gpu_draw_order, draw);
+    Py_INCREF(report_function);
+    Py_XSETREF(gpu_report, report_function);
+    Py_INCREF(ceil_function);
+    Py_XSETREF(gpu_ceil, ceil_function);
+    Py_INCREF(done_kind);
+    Py_XSETREF(gpu_done_kind, done_kind);
+    gpu_tracked_max = tracked;
+    Py_RETURN_NONE;
+}
+
+#endif
