@@ -18,8 +18,9 @@
  *
  * One translation unit: this file holds the module, the Context's core and its methods, and
  * includes _speedups_heap.h (the heap), _speedups_loop.h (the loop), _speedups_pack.h (the chain
- * batch's bytes) and _speedups_gpu.h (the GPU stream engine's pump, fabric/gpu.py's reference; the
- * fabric hands it the Python functions it calls back, so no C code imports a layer above sim/).
+ * batch's bytes), _speedups_gpu.h (the GPU stream engine's pump, fabric/gpu.py's reference; the
+ * fabric hands it the Python functions it calls back, so no C code imports a layer above sim/) and
+ * _speedups_tree.h (the tree all-reduce's timing, fabric/collective.py's reference).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -376,6 +377,7 @@ static PyTypeObject ContextCoreType = {
 #include "_speedups_loop.h"
 #include "_speedups_pack.h"
 #include "_speedups_gpu.h"
+#include "_speedups_tree.h"
 
 /* configure(Event, xxh3_64_intdigest, counters_key, python_choose, python_timer, python_deliver) */
 static PyObject *
@@ -412,6 +414,8 @@ static PyMethodDef module_methods[] = {
     {"gpu_pump", (PyCFunction)(void (*)(void))gpu_pump, METH_FASTCALL,
      "The GPU stream engine's pump (fabric/gpu.py _pump_python), same bits."},
     {"configure_gpu", configure_gpu, METH_VARARGS, "Hand the GPU pump the Python functions it calls."},
+    {"tree_times", (PyCFunction)(void (*)(void))tree_times, METH_FASTCALL,
+     "The tree all-reduce's timing (fabric/collective.py tree_completions_python), same ints; None: run that."},
     {NULL, NULL, 0, NULL},
 };
 

@@ -471,14 +471,24 @@ done:
 static int
 complete_record(PyObject *entry, PyObject *generation, PyObject *stream, PyObject *now)
 {
-    PyObject *pending = need(entry, s_pending), *completed, *removed, *clock, *copy;
-    int later;
-    if (pending == NULL)
+    PyObject *pending = need(entry, s_pending), *completed, *clock, *copy;
+    Py_ssize_t at;
+    int later, found = 0;
+    if (need_list(pending) < 0)
         return -1;
-    removed = PyObject_CallMethod(pending, "remove", "O", generation);
-    if (removed == NULL)
+    for (at = 0; at < PyList_GET_SIZE(pending); at++) { /* list.remove: the first equal item */
+        found = PyObject_RichCompareBool(PyList_GET_ITEM(pending, at), generation, Py_EQ);
+        if (found < 0)
+            return -1;
+        if (found)
+            break;
+    }
+    if (!found) {
+        PyErr_SetString(PyExc_ValueError, "list.remove(x): x not in list");
         return -1;
-    Py_DECREF(removed);
+    }
+    if (PyList_SetSlice(pending, at, at + 1, NULL) < 0)
+        return -1;
     completed = need(entry, s_completed);
     if (completed == NULL)
         return -1;
