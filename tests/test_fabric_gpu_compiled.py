@@ -1,5 +1,6 @@
-"""The compiled GPU pump (sim/_speedups_gpu.h) runs the same streams as the Python one
-(fabric/gpu.py ``_pump_python``), bit for bit: the same outcome, events, state hash and hash chain
+"""The compiled GPU stream engine (sim/_speedups_gpu.h: the pump, launch, record, wait and the
+``gpu.done`` handler) runs the same streams as the Python one (fabric/gpu.py ``_pump_python``,
+``_launch_python``, ...), bit for bit: the same outcome, events, state hash and hash chain
 on worlds that start kernels with and without buffer accesses, take waits, complete records, draw
 ``gpu.order`` flips, stretch kernels by a straggler's compute factor and report races. The
 compiled run must also have gone through each of those rare paths (its Python callbacks are
@@ -56,9 +57,13 @@ def callbacks() -> Iterator[Counter[str]]:
     def configure(wrap: bool) -> None:
         functions = [gpu._pump_python, gpu._draw_completion_order, race._report, math.ceil]
         names = ["python_pump", "draw_order", "report", "ceil"]
+        unhandled = gpu._report_unhandled
         if wrap:
             functions = [counted(name, function) for name, function in zip(names, functions, strict=True)]
-        speedups.compiled.configure_gpu(*functions, gpu.DONE_KIND, race.TRACKED_BUFFERS_MAX)  # type: ignore[union-attr]
+            unhandled = counted("unhandled", unhandled)
+        speedups.compiled.configure_gpu(  # type: ignore[union-attr]
+            *functions, gpu.DONE_KIND, race.TRACKED_BUFFERS_MAX, unhandled, gpu.STREAM_OPS_MAX
+        )
 
     configure(wrap=True)
     try:
@@ -67,9 +72,15 @@ def callbacks() -> Iterator[Counter[str]]:
         configure(wrap=False)
 
 
-def test_the_compiled_pump_is_the_one_that_runs() -> None:
+def _use_python_engine(patch: pytest.MonkeyPatch) -> None:
+    patch.setattr(gpu, "_pump", gpu._pump_python)
+    patch.setattr(gpu, "_engine", None)
+
+
+def test_the_compiled_engine_is_the_one_that_runs() -> None:
     assert speedups.compiled is not None
     assert gpu._pump is speedups.compiled.gpu_pump
+    assert gpu._engine is speedups.compiled
 
 
 @pytest.mark.parametrize("seed", [0, 3, 5])
@@ -78,7 +89,7 @@ def test_compiled_and_python_pumps_give_the_same_bits(
 ) -> None:
     compiled = {name: _run(settings, seed) for name, settings in WORLDS.items()}
     seen = dict(callbacks)
-    monkeypatch.setattr(gpu, "_pump", gpu._pump_python)
+    _use_python_engine(monkeypatch)
     python = {name: _run(settings, seed) for name, settings in WORLDS.items()}
     assert compiled == python
     assert compiled["race"][0] == "fail" and compiled["race"][4][0][0] == "race"
@@ -105,7 +116,7 @@ def test_a_straggler_compute_factor_goes_through_pythons_ceil(callbacks: Counter
     compiled = _run(settings, 0)
     assert callbacks["ceil"] >= 1
     with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(gpu, "_pump", gpu._pump_python)
+        _use_python_engine(patch)
         assert _run(settings, 0) == compiled
 
 

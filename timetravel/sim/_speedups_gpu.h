@@ -19,6 +19,8 @@
 
 static PyObject *gpu_draw_order = NULL; /* gpu._draw_completion_order */
 static PyObject *gpu_python_pump = NULL; /* gpu._pump_python */
+static PyObject *gpu_unhandled = NULL;   /* gpu._report_unhandled */
+static Py_ssize_t gpu_ops_max = 0;       /* gpu.STREAM_OPS_MAX */
 static PyObject *gpu_report = NULL;     /* race._report */
 static PyObject *gpu_ceil = NULL;       /* math.ceil */
 static PyObject *gpu_done_kind = NULL;  /* gpu.DONE_KIND */
@@ -27,7 +29,8 @@ static PyObject *s_streams, *s_events, *s_running, *s_queue, *s_op, *s_wait, *s_
     *s_generation, *s_pending, *s_clock, *s_completed, *s_t_ns, *s_index, *s_host_clock, *s_reads,
     *s_writes, *s_name, *s_tickets, *s_duration_ns, *s_compute_factor, *s_epoch, *s_end_ns,
     *s_done_kind, *s_payload, *s_started_kind, *s_ticket, *s_start_ns, *s_access, *s_write, *s_fabric,
-    *s_race_detector, *s_deliver, *s_wrote, *s_read, *s_reads_verb, *s_writes_verb, *float_one;
+    *s_race_detector, *s_deliver, *s_wrote, *s_read, *s_reads_verb, *s_writes_verb, *float_one, *s_gpu,
+    *s_kernel, *s_recorded;
 
 /* A borrowed item of an exact dict; NULL with TypeError set when the key is missing. */
 static PyObject *
@@ -672,6 +675,356 @@ fail:
     return NULL;
 }
 
+
+/* -- the host-side API: launch, record, wait and the gpu.done handler ------------------------- */
+
+/* The GPU state and the existing stream ``name`` of the context's node (borrowed), or 0 when the
+ * Python function must run (no GPU, a stream not created yet, a full queue, another context):
+ * it then raises or creates exactly as it always did, and nothing was changed here. */
+static int
+host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream_out)
+{
+    PyObject *state, *gpu, *streams, *stream, *queue;
+    if (!PyObject_TypeCheck(ctx, &ContextCoreType))
+        return 0;
+    state = ((ContextCore *)ctx)->state;
+    if (state == NULL || !PyDict_CheckExact(state) || ((ContextCore *)ctx)->now == NULL ||
+        ((ContextCore *)ctx)->node == NULL || ((ContextCore *)ctx)->world == NULL)
+        return 0;
+    gpu = PyDict_GetItemWithError(state, s_gpu);
+    if (gpu == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyDict_CheckExact(gpu) || PyDict_GET_SIZE(gpu) == 0)
+        return 0;
+    streams = PyDict_GetItemWithError(gpu, s_streams);
+    if (streams == NULL || !PyDict_CheckExact(streams))
+        return PyErr_Occurred() ? -1 : 0;
+    stream = PyDict_GetItemWithError(streams, name);
+    if (stream == NULL || !PyDict_CheckExact(stream) || PyDict_GET_SIZE(stream) == 0)
+        return PyErr_Occurred() ? -1 : 0;
+    queue = PyDict_GetItemWithError(stream, s_queue);
+    if (queue == NULL || !PyList_CheckExact(queue) || PyList_GET_SIZE(queue) >= gpu_ops_max)
+        return PyErr_Occurred() ? -1 : 0;
+    *gpu_out = gpu;
+    *stream_out = stream;
+    return 1;
+}
+
+/* gpu._enqueue_and_pump. Steals ``op``. */
+static int
+enqueue_and_pump(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx)
+{
+    PyObject *queue = need(stream, s_queue), *running;
+    int appended;
+    if (need_list(queue) < 0) {
+        Py_DECREF(op);
+        return -1;
+    }
+    appended = PyList_Append(queue, op);
+    Py_DECREF(op);
+    if (appended < 0)
+        return -1;
+    running = need(stream, s_running);
+    if (running == NULL)
+        return -1;
+    if (running == Py_None && PyList_GET_SIZE(queue) == 1) {
+        PyObject *args[2] = {gpu, ctx};
+        PyObject *result = gpu_pump(NULL, args, 2);
+        if (result == NULL)
+            return -1;
+        Py_DECREF(result);
+    }
+    return 0;
+}
+
+/* gpu_launch(ctx, stream, name, duration_ns, reads, writes, done_kind, payload, started_kind):
+ * gpu.launch, or NotImplemented when gpu._launch_python must run. */
+static PyObject *
+gpu_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *ctx, *gpu = NULL, *stream = NULL, *duration, *op, *reads = NULL, *writes = NULL, *host, *clock;
+    int found;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "gpu_launch takes 9 arguments");
+        return NULL;
+    }
+    ctx = args[0];
+    duration = args[3];
+    if (duration != Py_None && (!PyLong_CheckExact(duration) || _PyLong_Sign(duration) < 0))
+        Py_RETURN_NOTIMPLEMENTED;
+    found = host_stream(ctx, args[1], &gpu, &stream);
+    if (found <= 0) {
+        if (found < 0)
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    host = need(gpu, s_host_clock);
+    if (host == NULL)
+        return NULL;
+    op = PyDict_New();
+    if (op == NULL)
+        return NULL;
+    if (PyDict_SetItem(op, s_op, s_kernel) < 0 || PyDict_SetItem(op, s_name, args[2]) < 0 ||
+        PyDict_SetItem(op, s_duration_ns, duration) < 0)
+        goto fail;
+    if ((reads = PySequence_List(args[4])) == NULL || PyDict_SetItem(op, s_reads, reads) < 0)
+        goto fail;
+    if ((writes = PySequence_List(args[5])) == NULL || PyDict_SetItem(op, s_writes, writes) < 0)
+        goto fail;
+    if (PyDict_SetItem(op, s_done_kind, args[6]) < 0 || PyDict_SetItem(op, s_payload, args[7]) < 0 ||
+        PyDict_SetItem(op, s_started_kind, args[8]) < 0)
+        goto fail;
+    clock = PySequence_List(host);
+    if (clock == NULL || PyDict_SetItem(op, s_host_clock, clock) < 0) {
+        Py_XDECREF(clock);
+        goto fail;
+    }
+    Py_DECREF(clock);
+    Py_DECREF(reads);
+    Py_DECREF(writes);
+    if (enqueue_and_pump(gpu, stream, op, ctx) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(reads);
+    Py_XDECREF(writes);
+    Py_DECREF(op);
+    return NULL;
+}
+
+/* A new op dict {"op": kind, "event": event, "generation": generation}. */
+static PyObject *
+event_op(PyObject *kind, PyObject *event, PyObject *generation)
+{
+    PyObject *op = PyDict_New();
+    if (op == NULL)
+        return NULL;
+    if (PyDict_SetItem(op, s_op, kind) < 0 || PyDict_SetItem(op, s_event, event) < 0 ||
+        PyDict_SetItem(op, s_generation, generation) < 0) {
+        Py_DECREF(op);
+        return NULL;
+    }
+    return op;
+}
+
+/* gpu_record(ctx, stream, event): gpu.record, or NotImplemented (an event recorded for the first
+ * time, among the rest: gpu._record_python creates its entry). */
+static PyObject *
+gpu_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *gpu = NULL, *stream = NULL, *events, *entry, *recorded, *next, *pending, *op;
+    int found;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gpu_record takes 3 arguments");
+        return NULL;
+    }
+    found = host_stream(args[0], args[1], &gpu, &stream);
+    if (found <= 0) {
+        if (found < 0)
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    events = PyDict_GetItemWithError(gpu, s_events);
+    entry = events != NULL && PyDict_CheckExact(events) ? PyDict_GetItemWithError(events, args[2]) : NULL;
+    if (entry == NULL || !PyDict_CheckExact(entry)) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    recorded = need(entry, s_recorded);
+    pending = need(entry, s_pending);
+    if (recorded == NULL || pending == NULL)
+        return NULL;
+    if (!PyList_CheckExact(pending))
+        Py_RETURN_NOTIMPLEMENTED;
+    next = PyNumber_Add(recorded, one);
+    if (next == NULL)
+        return NULL;
+    if (PyDict_SetItem(entry, s_recorded, next) < 0) {
+        Py_DECREF(next);
+        return NULL;
+    }
+    recorded = next; /* entry["pending"].append(entry["recorded"]): the same int object */
+    if (PyList_Append(pending, recorded) < 0) {
+        Py_DECREF(recorded);
+        return NULL;
+    }
+    op = event_op(s_record, args[2], recorded);
+    Py_DECREF(recorded);
+    if (op == NULL || enqueue_and_pump(gpu, stream, op, args[0]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* gpu_wait(ctx, stream, event): gpu.wait, or NotImplemented. */
+static PyObject *
+gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *gpu = NULL, *stream = NULL, *events, *entry, *generation, *op;
+    int found;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gpu_wait takes 3 arguments");
+        return NULL;
+    }
+    found = host_stream(args[0], args[1], &gpu, &stream);
+    if (found <= 0) {
+        if (found < 0)
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    events = need(gpu, s_events);
+    if (events == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(events))
+        Py_RETURN_NOTIMPLEMENTED;
+    entry = PyDict_GetItemWithError(events, args[2]);
+    if (entry == NULL && PyErr_Occurred())
+        return NULL;
+    if (entry != NULL) {
+        generation = need(entry, s_recorded);
+        if (generation == NULL)
+            return NULL;
+        Py_INCREF(generation);
+    } else {
+        generation = PyLong_FromLong(0);
+        if (generation == NULL)
+            return NULL;
+    }
+    op = event_op(s_wait, args[2], generation);
+    Py_DECREF(generation);
+    if (op == NULL || enqueue_and_pump(gpu, stream, op, args[0]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* gpu_done(table, state, event, ctx): the gpu.done handler of make_done_handler, or NotImplemented
+ * when the Python one must run (a payload that is not [epoch, stream, ticket], another context). */
+static PyObject *
+gpu_done(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *table, *state, *event, *ctx, *payload, *epoch, *stream_name, *ticket, *gpu, *value, *streams;
+    PyObject *stream, *running, *done_kind, *queue, *handler, *done_event, *result;
+    int differs;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "gpu_done takes 4 arguments");
+        return NULL;
+    }
+    table = args[0];
+    state = args[1];
+    event = args[2];
+    ctx = args[3];
+    if (!PyObject_TypeCheck(ctx, &ContextCoreType) || !PyTuple_Check(event) || PyTuple_GET_SIZE(event) != 5 ||
+        !PyDict_CheckExact(state) || !PyDict_CheckExact(table) || ((ContextCore *)ctx)->now == NULL ||
+        ((ContextCore *)ctx)->node == NULL || ((ContextCore *)ctx)->world == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    payload = PyTuple_GET_ITEM(event, 4);
+    if (!(PyList_CheckExact(payload) || PyTuple_CheckExact(payload)) || PySequence_Fast_GET_SIZE(payload) != 3)
+        Py_RETURN_NOTIMPLEMENTED;
+    epoch = PySequence_Fast_GET_ITEM(payload, 0);
+    stream_name = PySequence_Fast_GET_ITEM(payload, 1);
+    ticket = PySequence_Fast_GET_ITEM(payload, 2);
+    gpu = PyDict_GetItemWithError(state, s_gpu);
+    if (gpu == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (gpu == Py_None)
+        Py_RETURN_NONE;
+    if (!PyDict_CheckExact(gpu))
+        Py_RETURN_NOTIMPLEMENTED;
+    value = need(gpu, s_epoch);
+    if (value == NULL)
+        return NULL;
+    differs = PyObject_RichCompareBool(value, epoch, Py_NE);
+    if (differs != 0)
+        return differs < 0 ? NULL : Py_NewRef(Py_None);
+    streams = need(gpu, s_streams);
+    if (streams == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(streams))
+        Py_RETURN_NOTIMPLEMENTED;
+    stream = PyDict_GetItemWithError(streams, stream_name);
+    if (stream == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    running = need(stream, s_running);
+    if (running == NULL)
+        return NULL;
+    if (running == Py_None)
+        Py_RETURN_NONE;
+    value = need(running, s_ticket);
+    if (value == NULL)
+        return NULL;
+    differs = PyObject_RichCompareBool(value, ticket, Py_NE);
+    if (differs != 0)
+        return differs < 0 ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(running); /* ours now: the stream lets go of it */
+    Py_INCREF(gpu);
+    Py_INCREF(stream);
+    result = NULL;
+    done_event = NULL;
+    if (PyDict_SetItem(stream, s_running, Py_None) < 0)
+        goto release;
+    done_kind = need(running, s_done_kind);
+    if (done_kind == NULL)
+        goto release;
+    if (done_kind != Py_None) {
+        PyObject *host = need(gpu, s_host_clock), *clock = need(stream, s_clock);
+        if (host == NULL || clock == NULL || gpu_join(host, clock) < 0)
+            goto release;
+    }
+    queue = need(stream, s_queue);
+    if (queue == NULL)
+        goto release;
+    if (PyObject_IsTrue(queue)) {
+        PyObject *pump_args[2] = {gpu, ctx};
+        PyObject *pumped = gpu_pump(NULL, pump_args, 2);
+        if (pumped == NULL)
+            goto release;
+        Py_DECREF(pumped);
+    }
+    if (done_kind == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto release;
+    }
+    handler = PyDict_GetItemWithError(table, done_kind);
+    if (handler == NULL) {
+        PyObject *report_args[3] = {ctx, running, done_kind};
+        if (PyErr_Occurred())
+            goto release;
+        result = PyObject_Vectorcall(gpu_unhandled, report_args, 3, NULL);
+        if (result != NULL)
+            Py_SETREF(result, Py_NewRef(Py_None));
+        goto release;
+    }
+    Py_INCREF(handler);
+    value = need(running, s_payload);
+    done_event = value == NULL ? NULL
+                               : make_event(PyTuple_GET_ITEM(event, 0), PyTuple_GET_ITEM(event, 1),
+                                            PyTuple_GET_ITEM(event, 2), done_kind, value);
+    if (done_event == NULL) {
+        Py_DECREF(handler);
+        goto release;
+    }
+    set_field(&((ContextCore *)ctx)->event, done_event);
+    {
+        PyObject *handler_args[3] = {state, done_event, ctx};
+        result = PyObject_Vectorcall(handler, handler_args, 3, NULL);
+        if (result != NULL) /* a handler's return value means nothing; None is "handled" */
+            Py_SETREF(result, Py_NewRef(Py_None));
+    }
+    Py_DECREF(handler);
+release:
+    Py_XDECREF(done_event);
+    Py_DECREF(stream);
+    Py_DECREF(gpu);
+    Py_DECREF(running);
+    return result;
+}
+
 #define GPU_INTERN(variable, text)                                                                   \
     do {                                                                                             \
         if ((variable = PyUnicode_InternFromString(text)) == NULL)                                   \
@@ -718,20 +1071,28 @@ gpu_intern(void)
     GPU_INTERN(s_read, "read");
     GPU_INTERN(s_reads_verb, "reads");
     GPU_INTERN(s_writes_verb, "writes");
+    GPU_INTERN(s_gpu, "gpu");
+    GPU_INTERN(s_kernel, "kernel");
+    GPU_INTERN(s_recorded, "recorded");
     if ((float_one = PyFloat_FromDouble(1.0)) == NULL)
         return -1;
     return 0;
 }
 
-/* configure_gpu(pump_python, draw_completion_order, report, ceil, done_kind, tracked_buffers_max) */
+/* configure_gpu(pump_python, draw_completion_order, report, ceil, done_kind, tracked_buffers_max,
+ *               report_unhandled, stream_ops_max) */
 static PyObject *
 configure_gpu(PyObject *module, PyObject *args)
 {
-    PyObject *python_pump, *draw, *report_function, *ceil_function, *done_kind;
+    PyObject *python_pump, *draw, *report_function, *ceil_function, *done_kind, *unhandled;
     long tracked;
-    if (!PyArg_ParseTuple(args, "OOOOUl", &python_pump, &draw, &report_function, &ceil_function, &done_kind,
-                          &tracked))
+    Py_ssize_t ops_max;
+    if (!PyArg_ParseTuple(args, "OOOOUlOn", &python_pump, &draw, &report_function, &ceil_function, &done_kind,
+                          &tracked, &unhandled, &ops_max))
         return NULL;
+    Py_INCREF(unhandled);
+    Py_XSETREF(gpu_unhandled, unhandled);
+    gpu_ops_max = ops_max;
     Py_INCREF(python_pump);
     Py_XSETREF(gpu_python_pump, python_pump);
     Py_INCREF(draw);
