@@ -65,3 +65,16 @@ def test_all_finite_matches_numerics_call_after_call() -> None:
     values = [finite, with_nan, finite.copy(), with_inf, with_inf.astype(np.float64), finite[::2], with_nan]
     for array in values * 2:
         assert replicas.all_finite(array) is all_finite(array)
+
+
+def test_the_memos_tell_dtypes_apart_on_the_same_bytes() -> None:
+    replicas.clear()
+    infinite = np.array([np.inf, 1.0], dtype=np.float32)
+    same_bytes = infinite.view(np.int32)
+    assert replicas.all_finite(infinite) is False
+    assert replicas.all_finite(same_bytes) is True
+    assert replicas.all_finite(infinite) is False
+    bucket = np.array([3.0, 4.0, 0.5], dtype=np.float32)
+    verdict = replicas.inspect(bucket, 10.0)
+    assert replicas.inspect(bucket.view(np.int32), 10.0) == update.inspect(bucket.view(np.int32), 10.0)
+    assert replicas.inspect(bucket, 10.0) == verdict == update.inspect(bucket, 10.0)
