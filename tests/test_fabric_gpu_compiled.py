@@ -62,7 +62,13 @@ def callbacks() -> Iterator[Counter[str]]:
             functions = [counted(name, function) for name, function in zip(names, functions, strict=True)]
             unhandled = counted("unhandled", unhandled)
         speedups.compiled.configure_gpu(  # type: ignore[union-attr]
-            *functions, gpu.DONE_KIND, race.TRACKED_BUFFERS_MAX, unhandled, gpu.STREAM_OPS_MAX
+            *functions,
+            gpu.DONE_KIND,
+            race.TRACKED_BUFFERS_MAX,
+            unhandled,
+            gpu.STREAM_OPS_MAX,
+            gpu._stream,
+            gpu._event_entry,
         )
 
     configure(wrap=True)

@@ -147,16 +147,22 @@ def _record_python(ctx: Context, stream: str, event: str) -> None:
     gpu = _gpu(ctx)
     queue_stream = _stream(gpu, stream)
     events = gpu["events"]
-    entry = events.get(event)
-    if entry is None:
-        if len(events) >= GPU_EVENTS_MAX:
-            raise ValueError(f"a GPU holds at most {GPU_EVENTS_MAX} named events")
-        entry = events[event] = {"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}
+    entry = events.get(event) or _event_entry(events, event)
     entry["recorded"] += 1
     entry["pending"].append(entry["recorded"])
     _enqueue_and_pump(
         gpu, queue_stream, {"op": "record", "event": event, "generation": entry["recorded"]}, ctx
     )
+
+
+def _event_entry(events: dict[str, Any], event: str) -> dict[str, Any]:
+    """The entry of ``event``, created on its first record."""
+    entry = events.get(event)
+    if entry is None:
+        if len(events) >= GPU_EVENTS_MAX:
+            raise ValueError(f"a GPU holds at most {GPU_EVENTS_MAX} named events")
+        entry = events[event] = {"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}
+    return entry
 
 
 def wait(ctx: Context, stream: str, event: str) -> None:
@@ -401,6 +407,8 @@ def _compiled_pump() -> Any:
         race.TRACKED_BUFFERS_MAX,
         _report_unhandled,
         STREAM_OPS_MAX,
+        _stream,
+        _event_entry,
     )
     return compiled.gpu_pump
 

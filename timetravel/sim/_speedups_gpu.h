@@ -20,6 +20,8 @@
 static PyObject *gpu_draw_order = NULL; /* gpu._draw_completion_order */
 static PyObject *gpu_python_pump = NULL; /* gpu._pump_python */
 static PyObject *gpu_unhandled = NULL;   /* gpu._report_unhandled */
+static PyObject *gpu_new_stream = NULL;  /* gpu._stream: a stream's first use creates it */
+static PyObject *gpu_event_entry = NULL; /* gpu._event_entry: an event's first record creates it */
 static Py_ssize_t gpu_ops_max = 0;       /* gpu.STREAM_OPS_MAX */
 static PyObject *gpu_report = NULL;     /* race._report */
 static PyObject *gpu_ceil = NULL;       /* math.ceil */
@@ -700,8 +702,21 @@ host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream
     if (streams == NULL || !PyDict_CheckExact(streams))
         return PyErr_Occurred() ? -1 : 0;
     stream = PyDict_GetItemWithError(streams, name);
-    if (stream == NULL || !PyDict_CheckExact(stream) || PyDict_GET_SIZE(stream) == 0)
-        return PyErr_Occurred() ? -1 : 0;
+    if (stream == NULL) {
+        /* the stream's first use: gpu._stream checks the name and the bound and creates it */
+        PyObject *args[2] = {gpu, name}, *created;
+        if (PyErr_Occurred())
+            return -1;
+        created = PyObject_Vectorcall(gpu_new_stream, args, 2, NULL);
+        if (created == NULL)
+            return -1;
+        Py_DECREF(created);
+        stream = PyDict_GetItemWithError(streams, name);
+        if (stream == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyDict_CheckExact(stream) || PyDict_GET_SIZE(stream) == 0)
+        return 0;
     queue = PyDict_GetItemWithError(stream, s_queue);
     if (queue == NULL || !PyList_CheckExact(queue) || PyList_GET_SIZE(queue) >= gpu_ops_max)
         return PyErr_Occurred() ? -1 : 0;
@@ -824,13 +839,27 @@ gpu_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         Py_RETURN_NOTIMPLEMENTED;
     }
-    events = PyDict_GetItemWithError(gpu, s_events);
-    entry = events != NULL && PyDict_CheckExact(events) ? PyDict_GetItemWithError(events, args[2]) : NULL;
-    if (entry == NULL || !PyDict_CheckExact(entry)) {
+    events = need(gpu, s_events);
+    if (events == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(events))
+        Py_RETURN_NOTIMPLEMENTED;
+    entry = PyDict_GetItemWithError(events, args[2]);
+    if (entry == NULL) {
+        /* the event's first record: gpu._event_entry checks the bound and creates its entry */
+        PyObject *entry_args[2] = {events, args[2]}, *created;
         if (PyErr_Occurred())
             return NULL;
-        Py_RETURN_NOTIMPLEMENTED;
+        created = PyObject_Vectorcall(gpu_event_entry, entry_args, 2, NULL);
+        if (created == NULL)
+            return NULL;
+        Py_DECREF(created);
+        entry = PyDict_GetItemWithError(events, args[2]);
+        if (entry == NULL && PyErr_Occurred())
+            return NULL;
     }
+    if (entry == NULL || !PyDict_CheckExact(entry) || PyDict_GET_SIZE(entry) == 0)
+        Py_RETURN_NOTIMPLEMENTED;
     recorded = need(entry, s_recorded);
     pending = need(entry, s_pending);
     if (recorded == NULL || pending == NULL)
@@ -1080,16 +1109,21 @@ gpu_intern(void)
 }
 
 /* configure_gpu(pump_python, draw_completion_order, report, ceil, done_kind, tracked_buffers_max,
- *               report_unhandled, stream_ops_max) */
+ *               report_unhandled, stream_ops_max, new_stream, event_entry) */
 static PyObject *
 configure_gpu(PyObject *module, PyObject *args)
 {
-    PyObject *python_pump, *draw, *report_function, *ceil_function, *done_kind, *unhandled;
+    PyObject *python_pump, *draw, *report_function, *ceil_function, *done_kind, *unhandled, *new_stream;
+    PyObject *event_entry;
     long tracked;
     Py_ssize_t ops_max;
-    if (!PyArg_ParseTuple(args, "OOOOUlOn", &python_pump, &draw, &report_function, &ceil_function, &done_kind,
-                          &tracked, &unhandled, &ops_max))
+    if (!PyArg_ParseTuple(args, "OOOOUlOnOO", &python_pump, &draw, &report_function, &ceil_function,
+                          &done_kind, &tracked, &unhandled, &ops_max, &new_stream, &event_entry))
         return NULL;
+    Py_INCREF(new_stream);
+    Py_XSETREF(gpu_new_stream, new_stream);
+    Py_INCREF(event_entry);
+    Py_XSETREF(gpu_event_entry, event_entry);
     Py_INCREF(unhandled);
     Py_XSETREF(gpu_unhandled, unhandled);
     gpu_ops_max = ops_max;
