@@ -1,17 +1,30 @@
-"""GPU streams: FIFO per stream, events, open kernels, the completion-order choice, the race detector."""
+"""GPU streams: FIFO per stream, events, open kernels, the completion-order choice, the race detector.
+
+Every test runs on the Python stream engine and, when the compiled core is built, on its compiled
+twin (sim/_speedups_gpu.h), which must behave alike in every case here, errors included."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
 from fabric_probe import arrivals, probe_scenario, probe_world, run
 
 from timetravel import fabric
-from timetravel.sim import Context, RunResult
+from timetravel.fabric import gpu
+from timetravel.sim import Context, RunResult, speedups
 
 Script = Callable[[dict[str, Any], Context], None]
+ENGINES = ["python", "compiled"] if speedups.compiled is not None else ["python"]
+
+
+@pytest.fixture(autouse=True, params=ENGINES)
+def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
+    if request.param == "python":
+        monkeypatch.setattr(gpu, "_engine", None)
+        monkeypatch.setattr(gpu, "_pump", gpu._pump_python)
+    yield request.param
 
 
 def run_script(

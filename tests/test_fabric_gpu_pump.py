@@ -45,6 +45,10 @@ def _always_pump_after_completion(gpu_state: dict[str, Any], _stream: dict[str, 
 def test_skipping_idle_pumps_changes_no_bit(
     settings: dict[str, Any], seed: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    monkeypatch.setattr(
+        gpu, "_engine", None
+    )  # the Python engine (the compiled one: test_fabric_gpu_compiled)
+    monkeypatch.setattr(gpu, "_pump", gpu._pump_python)
     skipped = _run(settings, seed)
     monkeypatch.setattr(gpu, "_enqueue_and_pump", _always_pump)
     monkeypatch.setattr(gpu, "_pump_after_completion", _always_pump_after_completion)

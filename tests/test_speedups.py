@@ -135,6 +135,14 @@ def test_chain_batches_pack_to_the_bytes_encoding_pack_gives() -> None:
         1.5,
         b"raw",
         [1, "two", None],
+        [],
+        [0, 7, 123_456],
+        (3, "comm", 99),
+        [1 << 63, -(1 << 40), "x" * 40],
+        list(range(17)),
+        [1, [2, 3]],
+        [1, 2.5],
+        [True, 1],
         {"a": [1, 2]},
         *INT_EDGES,
         *STRINGS,
@@ -153,7 +161,7 @@ def test_chain_batches_pack_to_the_bytes_encoding_pack_gives() -> None:
         ]
         assert pack_chain_batch(batch) == pack(batch)
     # values msgpack refuses or that only Python's path handles: same result or same error
-    for odd in (1 << 64, -(1 << 63) - 1, "\ud800", object()):
+    for odd in (1 << 64, -(1 << 63) - 1, "\ud800", object(), [1, "\ud800"], [object()], [1, 1 << 64]):
         for batch in ([Event(odd, 0, "a", "b", None)], [Event(0, 0, "a", "b", odd)]):  # type: ignore[arg-type]
             try:
                 expected: Any = pack(batch)

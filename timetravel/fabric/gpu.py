@@ -37,7 +37,9 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
+from timetravel.fabric import race
 from timetravel.fabric.race import check_kernel, join
+from timetravel.sim import speedups
 from timetravel.sim.event import Event
 
 if TYPE_CHECKING:
@@ -88,6 +90,27 @@ def launch(
     started_kind: str | None = None,
 ) -> None:
     """Queue kernel ``name`` on ``stream`` (see the module docstring); ``duration_ns=None`` is an open kernel."""
+    engine = _engine
+    if (
+        engine is not None
+        and engine.gpu_launch(ctx, stream, name, duration_ns, reads, writes, done_kind, payload, started_kind)
+        is None
+    ):
+        return
+    _launch_python(ctx, stream, name, duration_ns, reads, writes, done_kind, payload, started_kind)
+
+
+def _launch_python(
+    ctx: Context,
+    stream: str,
+    name: str,
+    duration_ns: int | None,
+    reads: Iterable[str],
+    writes: Iterable[str],
+    done_kind: str | None,
+    payload: Any,
+    started_kind: str | None,
+) -> None:
     if duration_ns is not None and (type(duration_ns) is not int or duration_ns < 0):
         raise ValueError(
             f"kernel {name!r}: duration must be a non-negative int of ns or None, got {duration_ns!r}"
@@ -114,14 +137,17 @@ def launch(
 
 def record(ctx: Context, stream: str, event: str) -> None:
     """Queue a record of ``event`` on ``stream``: it completes when the work queued before it is done."""
+    engine = _engine
+    if engine is not None and engine.gpu_record(ctx, stream, event) is None:
+        return
+    _record_python(ctx, stream, event)
+
+
+def _record_python(ctx: Context, stream: str, event: str) -> None:
     gpu = _gpu(ctx)
     queue_stream = _stream(gpu, stream)
     events = gpu["events"]
-    entry = events.get(event)
-    if entry is None:
-        if len(events) >= GPU_EVENTS_MAX:
-            raise ValueError(f"a GPU holds at most {GPU_EVENTS_MAX} named events")
-        entry = events[event] = {"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}
+    entry = events.get(event) or _event_entry(events, event)
     entry["recorded"] += 1
     entry["pending"].append(entry["recorded"])
     _enqueue_and_pump(
@@ -129,8 +155,25 @@ def record(ctx: Context, stream: str, event: str) -> None:
     )
 
 
+def _event_entry(events: dict[str, Any], event: str) -> dict[str, Any]:
+    """The entry of ``event``, created on its first record."""
+    entry = events.get(event)
+    if entry is None:
+        if len(events) >= GPU_EVENTS_MAX:
+            raise ValueError(f"a GPU holds at most {GPU_EVENTS_MAX} named events")
+        entry = events[event] = {"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}
+    return entry
+
+
 def wait(ctx: Context, stream: str, event: str) -> None:
     """Make work queued on ``stream`` after this call wait for the latest record of ``event``."""
+    engine = _engine
+    if engine is not None and engine.gpu_wait(ctx, stream, event) is None:
+        return
+    _wait_python(ctx, stream, event)
+
+
+def _wait_python(ctx: Context, stream: str, event: str) -> None:
     gpu = _gpu(ctx)
     queue_stream = _stream(gpu, stream)
     entry = gpu["events"].get(event)
@@ -237,8 +280,8 @@ def _pump_after_completion(gpu: dict[str, Any], stream: dict[str, Any], ctx: Con
         _pump(gpu, ctx)
 
 
-def _pump(gpu: dict[str, Any], ctx: Context) -> None:
-    """Advance every stream until none can move.
+def _pump_python(gpu: dict[str, Any], ctx: Context) -> None:
+    """Advance every stream until none can move (the reference; :data:`_pump` is what runs).
 
     Only a completed record can unblock another stream (a wait); a kernel start or a wait taken
     cannot. So another pass over the streams is needed only after a pass completed a record: the
@@ -337,10 +380,57 @@ def _draw_completion_order(gpu: dict[str, Any], own: str, end: int, ctx: Context
     return end
 
 
+def _report_unhandled(ctx: Context, running: dict[str, Any], done_kind: str) -> None:
+    message = f"kernel {running['name']!r} finished with done_kind {done_kind!r}, which has no handler"
+    ctx.fail("unhandled", message, site=f"gpu.{done_kind}")
+
+
+def _compiled_pump() -> Any:
+    """The compiled core's twin of :func:`_pump_python` (sim/_speedups_gpu.h), or the Python one.
+
+    The pump and the kernel starts under it were ~30% of a 10,000-rank tree step in Python (dict
+    lookups and small lists, per rank and per kernel). The C pump does the same steps on the same
+    state dicts and calls back into the Python functions handed to it for everything off the
+    common path: a race report, a ``gpu.order`` draw, a compute factor other than 1.0, a context
+    that is not the compiled one. ``TIMETRAVEL_PURE_PYTHON=1`` runs :func:`_pump_python`;
+    tests/test_fabric_gpu_compiled.py compares the two bit for bit.
+    """
+    compiled = speedups.compiled
+    if compiled is None:
+        return _pump_python
+    compiled.configure_gpu(
+        _pump_python,
+        _draw_completion_order,
+        race._report,
+        math.ceil,
+        DONE_KIND,
+        race.TRACKED_BUFFERS_MAX,
+        _report_unhandled,
+        STREAM_OPS_MAX,
+        _stream,
+        _event_entry,
+    )
+    return compiled.gpu_pump
+
+
+_pump = _compiled_pump()
+"""Advance every stream until none can move: :func:`_pump_python`, in C when the core is built."""
+
+_engine: Any = speedups.compiled
+"""The compiled core when it is built: :func:`launch`, :func:`record`, :func:`wait` and the
+``gpu.done`` handler run its twins of their Python bodies (``_launch_python``, ...), which hand
+back NotImplemented for whatever they leave to Python (a stream or event used for the first
+time, a bad argument, a full queue: Python creates or raises as it always did, nothing changed
+before). None runs the Python bodies; tests set it to None to compare the two."""
+
+
 def make_done_handler(table: Mapping[str, Handler]) -> Handler:
     """The ``gpu.done`` handler for one role: advance the streams, then call ``table[done_kind]``."""
 
     def on_gpu_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
+        engine = _engine
+        if engine is not None and engine.gpu_done(table, state, event, ctx) is not NotImplemented:
+            return
         epoch, stream_name, ticket = event.payload
         gpu = state.get(GPU_KEY)
         if gpu is None or gpu["epoch"] != epoch:
@@ -358,10 +448,7 @@ def make_done_handler(table: Mapping[str, Handler]) -> Handler:
             return
         handler = table.get(done_kind)
         if handler is None:
-            message = (
-                f"kernel {running['name']!r} finished with done_kind {done_kind!r}, which has no handler"
-            )
-            ctx.fail("unhandled", message, site=f"gpu.{done_kind}")
+            _report_unhandled(ctx, running, done_kind)
             return
         done_event = Event(event.t, event.seq, event.dst, done_kind, running["payload"])
         ctx.event = done_event

@@ -17,8 +17,10 @@
  * Python's tuple comparison when those are not small ints or are equal.
  *
  * One translation unit: this file holds the module, the Context's core and its methods, and
- * includes _speedups_heap.h (the heap), _speedups_loop.h (the loop) and _speedups_pack.h (the chain
- * batch's bytes).
+ * includes _speedups_heap.h (the heap), _speedups_loop.h (the loop), _speedups_pack.h (the chain
+ * batch's bytes), _speedups_gpu.h (the GPU stream engine's pump, fabric/gpu.py's reference; the
+ * fabric hands it the Python functions it calls back, so no C code imports a layer above sim/) and
+ * _speedups_tree.h (the tree all-reduce's timing, fabric/collective.py's reference).
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -375,6 +377,8 @@ static PyTypeObject ContextCoreType = {
 #include "_speedups_loop.h"
 #include "_speedups_pack.h"
 #include "_speedups_plain.h"
+#include "_speedups_gpu.h"
+#include "_speedups_tree.h"
 
 /* configure(Event, xxh3_64_intdigest, counters_key, python_choose, python_timer, python_deliver) */
 static PyObject *
@@ -409,6 +413,15 @@ static PyMethodDef module_methods[] = {
      "msgpack bytes of a chain batch, as encoding.pack gives them (None: pack it in Python)."},
     {"configure", configure, METH_VARARGS, "Hand the module the Python objects it builds on."},
     {"untrack", untrack, METH_O, "Take a plain-data value's containers out of the garbage collector's reach."},
+    {"gpu_pump", (PyCFunction)(void (*)(void))gpu_pump, METH_FASTCALL,
+     "The GPU stream engine's pump (fabric/gpu.py _pump_python), same bits."},
+    {"configure_gpu", configure_gpu, METH_VARARGS, "Hand the GPU pump the Python functions it calls."},
+    {"gpu_launch", (PyCFunction)(void (*)(void))gpu_launch, METH_FASTCALL, "fabric.launch (NotImplemented: run Python's)."},
+    {"gpu_record", (PyCFunction)(void (*)(void))gpu_record, METH_FASTCALL, "fabric.record (NotImplemented: run Python's)."},
+    {"gpu_wait", (PyCFunction)(void (*)(void))gpu_wait, METH_FASTCALL, "fabric.wait (NotImplemented: run Python's)."},
+    {"gpu_done", (PyCFunction)(void (*)(void))gpu_done, METH_FASTCALL, "The gpu.done handler (NotImplemented: run Python's)."},
+    {"tree_times", (PyCFunction)(void (*)(void))tree_times, METH_FASTCALL,
+     "The tree all-reduce's timing (fabric/collective.py tree_completions_python), same ints; None: run that."},
     {NULL, NULL, 0, NULL},
 };
 
@@ -431,12 +444,14 @@ PyInit__speedups(void)
     str_append = PyUnicode_InternFromString("append");
     if (!str_stream_base || !str_seq || !str_events_processed || !str_t_ns || !str_fault || !one || !str_append)
         return NULL;
+    if (gpu_intern() < 0)
+        return NULL;
     module = PyModule_Create(&speedups_module);
     if (module == NULL)
         return NULL;
     /* speedups.py loads the module only when this matches its INTERFACE_VERSION: a stale build
      * (the Python side changed, the .so was not rebuilt) leaves the pure-Python kernel running. */
-    if (PyModule_AddIntConstant(module, "INTERFACE_VERSION", 2) < 0) {
+    if (PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -6,8 +6,8 @@
 /* -- the chain batch's bytes ----------------------------------------------------------------- */
 
 /* msgpack bytes of a list of events, identical to encoding.pack(events) (msgpack-python with
- * use_bin_type): the smallest int and str forms msgpack picks, a payload that is not None, an int
- * or a str packed by encoding.pack itself (msgpack output concatenates, so a value packs to the
+ * use_bin_type): the smallest int and str forms msgpack picks, a payload that is not None, an int,
+ * a str or a flat list or tuple of those packed by encoding.pack itself (msgpack output concatenates, so a value packs to the
  * same bytes alone as inside an array). Anything unusual (an int out of 64 bits, a str that is not
  * valid UTF-8, an item that is not an event, a payload encoding.pack refuses) returns None and the
  * caller packs the whole batch in Python, which gives the bytes or raises the error Python would. */
@@ -142,6 +142,39 @@ put_array_header(Buffer *buffer, Py_ssize_t length)
     return put_tagged(buffer, 0xdd, (unsigned long long)length, 4);
 }
 
+/* A payload that is a list or tuple of None, plain ints and strs (dp_training's [generation, step],
+ * the fabric's [epoch, stream, ticket]): msgpack's array of them. 1 packed, 0 another payload
+ * (nothing written: encoding.pack packs it), -1 error. */
+static int
+put_flat_sequence(Buffer *buffer, PyObject *payload)
+{
+    Py_ssize_t start = buffer->length, index, size;
+    if (!PyList_CheckExact(payload) && !PyTuple_CheckExact(payload))
+        return 0;
+    size = PySequence_Fast_GET_SIZE(payload);
+    if (put_array_header(buffer, size) < 0)
+        return -1;
+    for (index = 0; index < size; index++) {
+        PyObject *item = PySequence_Fast_GET_ITEM(payload, index);
+        int status;
+        if (item == Py_None) {
+            unsigned char nil = 0xc0;
+            status = buffer_put(buffer, &nil, 1) < 0 ? -1 : 1;
+        } else if (PyLong_CheckExact(item)) {
+            status = put_int(buffer, item);
+        } else if (PyUnicode_CheckExact(item)) {
+            status = put_str(buffer, item);
+        } else {
+            status = 0;
+        }
+        if (status <= 0) {
+            buffer->length = start;
+            return status;
+        }
+    }
+    return 1;
+}
+
 /* 1 packed, 0 fall back, -1 error. */
 static int
 put_event(Buffer *buffer, PyObject *event, PyObject *pack)
@@ -170,7 +203,7 @@ put_event(Buffer *buffer, PyObject *event, PyObject *pack)
     }
     status = PyLong_CheckExact(payload) ? put_int(buffer, payload)
              : PyUnicode_CheckExact(payload) ? put_str(buffer, payload)
-                                             : 0;
+                                             : put_flat_sequence(buffer, payload);
     if (status != 0)
         return status;
     {

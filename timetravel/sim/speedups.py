@@ -1,7 +1,8 @@
 """Whether the kernel's compiled core is in use, and the switch that turns it off.
 
 ``timetravel/sim/_speedups.c`` holds the event loop and the Context's hot methods (``choose``,
-``timer``, ``deliver``) in C. It is optional: ``make install`` builds it when the machine has a C
+``timer``, ``deliver``) in C, and the GPU stream engine's pump (fabric/gpu.py, which hands it the
+Python functions it calls back). It is optional: ``make install`` builds it when the machine has a C
 compiler, and without it the pure-Python code in kernel.py and context.py runs, giving the same
 bits. ``TIMETRAVEL_PURE_PYTHON=1`` in the environment (read once, at import) forces the pure-Python
 path, which is how the tests compare the two and how to rule the compiled core out of a bug hunt.
@@ -14,7 +15,7 @@ import os
 from types import ModuleType
 
 PURE_PYTHON_ENV = "TIMETRAVEL_PURE_PYTHON"
-INTERFACE_VERSION = 2
+INTERFACE_VERSION = 3
 """What this Python code expects of the compiled module; a build that says otherwise is stale
 (``make install`` rebuilds it) and is not used."""
 

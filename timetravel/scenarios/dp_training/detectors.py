@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
-from timetravel.scenarios.dp_training.numerics import all_finite
+from timetravel.scenarios.dp_training.replicas import all_finite
 from timetravel.sim import Context
 
 MONITOR = "monitor"

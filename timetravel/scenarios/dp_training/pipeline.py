@@ -120,7 +120,9 @@ def on_allreduce_done(state: dict[str, Any], event: Event, ctx: Context) -> None
     ):
         return
     config = ctx.world.config
-    state["staging"] = update.average(state["result"], state["ranks"], config["dtype"], config["loss_scale"])
+    state["staging"] = replicas.average(
+        state["result"], state["ranks"], config["dtype"], config["loss_scale"]
+    )
     state["result"] = None
     state["phase"] = PHASE_UPDATE
     device.launch_update(state, ctx, step)

@@ -1,0 +1,1144 @@
+/* The GPU stream engine's pump (fabric/gpu.py ``_pump_python`` and what it calls) in C.
+ * Included once, by _speedups.c (one translation unit); see that file for the rules it follows.
+ *
+ * gpu_pump(gpu, ctx) does what ``_pump_python(gpu, ctx)`` does, step for step, on the same state
+ * dicts: pass over the streams in their order, advance each idle one (take a wait whose record has
+ * completed, complete a record, start a kernel), and pass again only after a pass completed a
+ * record. A kernel start ticks the stream's vector clock, checks and records its buffer accesses
+ * (fabric/race.py ``check_kernel``), takes a ticket, delivers its ``gpu.done`` and builds the
+ * ``running`` dict with the same keys in the same order. Everything off the common path calls the
+ * Python reference functions handed over by ``configure_gpu``: a race found (``race._report``, after
+ * the same partial bookkeeping), a timed kernel starting while another stream runs one (``gpu.
+ * _draw_completion_order``: the ``gpu.order`` choice), a compute factor other than 1.0 (``math.ceil``
+ * of the product, as Python computes it). Any value of an unexpected type raises TypeError; the
+ * state is the engine's own, so that is a bug, not an input. tests/test_fabric_gpu_compiled.py runs
+ * worlds with this pump and with the Python one and compares every bit.
+ */
+#ifndef _SPEEDUPS_GPU_H
+#define _SPEEDUPS_GPU_H
+
+static PyObject *gpu_draw_order = NULL; /* gpu._draw_completion_order */
+static PyObject *gpu_python_pump = NULL; /* gpu._pump_python */
+static PyObject *gpu_unhandled = NULL;   /* gpu._report_unhandled */
+static PyObject *gpu_new_stream = NULL;  /* gpu._stream: a stream's first use creates it */
+static PyObject *gpu_event_entry = NULL; /* gpu._event_entry: an event's first record creates it */
+static Py_ssize_t gpu_ops_max = 0;       /* gpu.STREAM_OPS_MAX */
+static PyObject *gpu_report = NULL;     /* race._report */
+static PyObject *gpu_ceil = NULL;       /* math.ceil */
+static PyObject *gpu_done_kind = NULL;  /* gpu.DONE_KIND */
+static long gpu_tracked_max = 0;        /* race.TRACKED_BUFFERS_MAX */
+static PyObject *s_streams, *s_events, *s_running, *s_queue, *s_op, *s_wait, *s_record, *s_event,
+    *s_generation, *s_pending, *s_clock, *s_completed, *s_t_ns, *s_index, *s_host_clock, *s_reads,
+    *s_writes, *s_name, *s_tickets, *s_duration_ns, *s_compute_factor, *s_epoch, *s_end_ns,
+    *s_done_kind, *s_payload, *s_started_kind, *s_ticket, *s_start_ns, *s_access, *s_write, *s_fabric,
+    *s_race_detector, *s_deliver, *s_wrote, *s_read, *s_reads_verb, *s_writes_verb, *float_one, *s_gpu,
+    *s_kernel, *s_recorded;
+
+/* A borrowed item of an exact dict; NULL with TypeError set when the key is missing. */
+static PyObject *
+need(PyObject *dict, PyObject *key)
+{
+    PyObject *value;
+    if (!PyDict_CheckExact(dict)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: the GPU state holds a value of the wrong type");
+        return NULL;
+    }
+    value = PyDict_GetItemWithError(dict, key);
+    if (value == NULL && !PyErr_Occurred())
+        PyErr_SetObject(PyExc_KeyError, key);
+    return value;
+}
+
+static int
+need_list(PyObject *value)
+{
+    if (value == NULL)
+        return -1;
+    if (!PyList_CheckExact(value)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: a clock or queue is not a list");
+        return -1;
+    }
+    return 0;
+}
+
+/* race.join: into = max(into, other) entry by entry. */
+static int
+gpu_join(PyObject *into, PyObject *other)
+{
+    Py_ssize_t index, length;
+    if (need_list(into) < 0 || need_list(other) < 0)
+        return -1;
+    length = PyList_GET_SIZE(other);
+    while (PyList_GET_SIZE(into) < length) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL || PyList_Append(into, zero) < 0) {
+            Py_XDECREF(zero);
+            return -1;
+        }
+        Py_DECREF(zero);
+    }
+    for (index = 0; index < length; index++) {
+        PyObject *value = PyList_GET_ITEM(other, index);
+        int greater = PyObject_RichCompareBool(value, PyList_GET_ITEM(into, index), Py_GT);
+        if (greater < 0)
+            return -1;
+        if (greater) {
+            Py_INCREF(value);
+            PyList_SetItem(into, index, value);
+        }
+    }
+    return 0;
+}
+
+/* queue.pop(0), returning a new reference to the op. */
+static PyObject *
+pop_front(PyObject *queue)
+{
+    PyObject *op = PyList_GET_ITEM(queue, 0);
+    Py_INCREF(op);
+    if (PyList_SetSlice(queue, 0, 1, NULL) < 0) {
+        Py_DECREF(op);
+        return NULL;
+    }
+    return op;
+}
+
+/* The clock entry of stream ``other`` as race.check_kernel reads it (0 past the clock's end), or
+ * NULL on error; a borrowed reference (or the cached small int 0). */
+static PyObject *
+clock_at(PyObject *clock, PyObject *other, PyObject *zero)
+{
+    Py_ssize_t at = PyLong_AsSsize_t(other);
+    if (at == -1 && PyErr_Occurred())
+        return NULL;
+    if (at < PyList_GET_SIZE(clock) && at >= 0)
+        return PyList_GET_ITEM(clock, at);
+    if (at < 0) { /* Python indexes from the end; the engine never writes such an index */
+        PyErr_SetString(PyExc_ValueError, "gpu_pump: negative stream index in an access record");
+        return NULL;
+    }
+    return zero;
+}
+
+/* 1 when ``access`` (stream, tick, kernel) by another stream is not ordered before the kernel. */
+static int
+unordered(PyObject *access, Py_ssize_t index, PyObject *clock, PyObject *zero)
+{
+    PyObject *other, *seen;
+    Py_ssize_t other_index;
+    if (!(PyList_CheckExact(access) || PyTuple_CheckExact(access)) || PySequence_Fast_GET_SIZE(access) < 2) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: an access record is not a list");
+        return -1;
+    }
+    other = PySequence_Fast_GET_ITEM(access, 0);
+    other_index = PyLong_AsSsize_t(other);
+    if (other_index == -1 && PyErr_Occurred())
+        return -1;
+    if (other_index == index)
+        return 0;
+    seen = clock_at(clock, other, zero);
+    if (seen == NULL)
+        return -1;
+    return PyObject_RichCompareBool(PySequence_Fast_GET_ITEM(access, 1), seen, Py_GT);
+}
+
+/* race._entry: the access entry of ``buffer``, created empty (a borrowed reference). */
+static PyObject *
+access_entry(PyObject *access, PyObject *buffer)
+{
+    PyObject *entry = PyDict_GetItemWithError(access, buffer), *reads;
+    int failed;
+    if (entry != NULL || PyErr_Occurred())
+        return entry;
+    if (PyDict_GET_SIZE(access) >= gpu_tracked_max) {
+        PyErr_Format(PyExc_ValueError, "a rank tracks at most %ld buffers for the race detector",
+                     gpu_tracked_max);
+        return NULL;
+    }
+    reads = PyDict_New();
+    entry = reads == NULL ? NULL : PyDict_New();
+    failed = entry == NULL || PyDict_SetItem(entry, s_write, Py_None) < 0 ||
+             PyDict_SetItem(entry, s_reads, reads) < 0 || PyDict_SetItem(access, buffer, entry) < 0;
+    Py_XDECREF(reads);
+    Py_XDECREF(entry);
+    return failed ? NULL : PyDict_GetItemWithError(access, buffer);
+}
+
+static int
+report(PyObject *ctx, PyObject *gpu, PyObject *buffer, PyObject *earlier, PyObject *earlier_verb,
+       PyObject *kernel, PyObject *stream_name, PyObject *verb)
+{
+    PyObject *args[8] = {ctx, gpu, buffer, earlier, earlier_verb, kernel, stream_name, verb};
+    PyObject *result = PyObject_Vectorcall(gpu_report, args, 8, NULL);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* race.check_kernel, step for step. */
+static int
+check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *stream, PyObject *kernel, PyObject *reads,
+             PyObject *writes, PyObject *ctx)
+{
+    PyObject *access, *clock, *mine, *zero, *index_object;
+    Py_ssize_t index, position;
+    int result = -1, conflict;
+
+    access = need(gpu, s_access);
+    index_object = need(stream, s_index);
+    clock = need(stream, s_clock);
+    if (access == NULL || index_object == NULL || need_list(clock) < 0 || !PyDict_CheckExact(access) ||
+        need_list(reads) < 0 || need_list(writes) < 0) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_TypeError, "gpu_pump: access table is not a dict");
+        return -1;
+    }
+    index = PyLong_AsSsize_t(index_object);
+    if (index == -1 && PyErr_Occurred())
+        return -1;
+    if (index < 0 || index >= PyList_GET_SIZE(clock)) {
+        PyErr_SetString(PyExc_IndexError, "gpu_pump: stream clock shorter than its index");
+        return -1;
+    }
+    zero = PyLong_FromLong(0);
+    mine = zero == NULL ? NULL : PyList_New(3);
+    if (mine == NULL) {
+        Py_XDECREF(zero);
+        return -1;
+    }
+    Py_INCREF(index_object);
+    PyList_SET_ITEM(mine, 0, index_object);
+    Py_INCREF(PyList_GET_ITEM(clock, index));
+    PyList_SET_ITEM(mine, 1, PyList_GET_ITEM(clock, index));
+    Py_INCREF(kernel);
+    PyList_SET_ITEM(mine, 2, kernel);
+
+    for (position = 0; position < PyList_GET_SIZE(reads); position++) {
+        PyObject *buffer = PyList_GET_ITEM(reads, position), *entry, *write, *entry_reads;
+        entry = access_entry(access, buffer);
+        if (entry == NULL || !PyDict_CheckExact(entry))
+            goto done;
+        write = need(entry, s_write);
+        if (write == NULL)
+            goto done;
+        if (write != Py_None) {
+            conflict = unordered(write, index, clock, zero);
+            if (conflict < 0)
+                goto done;
+            if (conflict) {
+                result = report(ctx, gpu, buffer, write, s_wrote, kernel, stream_name, s_reads_verb);
+                goto done;
+            }
+        }
+        entry_reads = need(entry, s_reads);
+        if (entry_reads == NULL || PyObject_SetItem(entry_reads, stream_name, mine) < 0)
+            goto done;
+    }
+    for (position = 0; position < PyList_GET_SIZE(writes); position++) {
+        PyObject *buffer = PyList_GET_ITEM(writes, position), *entry, *write, *entry_reads, *key, *reader;
+        PyObject *empty;
+        Py_ssize_t cursor = 0;
+        entry = access_entry(access, buffer);
+        if (entry == NULL || !PyDict_CheckExact(entry))
+            goto done;
+        write = need(entry, s_write);
+        if (write == NULL)
+            goto done;
+        if (write != Py_None) {
+            conflict = unordered(write, index, clock, zero);
+            if (conflict < 0)
+                goto done;
+            if (conflict) {
+                result = report(ctx, gpu, buffer, write, s_wrote, kernel, stream_name, s_writes_verb);
+                goto done;
+            }
+        }
+        entry_reads = need(entry, s_reads);
+        if (entry_reads == NULL)
+            goto done;
+        if (!PyDict_CheckExact(entry_reads)) {
+            PyErr_SetString(PyExc_TypeError, "gpu_pump: a buffer's reads are not a dict");
+            goto done;
+        }
+        while (PyDict_Next(entry_reads, &cursor, &key, &reader)) {
+            conflict = unordered(reader, index, clock, zero);
+            if (conflict < 0)
+                goto done;
+            if (conflict) {
+                Py_INCREF(reader);
+                result = report(ctx, gpu, buffer, reader, s_read, kernel, stream_name, s_writes_verb);
+                Py_DECREF(reader);
+                goto done;
+            }
+        }
+        if (PyDict_SetItem(entry, s_write, mine) < 0)
+            goto done;
+        empty = PyDict_New();
+        if (empty == NULL || PyDict_SetItem(entry, s_reads, empty) < 0) {
+            Py_XDECREF(empty);
+            goto done;
+        }
+        Py_DECREF(empty);
+    }
+    result = 0;
+done:
+    Py_DECREF(mine);
+    Py_DECREF(zero);
+    return result;
+}
+
+static int
+deliver(PyObject *ctx, PyObject *t, PyObject *dst, PyObject *kind, PyObject *payload)
+{
+    PyObject *args[5] = {ctx, t, dst, kind, payload};
+    PyObject *result = PyObject_VectorcallMethod(s_deliver, args, 5, NULL);
+    if (result == NULL)
+        return -1;
+    Py_DECREF(result);
+    return 0;
+}
+
+/* gpu._start_kernel, step for step. ``race`` is whether the race detector is on. */
+static int
+start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyObject *ctx, int race)
+{
+    PyObject *clock, *index_object, *value, *bumped, *reads, *writes, *tickets, *ticket = NULL, *now;
+    PyObject *duration, *end = NULL, *running = NULL, *started_kind, *node;
+    Py_ssize_t index;
+    int result = -1;
+
+    clock = need(stream, s_clock);
+    index_object = need(stream, s_index);
+    value = need(op, s_host_clock);
+    if (need_list(clock) < 0 || index_object == NULL || value == NULL || gpu_join(clock, value) < 0)
+        return -1;
+    index = PyLong_AsSsize_t(index_object);
+    if (index == -1 && PyErr_Occurred())
+        return -1;
+    if (index < 0) {
+        PyErr_SetString(PyExc_ValueError, "gpu_pump: negative stream index");
+        return -1;
+    }
+    while (PyList_GET_SIZE(clock) <= index) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL || PyList_Append(clock, zero) < 0) {
+            Py_XDECREF(zero);
+            return -1;
+        }
+        Py_DECREF(zero);
+    }
+    bumped = PyNumber_Add(PyList_GET_ITEM(clock, index), one);
+    if (bumped == NULL)
+        return -1;
+    PyList_SetItem(clock, index, bumped);
+    reads = need(op, s_reads);
+    writes = need(op, s_writes);
+    if (reads == NULL || writes == NULL)
+        return -1;
+    if (race) {
+        int any_access = PyObject_IsTrue(reads);
+        if (any_access == 0)
+            any_access = PyObject_IsTrue(writes);
+        if (any_access < 0)
+            return -1;
+        if (any_access) {
+            value = need(op, s_name);
+            if (value == NULL || check_kernel(gpu, name, stream, value, reads, writes, ctx) < 0)
+                return -1;
+        }
+    }
+    tickets = need(gpu, s_tickets);
+    if (tickets == NULL)
+        return -1;
+    ticket = PyNumber_Add(tickets, one);
+    if (ticket == NULL || PyDict_SetItem(gpu, s_tickets, ticket) < 0)
+        goto done;
+    now = ((ContextCore *)ctx)->now;
+    node = ((ContextCore *)ctx)->node;
+    if (now == NULL || node == NULL) {
+        PyErr_SetString(PyExc_AttributeError, "gpu_pump: the context has no now or node");
+        goto done;
+    }
+    Py_INCREF(now);
+    Py_INCREF(node);
+    duration = need(op, s_duration_ns);
+    if (duration == NULL)
+        goto release;
+    if (duration == Py_None) {
+        end = Py_NewRef(Py_None);
+    } else {
+        PyObject *factor = need(gpu, s_compute_factor), *length, *payload, *epoch;
+        int plain;
+        if (factor == NULL)
+            goto release;
+        plain = PyObject_RichCompareBool(factor, float_one, Py_EQ);
+        if (plain < 0)
+            goto release;
+        if (plain) {
+            length = Py_NewRef(duration);
+        } else {
+            PyObject *product = PyNumber_Multiply(duration, factor);
+            length = product == NULL ? NULL : PyObject_CallOneArg(gpu_ceil, product);
+            Py_XDECREF(product);
+        }
+        if (length == NULL)
+            goto release;
+        end = PyNumber_Add(now, length);
+        Py_DECREF(length);
+        if (end == NULL)
+            goto release;
+        {
+            /* _draw_completion_order draws only for a timed kernel running on another stream */
+            PyObject *streams = need(gpu, s_streams), *other_name, *other;
+            Py_ssize_t cursor = 0;
+            int draw = 0;
+            if (streams == NULL)
+                goto release;
+            while (PyDict_Next(streams, &cursor, &other_name, &other)) {
+                PyObject *other_running;
+                if (other == stream)
+                    continue;
+                other_running = need(other, s_running);
+                if (other_running == NULL)
+                    goto release;
+                if (other_running != Py_None) {
+                    PyObject *other_end = need(other_running, s_end_ns);
+                    if (other_end == NULL)
+                        goto release;
+                    if (other_end != Py_None) {
+                        draw = 1;
+                        break;
+                    }
+                }
+            }
+            if (draw) {
+                PyObject *args[4] = {gpu, name, end, ctx};
+                PyObject *drawn = PyObject_Vectorcall(gpu_draw_order, args, 4, NULL);
+                if (drawn == NULL)
+                    goto release;
+                Py_SETREF(end, drawn);
+            }
+        }
+        epoch = need(gpu, s_epoch);
+        if (epoch == NULL)
+            goto release;
+        payload = PyList_New(3);
+        if (payload == NULL)
+            goto release;
+        Py_INCREF(epoch);
+        PyList_SET_ITEM(payload, 0, epoch);
+        Py_INCREF(name);
+        PyList_SET_ITEM(payload, 1, name);
+        Py_INCREF(ticket);
+        PyList_SET_ITEM(payload, 2, ticket);
+        if (deliver(ctx, end, node, gpu_done_kind, payload) < 0) {
+            Py_DECREF(payload);
+            goto release;
+        }
+        Py_DECREF(payload);
+    }
+    running = PyDict_New();
+    if (running == NULL)
+        goto release;
+    {
+        PyObject *kernel = need(op, s_name), *done_kind, *payload;
+        if (kernel == NULL || PyDict_SetItem(running, s_name, kernel) < 0 ||
+            PyDict_SetItem(running, s_ticket, ticket) < 0 || PyDict_SetItem(running, s_start_ns, now) < 0 ||
+            PyDict_SetItem(running, s_end_ns, end) < 0)
+            goto release;
+        done_kind = need(op, s_done_kind);
+        if (done_kind == NULL || PyDict_SetItem(running, s_done_kind, done_kind) < 0)
+            goto release;
+        payload = need(op, s_payload);
+        if (payload == NULL || PyDict_SetItem(running, s_payload, payload) < 0)
+            goto release;
+        if (PyDict_SetItem(stream, s_running, running) < 0)
+            goto release;
+        started_kind = need(op, s_started_kind);
+        if (started_kind == NULL)
+            goto release;
+        if (started_kind != Py_None && deliver(ctx, now, node, started_kind, payload) < 0)
+            goto release;
+    }
+    result = 0;
+release:
+    Py_DECREF(now);
+    Py_DECREF(node);
+done:
+    Py_XDECREF(ticket);
+    Py_XDECREF(end);
+    Py_XDECREF(running);
+    return result;
+}
+
+/* gpu._complete_record. */
+static int
+complete_record(PyObject *entry, PyObject *generation, PyObject *stream, PyObject *now)
+{
+    PyObject *pending = need(entry, s_pending), *completed, *clock, *copy;
+    Py_ssize_t at;
+    int later, found = 0;
+    if (need_list(pending) < 0)
+        return -1;
+    for (at = 0; at < PyList_GET_SIZE(pending); at++) { /* list.remove: the first equal item */
+        found = PyObject_RichCompareBool(PyList_GET_ITEM(pending, at), generation, Py_EQ);
+        if (found < 0)
+            return -1;
+        if (found)
+            break;
+    }
+    if (!found) {
+        PyErr_SetString(PyExc_ValueError, "list.remove(x): x not in list");
+        return -1;
+    }
+    if (PyList_SetSlice(pending, at, at + 1, NULL) < 0)
+        return -1;
+    completed = need(entry, s_completed);
+    if (completed == NULL)
+        return -1;
+    later = PyObject_RichCompareBool(generation, completed, Py_GT);
+    if (later <= 0)
+        return later;
+    clock = need(stream, s_clock);
+    if (need_list(clock) < 0)
+        return -1;
+    copy = PyList_GetSlice(clock, 0, PyList_GET_SIZE(clock));
+    if (copy == NULL)
+        return -1;
+    if (PyDict_SetItem(entry, s_completed, generation) < 0 || PyDict_SetItem(entry, s_clock, copy) < 0 ||
+        PyDict_SetItem(entry, s_t_ns, now) < 0) {
+        Py_DECREF(copy);
+        return -1;
+    }
+    Py_DECREF(copy);
+    return 0;
+}
+
+/* gpu._advance: 1 when a record completed on the way, 0 when not, -1 on error. */
+static int
+advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *ctx, int race)
+{
+    PyObject *queue = need(stream, s_queue), *events = need(gpu, s_events);
+    int recorded = 0;
+    if (need_list(queue) < 0 || events == NULL)
+        return -1;
+    if (!PyDict_CheckExact(events)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: the events table is not a dict");
+        return -1;
+    }
+    for (;;) {
+        PyObject *running = need(stream, s_running), *op, *kind;
+        if (running == NULL)
+            return -1;
+        if (running != Py_None || PyList_GET_SIZE(queue) == 0)
+            return recorded;
+        op = PyList_GET_ITEM(queue, 0);
+        kind = need(op, s_op);
+        if (kind == NULL)
+            return -1;
+        if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_wait) == 0) {
+            PyObject *event_name = need(op, s_event), *generation = need(op, s_generation), *entry;
+            if (event_name == NULL || generation == NULL)
+                return -1;
+            entry = PyDict_GetItemWithError(events, event_name);
+            if (entry == NULL && PyErr_Occurred())
+                return -1;
+            if (entry != NULL) {
+                PyObject *pending = need(entry, s_pending);
+                int blocked = pending == NULL ? -1 : PySequence_Contains(pending, generation);
+                if (blocked < 0)
+                    return -1;
+                if (blocked)
+                    return recorded;
+            }
+            Py_XINCREF(entry);
+            op = pop_front(queue);
+            if (op == NULL) {
+                Py_XDECREF(entry);
+                return -1;
+            }
+            Py_DECREF(op);
+            if (entry != NULL) {
+                PyObject *clock = need(stream, s_clock), *entry_clock = need(entry, s_clock);
+                int joined = clock == NULL || entry_clock == NULL ? -1 : gpu_join(clock, entry_clock);
+                Py_DECREF(entry);
+                if (joined < 0)
+                    return -1;
+            }
+        } else if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_record) == 0) {
+            PyObject *entry, *event_name, *generation;
+            int completed;
+            op = pop_front(queue);
+            if (op == NULL)
+                return -1;
+            event_name = need(op, s_event);
+            generation = need(op, s_generation);
+            entry = event_name == NULL ? NULL : need(events, event_name);
+            completed = entry == NULL || generation == NULL
+                            ? -1
+                            : complete_record(entry, generation, stream, ((ContextCore *)ctx)->now);
+            Py_DECREF(op);
+            if (completed < 0)
+                return -1;
+            recorded = 1;
+        } else {
+            int started;
+            op = pop_front(queue);
+            if (op == NULL)
+                return -1;
+            started = start_kernel(gpu, name, stream, op, ctx, race);
+            Py_DECREF(op);
+            if (started < 0)
+                return -1;
+        }
+    }
+}
+
+/* gpu_pump(gpu, ctx): gpu._pump_python(gpu, ctx) in C. */
+static PyObject *
+gpu_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *gpu, *ctx, *streams, *fabric, *detector;
+    int again = 1, race;
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump takes 2 arguments");
+        return NULL;
+    }
+    gpu = args[0];
+    ctx = args[1];
+    if (gpu_report == NULL) {
+        PyErr_SetString(PyExc_RuntimeError, "gpu_pump: configure_gpu was not called");
+        return NULL;
+    }
+    if (!PyObject_TypeCheck(ctx, &ContextCoreType) || ((ContextCore *)ctx)->now == NULL ||
+        ((ContextCore *)ctx)->world == NULL || ((ContextCore *)ctx)->node == NULL)
+        return PyObject_Vectorcall(gpu_python_pump, args, 2, NULL); /* another context: the reference */
+    streams = need(gpu, s_streams);
+    if (streams == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(streams)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: streams is not a dict");
+        return NULL;
+    }
+    fabric = PyObject_GetAttr(((ContextCore *)ctx)->world, s_fabric);
+    if (fabric == NULL)
+        return NULL;
+    if (PyDict_CheckExact(fabric)) {
+        detector = PyDict_GetItemWithError(fabric, s_race_detector);
+        if (detector == NULL && PyErr_Occurred()) {
+            Py_DECREF(fabric);
+            return NULL;
+        }
+        race = detector == NULL ? 1 : PyObject_IsTrue(detector);
+    } else {
+        detector = PyObject_CallMethod(fabric, "get", "OO", s_race_detector, Py_True);
+        race = detector == NULL ? -1 : PyObject_IsTrue(detector);
+        Py_XDECREF(detector);
+    }
+    Py_DECREF(fabric);
+    if (race < 0)
+        return NULL;
+    Py_INCREF(gpu);
+    Py_INCREF(streams);
+    while (again) {
+        PyObject *name, *stream;
+        Py_ssize_t cursor = 0;
+        again = 0;
+        while (PyDict_Next(streams, &cursor, &name, &stream)) {
+            PyObject *running = need(stream, s_running), *queue;
+            int moved;
+            if (running == NULL)
+                goto fail;
+            if (running != Py_None)
+                continue;
+            queue = need(stream, s_queue);
+            if (need_list(queue) < 0)
+                goto fail;
+            if (PyList_GET_SIZE(queue) == 0)
+                continue;
+            Py_INCREF(name);
+            Py_INCREF(stream);
+            moved = advance(gpu, name, stream, ctx, race);
+            Py_DECREF(name);
+            Py_DECREF(stream);
+            if (moved < 0)
+                goto fail;
+            if (moved)
+                again = 1;
+        }
+    }
+    Py_DECREF(streams);
+    Py_DECREF(gpu);
+    Py_RETURN_NONE;
+fail:
+    Py_DECREF(streams);
+    Py_DECREF(gpu);
+    return NULL;
+}
+
+
+/* -- the host-side API: launch, record, wait and the gpu.done handler ------------------------- */
+
+/* The GPU state and the existing stream ``name`` of the context's node (borrowed), or 0 when the
+ * Python function must run (no GPU, a stream not created yet, a full queue, another context):
+ * it then raises or creates exactly as it always did, and nothing was changed here. */
+static int
+host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream_out)
+{
+    PyObject *state, *gpu, *streams, *stream, *queue;
+    if (!PyObject_TypeCheck(ctx, &ContextCoreType))
+        return 0;
+    state = ((ContextCore *)ctx)->state;
+    if (state == NULL || !PyDict_CheckExact(state) || ((ContextCore *)ctx)->now == NULL ||
+        ((ContextCore *)ctx)->node == NULL || ((ContextCore *)ctx)->world == NULL)
+        return 0;
+    gpu = PyDict_GetItemWithError(state, s_gpu);
+    if (gpu == NULL)
+        return PyErr_Occurred() ? -1 : 0;
+    if (!PyDict_CheckExact(gpu) || PyDict_GET_SIZE(gpu) == 0)
+        return 0;
+    streams = PyDict_GetItemWithError(gpu, s_streams);
+    if (streams == NULL || !PyDict_CheckExact(streams))
+        return PyErr_Occurred() ? -1 : 0;
+    stream = PyDict_GetItemWithError(streams, name);
+    if (stream == NULL) {
+        /* the stream's first use: gpu._stream checks the name and the bound and creates it */
+        PyObject *args[2] = {gpu, name}, *created;
+        if (PyErr_Occurred())
+            return -1;
+        created = PyObject_Vectorcall(gpu_new_stream, args, 2, NULL);
+        if (created == NULL)
+            return -1;
+        Py_DECREF(created);
+        stream = PyDict_GetItemWithError(streams, name);
+        if (stream == NULL)
+            return PyErr_Occurred() ? -1 : 0;
+    }
+    if (!PyDict_CheckExact(stream) || PyDict_GET_SIZE(stream) == 0)
+        return 0;
+    queue = PyDict_GetItemWithError(stream, s_queue);
+    if (queue == NULL || !PyList_CheckExact(queue) || PyList_GET_SIZE(queue) >= gpu_ops_max)
+        return PyErr_Occurred() ? -1 : 0;
+    *gpu_out = gpu;
+    *stream_out = stream;
+    return 1;
+}
+
+/* gpu._enqueue_and_pump. Steals ``op``. */
+static int
+enqueue_and_pump(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx)
+{
+    PyObject *queue = need(stream, s_queue), *running;
+    int appended;
+    if (need_list(queue) < 0) {
+        Py_DECREF(op);
+        return -1;
+    }
+    appended = PyList_Append(queue, op);
+    Py_DECREF(op);
+    if (appended < 0)
+        return -1;
+    running = need(stream, s_running);
+    if (running == NULL)
+        return -1;
+    if (running == Py_None && PyList_GET_SIZE(queue) == 1) {
+        PyObject *args[2] = {gpu, ctx};
+        PyObject *result = gpu_pump(NULL, args, 2);
+        if (result == NULL)
+            return -1;
+        Py_DECREF(result);
+    }
+    return 0;
+}
+
+/* gpu_launch(ctx, stream, name, duration_ns, reads, writes, done_kind, payload, started_kind):
+ * gpu.launch, or NotImplemented when gpu._launch_python must run. */
+static PyObject *
+gpu_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *ctx, *gpu = NULL, *stream = NULL, *duration, *op, *reads = NULL, *writes = NULL, *host, *clock;
+    int found;
+    if (nargs != 9) {
+        PyErr_SetString(PyExc_TypeError, "gpu_launch takes 9 arguments");
+        return NULL;
+    }
+    ctx = args[0];
+    duration = args[3];
+    if (duration != Py_None && (!PyLong_CheckExact(duration) || _PyLong_Sign(duration) < 0))
+        Py_RETURN_NOTIMPLEMENTED;
+    found = host_stream(ctx, args[1], &gpu, &stream);
+    if (found <= 0) {
+        if (found < 0)
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    host = need(gpu, s_host_clock);
+    if (host == NULL)
+        return NULL;
+    op = PyDict_New();
+    if (op == NULL)
+        return NULL;
+    if (PyDict_SetItem(op, s_op, s_kernel) < 0 || PyDict_SetItem(op, s_name, args[2]) < 0 ||
+        PyDict_SetItem(op, s_duration_ns, duration) < 0)
+        goto fail;
+    if ((reads = PySequence_List(args[4])) == NULL || PyDict_SetItem(op, s_reads, reads) < 0)
+        goto fail;
+    if ((writes = PySequence_List(args[5])) == NULL || PyDict_SetItem(op, s_writes, writes) < 0)
+        goto fail;
+    if (PyDict_SetItem(op, s_done_kind, args[6]) < 0 || PyDict_SetItem(op, s_payload, args[7]) < 0 ||
+        PyDict_SetItem(op, s_started_kind, args[8]) < 0)
+        goto fail;
+    clock = PySequence_List(host);
+    if (clock == NULL || PyDict_SetItem(op, s_host_clock, clock) < 0) {
+        Py_XDECREF(clock);
+        goto fail;
+    }
+    Py_DECREF(clock);
+    Py_DECREF(reads);
+    Py_DECREF(writes);
+    if (enqueue_and_pump(gpu, stream, op, ctx) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+fail:
+    Py_XDECREF(reads);
+    Py_XDECREF(writes);
+    Py_DECREF(op);
+    return NULL;
+}
+
+/* A new op dict {"op": kind, "event": event, "generation": generation}. */
+static PyObject *
+event_op(PyObject *kind, PyObject *event, PyObject *generation)
+{
+    PyObject *op = PyDict_New();
+    if (op == NULL)
+        return NULL;
+    if (PyDict_SetItem(op, s_op, kind) < 0 || PyDict_SetItem(op, s_event, event) < 0 ||
+        PyDict_SetItem(op, s_generation, generation) < 0) {
+        Py_DECREF(op);
+        return NULL;
+    }
+    return op;
+}
+
+/* gpu_record(ctx, stream, event): gpu.record, or NotImplemented (an event recorded for the first
+ * time, among the rest: gpu._record_python creates its entry). */
+static PyObject *
+gpu_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *gpu = NULL, *stream = NULL, *events, *entry, *recorded, *next, *pending, *op;
+    int found;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gpu_record takes 3 arguments");
+        return NULL;
+    }
+    found = host_stream(args[0], args[1], &gpu, &stream);
+    if (found <= 0) {
+        if (found < 0)
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    events = need(gpu, s_events);
+    if (events == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(events))
+        Py_RETURN_NOTIMPLEMENTED;
+    entry = PyDict_GetItemWithError(events, args[2]);
+    if (entry == NULL) {
+        /* the event's first record: gpu._event_entry checks the bound and creates its entry */
+        PyObject *entry_args[2] = {events, args[2]}, *created;
+        if (PyErr_Occurred())
+            return NULL;
+        created = PyObject_Vectorcall(gpu_event_entry, entry_args, 2, NULL);
+        if (created == NULL)
+            return NULL;
+        Py_DECREF(created);
+        entry = PyDict_GetItemWithError(events, args[2]);
+        if (entry == NULL && PyErr_Occurred())
+            return NULL;
+    }
+    if (entry == NULL || !PyDict_CheckExact(entry) || PyDict_GET_SIZE(entry) == 0)
+        Py_RETURN_NOTIMPLEMENTED;
+    recorded = need(entry, s_recorded);
+    pending = need(entry, s_pending);
+    if (recorded == NULL || pending == NULL)
+        return NULL;
+    if (!PyList_CheckExact(pending))
+        Py_RETURN_NOTIMPLEMENTED;
+    next = PyNumber_Add(recorded, one);
+    if (next == NULL)
+        return NULL;
+    if (PyDict_SetItem(entry, s_recorded, next) < 0) {
+        Py_DECREF(next);
+        return NULL;
+    }
+    recorded = next; /* entry["pending"].append(entry["recorded"]): the same int object */
+    if (PyList_Append(pending, recorded) < 0) {
+        Py_DECREF(recorded);
+        return NULL;
+    }
+    op = event_op(s_record, args[2], recorded);
+    Py_DECREF(recorded);
+    if (op == NULL || enqueue_and_pump(gpu, stream, op, args[0]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* gpu_wait(ctx, stream, event): gpu.wait, or NotImplemented. */
+static PyObject *
+gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *gpu = NULL, *stream = NULL, *events, *entry, *generation, *op;
+    int found;
+    if (nargs != 3) {
+        PyErr_SetString(PyExc_TypeError, "gpu_wait takes 3 arguments");
+        return NULL;
+    }
+    found = host_stream(args[0], args[1], &gpu, &stream);
+    if (found <= 0) {
+        if (found < 0)
+            return NULL;
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    events = need(gpu, s_events);
+    if (events == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(events))
+        Py_RETURN_NOTIMPLEMENTED;
+    entry = PyDict_GetItemWithError(events, args[2]);
+    if (entry == NULL && PyErr_Occurred())
+        return NULL;
+    if (entry != NULL) {
+        generation = need(entry, s_recorded);
+        if (generation == NULL)
+            return NULL;
+        Py_INCREF(generation);
+    } else {
+        generation = PyLong_FromLong(0);
+        if (generation == NULL)
+            return NULL;
+    }
+    op = event_op(s_wait, args[2], generation);
+    Py_DECREF(generation);
+    if (op == NULL || enqueue_and_pump(gpu, stream, op, args[0]) < 0)
+        return NULL;
+    Py_RETURN_NONE;
+}
+
+/* gpu_done(table, state, event, ctx): the gpu.done handler of make_done_handler, or NotImplemented
+ * when the Python one must run (a payload that is not [epoch, stream, ticket], another context). */
+static PyObject *
+gpu_done(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PyObject *table, *state, *event, *ctx, *payload, *epoch, *stream_name, *ticket, *gpu, *value, *streams;
+    PyObject *stream, *running, *done_kind, *queue, *handler, *done_event, *result;
+    int differs;
+    if (nargs != 4) {
+        PyErr_SetString(PyExc_TypeError, "gpu_done takes 4 arguments");
+        return NULL;
+    }
+    table = args[0];
+    state = args[1];
+    event = args[2];
+    ctx = args[3];
+    if (!PyObject_TypeCheck(ctx, &ContextCoreType) || !PyTuple_Check(event) || PyTuple_GET_SIZE(event) != 5 ||
+        !PyDict_CheckExact(state) || !PyDict_CheckExact(table) || ((ContextCore *)ctx)->now == NULL ||
+        ((ContextCore *)ctx)->node == NULL || ((ContextCore *)ctx)->world == NULL)
+        Py_RETURN_NOTIMPLEMENTED;
+    payload = PyTuple_GET_ITEM(event, 4);
+    if (!(PyList_CheckExact(payload) || PyTuple_CheckExact(payload)) || PySequence_Fast_GET_SIZE(payload) != 3)
+        Py_RETURN_NOTIMPLEMENTED;
+    epoch = PySequence_Fast_GET_ITEM(payload, 0);
+    stream_name = PySequence_Fast_GET_ITEM(payload, 1);
+    ticket = PySequence_Fast_GET_ITEM(payload, 2);
+    gpu = PyDict_GetItemWithError(state, s_gpu);
+    if (gpu == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    if (gpu == Py_None)
+        Py_RETURN_NONE;
+    if (!PyDict_CheckExact(gpu))
+        Py_RETURN_NOTIMPLEMENTED;
+    value = need(gpu, s_epoch);
+    if (value == NULL)
+        return NULL;
+    differs = PyObject_RichCompareBool(value, epoch, Py_NE);
+    if (differs != 0)
+        return differs < 0 ? NULL : Py_NewRef(Py_None);
+    streams = need(gpu, s_streams);
+    if (streams == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(streams))
+        Py_RETURN_NOTIMPLEMENTED;
+    stream = PyDict_GetItemWithError(streams, stream_name);
+    if (stream == NULL) {
+        if (PyErr_Occurred())
+            return NULL;
+        Py_RETURN_NONE;
+    }
+    running = need(stream, s_running);
+    if (running == NULL)
+        return NULL;
+    if (running == Py_None)
+        Py_RETURN_NONE;
+    value = need(running, s_ticket);
+    if (value == NULL)
+        return NULL;
+    differs = PyObject_RichCompareBool(value, ticket, Py_NE);
+    if (differs != 0)
+        return differs < 0 ? NULL : Py_NewRef(Py_None);
+    Py_INCREF(running); /* ours now: the stream lets go of it */
+    Py_INCREF(gpu);
+    Py_INCREF(stream);
+    result = NULL;
+    done_event = NULL;
+    if (PyDict_SetItem(stream, s_running, Py_None) < 0)
+        goto release;
+    done_kind = need(running, s_done_kind);
+    if (done_kind == NULL)
+        goto release;
+    if (done_kind != Py_None) {
+        PyObject *host = need(gpu, s_host_clock), *clock = need(stream, s_clock);
+        if (host == NULL || clock == NULL || gpu_join(host, clock) < 0)
+            goto release;
+    }
+    queue = need(stream, s_queue);
+    if (queue == NULL)
+        goto release;
+    if (PyObject_IsTrue(queue)) {
+        PyObject *pump_args[2] = {gpu, ctx};
+        PyObject *pumped = gpu_pump(NULL, pump_args, 2);
+        if (pumped == NULL)
+            goto release;
+        Py_DECREF(pumped);
+    }
+    if (done_kind == Py_None) {
+        result = Py_NewRef(Py_None);
+        goto release;
+    }
+    handler = PyDict_GetItemWithError(table, done_kind);
+    if (handler == NULL) {
+        PyObject *report_args[3] = {ctx, running, done_kind};
+        if (PyErr_Occurred())
+            goto release;
+        result = PyObject_Vectorcall(gpu_unhandled, report_args, 3, NULL);
+        if (result != NULL)
+            Py_SETREF(result, Py_NewRef(Py_None));
+        goto release;
+    }
+    Py_INCREF(handler);
+    value = need(running, s_payload);
+    done_event = value == NULL ? NULL
+                               : make_event(PyTuple_GET_ITEM(event, 0), PyTuple_GET_ITEM(event, 1),
+                                            PyTuple_GET_ITEM(event, 2), done_kind, value);
+    if (done_event == NULL) {
+        Py_DECREF(handler);
+        goto release;
+    }
+    set_field(&((ContextCore *)ctx)->event, done_event);
+    {
+        PyObject *handler_args[3] = {state, done_event, ctx};
+        result = PyObject_Vectorcall(handler, handler_args, 3, NULL);
+        if (result != NULL) /* a handler's return value means nothing; None is "handled" */
+            Py_SETREF(result, Py_NewRef(Py_None));
+    }
+    Py_DECREF(handler);
+release:
+    Py_XDECREF(done_event);
+    Py_DECREF(stream);
+    Py_DECREF(gpu);
+    Py_DECREF(running);
+    return result;
+}
+
+#define GPU_INTERN(variable, text)                                                                   \
+    do {                                                                                             \
+        if ((variable = PyUnicode_InternFromString(text)) == NULL)                                   \
+            return -1;                                                                               \
+    } while (0)
+
+static int
+gpu_intern(void)
+{
+    GPU_INTERN(s_streams, "streams");
+    GPU_INTERN(s_events, "events");
+    GPU_INTERN(s_running, "running");
+    GPU_INTERN(s_queue, "queue");
+    GPU_INTERN(s_op, "op");
+    GPU_INTERN(s_wait, "wait");
+    GPU_INTERN(s_record, "record");
+    GPU_INTERN(s_event, "event");
+    GPU_INTERN(s_generation, "generation");
+    GPU_INTERN(s_pending, "pending");
+    GPU_INTERN(s_clock, "clock");
+    GPU_INTERN(s_completed, "completed");
+    GPU_INTERN(s_t_ns, "t_ns");
+    GPU_INTERN(s_index, "index");
+    GPU_INTERN(s_host_clock, "host_clock");
+    GPU_INTERN(s_reads, "reads");
+    GPU_INTERN(s_writes, "writes");
+    GPU_INTERN(s_name, "name");
+    GPU_INTERN(s_tickets, "tickets");
+    GPU_INTERN(s_duration_ns, "duration_ns");
+    GPU_INTERN(s_compute_factor, "compute_factor");
+    GPU_INTERN(s_epoch, "epoch");
+    GPU_INTERN(s_end_ns, "end_ns");
+    GPU_INTERN(s_done_kind, "done_kind");
+    GPU_INTERN(s_payload, "payload");
+    GPU_INTERN(s_started_kind, "started_kind");
+    GPU_INTERN(s_ticket, "ticket");
+    GPU_INTERN(s_start_ns, "start_ns");
+    GPU_INTERN(s_access, "access");
+    GPU_INTERN(s_write, "write");
+    GPU_INTERN(s_fabric, "fabric");
+    GPU_INTERN(s_race_detector, "race_detector");
+    GPU_INTERN(s_deliver, "deliver");
+    GPU_INTERN(s_wrote, "wrote");
+    GPU_INTERN(s_read, "read");
+    GPU_INTERN(s_reads_verb, "reads");
+    GPU_INTERN(s_writes_verb, "writes");
+    GPU_INTERN(s_gpu, "gpu");
+    GPU_INTERN(s_kernel, "kernel");
+    GPU_INTERN(s_recorded, "recorded");
+    if ((float_one = PyFloat_FromDouble(1.0)) == NULL)
+        return -1;
+    return 0;
+}
+
+/* configure_gpu(pump_python, draw_completion_order, report, ceil, done_kind, tracked_buffers_max,
+ *               report_unhandled, stream_ops_max, new_stream, event_entry) */
+static PyObject *
+configure_gpu(PyObject *module, PyObject *args)
+{
+    PyObject *python_pump, *draw, *report_function, *ceil_function, *done_kind, *unhandled, *new_stream;
+    PyObject *event_entry;
+    long tracked;
+    Py_ssize_t ops_max;
+    if (!PyArg_ParseTuple(args, "OOOOUlOnOO", &python_pump, &draw, &report_function, &ceil_function,
+                          &done_kind, &tracked, &unhandled, &ops_max, &new_stream, &event_entry))
+        return NULL;
+    Py_INCREF(new_stream);
+    Py_XSETREF(gpu_new_stream, new_stream);
+    Py_INCREF(event_entry);
+    Py_XSETREF(gpu_event_entry, event_entry);
+    Py_INCREF(unhandled);
+    Py_XSETREF(gpu_unhandled, unhandled);
+    gpu_ops_max = ops_max;
+    Py_INCREF(python_pump);
+    Py_XSETREF(gpu_python_pump, python_pump);
+    Py_INCREF(draw);
+    Py_XSETREF(gpu_draw_order, draw);
+    Py_INCREF(report_function);
+    Py_XSETREF(gpu_report, report_function);
+    Py_INCREF(ceil_function);
+    Py_XSETREF(gpu_ceil, ceil_function);
+    Py_INCREF(done_kind);
+    Py_XSETREF(gpu_done_kind, done_kind);
+    gpu_tracked_max = tracked;
+    Py_RETURN_NONE;
+}
+
+#endif
