@@ -6,42 +6,26 @@ from __future__ import annotations
 
 import gc
 import threading
-from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from timetravel.recording import Recorder, RecordingReader, record_run
-from timetravel.recording import recorder as recorder_module
-from timetravel.recording.write_thread import WRITE_JOBS_QUEUED_MAX, WriteThread
+from timetravel.recording import Recorder, RecordingReader
+from timetravel.recording.write_thread import WRITE_JOBS_QUEUED_MAX, InlineWrites, WriteThread
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import build_world
 
 
-class InlineWrites:
-    """Runs each job at once on the recorder's thread: how recordings were written before."""
-
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def submit(self, job: Callable[[], object]) -> None:
-        job()
-
-    def drain(self) -> None:
-        pass
-
-    def stop(self) -> None:
-        pass
-
-    def abandon(self) -> None:
-        pass
-
-
-def _record(path: Path, scenario_name: str, settings: list[str], seed: int) -> dict[str, object]:
+def _record(
+    path: Path, scenario_name: str, settings: list[str], seed: int, *, background: bool
+) -> dict[str, Any]:
     scenario = get_scenario(scenario_name)
-    config = scenario.resolve_config(settings)
-    report, _world = record_run(scenario, config, seed, path, snapshot_every_events=256)
-    return report
+    world = build_world(scenario, scenario.resolve_config(settings), seed)
+    recorder = Recorder(scenario, world, path, snapshot_every_events=256, background_writes=background)
+    end = recorder.finish(recorder.run())
+    assert (type(recorder.write_thread) is WriteThread) == background
+    return {**end, "snapshots": len(recorder.writer.catalog.manifests["main"])}
 
 
 @pytest.mark.parametrize(
@@ -50,18 +34,24 @@ def _record(path: Path, scenario_name: str, settings: list[str], seed: int) -> d
 )
 def test_the_writer_thread_writes_the_same_file_as_inline_writes(
     tmp_path: Path,
-    monkeypatch: pytest.MonkeyPatch,
     scenario_name: str,
     settings: list[str],
     seed: int,
 ) -> None:
-    threaded = _record(tmp_path / "threaded.ttr", scenario_name, settings, seed)
-    monkeypatch.setattr(recorder_module, "WriteThread", InlineWrites)
-    inline = _record(tmp_path / "inline.ttr", scenario_name, settings, seed)
+    threaded = _record(tmp_path / "threaded.ttr", scenario_name, settings, seed, background=True)
+    inline = _record(tmp_path / "inline.ttr", scenario_name, settings, seed, background=False)
     assert (tmp_path / "threaded.ttr").read_bytes() == (tmp_path / "inline.ttr").read_bytes()
-    recording = threaded["recording"]
-    assert isinstance(recording, dict) and recording["snapshots"] >= 3
+    assert threaded["snapshots"] >= 3
     assert threaded["hash_chain"] == inline["hash_chain"]
+
+
+def test_only_recordings_of_worlds_with_external_processes_get_a_thread(tmp_path: Path) -> None:
+    gossip = get_scenario("gossip")
+    world = build_world(gossip, gossip.resolve_config(["nodes=8"]), 1)
+    plain = Recorder(gossip, world, tmp_path / "plain.ttr")
+    assert isinstance(plain.write_thread, InlineWrites)  # the kernel keeps this thread busy: no gain
+    plain.finish(plain.run())
+    assert get_scenario("torch").world_source is not None  # what gives torch recordings the thread
 
 
 def _writer_threads(path: Path) -> list[threading.Thread]:
@@ -70,7 +60,7 @@ def _writer_threads(path: Path) -> list[threading.Thread]:
 
 def test_no_writer_thread_outlives_its_recording(tmp_path: Path) -> None:
     path = tmp_path / "finished-here.ttr"
-    _record(path, "gossip", ["nodes=16", "rumors=4"], 1)
+    _record(path, "gossip", ["nodes=16", "rumors=4"], 1, background=True)
     assert not _writer_threads(path)
     with RecordingReader.open(path) as reader:
         assert reader.truncation is None and reader.end("main") is not None
@@ -84,6 +74,7 @@ def test_a_recorder_dropped_without_finish_ends_its_thread(tmp_path: Path) -> No
         build_world(scenario, scenario.resolve_config(["nodes=16"]), 1),
         path,
         snapshot_every_events=64,
+        background_writes=True,
     )
     recorder.run(max_events=200)
     (thread,) = _writer_threads(path)

@@ -43,7 +43,7 @@ from timetravel.recording.format import (
     FrameType,
     RecordingError,
 )
-from timetravel.recording.write_thread import WriteThread
+from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
 from timetravel.sim.encoding import PAGE_BYTES, pack
@@ -115,10 +115,13 @@ class Recorder:
         writer: RecordingWriter | None = None,
         determinism: str | None = None,
         simulation_factory: Callable[..., Simulation] | None = None,
+        background_writes: bool | None = None,
     ) -> None:
         """``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
         explore engine passes its session's ``simulation``, so that a world source whose worlds own
-        external processes runs them; explore/world_source.py). None: ``Simulation(scenario, ...)``."""
+        external processes runs them; explore/world_source.py). None: ``Simulation(scenario, ...)``.
+        ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
+        external processes; write_thread.py says why)."""
         if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
             raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
         self.scenario = scenario
@@ -148,8 +151,12 @@ class Recorder:
         header["determinism"] = self.simulation.determinism
         self.writer = writer if writer is not None else RecordingWriter.create(path, header)
         self.path = self.writer.path
-        self.write_thread = WriteThread(f"timetravel writer {self.path.name}")
-        """Every frame after the header is written by this thread, in order (write_thread.py says why)."""
+        if background_writes is None:
+            background_writes = scenario.world_source is not None
+        writes = WriteThread if background_writes else InlineWrites
+        self.write_thread: WriteThread | InlineWrites = writes(f"timetravel writer {self.path.name}")
+        """Writes every frame after the header, in order: a thread beside a run whose world owns
+        external processes, inline otherwise (write_thread.py says why)."""
         weakref.finalize(self, self.write_thread.abandon)
         self.snapshot()
 
