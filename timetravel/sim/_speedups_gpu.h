@@ -822,6 +822,26 @@ event_op(PyObject *kind, PyObject *event, PyObject *generation)
     return op;
 }
 
+/* What gpu_record and gpu_wait (ctx, stream, event) both start with: the argument count, the host
+ * stream and the GPU's event table. 1: found; 0: NotImplemented (Python's body must run); -1: error. */
+static int
+event_call_prelude(const char *name, PyObject *const *args, Py_ssize_t nargs, PyObject **gpu,
+                   PyObject **stream, PyObject **events)
+{
+    int found;
+    if (nargs != 3) {
+        PyErr_Format(PyExc_TypeError, "%s takes 3 arguments", name);
+        return -1;
+    }
+    found = host_stream(args[0], args[1], gpu, stream);
+    if (found <= 0)
+        return found;
+    *events = need(*gpu, s_events);
+    if (*events == NULL)
+        return -1;
+    return PyDict_CheckExact(*events) ? 1 : 0;
+}
+
 /* gpu_record(ctx, stream, event): gpu.record, or NotImplemented (an event recorded for the first
  * time, among the rest: gpu._record_python creates its entry). */
 static PyObject *
@@ -829,21 +849,12 @@ gpu_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *gpu = NULL, *stream = NULL, *events, *entry, *recorded, *next, *pending, *op;
     int found;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "gpu_record takes 3 arguments");
-        return NULL;
-    }
-    found = host_stream(args[0], args[1], &gpu, &stream);
+    found = event_call_prelude("gpu_record", args, nargs, &gpu, &stream, &events);
     if (found <= 0) {
         if (found < 0)
             return NULL;
         Py_RETURN_NOTIMPLEMENTED;
     }
-    events = need(gpu, s_events);
-    if (events == NULL)
-        return NULL;
-    if (!PyDict_CheckExact(events))
-        Py_RETURN_NOTIMPLEMENTED;
     entry = PyDict_GetItemWithError(events, args[2]);
     if (entry == NULL) {
         /* the event's first record: gpu._event_entry checks the bound and creates its entry */
@@ -891,21 +902,12 @@ gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *gpu = NULL, *stream = NULL, *events, *entry, *generation, *op;
     int found;
-    if (nargs != 3) {
-        PyErr_SetString(PyExc_TypeError, "gpu_wait takes 3 arguments");
-        return NULL;
-    }
-    found = host_stream(args[0], args[1], &gpu, &stream);
+    found = event_call_prelude("gpu_wait", args, nargs, &gpu, &stream, &events);
     if (found <= 0) {
         if (found < 0)
             return NULL;
         Py_RETURN_NOTIMPLEMENTED;
     }
-    events = need(gpu, s_events);
-    if (events == NULL)
-        return NULL;
-    if (!PyDict_CheckExact(events))
-        Py_RETURN_NOTIMPLEMENTED;
     entry = PyDict_GetItemWithError(events, args[2]);
     if (entry == NULL && PyErr_Occurred())
         return NULL;
