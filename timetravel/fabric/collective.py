@@ -54,7 +54,7 @@ from timetravel.fabric.topology import NS_PER_S, Topology
 from timetravel.sim import speedups
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
+    from collections.abc import Callable, Iterable, Sequence
 
     from timetravel.sim.context import Context
     from timetravel.sim.world import World
@@ -170,6 +170,23 @@ def serialization_ns(fabric: dict[str, Any], links: list[int], nbytes: int) -> i
     return (nbytes * NS_PER_S + slowest - 1) // slowest
 
 
+def reserve_path(fabric: dict[str, Any], source: int, destination: int, now: int, nbytes: int) -> int:
+    """Send ``nbytes`` from rank ``source`` to ``destination`` at ``now``, queued FIFO behind what
+    holds its links (as network.reserve does); its arrival time. The links stay busy until then."""
+    links = _Links(fabric)
+    arrival = links.reserve(path_links(fabric, source, destination), now, nbytes)
+    links.commit()
+    return arrival
+
+
+def occupy(fabric: dict[str, Any], links: Iterable[int], until_ns: int) -> None:
+    """Keep ``links`` busy until ``until_ns`` (what a collective timed in closed form leaves behind)."""
+    table = fabric["link_busy_until_ns"]
+    for link in links:
+        if until_ns > table[link]:
+            table[link] = until_ns
+
+
 class _Links:
     """Busy-until times of the links one collective uses, reserved FIFO as network.reserve does."""
 
@@ -208,14 +225,17 @@ RING_CLOSED_FORM_RANKS_MAX = 2048
 """Up to this many ranks the ring is solved in closed form when the closed form holds."""
 
 
-def _ring_recurrence(entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray) -> np.ndarray:
-    """``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r], T[r, p-1] + s[r])`` stepped 2N-3 times (the
-    last term: a rank's next chunk queues behind its previous one on the edge's slowest link, as
-    the message level's FIFO reservation makes it); completion one edge later."""
+def _ring_recurrence(
+    entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray, steps: int | None = None
+) -> np.ndarray:
+    """``T[r, p] = max(T[r-1, p-1] + d[r-1], e[r], T[r, p-1] + s[r])`` for the ``steps`` sends of
+    each rank (2N-2 for an all-reduce; the last term: a rank's next chunk queues behind its
+    previous one on the edge's slowest link, as the message level's FIFO reservation makes it);
+    completion one edge after the last send."""
     ranks = entries.shape[0]
     sends = entries.copy()
     shifted = np.empty_like(sends)
-    for _step in range(1, 2 * ranks - 2):
+    for _step in range(1, 2 * ranks - 2 if steps is None else steps):
         total = sends + delays
         shifted[1:] = total[:-1]
         shifted[0] = total[-1]
@@ -241,10 +261,15 @@ def _ring_closed_form(entries: np.ndarray, delays: np.ndarray) -> np.ndarray:
     return (entries[None, :] + prefix[sources + lengths] - prefix[sources]).max(axis=1)
 
 
-def _ring_once(entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray) -> np.ndarray:
-    """The closed form holds when every rank enters at once and no chunk outlasts the shortest
-    edge delay (consecutive sends on an edge are then at least that far apart); else the recurrence."""
+def _ring_once(
+    entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray, steps: int | None = None
+) -> np.ndarray:
+    """The closed form (of the all-reduce's 2N-2 steps) holds when every rank enters at once and no
+    chunk outlasts the shortest edge delay (consecutive sends on an edge are then at least that far
+    apart); else the recurrence."""
     ranks = entries.shape[0]
+    if steps is not None and steps != 2 * ranks - 2:
+        return _ring_recurrence(entries, delays, spacing, steps)
     if (
         ranks <= RING_CLOSED_FORM_RANKS_MAX
         and int(spacing.max()) <= int(delays.min())
@@ -254,22 +279,37 @@ def _ring_once(entries: np.ndarray, delays: np.ndarray, spacing: np.ndarray) -> 
     return _ring_recurrence(entries, delays, spacing)
 
 
+def ring_edges(fabric: dict[str, Any], members: Sequence[int]) -> list[list[int]]:
+    """The links of each ring edge ``members[i] -> members[i+1]`` (the last back to the first)."""
+    count = len(members)
+    return [
+        path_links(fabric, members[position], members[(position + 1) % count]) for position in range(count)
+    ]
+
+
 def ring_completions(
-    fabric: dict[str, Any], entries: np.ndarray, chunk_bytes: int, buckets: int = 1
+    fabric: dict[str, Any],
+    entries: np.ndarray,
+    chunk_bytes: int,
+    buckets: int = 1,
+    members: Sequence[int] | None = None,
+    steps: int | None = None,
 ) -> np.ndarray:
-    """Completion time of every rank of a ring all-reduce entered at ``entries`` (see module docstring)."""
+    """Completion time of every member of a ring collective entered at ``entries`` (see the module
+    docstring). ``members`` are the ranks in ring order (default: every rank, 0..N-1), ``steps``
+    the sends each makes (default 2N-2, an all-reduce; an all-gather or reduce-scatter makes N-1)."""
     ranks = entries.shape[0]
     if ranks == 1:
         return entries.copy()
     table = fabric["link_busy_until_ns"]
-    edges = [path_links(fabric, rank, (rank + 1) % ranks) for rank in range(ranks)]
+    edges = ring_edges(fabric, range(ranks) if members is None else members)
     delays = np.array([edge_delay_ns(fabric, links, chunk_bytes) for links in edges], dtype=np.int64)
     spacing = np.array([serialization_ns(fabric, links, chunk_bytes) for links in edges], dtype=np.int64)
     ready = np.maximum(entries, np.array([table[links[0]] for links in edges], dtype=np.int64))
-    first = _ring_once(ready, delays, spacing)
+    first = _ring_once(ready, delays, spacing, steps)
     done = first
     if buckets > 1:
-        second = _ring_once(first, delays, spacing)
+        second = _ring_once(first, delays, spacing, steps)
         done = first + (buckets - 1) * (second - first)
     for rank, links in enumerate(edges):
         until = int(done[(rank + 1) % ranks])

@@ -92,6 +92,24 @@ def _fabric_state(
         "topology": topology.to_data(),
         "ranks": ranks,
         "rank_of": {name: index for index, name in enumerate(ranks)},
+        **link_tables(topology, settings),
+        "control_latency_ns": settings["control_latency"],
+        "race_detector": settings["race_detector"],
+        "restartable": hooks.restartable,
+        "buffers": list(buffers),
+        "message_rules": {},
+        "links_down": {},
+        "active_faults": {},
+        "fault_hits": {},
+        "fault_id_max": 0,
+    }
+
+
+def link_tables(topology: Topology, settings: Mapping[str, Any]) -> dict[str, Any]:
+    """What timing a message or a collective on ``topology`` reads (fabric/collective.py): the
+    route arithmetic, each link's latency, bandwidth and busy-until time, and the jitter. A scenario
+    that times its own traffic on the fabric (the torch backend) keeps just these in ``world.fabric``."""
+    return {
         "route": [
             topology.ranks,
             topology.gpus_per_host,
@@ -104,15 +122,6 @@ def _fabric_state(
         "link_bytes_per_s": topology.bandwidth_table(),
         "link_busy_until_ns": [0] * topology.link_count,
         "jitter_ns": settings["network_jitter"],
-        "control_latency_ns": settings["control_latency"],
-        "race_detector": settings["race_detector"],
-        "restartable": hooks.restartable,
-        "buffers": list(buffers),
-        "message_rules": {},
-        "links_down": {},
-        "active_faults": {},
-        "fault_hits": {},
-        "fault_id_max": 0,
     }
 
 

@@ -26,7 +26,7 @@ from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.torch import arrays, collectives, digests, elastic, faults, hangs, resume, store
 from timetravel.torch import state as training_state
-from timetravel.torch.cost import collective_ns, point_to_point_ns
+from timetravel.torch.timing import collective_done_ns, point_to_point_done_ns
 
 
 def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
@@ -177,15 +177,18 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
             node=f"r{entries[0]['rank']}",
         )
         return
-    start_ns = max(entry["t_ns"] for entry in entries)
-    if heal is not False:
-        start_ns = max(start_ns, int(heal))
-    settings = _fabric(ctx)
-    duration_ns = collective_ns(
-        entries[0]["op"], members, max(collectives.payload_bytes(e) for e in entries), settings
+    entered_ns = [entry["t_ns"] for entry in entries]
+    if heal is not False:  # a partition that heals: nobody's data crosses it before then
+        entered_ns = [max(time, int(heal)) for time in entered_ns]
+    t_done = collective_done_ns(
+        ctx.world.fabric,
+        entries[0]["op"],
+        members,
+        entered_ns,
+        max(collectives.payload_bytes(entry) for entry in entries),
     )
     for entry in entries:
-        _finish(state, entry, received[entry["index"]], start_ns + duration_ns, ctx)
+        _finish(state, entry, received[entry["index"]], t_done, ctx)
     state["completed"] += 1
 
 
@@ -257,8 +260,8 @@ def _enter_point_to_point(
         )
         return
     nbytes = collectives.payload_bytes(sender)
-    t_done = max(sender["t_ns"], receiver["t_ns"]) + point_to_point_ns(
-        sender["rank"], receiver["rank"], nbytes, _fabric(ctx)
+    t_done = point_to_point_done_ns(
+        ctx.world.fabric, sender["rank"], receiver["rank"], max(sender["t_ns"], receiver["t_ns"]), nbytes
     )
     _finish(state, sender, [], t_done, ctx)
     _finish(state, receiver, list(sender["inputs"]), t_done, ctx)
@@ -419,22 +422,6 @@ def on_died(state: dict[str, Any], event: Event, ctx: Context) -> None:
     rank = message["rank"]
     text = f"r{rank} died without a word (killed, a signal, or os._exit)"
     elastic.rank_failed(state, ctx, rank, "crash", text, "torch.rank.died")
-
-
-def _fabric(ctx: Context) -> dict[str, Any]:
-    config = ctx.world.config
-    settings = {
-        name: config[name]
-        for name in (
-            "nvlink_latency",
-            "network_latency",
-            "uplink_latency",
-            "nvlink_gbyte_per_s",
-            "nic_gbit_per_s",
-        )
-    }
-    settings["gpus_per_host"] = config["nproc"]
-    return settings
 
 
 def on_store_result(state: dict[str, Any], event: Event, ctx: Context) -> None:

@@ -25,13 +25,12 @@ from typing import Any
 
 import xxhash
 
-from timetravel.fabric.params import FABRIC_PARAMS
 from timetravel.sim.context import Context
 from timetravel.sim.event import Event
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError, Param, Scenario
 from timetravel.sim.world import World
-from timetravel.torch import c10d, digests, hangs, module_probe, resume, store, workdir
+from timetravel.torch import c10d, digests, hangs, module_probe, resume, store, timing, workdir
 from timetravel.torch import state as training_state
 from timetravel.torch.faults import active, hit, parse_faults
 from timetravel.torch.limits import (
@@ -41,12 +40,12 @@ from timetravel.torch.limits import (
     STUCK_TIMEOUT_S_DEFAULT,
     WORK_NS_MAX,
 )
+from timetravel.torch.timing import FABRIC_TORCH_PARAMS
 from timetravel.torch.wire import ChannelClosed, ProtocolError
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
 STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 C10D_NODE = "c10d"
-_FABRIC_KEYS = ("nvlink_latency", "network_latency", "uplink_latency", "nvlink_gbyte_per_s", "nic_gbit_per_s")
 _authorized_scripts: set[str] = set()
 script_paths: dict[str, str] = {}
 """A recording's script (resolved) -> the file the user named with --script (torch/recorded_script.py)."""
@@ -173,7 +172,7 @@ PARAMS: tuple[Param, ...] = (
         "ranks' stdout/stderr: show (prefixed [rN]) or quiet",
         choices=("show", "quiet"),
     ),
-    *(param for param in FABRIC_PARAMS if param.name in _FABRIC_KEYS),
+    *FABRIC_TORCH_PARAMS,
 )
 
 
@@ -237,7 +236,7 @@ def build(config: dict[str, Any], seed: int) -> World:
     world = World("torch", config, seed)
     ranks = config["nproc"] * config["nnodes"]
     world.faults = parse_faults(config["faults"], ranks)
-    world.fabric = {"fault_hits": {}}
+    world.fabric = {**timing.fabric_state(config), "fault_hits": {}}
     for rank in range(ranks):
         world.add_node(f"r{rank}", "rank", _rank_state(0, 0))
     digest = script_digest(str(script)) if script is not None else config["function"]
