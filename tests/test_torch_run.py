@@ -379,6 +379,16 @@ def test_a_fork_after_init_is_a_warning_and_the_child_stays_off_the_channel() ->
     assert report["summary"]["warnings"] == ["fork_after_init"]
 
 
+def test_a_subprocess_warns_only_when_it_cannot_take_the_vfork_path() -> None:
+    """subprocess.run spawns without running Python in a copy of the rank; a preexec_fn forks for real."""
+    plain = simulate(SCRIPTS / "subprocess_after_init.py", 2, 0, "args=plain")
+    assert plain["outcome"] == "pass", plain["failure"]
+    assert plain["summary"]["warnings"] == []
+    forked = simulate(SCRIPTS / "subprocess_after_init.py", 2, 0, "args=preexec")
+    assert forked["outcome"] == "pass", forked["failure"]
+    assert forked["summary"]["warnings"] == ["fork_after_init"]
+
+
 @pytest.mark.slow
 def test_check_determinism_catches_a_script_that_leaks_hash_order() -> None:
     leaky = subprocess.run(

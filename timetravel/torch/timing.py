@@ -30,6 +30,7 @@ result to all members together in the flight recorder's view, and so does this b
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
@@ -54,7 +55,13 @@ FABRIC_KEYS = (
     "network_jitter",
 )
 """The fabric's config keys a torch run takes (``gpus_per_host`` is ``nproc``; faults are torch's own)."""
-FABRIC_TORCH_PARAMS = tuple(param for param in FABRIC_PARAMS if param.name in FABRIC_KEYS)
+JITTER_HELP = "per-message jitter bound; a collective's ring edges pay its mean (jitter/2), nothing is drawn"
+FABRIC_TORCH_PARAMS = tuple(
+    dataclasses.replace(param, help=JITTER_HELP) if param.name == "network_jitter" else param
+    for param in FABRIC_PARAMS
+    if param.name in FABRIC_KEYS
+)
+"""The fabric's Params as a torch run reads them (jitter's help says what the collective level does with it)."""
 
 
 def fabric_state(config: Mapping[str, Any]) -> dict[str, Any]:
