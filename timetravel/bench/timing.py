@@ -21,3 +21,25 @@ def best_of(function: Callable[[], T], repeats: int = REPEATS_DEFAULT) -> tuple[
         result = function()
         best = min(best, time.perf_counter() - start)
     return best, result
+
+
+def alternating_best(
+    first: Callable[[], object], second: Callable[[], object], rounds: int = REPEATS_DEFAULT
+) -> tuple[float, float]:
+    """The shortest wall time of each of two functions run in alternation (first, second, first, …)
+    after one unmeasured round of both: a ratio of the two then sees the same machine load and the
+    same warm caches on both sides, which two blocks of ``best_of`` one after the other do not."""
+    first()
+    second()
+    best_first = best_second = float("inf")
+    for _ in range(rounds):
+        for index, function in enumerate((first, second)):
+            gc.collect()
+            start = time.perf_counter()
+            function()
+            took = time.perf_counter() - start
+            if index == 0:
+                best_first = min(best_first, took)
+            else:
+                best_second = min(best_second, took)
+    return best_first, best_second
