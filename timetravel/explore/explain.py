@@ -34,9 +34,6 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
-from timetravel.explore.diff import differing_elements, elements_text, summarize_arrays, value_text
 from timetravel.explore.explain_results import (
     LINK_DETECTOR,
     LINK_FAULT,
@@ -47,6 +44,21 @@ from timetravel.explore.explain_results import (
     ExplainResult,
     StateChange,
 )
+from timetravel.explore.explain_text import (
+    CHANGES_PER_LINK_MAX,
+    NAN_CALL_TEXT,
+    PAYLOAD_CHARS_MAX,
+    clip,
+    counterfactual_text,
+    fault_link,
+    link_changes,
+    made_from_a_fault,
+    peer_value,
+    read_text,
+    record_text,
+    short,
+)
+from timetravel.explore.explain_text import unusual as unusual_among_peers
 from timetravel.explore.explain_torch import (
     FaultCause,
     execution_refusal,
@@ -68,8 +80,6 @@ LINKS_MAX = 16
 TRACES_MAX = 40
 """Events re-executed with their reads noted, per explanation."""
 MESSAGE_HOPS_MAX = 8
-CHANGES_PER_LINK_MAX = 3
-PEERS_MIN = 2
 """A value is compared with its peers only when at least this many peers have the key."""
 FAULT_KIND = "fault"
 
@@ -105,14 +115,14 @@ class _Explainer:
         """A torch run: faults are found from their hits (:meth:`torch_faults`), not by the peer rule."""
 
     def unusual(self, nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> bool:
-        """Unusual now (see :func:`_unusual`) but not in the built world: a node's identity (its
+        """Unusual now (see :func:`unusual`) but not in the built world: a node's identity (its
         index, its neighbours) is unlike its peers' from the start and explains nothing."""
-        if not _unusual(nodes, roles, node, key):
+        if not unusual_among_peers(nodes, roles, node, key):
             return False
         if self._initial is None:
             world = self.track.snapshot_world(0)
             self._initial = {"nodes": world.nodes, "roles": dict(world.roles)}
-        return not _unusual(self._initial["nodes"], self._initial["roles"], node, key)
+        return not unusual_among_peers(self._initial["nodes"], self._initial["roles"], node, key)
 
     # -- tracing ---------------------------------------------------------------------------
 
@@ -161,7 +171,7 @@ class _Explainer:
                 detector.event.dst,
                 detector.event.kind,
                 f"the detector fired ({failure.get('kind', 'failure')})",
-                _link_changes(detector)[:1],
+                link_changes(detector)[:1],
             )
         )
         return detector
@@ -212,12 +222,12 @@ class _Explainer:
             return
         source = self.trace(sender)
         what = (
-            f"sent {trace.event.kind} {_clip(repr(trace.event.payload), PAYLOAD_CHARS_MAX)} to {trace.event.dst}"
+            f"sent {trace.event.kind} {clip(repr(trace.event.payload), PAYLOAD_CHARS_MAX)} to {trace.event.dst}"
             if source.event.dst != trace.event.dst
             else f"scheduled {trace.event.kind}"
         )
         unusual = [read for read in source.reads if self.unusual(source.before, source.roles, *read)]
-        because = _read_text(source, unusual) if unusual else ""
+        because = read_text(source, unusual) if unusual else ""
         self.add(
             ExplainLink(
                 LINK_MESSAGE,
@@ -318,7 +328,7 @@ class _Explainer:
                 and parts[1] == node
                 and self.unusual(trace.after, trace.roles, node, parts[2])
             ):
-                shown.append(StateChange(change.path, change.change, _clip(change.summary)))
+                shown.append(StateChange(change.path, change.change, clip(change.summary)))
         return tuple(shown[:CHANGES_PER_LINK_MAX])
 
     def track_world_nodes(self) -> dict[str, Any]:
@@ -367,11 +377,11 @@ class _Explainer:
         changes: list[StateChange] = []
         for key in keys:
             changes += [
-                StateChange(c.path, c.change, _clip(c.summary))
+                StateChange(c.path, c.change, clip(c.summary))
                 for c in changes_of(trace, f"nodes/{node}/{key}")
             ]
         unusual = [read for read in trace.reads if self.unusual(trace.before, trace.roles, *read)]
-        because = _read_text(trace, unusual)
+        because = read_text(trace, unusual)
         return ExplainLink(
             LINK_WRITE,
             trace.number,
@@ -390,7 +400,7 @@ class _Explainer:
         if not unusual or len(self.traces) >= TRACES_MAX:
             return ""
         read_node, read_key = unusual[0]
-        peer = _peer_value(trace.before, trace.roles, read_node, read_key)
+        peer = peer_value(trace.before, trace.roles, read_node, read_key)
         try:
             other = trace_event(self.track, trace.number, {(read_node, read_key): peer})
         except (ReplayDivergence, ExploreError, AssertionError):
@@ -401,12 +411,12 @@ class _Explainer:
             actual, instead = trace.after.get(node, {}).get(key), other.after.get(node, {}).get(key)
             if key.startswith("_") or digest(actual) == digest(instead):
                 continue
-            written.append(f"{key} {_counterfactual_text(actual, instead)}")
+            written.append(f"{key} {counterfactual_text(actual, instead)}")
             if len(written) >= CHANGES_PER_LINK_MAX:
                 break
         if not written:
-            return f"with its peers' {read_key} ({_short(peer)}) it writes the same: not the cause alone"
-        return f"with its peers' {read_key} ({_short(peer)}) it would have written {', '.join(written)}"
+            return f"with its peers' {read_key} ({short(peer)}) it writes the same: not the cause alone"
+        return f"with its peers' {read_key} ({short(peer)}) it would have written {', '.join(written)}"
 
     def torch_faults(self, failure: dict[str, Any], *, executes: bool = True) -> None:
         """A torch run's chain ends at the faults whose hits explain the failure (the event each
@@ -414,7 +424,7 @@ class _Explainer:
         ``executes=False``: the script may not run, the events are read from the recording."""
         causes, no_fault = fault_causes(self.track, failure, self.trace if executes else None)
         if causes and failure.get("kind") == "nan":
-            self.links = [_made_from_a_fault(link) for link in self.links]
+            self.links = [made_from_a_fault(link) for link in self.links]
         for cause in causes:
             self.fault_link(cause)
         if not causes:
@@ -425,7 +435,7 @@ class _Explainer:
         trace = cause.trace
         record = next((f for f in trace.faults if str(f.get("id")) == cause.fault_id), {})
         self.fault_events.add(trace.number)
-        self.add(_fault_link(trace, cause.what, because=cause.because, fault=cause.detail))
+        self.add(fault_link(trace, cause.what, because=cause.because, fault=cause.detail))
         if cause.fault_id not in self.roots:
             self.roots.append(cause.fault_id)
             self.add(self.root_link(cause.fault_id, record))
@@ -437,7 +447,7 @@ class _Explainer:
             record.get("t_start"),
             str(record.get("target", "")),
             "fault record",
-            f"{fault_id} {_record_text(record)}: a fault record, no cause inside the simulation",
+            f"{fault_id} {record_text(record)}: a fault record, no cause inside the simulation",
         )
 
     def fault_roots(self, trace: EventTrace) -> bool:
@@ -471,141 +481,12 @@ class _Explainer:
             what = f"fault {fault_id} ({record.get('kind', '?')}) acted" + (
                 f", drawing {', '.join(drawn)}" if drawn else ""
             )
-            self.add(_fault_link(trace, what.rstrip(": "), _link_changes(trace, flipped=True)))
+            self.add(fault_link(trace, what.rstrip(": "), link_changes(trace, flipped=True)))
             if fault_id in self.roots:
                 continue
             self.roots.append(fault_id)
             self.add(self.root_link(fault_id, record))
         return True
-
-
-def _fault_link(trace: EventTrace, what: str, *arguments: Any, **options: Any) -> ExplainLink:
-    """The link of the event a fault acted in (``arguments``/``options``: ExplainLink's after ``what``)."""
-    event = trace.event
-    return ExplainLink(LINK_FAULT, trace.number, event.t, event.dst, event.kind, what, *arguments, **options)
-
-
-SUMMARY_CHARS_MAX = 110
-RECORD_PARAMS_DEFAULT: dict[str, Any] = {"probability": 1.0, "count": 1, "direction": "out"}
-"""Fault params left out of a record's one line when they hold these (the usual) values."""
-
-
-PAYLOAD_CHARS_MAX = 48
-
-
-def _clip(text: str, chars_max: int = SUMMARY_CHARS_MAX) -> str:
-    return text if len(text) <= chars_max else text[: chars_max - 3] + "..."
-
-
-def _record_text(record: dict[str, Any]) -> str:
-    params = {
-        key: value
-        for key, value in (record.get("params") or {}).items()
-        if value is not None and RECORD_PARAMS_DEFAULT.get(key) != value
-    }
-    words = [str(record.get("kind", "?")), str(record.get("target", "?"))]
-    words += [f"{key}={value}" for key, value in params.items()]
-    return " ".join(words)
-
-
-def _link_changes(trace: EventTrace, flipped: bool = False) -> tuple[StateChange, ...]:
-    """The changes a link shows: its node's, without bookkeeping; a flipped array by element."""
-    node = trace.event.dst
-    shown: list[StateChange] = []
-    for change in trace.changes:
-        parts = change.path.split("/")
-        if len(parts) < 3 or parts[1] != node or parts[2].startswith("_"):
-            continue
-        summary = change.summary
-        if flipped:
-            summary = _flip_text(trace, node, parts[2]) or summary
-        shown.append(StateChange(change.path, change.change, _clip(summary)))
-        if len(shown) >= CHANGES_PER_LINK_MAX:
-            break
-    return tuple(shown)
-
-
-def _flip_text(trace: EventTrace, node: str, key: str) -> str:
-    """A buffer a fault wrote, by element: ``[362] 0.0 -> 1.0842e-19 (bit 13)`` (None before: zeros)."""
-    after = trace.after.get(node, {}).get(key)
-    before = trace.before.get(node, {}).get(key)
-    if not isinstance(after, np.ndarray):
-        return ""
-    if not isinstance(before, np.ndarray) or before.shape != after.shape or before.dtype != after.dtype:
-        before = np.zeros_like(after)
-    elements = differing_elements(before, after, 4)
-    return f"flipped {elements_text(elements)}" if elements else ""
-
-
-def _read_text(trace: EventTrace, reads: list[tuple[str, str]]) -> str:
-    words = []
-    for node, key in reads[:3]:
-        value = trace.before[node].get(key)
-        peer = _peer_value(trace.before, trace.roles, node, key)
-        count = len(_peers(trace.before, trace.roles, node, key))
-        if isinstance(value, (bool, int, float, str, type(None))) and isinstance(
-            peer, (bool, int, float, str, type(None))
-        ):
-            words.append(f"{node}/{key} = {_short(value)} (its {count} peers: {_short(peer)})")
-        else:
-            words.append(f"{node}/{key} {_short(value)}, unlike all {count} peers'")
-    return "read " + "; ".join(words) if words else ""
-
-
-def _counterfactual_text(actual: Any, instead: Any) -> str:
-    """What a key would have held: the value, or for two arrays of one shape how many elements differ."""
-    if (
-        isinstance(actual, np.ndarray)
-        and isinstance(instead, np.ndarray)
-        and actual.shape == instead.shape
-        and actual.dtype == instead.dtype
-    ):
-        return f"unlike this run's in {summarize_arrays(actual, instead).differing}/{actual.size} elements"
-    return _short(instead)
-
-
-def _short(value: Any) -> str:
-    return value_text(value)
-
-
-def _peers(nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> list[str]:
-    role = roles.get(node)
-    if role is None:
-        return []
-    return [
-        name for name, other in roles.items() if other == role and name != node and key in nodes.get(name, {})
-    ]
-
-
-def _unusual(nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> bool:
-    """``nodes[node][key]`` differs from every peer's while most peers agree (see the module docstring)."""
-    if key.startswith("_") or node not in nodes or key not in nodes[node]:
-        return False
-    peers = _peers(nodes, roles, node, key)
-    if len(peers) < PEERS_MIN:
-        return False
-    mine = digest(nodes[node][key])
-    counts: dict[bytes, int] = {}
-    for peer in peers:
-        value = digest(nodes[peer][key])
-        if value == mine:
-            return False
-        counts[value] = counts.get(value, 0) + 1
-    return max(counts.values()) * 2 > len(peers)
-
-
-def _peer_value(nodes: dict[str, Any], roles: dict[str, str], node: str, key: str) -> Any:
-    peers = _peers(nodes, roles, node, key)
-    counts: dict[bytes, tuple[int, Any]] = {}
-    for peer in peers:
-        value = nodes[peer][key]
-        key_digest = digest(value)
-        count, _ = counts.get(key_digest, (0, value))
-        counts[key_digest] = (count + 1, value)
-    return max(counts.values(), key=lambda item: item[0])[1] if counts else None
-
-
-_NAN_CALL_TEXT = "sent the call whose inputs held the non-finite values"
 
 
 def _at_the_rank_s_call(failure: dict[str, Any]) -> Callable[[ExplainLink], ExplainLink | None]:
@@ -616,7 +497,7 @@ def _at_the_rank_s_call(failure: dict[str, Any]) -> Callable[[ExplainLink], Expl
     def stop_at(link: ExplainLink) -> ExplainLink | None:
         if failure.get("kind") != "nan" or link.role != LINK_MESSAGE or link.node != failure.get("node"):
             return None
-        what = f"{_NAN_CALL_TEXT}: they were made in {link.node}'s own step (below)"
+        what = f"{NAN_CALL_TEXT}: they were made in {link.node}'s own step (below)"
         return dataclasses.replace(link, what=what, because="")
 
     return stop_at
@@ -639,18 +520,6 @@ def _stored_fault_links(track: Session, failure: dict[str, Any]) -> tuple[Explai
     if links:
         links[0] = dataclasses.replace(links[0], otherwise=STORED_CHAIN_NOTE)
     return tuple(links)
-
-
-def _made_from_a_fault(link: ExplainLink) -> ExplainLink:
-    """A nan's rank link once a fault explains it: the rank's step made the non-finite values (the site
-    says where), but from values the fault corrupted — the step alone did not."""
-    if not link.what.startswith(_NAN_CALL_TEXT):
-        return link
-    what = (
-        f"{_NAN_CALL_TEXT}: {link.node}'s own step made them (below), from values the fault in the "
-        "next link corrupted"
-    )
-    return dataclasses.replace(link, what=what)
 
 
 def explain(
