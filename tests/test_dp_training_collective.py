@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from timetravel.scenarios import get_scenario
-from timetravel.scenarios.dp_training import replicas, tree, update
+from timetravel.scenarios.dp_training import model, replicas, tree, update
 from timetravel.scenarios.dp_training.data import build_dataset
 from timetravel.scenarios.dp_training.model import batched_buckets, layout_for, local_bucket
 from timetravel.scenarios.dp_training.params import COLLECTIVE_LEVEL_RANKS_MIN, collective_level
@@ -214,6 +214,26 @@ def test_batched_buckets_are_bit_identical_to_one_by_one(params: int, dtype: str
     together = batched_buckets(weights, inputs, targets, layout, storage, loss_scale)
     assert together.dtype == alone.dtype
     assert together.view(np.uint8).tobytes() == alone.view(np.uint8).tobytes()
+
+
+def test_batched_buckets_in_small_groups_are_the_rows_of_one_group(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The rank-last pass cuts the rows into groups (BATCH_TEMPORARY_ELEMENTS_MAX): a row's bits do not
+    depend on the group it fell in, nor on its place in it."""
+    layout = layout_for(256)
+    ranks = 50
+    dataset = build_dataset(2, ranks, 8, 1, layout)
+    noise = np.random.Generator(np.random.PCG64(9)).standard_normal((ranks, layout.params))
+    weights = (dataset.initial_weights[None, :] + noise).astype(np.float32)
+    inputs = np.stack([dataset.inputs[rank][0] for rank in range(ranks)])
+    targets = np.stack([dataset.targets[rank][0] for rank in range(ranks)])
+    whole = batched_buckets(weights, inputs, targets, layout, np.dtype(np.float32))
+    monkeypatch.setattr(model, "BATCH_TEMPORARY_ELEMENTS_MAX", 8 * layout.hidden * layout.inputs * 7)
+    grouped = batched_buckets(weights, inputs, targets, layout, np.dtype(np.float32))
+    reversed_rows = batched_buckets(weights[::-1], inputs[::-1], targets[::-1], layout, np.dtype(np.float32))
+    assert grouped.tobytes() == whole.tobytes()
+    assert reversed_rows[::-1].tobytes() == whole.tobytes()
+    alone = local_bucket(weights[31], inputs[31], targets[31], layout, np.dtype(np.float32))
+    assert whole[31].tobytes() == alone.tobytes()
 
 
 @pytest.mark.parametrize("level", ["message", "collective"])

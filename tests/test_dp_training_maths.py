@@ -15,6 +15,7 @@ from timetravel.scenarios.dp_training.numerics import (
     contract,
     norm,
     sequential_sum,
+    stack_rows,
 )
 
 F32 = np.float32
@@ -185,3 +186,20 @@ def test_tree_chunks_respect_the_byte_bound() -> None:
     sizes = [high - low for low, high in itertools.pairwise(bounds)]
     assert len(sizes) == 5 and max(sizes) * 4 <= 2048 and sum(sizes) == 2049
     assert tree.chunk_bounds(10, 4, 1 << 20) == (0, 10)
+
+
+def test_stack_rows_is_np_stack() -> None:
+    rng = np.random.Generator(np.random.PCG64(4))
+    for shape, dtype in [((257,), np.float32), ((8, 16), np.float32), ((5,), np.float64)]:
+        arrays = [rng.standard_normal(shape).astype(dtype) for _ in range(33)]
+        arrays[3] = arrays[3][::-1]  # a view that is not contiguous in the same way
+        stacked = stack_rows(arrays)
+        expected = np.stack(arrays)
+        assert stacked.dtype == expected.dtype and stacked.shape == expected.shape
+        assert stacked.tobytes() == expected.tobytes()
+        stacked[0, ...] = 0  # a new array, not a view of the rows
+        assert arrays[0].any()
+    with pytest.raises(ValueError, match="same shape"):
+        stack_rows([np.zeros(4), np.zeros(5)])
+    with pytest.raises(ValueError, match="same shape"):
+        stack_rows([np.zeros((2, 4)), np.zeros((6,))])

@@ -34,6 +34,12 @@ static PyObject *s_streams, *s_events, *s_running, *s_queue, *s_op, *s_wait, *s_
     *s_race_detector, *s_deliver, *s_wrote, *s_read, *s_reads_verb, *s_writes_verb, *float_one, *s_gpu,
     *s_kernel, *s_recorded;
 
+/* The keys of a ``running`` dict and of a kernel op: the dicts are made with room for them, as
+ * Python's dict displays are (a dict made empty has room for 5 keys and grows its table at the
+ * sixth: a new table and a copy, for every kernel). Sizes change no key order and no value. */
+#define RUNNING_KEYS 6
+#define KERNEL_OP_KEYS 10
+
 /* A borrowed item of an exact dict; NULL with TypeError set when the key is missing. */
 static PyObject *
 need(PyObject *dict, PyObject *key)
@@ -438,7 +444,7 @@ start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyOb
         }
         Py_DECREF(payload);
     }
-    running = PyDict_New();
+    running = _PyDict_NewPresized(RUNNING_KEYS);
     if (running == NULL)
         goto release;
     {
@@ -776,7 +782,7 @@ gpu_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     host = need(gpu, s_host_clock);
     if (host == NULL)
         return NULL;
-    op = PyDict_New();
+    op = _PyDict_NewPresized(KERNEL_OP_KEYS);
     if (op == NULL)
         return NULL;
     if (PyDict_SetItem(op, s_op, s_kernel) < 0 || PyDict_SetItem(op, s_name, args[2]) < 0 ||

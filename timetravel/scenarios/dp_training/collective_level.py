@@ -39,7 +39,7 @@ from timetravel.fabric import collective as fabric_collective
 from timetravel.fabric.gpu import schedule_finish
 from timetravel.fabric.network import flip_bit
 from timetravel.scenarios.dp_training import collective, device, naive, ring, tree
-from timetravel.scenarios.dp_training.numerics import sequential_sum
+from timetravel.scenarios.dp_training.numerics import sequential_sum, stack_rows
 from timetravel.sim import Context, Event, World
 
 DONE = "coll_done"
@@ -87,7 +87,7 @@ def _resolve(ctx: Context, key: str, record: dict[str, Any]) -> None:
     fabric = world.fabric
     names = fabric["ranks"]
     nodes = world.nodes
-    contributions = np.stack([nodes[name]["contribution"] for name in names])
+    contributions = stack_rows([nodes[name]["contribution"] for name in names])
     entries = np.array(record["entered_ns"], dtype=np.int64)
     algorithm = config["allreduce"]
     ranks = len(names)

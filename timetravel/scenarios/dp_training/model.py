@@ -132,21 +132,28 @@ def local_bucket(
     return bucket
 
 
-BATCH_TEMPORARY_ELEMENTS_MAX = 1 << 18
-"""Elements of the largest temporary of a batched pass (rows are taken in groups to stay below)."""
+BATCH_TEMPORARY_ELEMENTS_MAX = 1 << 20
+"""Elements of the largest temporary of a batched pass (rows are taken in groups to stay below):
+4 MiB of float32. Rank-last, larger groups are faster (10,000 ranks of 256 parameters: 0.051 s a
+pass at 1 << 18, 0.035 s at 1 << 20, no faster beyond)."""
 
 
 def _batched_contract(left: np.ndarray, right: np.ndarray) -> np.ndarray:
-    """``left[r] @ right[r]`` for every row r (R x M x K times R x K x N), summed over k = 0, 1, ...
+    """``left[..., r] @ right[..., r]`` for every rank r (M x K x R times K x N x R -> M x N x R),
+    summed over k = 0, 1, ... in that order.
 
     The same products and the same left-to-right running sum as :func:`numerics.contract` (whose
     sum over the stack of products is ``total = p0; total += p1; ...`` by definition), with the
-    rank as one more element-wise axis, so every row gets the bits it would get alone. The
-    products are formed one k at a time, so no K-fold temporary is built.
+    rank as one more element-wise axis, so every rank gets the bits it would get alone. The rank
+    axis is the last, contiguous one: each product is a broadcast over M and N of two contiguous
+    runs of R values, which numpy's loops take whole. (With the rank first, the innermost axis was
+    N, a handful of elements, and numpy copied both operands through its buffers for every
+    product: ~4x the time of the same additions rank-last.) The products are formed one k at a
+    time, so no K-fold temporary is built.
     """
-    total = left[:, :, 0, None] * right[:, 0, None, :]
-    for k in range(1, left.shape[2]):
-        total += left[:, :, k, None] * right[:, k, None, :]
+    total = left[:, 0, None, :] * right[None, 0, :, :]
+    for k in range(1, left.shape[1]):
+        total += left[:, k, None, :] * right[None, k, :, :]
     return total
 
 
@@ -154,31 +161,37 @@ def batched_loss_and_gradient(
     weights: np.ndarray, inputs: np.ndarray, targets: np.ndarray, layout: Layout
 ) -> tuple[np.ndarray, np.ndarray]:
     """:func:`loss_and_gradient` for R replicas at once: weights R x params, inputs R x batch x
-    inputs, targets R x batch x outputs; returns losses (R) and gradients (R x params)."""
+    inputs, targets R x batch x outputs; returns losses (R) and gradients (R x params).
+
+    Computed rank-last (every array below ends in the rank axis, see :func:`_batched_contract`):
+    element for element the operations of :func:`loss_and_gradient`, in its order."""
     rows = weights.shape[0]
-    weights = weights.astype(COMPUTE_DTYPE, copy=False)
-    w1 = weights[:, : layout.w1_end].reshape(rows, layout.inputs, layout.hidden)
-    b1 = weights[:, layout.w1_end : layout.b1_end]
-    w2 = weights[:, layout.b1_end : layout.w2_end].reshape(rows, layout.hidden, layout.outputs)
-    b2 = weights[:, layout.w2_end : layout.params]
-    hidden_pre = _batched_contract(inputs, w1) + b1[:, None, :]
+    batch = inputs.shape[1]
+    weights = np.ascontiguousarray(weights.astype(COMPUTE_DTYPE, copy=False).T)
+    inputs = np.ascontiguousarray(inputs.transpose(1, 2, 0))
+    targets = np.ascontiguousarray(targets.transpose(1, 2, 0))
+    w1 = weights[: layout.w1_end].reshape(layout.inputs, layout.hidden, rows)
+    b1 = weights[layout.w1_end : layout.b1_end]
+    w2 = weights[layout.b1_end : layout.w2_end].reshape(layout.hidden, layout.outputs, rows)
+    b2 = weights[layout.w2_end : layout.params]
+    hidden_pre = _batched_contract(inputs, w1) + b1[None, :, :]
     hidden = np.maximum(hidden_pre, COMPUTE_DTYPE.type(0))
-    outputs = _batched_contract(hidden, w2) + b2[:, None, :]
+    outputs = _batched_contract(hidden, w2) + b2[None, :, :]
     difference = outputs - targets
-    count = COMPUTE_DTYPE.type(difference[0].size)
-    loss = sequential_sum((difference * difference).reshape(rows, -1).T) / count
+    count = COMPUTE_DTYPE.type(batch * layout.outputs)
+    loss = sequential_sum((difference * difference).reshape(-1, rows)) / count
     output_gradient = difference * (COMPUTE_DTYPE.type(2) / count)
-    gradient = np.empty((rows, layout.params), dtype=COMPUTE_DTYPE)
-    gradient[:, layout.b1_end : layout.w2_end] = _batched_contract(
-        hidden.transpose(0, 2, 1), output_gradient
-    ).reshape(rows, -1)
-    gradient[:, layout.w2_end : layout.params] = sequential_sum(output_gradient.transpose(1, 0, 2))
-    hidden_gradient = _batched_contract(output_gradient, w2.transpose(0, 2, 1)) * (hidden_pre > 0)
-    gradient[:, : layout.w1_end] = _batched_contract(inputs.transpose(0, 2, 1), hidden_gradient).reshape(
-        rows, -1
+    gradient = np.empty((layout.params, rows), dtype=COMPUTE_DTYPE)
+    gradient[layout.b1_end : layout.w2_end] = _batched_contract(
+        hidden.transpose(1, 0, 2), output_gradient
+    ).reshape(-1, rows)
+    gradient[layout.w2_end : layout.params] = sequential_sum(output_gradient)
+    hidden_gradient = _batched_contract(output_gradient, w2.transpose(1, 0, 2)) * (hidden_pre > 0)
+    gradient[: layout.w1_end] = _batched_contract(inputs.transpose(1, 0, 2), hidden_gradient).reshape(
+        -1, rows
     )
-    gradient[:, layout.w1_end : layout.b1_end] = sequential_sum(hidden_gradient.transpose(1, 0, 2))
-    return loss, gradient
+    gradient[layout.w1_end : layout.b1_end] = sequential_sum(hidden_gradient)
+    return loss, gradient.T
 
 
 def batched_buckets(

@@ -103,6 +103,19 @@ def contract(left: np.ndarray, right: np.ndarray) -> np.ndarray:
     return sequential_sum(left.T[:, :, None] * right[:, None, :])
 
 
+def stack_rows(arrays: list[np.ndarray]) -> np.ndarray:
+    """``np.stack(arrays)`` for arrays of one shape (the ranks' weights, batches, contributions):
+    the same array, from one ``np.concatenate``. At 10,000 ranks np.stack spends more on a view of
+    each array (``expand_dims``) than on copying them: ~8 ms against ~3 ms. Arrays of different
+    shapes go to np.stack, which says what is wrong."""
+    if not arrays:
+        return np.stack(arrays)
+    shape = arrays[0].shape
+    if not shape or any(array.shape != shape for array in arrays):
+        return np.stack(arrays)
+    return np.concatenate(arrays).reshape(len(arrays), *shape)
+
+
 def sequential_sum(stack: np.ndarray) -> np.ndarray:
     """``stack[0] + stack[1] + ...`` along axis 0, left to right, in the stack's dtype.
 

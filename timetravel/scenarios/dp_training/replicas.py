@@ -27,7 +27,7 @@ import xxhash
 
 from timetravel.scenarios.dp_training import update
 from timetravel.scenarios.dp_training.model import batched_buckets, layout_for, local_bucket
-from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.scenarios.dp_training.numerics import DTYPES, stack_rows
 from timetravel.scenarios.dp_training.numerics import all_finite as numerics_all_finite
 from timetravel.sim import Context
 
@@ -77,9 +77,9 @@ def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
     nodes = ctx.world.nodes
     states = [nodes[name] for name in peers]
     rows = batched_buckets(
-        np.stack([peer["weights"] for peer in states]),
-        np.stack([peer["inputs"][batch] for peer in states]),
-        np.stack([peer["targets"][batch] for peer in states]),
+        stack_rows([peer["weights"] for peer in states]),
+        stack_rows([peer["inputs"][batch] for peer in states]),
+        stack_rows([peer["targets"][batch] for peer in states]),
         layout,
         dtype,
         config["loss_scale"],
