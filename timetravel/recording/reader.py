@@ -71,7 +71,7 @@ from timetravel.snapshot.assemble import (
     nodes_root_from_segments,
     root_from_digests,
 )
-from timetravel.snapshot.codec import XOR_CHAIN_MAX, build_array, decode_page, decode_value
+from timetravel.snapshot.codec import XOR_CHAIN_MAX, build_array, decode_page, decode_value_sized
 
 FRAME_CACHE_BYTES_MAX = 128 * 1024 * 1024
 """Decoded BLOBS and EVENTS frames kept for later seeks."""
@@ -137,6 +137,9 @@ class _ByteLRU:
         self.bytes_max = bytes_max
         self.bytes_held = 0
         self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.items: dict[Any, tuple[Any, int]] = self._items
+        """{key: (value, nbytes)}, to read without refreshing the LRU order (the compiled decoder's
+        array look-ups: reader.value_sized)."""
 
     def get(self, key: Any) -> Any:
         item = self._items.get(key)
@@ -622,19 +625,34 @@ class RecordingReader:
         """The plain-data value a blob holds, arrays rebuilt from their pages."""
         return self.value_sized(digest, writeable=writeable)[0]
 
-    def value_sized(self, digest: bytes, *, writeable: bool = True) -> tuple[Any, int, int]:
+    def value_sized(
+        self, digest: bytes, *, writeable: bool = True, shared: dict[bytes, Any] | None = None
+    ) -> tuple[Any, int, int]:
         """:meth:`value`, the length of its stored blob and the bytes of the arrays in it (what a
-        cache of decoded values weighs)."""
+        cache of decoded values weighs).
+
+        ``shared`` (read-only values only, ``writeable=False``): a dict the caller keeps across
+        decodes, in which the compiled decoder shares the value's small containers with the other
+        values decoded with it, out of the garbage collector's reach (snapshot/codec.py
+        ``decode_value_sized``; recording/shared_nodes.py). The arrays come from the array cache
+        without a Python call where it holds them (copied when ``writeable``); such hits do not
+        refresh their place in the cache's LRU order, which changes what is kept, never a value."""
         self._array_bytes = 0
         try:
             data = self.value_bytes(digest)
             factory = self._array_copy if writeable else self._array_shared
-            value = decode_value(
-                data, factory, bytes_max=FRAME_RAW_BYTES_MAX, items_max=_items_max(len(data), VALUE_ITEMS_MAX)
+            value, cached_bytes = decode_value_sized(
+                data,
+                factory,
+                bytes_max=FRAME_RAW_BYTES_MAX,
+                items_max=_items_max(len(data), VALUE_ITEMS_MAX),
+                arrays=self._arrays.items,
+                copy_arrays=writeable,
+                shared=None if writeable else shared,
             )
         except DecodeError as error:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
-        return value, len(data), self._array_bytes
+        return value, len(data), self._array_bytes + cached_bytes
 
     def _array_copy(self, digest: bytes) -> np.ndarray:
         array = self.array(digest, writeable=True)

@@ -413,6 +413,8 @@ static PyMethodDef module_methods[] = {
      "msgpack bytes of a chain batch, as encoding.pack gives them (None: pack it in Python)."},
     {"configure", configure, METH_VARARGS, "Hand the module the Python objects it builds on."},
     {"untrack", untrack, METH_O, "Take a plain-data value's containers out of the garbage collector's reach."},
+    {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
+     "A stored value's msgpack decoding for the common case (NotImplemented: decode it with msgpack)."},
     {"gpu_pump", (PyCFunction)(void (*)(void))gpu_pump, METH_FASTCALL,
      "The GPU stream engine's pump (fabric/gpu.py _pump_python), same bits."},
     {"configure_gpu", configure_gpu, METH_VARARGS, "Hand the GPU pump the Python functions it calls."},
