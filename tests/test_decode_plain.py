@@ -104,7 +104,7 @@ def test_the_compiled_decoder_gives_msgpacks_value(value: Any, monkeypatch: pyte
     data = pack_for_hash(value)
     assert (
         COMPILED is not None
-        and COMPILED(data, None, BYTES_MAX, False, None, None, False) is not NotImplemented
+        and COMPILED(data, None, BYTES_MAX, False, None, None, False, None) is not NotImplemented
     )
     reference, decoded = _both(data, None, monkeypatch)
     assert reference[0] == decoded[0] == "value"
@@ -220,3 +220,51 @@ def test_without_the_compiled_decoder_the_options_change_nothing_but_speed(
         data, factory, bytes_max=BYTES_MAX, arrays=cache, shared={}
     )
     assert _same(decoded, value) and cached_bytes == 0 and factory.calls == 1
+
+
+@pytest.mark.skipif(COMPILED is None, reason="needs the compiled core (make install)")
+def test_the_item_budget_holds_the_same_in_both_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Values over 1 MiB decode under an items budget (the fabric part of a 10,000-rank world):
+    the same value within it, the same error past it, whichever decoder runs."""
+    value = {"links": [[index, {"busy_until_ns": index * 7}] for index in range(50)], "names": {"a": "b"}}
+    data = pack_for_hash(value)
+    items = 1 + len(value) + 1 + 50 + 50 * (1 + 2 + 1 + 1) + 1 + 1  # each container: its length + 1
+    outcomes = []
+    for items_max in (items - 1, items, items + 1, 10):
+        for use_compiled in (False, True):
+            with monkeypatch.context() as patch:
+                if not use_compiled:
+                    patch.setattr(codec, "_decode_plain", None)
+                try:
+                    decoded = codec.decode_value_sized(data, None, bytes_max=BYTES_MAX, items_max=items_max)[
+                        0
+                    ]
+                    outcomes.append((items_max, "value", _same(decoded, value)))
+                except DecodeError as error:
+                    outcomes.append((items_max, "error", str(error)))
+    assert outcomes[0::2] == outcomes[1::2]
+    assert [outcome[1] for outcome in outcomes[0::2]] == ["error", "value", "value", "error"]
+
+
+@pytest.mark.skipif(getattr(speedups.compiled, "copy_plain", None) is None, reason="needs the compiled core")
+def test_a_fresh_copy_is_what_decoding_afresh_gives(monkeypatch: pytest.MonkeyPatch) -> None:
+    """reader.fresh_value copies a kept decode instead of decoding the bytes again: the copy must be
+    the fresh decode — equal, no container shared with the kept value or within itself, arrays
+    writeable copies, containers tracked by the collector as a decode's are."""
+    arrays = [np.arange(6, dtype=np.float32).reshape(2, 3)]
+    factory = Arrays(arrays)
+    value = {"gpu": {"queue": [[1, 2, 3], [1, 2, 3]]}, "w": arrays[0], "s": "r12", "f": -0.0, "n": None}
+    data = pack_for_hash(value)
+    fresh = _reference(data, lambda digest: factory(digest).copy(), monkeypatch)
+    held = codec.decode_value_sized(data, factory, bytes_max=BYTES_MAX, shared={})[0]  # memoized, read-only
+    assert held["gpu"]["queue"][0] is held["gpu"]["queue"][1]
+    copied = codec.fresh_copy(held)
+    assert _same(fresh, copied)
+    assert copied["gpu"] is not held["gpu"] and copied["gpu"]["queue"][0] is not copied["gpu"]["queue"][1]
+    assert copied["w"] is not arrays[0] and copied["w"].flags.writeable and copied["w"].flags.c_contiguous
+    copied["gpu"]["queue"][0].append(4)
+    assert held["gpu"]["queue"][0] == [1, 2, 3]
+    assert gc.is_tracked(copied) and gc.is_tracked(copied["gpu"]["queue"])
+    assert codec.fresh_copy((1, 2)) is NotImplemented and codec.fresh_copy({"e": [(1,)]}) is NotImplemented
+    monkeypatch.setattr(codec, "_copy_plain", None)
+    assert codec.fresh_copy(held) is NotImplemented

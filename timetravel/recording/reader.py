@@ -71,7 +71,13 @@ from timetravel.snapshot.assemble import (
     nodes_root_from_segments,
     root_from_digests,
 )
-from timetravel.snapshot.codec import XOR_CHAIN_MAX, build_array, decode_page, decode_value_sized
+from timetravel.snapshot.codec import (
+    XOR_CHAIN_MAX,
+    build_array,
+    decode_page,
+    decode_value_sized,
+    fresh_copy,
+)
 
 FRAME_CACHE_BYTES_MAX = 128 * 1024 * 1024
 """Decoded BLOBS and EVENTS frames kept for later seeks."""
@@ -84,6 +90,12 @@ stops every thread for a second. The stored bytes stay in the frame cache (bytes
 and decode again in a few milliseconds; seeks and searches read batches in order, so a few
 suffice."""
 MANIFEST_CACHE_ENTRIES_MAX = 256
+DECODED_PART_BYTES_MAX = 64 * 1024 * 1024
+"""Decoded world parts kept read-only, by digest, for restores to copy (estimated bytes: 6x the
+blob, as recording/shared_nodes.py estimates). Every restore needs its parts afresh (a handler may
+change them), and at 10,000 ranks the fabric part holds 180,000 ints: decoding them took ~20 ms a
+seek, copying a kept decode (snapshot/codec.py ``fresh_copy``) takes ~1 ms; most snapshots of a
+run share their parts' digests."""
 ARRAY_HEADER_BYTES_MAX = 16 * 1024 * 1024
 ARRAY_HEADER_CACHE_BYTES_MAX = 64 * 1024 * 1024
 ARRAY_CACHE_BYTES_MAX = 256 * 1024 * 1024
@@ -179,6 +191,7 @@ class RecordingReader:
         self._pages = _ByteLRU(PAGE_CACHE_BYTES_MAX)
         self._array_headers = _ByteLRU(ARRAY_HEADER_CACHE_BYTES_MAX)
         self._arrays = _ByteLRU(ARRAY_CACHE_BYTES_MAX)
+        self._decoded_parts = _ByteLRU(DECODED_PART_BYTES_MAX)
         self._manifests: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._numbers: dict[int, int] = {}
         self.recording_bytes_max = (
@@ -654,6 +667,20 @@ class RecordingReader:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
         return value, len(data), self._array_bytes + cached_bytes
 
+    def fresh_value(self, digest: bytes) -> Any:
+        """:meth:`value` (writeable), copied from a kept read-only decode of the same digest when
+        the compiled core can copy it (``DECODED_PART_BYTES_MAX``): the same value, built faster."""
+        held = self._decoded_parts.get(digest)
+        if held is None:
+            if fresh_copy(None) is NotImplemented:  # no compiled core: decode as always
+                return self.value(digest)
+            held, blob_bytes, array_bytes = self.value_sized(digest, writeable=False)
+            self._decoded_parts.put(digest, held, 100 + 6 * blob_bytes + array_bytes)
+        copied = fresh_copy(held)
+        if copied is NotImplemented:
+            return self.value(digest)
+        return copied
+
     def _array_copy(self, digest: bytes) -> np.ndarray:
         array = self.array(digest, writeable=True)
         self._array_bytes += array.nbytes
@@ -708,7 +735,7 @@ class RecordingReader:
         queue_chunk: QueueChunkValue | None = None,
     ) -> World:
         part_digests = manifest["parts"]
-        parts = {name: self.value(_digest(part_digests[name])) for name in STORED_PARTS}
+        parts = {name: self.fresh_value(_digest(part_digests[name])) for name in STORED_PARTS}
         nodes = {}
         if node_value is None:
             for name, node_digest in manifest["nodes"]:

@@ -74,7 +74,7 @@ untrack(PyObject *module, PyObject *value)
 
 /* -- decoding a stored value ------------------------------------------------------------------ */
 
-/* decode_plain(data, factory, bytes_max, untrack, memo, arrays, copy_arrays)
+/* decode_plain(data, factory, bytes_max, untrack, memo, arrays, copy_arrays, items_max)
  *     -> (value, array_bytes), or NotImplemented.
  *
  * The msgpack decoding of a stored value (snapshot/codec.py decode_value: msgpack-python's unpackb
@@ -85,7 +85,9 @@ untrack(PyObject *module, PyObject *value)
  * over what the remaining bytes can hold, nesting deeper than PLAIN_DEPTH_MAX, bytes after the
  * value, a truncated value — returns NotImplemented and the caller decodes with msgpack, which
  * gives the value or raises the error it raises today. So the value is always msgpack's. An
- * exception raised by the factory propagates, as it does through msgpack.
+ * exception raised by the factory propagates, as it does through msgpack. ``items_max`` (an int,
+ * or None) is decode_value's budget of containers and entries (sim/encoding.py ItemBudget: a
+ * container counts its length plus one); a value that would exceed it is handed back too.
  *
  * An array digest becomes ``arrays[digest][0]`` when ``arrays`` (a dict, or None) holds a
  * ``(array, nbytes)`` pair for it (the reader's array cache; ``.copy()`` of it when copy_arrays),
@@ -123,8 +125,10 @@ untrack(PyObject *module, PyObject *value)
 typedef struct {
     PyObject *str; /* a reference, or NULL */
     Py_ssize_t length;
+    int score; /* hits minus the misses that wanted the slot: a slot changes hands at 0 */
     char bytes[PLAIN_STR_CACHED_BYTES_MAX];
 } PlainStrSlot;
+#define PLAIN_STR_SCORE_MAX 16
 
 static PlainStrSlot plain_key_cache[PLAIN_STR_CACHE_SLOTS];
 static PlainStrSlot plain_value_cache[PLAIN_STR_CACHE_SLOTS];
@@ -143,6 +147,8 @@ typedef struct {
     int untrack;
     int copy_arrays;
     int reading_key; /* the value being read is a map key */
+    int counting;    /* items_left applies (decode_value's items_max, for untrusted input) */
+    Py_ssize_t items_left;
 } PlainInput;
 
 enum { PLAIN_OK = 0, PLAIN_UNUSUAL = 1, PLAIN_ERROR = -1 };
@@ -171,9 +177,16 @@ plain_str(const char *bytes, Py_ssize_t length, int is_key, int *unusual)
             hash = (hash ^ (unsigned char)bytes[index]) * 1099511628211ULL;
         slot = &(is_key ? plain_key_cache : plain_value_cache)[(hash ^ (hash >> 29)) & (PLAIN_STR_CACHE_SLOTS - 1)];
         if (slot->str != NULL && slot->length == length && memcmp(slot->bytes, bytes, (size_t)length) == 0) {
+            if (slot->score < PLAIN_STR_SCORE_MAX)
+                slot->score++;
             Py_INCREF(slot->str);
             return slot->str;
         }
+        /* Many distinct strs (10,000 node names as the keys of one map) must not keep replacing
+         * the ones every state repeats: a slot in use goes to a newcomer only once misses have
+         * worn its score down. */
+        if (slot->str != NULL && --slot->score > 0)
+            slot = NULL;
     }
     str = PyUnicode_DecodeUTF8(bytes, length, "strict");
     if (str == NULL) {
@@ -189,6 +202,7 @@ plain_str(const char *bytes, Py_ssize_t length, int is_key, int *unusual)
         Py_INCREF(str);
         Py_XSETREF(slot->str, str);
         slot->length = length;
+        slot->score = 1;
         memcpy(slot->bytes, bytes, (size_t)length);
     }
     return str;
@@ -274,6 +288,11 @@ plain_list(PlainInput *input, int depth, Py_ssize_t length, PyObject **out)
     int status;
     if (length > input->end - input->at) /* each item takes at least one byte */
         return PLAIN_UNUSUAL;
+    if (input->counting) { /* ItemBudget: a container and its entries; past the budget msgpack judges */
+        if (length + 1 > input->items_left)
+            return PLAIN_UNUSUAL;
+        input->items_left -= length + 1;
+    }
     list = PyList_New(length);
     if (list == NULL)
         return PLAIN_ERROR;
@@ -299,6 +318,11 @@ plain_map(PlainInput *input, int depth, Py_ssize_t length, PyObject **out)
     int status;
     if (length > (input->end - input->at) / 2) /* each entry takes at least two bytes */
         return PLAIN_UNUSUAL;
+    if (input->counting) { /* the header's count: at least the dict's size (equal keys collapse) */
+        if (length + 1 > input->items_left)
+            return PLAIN_UNUSUAL;
+        input->items_left -= length + 1;
+    }
     dict = _PyDict_NewPresized(length);
     if (dict == NULL)
         return PLAIN_ERROR;
@@ -532,11 +556,12 @@ decode_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     PlainInput input;
     PyObject *value = NULL;
     int status;
-    if (nargs != 7 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[2])
+    if (nargs != 8 || !PyBytes_CheckExact(args[0]) || !PyLong_CheckExact(args[2])
+        || (args[7] != Py_None && !PyLong_CheckExact(args[7]))
         || (args[4] != Py_None && !PyDict_CheckExact(args[4])) || (args[5] != Py_None && !PyDict_Check(args[5]))) {
         PyErr_SetString(PyExc_TypeError,
                         "decode_plain(data: bytes, factory, bytes_max: int, untrack: bool, memo: dict | None, "
-                        "arrays: dict | None, copy_arrays: bool)");
+                        "arrays: dict | None, copy_arrays: bool, items_max: int | None)");
         return NULL;
     }
     if (str_copy == NULL && (str_copy = PyUnicode_InternFromString("copy")) == NULL)
@@ -555,6 +580,14 @@ decode_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     input.copy_arrays = PyObject_IsTrue(args[6]);
     if (input.untrack < 0 || input.copy_arrays < 0)
         return NULL;
+    input.counting = args[7] != Py_None;
+    input.items_left = 0;
+    if (input.counting) {
+        input.items_left = PyLong_AsSsize_t(args[7]);
+        if (input.items_left == -1 && PyErr_Occurred())
+            return NULL;
+        input.memo = NULL; /* a container from the memo would not be counted */
+    }
     if (input.memo != NULL && input.bytes_max < PLAIN_MEMO_SPAN_MAX)
         input.memo = NULL; /* a memoized container was decoded under a bytes_max at least this */
     status = plain_value(&input, 0, &value);
@@ -565,6 +598,97 @@ decode_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NOTIMPLEMENTED;
     }
     return Py_BuildValue("(Nn)", value, input.array_bytes);
+}
+
+/* -- a fresh copy of a decoded value ----------------------------------------------------------- */
+
+/* copy_plain(value) -> a copy, or NotImplemented.
+ *
+ * What decoding the value's bytes afresh gives (decode_plain or msgpack, writeable arrays), made
+ * from a decoded value instead: new exact dicts (same key order) and lists at every level, the
+ * same immutable str, int, float, bool, None and bytes objects (a fresh decode would build equal
+ * ones: sharing an immutable object is invisible), and ``.copy()`` of each numpy array (writeable
+ * and C-contiguous, as the reader's copies are).
+ * Containers shared inside the value (a memoized container met twice) come out as distinct
+ * copies, as a fresh decode makes them. Anything else — a tuple, a subclass, nesting deeper than
+ * PLAIN_DEPTH_MAX — returns NotImplemented and the caller decodes the bytes.
+ *
+ * Why: every seek restores a snapshot's parts afresh (a handler may change them), and at 10,000
+ * ranks the fabric part alone is three lists of 60,000 ints: decoding them is ~20 ms a seek,
+ * copying a decoded version is a fraction of a millisecond per list. */
+static int
+plain_copy(PyObject *value, int depth, PyObject **out)
+{
+    PyTypeObject *type = Py_TYPE(value);
+    if (depth > PLAIN_DEPTH_MAX)
+        return PLAIN_UNUSUAL;
+    if (type == &PyUnicode_Type || type == &PyLong_Type || type == &PyFloat_Type || type == &PyBool_Type
+        || type == &PyBytes_Type || value == Py_None) {
+        Py_INCREF(value);
+        *out = value;
+        return PLAIN_OK;
+    }
+    if (type == &PyList_Type) {
+        Py_ssize_t length = PyList_GET_SIZE(value), index;
+        PyObject *list = PyList_New(length), *item;
+        int status;
+        if (list == NULL)
+            return PLAIN_ERROR;
+        for (index = 0; index < length; index++) {
+            status = plain_copy(PyList_GET_ITEM(value, index), depth + 1, &item);
+            if (status != PLAIN_OK) {
+                Py_DECREF(list);
+                return status;
+            }
+            PyList_SET_ITEM(list, index, item);
+        }
+        *out = list;
+        return PLAIN_OK;
+    }
+    if (type == &PyDict_Type) {
+        PyObject *dict = _PyDict_NewPresized(PyDict_GET_SIZE(value)), *key, *item, *copied;
+        Py_ssize_t position = 0;
+        int status;
+        if (dict == NULL)
+            return PLAIN_ERROR;
+        while (PyDict_Next(value, &position, &key, &item)) {
+            if (!PyUnicode_CheckExact(key)) {
+                Py_DECREF(dict);
+                return PLAIN_UNUSUAL;
+            }
+            status = plain_copy(item, depth + 1, &copied);
+            if (status != PLAIN_OK) {
+                Py_DECREF(dict);
+                return status;
+            }
+            status = PyDict_SetItem(dict, key, copied);
+            Py_DECREF(copied);
+            if (status < 0) {
+                Py_DECREF(dict);
+                return PLAIN_ERROR;
+            }
+        }
+        *out = dict;
+        return PLAIN_OK;
+    }
+    if (strcmp(type->tp_name, "numpy.ndarray") != 0)
+        return PLAIN_UNUSUAL; /* a tuple, a subclass, anything a decode does not build */
+    if (str_copy == NULL && (str_copy = PyUnicode_InternFromString("copy")) == NULL)
+        return PLAIN_ERROR;
+    *out = PyObject_CallMethodNoArgs(value, str_copy);
+    return *out == NULL ? PLAIN_ERROR : PLAIN_OK;
+}
+
+static PyObject *
+copy_plain(PyObject *module, PyObject *value)
+{
+    PyObject *copied = NULL;
+    int status = plain_copy(value, 0, &copied);
+    if (status == PLAIN_ERROR)
+        return NULL;
+    if (status == PLAIN_UNUSUAL)
+        Py_RETURN_NOTIMPLEMENTED;
+    return copied;
 }
 
 #endif

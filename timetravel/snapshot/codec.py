@@ -47,6 +47,7 @@ CODEC_NAMES = {CODEC_RAW: "raw", CODEC_SHUFFLE: "shuffle", CODEC_XOR_SHUFFLE: "x
 _decode_plain = getattr(speedups.compiled, "decode_plain", None)
 """The compiled decoder of stored values (None: msgpack decodes every one; a build from before it
 has the rest of the compiled core without it)."""
+_copy_plain = getattr(speedups.compiled, "copy_plain", None)
 
 
 class Capture:
@@ -191,20 +192,20 @@ def decode_value_sized(
 ) -> tuple[Any, int]:
     """:func:`decode_value`, and the bytes of the arrays it took from ``arrays`` (below).
 
-    With the compiled core (sim/_speedups_plain.h ``decode_plain``) and no ``items_max``, the
-    common case is decoded in C, to the value msgpack gives (anything unusual is handed back and
+    With the compiled core (sim/_speedups_plain.h ``decode_plain``) the common case is decoded in
+    C, to the value msgpack gives (anything unusual, or over ``items_max``, is handed back and
     decoded here, which raises the error it always raised); ``arrays`` ({digest: (read-only array,
     nbytes)}, the reader's array cache) then supplies the arrays it holds without calling the
     factory (``copy_arrays``: a copy of each, as a writeable factory gives); they are what the
     returned bytes count. ``shared`` (a dict the caller keeps, or None) is for values nobody will
     write: their containers come out of the collector's reach (recording/shared_nodes.py
     ``untrack``) and the small ones are shared, by their bytes, with every value decoded with the
-    same dict (equal bytes, equal values). Without the compiled core these options change nothing
-    but speed."""
-    if items_max is None and _decode_plain is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
+    same dict (equal bytes, equal values; not under ``items_max``, whose count a shared container
+    would skip). Without the compiled core these options change nothing but speed."""
+    if _decode_plain is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
         try:
             decoded = _decode_plain(
-                data, array_factory, bytes_max, shared is not None, shared, arrays, copy_arrays
+                data, array_factory, bytes_max, shared is not None, shared, arrays, copy_arrays, items_max
             )
         except DecodeError:
             raise
@@ -244,6 +245,15 @@ def decode_value_sized(
         raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise DecodeError(f"not valid msgpack: {error}") from error
+
+
+def fresh_copy(value: Any) -> Any:
+    """What decoding ``value``'s bytes afresh gives (new dicts and lists, writeable arrays), copied
+    from ``value`` by the compiled core (sim/_speedups_plain.h ``copy_plain``), or NotImplemented:
+    no compiled core, or something in ``value`` that a decode does not build (decode it then)."""
+    if _copy_plain is None:
+        return NotImplemented
+    return _copy_plain(value)
 
 
 def build_array(dtype: str, shape: Sequence[int], pages: Sequence[bytes], *, writeable: bool) -> np.ndarray:
