@@ -268,3 +268,35 @@ def test_a_fresh_copy_is_what_decoding_afresh_gives(monkeypatch: pytest.MonkeyPa
     assert codec.fresh_copy((1, 2)) is NotImplemented and codec.fresh_copy({"e": [(1,)]}) is NotImplemented
     monkeypatch.setattr(codec, "_copy_plain", None)
     assert codec.fresh_copy(held) is NotImplemented
+
+
+@pytest.mark.skipif(
+    getattr(speedups.compiled, "blob_entries", None) is None, reason="needs the compiled core"
+)
+def test_a_blobs_frames_entries_are_checked_as_the_catalog_checks_them() -> None:
+    from timetravel.recording.catalog import check_blob_entry
+
+    check = speedups.compiled.blob_entries  # type: ignore[union-attr]
+    digest, base = b"d" * 16, b"b" * 16
+    entries = [
+        [digest, 0, 0, None, 0, b"value"],
+        [b"p" * 16, 2, 2, base, 4, b"page"],
+        [digest, 1, 0, None, 0, b"x"],
+    ]
+    expected: dict[bytes, Any] = {}
+    for raw in entries:
+        entry = check_blob_entry(raw)
+        expected[entry[0]] = entry
+    by_digest, size = check(entries)
+    assert by_digest == expected and size == sum(len(raw[5]) + 100 for raw in entries)
+    # anything the plain case does not cover goes to the Python check (which accepts or refuses it)
+    unusual = [[digest, True, 0, None, 0, b""], [digest, 1.0, 0, None, 0, b""], [digest, 3, 0, None, 0, b""]]
+    unusual += [
+        [digest, 0, 0, b"short", 0, b""],
+        [digest, 0, 0, None, 0, "str"],
+        (digest, 0, 0, None, 0, b""),
+    ]
+    unusual += [[b"short", 0, 0, None, 0, b""], [digest, 0, 0, None, 0]]
+    for raw in unusual:
+        assert check([raw]) is NotImplemented
+    assert check(("not", "a list")) is NotImplemented

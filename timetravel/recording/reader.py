@@ -60,6 +60,7 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.lock import is_being_written
 from timetravel.recording.schema import check_payload, schema_for
+from timetravel.sim import speedups
 from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World, queue_digest_from
@@ -103,6 +104,8 @@ ARRAY_CACHE_BYTES_MAX = 256 * 1024 * 1024
 them from header and pages. A 10,000-rank dp_training snapshot holds 220,000 small arrays, most
 of them (data shards, unchanged slots) the same from one snapshot to the next; rebuilding each
 (header lookup, page lookups, shape check, frombuffer) was half of a seek's time."""
+_blob_entries = getattr(speedups.compiled, "blob_entries", None)
+"""The compiled check of a BLOBS frame's entries (sim/_speedups_plain.h; None: catalog's, in Python)."""
 NodeValue = Callable[[str, bytes], Any]
 """``node_value(name, digest) -> state``: a node's state for :meth:`RecordingReader.restore`."""
 QueueChunkValue = Callable[[bytes], list[Any]]
@@ -558,12 +561,16 @@ class RecordingReader:
             raw_entries = payload.get("blobs")
             if not isinstance(raw_entries, list):
                 raise RecordingError(f"{self._where(offset, None, FrameType.BLOBS)}: no blob list")
-            entries = {}
-            size = 0
-            for raw in raw_entries:
-                entry = check_blob_entry(raw)
-                entries[entry[0]] = entry
-                size += len(entry[5]) + 100
+            checked = NotImplemented if _blob_entries is None else _blob_entries(raw_entries)
+            if checked is not NotImplemented:
+                entries, size = checked
+            else:
+                entries = {}
+                size = 0
+                for raw in raw_entries:
+                    entry = check_blob_entry(raw)
+                    entries[entry[0]] = entry
+                    size += len(entry[5]) + 100
             self._frames.put(key, entries, size)
         entry = entries.get(digest)
         if entry is None:

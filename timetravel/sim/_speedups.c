@@ -415,6 +415,7 @@ static PyMethodDef module_methods[] = {
     {"untrack", untrack, METH_O, "Take a plain-data value's containers out of the garbage collector's reach."},
     {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
      "A stored value's msgpack decoding for the common case (NotImplemented: decode it with msgpack)."},
+    {"blob_entries", blob_entries, METH_O, "A BLOBS frame's entries checked, by digest (NotImplemented: check them in Python)."},
     {"copy_plain", copy_plain, METH_O, "A fresh copy of a decoded value, as decoding it again gives (NotImplemented: decode it)."},
     {"gpu_pump", (PyCFunction)(void (*)(void))gpu_pump, METH_FASTCALL,
      "The GPU stream engine's pump (fabric/gpu.py _pump_python), same bits."},
