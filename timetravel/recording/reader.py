@@ -729,11 +729,18 @@ class RecordingReader:
             raise RecordingError(f"{where}: manifest is malformed: {error}") from None
         if root != info.state_hash or manifest.get("state_hash") != info.state_hash:
             raise RecordingError(f"{where}: the manifest's digests do not add up to its state hash")
-        if full_check and world.state_hash() != info.state_hash:
+        if full_check:
+            self.check_restored(info, world)
+        return world
+
+    def check_restored(self, info: ManifestInfo, world: World) -> None:
+        """Recompute ``world.state_hash()`` against the snapshot it was restored from (``restore``'s
+        ``full_check``, for a world restored another way: recording/shared_nodes.py)."""
+        if world.state_hash() != info.state_hash:
+            where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
             raise RecordingError(
                 f"{where}: snapshot restores to state {world.state_hash()}, recorded {info.state_hash}"
             )
-        return world
 
     def _assemble(
         self,
