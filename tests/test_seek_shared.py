@@ -25,6 +25,7 @@ from timetravel.recording import record_run
 from timetravel.recording.catalog import EventBatchInfo
 from timetravel.scenarios import get_scenario
 from timetravel.sim import speedups
+from timetravel.sim.encoding import pack
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.world import World
 
@@ -278,3 +279,23 @@ def test_shared_states_are_out_of_the_collectors_reach_and_private_ones_are_not(
         untracked = speedups.compiled is not None
         assert all(gc.is_tracked(c) != untracked for c in shared if isinstance(c, list))
         assert any(gc.is_tracked(c) for c in private)
+
+
+def test_the_open_world_is_shared_and_a_step_from_it_runs_private_states(
+    training_recording: tuple[Path, dict[str, Any]],
+) -> None:
+    """Session.open starts the cursor on shared states (read-only, their small containers shared
+    between ranks): stepping from it decodes afresh every node it runs, whatever source serves the
+    session by then, so no shared state is ever written."""
+    path, _report = training_recording
+    with Session.open(path) as session, _reference(path) as reference:
+        assert set(session._shared) == set(session.world.nodes)
+        assert session.world.state_hash() == reference.world.state_hash()
+        held = {name: pack(state) for name, state in session.world.nodes.items()}
+        session.step(300)
+        reference.step(300)
+        assert session.world.state_hash() == reference.world.state_hash()
+        shared_states = session.source._shared_nodes  # type: ignore[attr-defined]
+        for name, digest in session._shared.items():
+            assert pack(session.world.nodes[name]) == held[name]
+            assert shared_states._states[digest][0] is session.world.nodes[name]

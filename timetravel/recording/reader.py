@@ -60,6 +60,7 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.lock import is_being_written
 from timetravel.recording.schema import check_payload, schema_for
+from timetravel.sim import speedups
 from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
 from timetravel.sim.event import Event
 from timetravel.sim.world import World, queue_digest_from
@@ -71,7 +72,13 @@ from timetravel.snapshot.assemble import (
     nodes_root_from_segments,
     root_from_digests,
 )
-from timetravel.snapshot.codec import XOR_CHAIN_MAX, build_array, decode_page, decode_value
+from timetravel.snapshot.codec import (
+    XOR_CHAIN_MAX,
+    build_array,
+    decode_page,
+    decode_value_sized,
+    fresh_copy,
+)
 
 FRAME_CACHE_BYTES_MAX = 128 * 1024 * 1024
 """Decoded BLOBS and EVENTS frames kept for later seeks."""
@@ -84,6 +91,12 @@ stops every thread for a second. The stored bytes stay in the frame cache (bytes
 and decode again in a few milliseconds; seeks and searches read batches in order, so a few
 suffice."""
 MANIFEST_CACHE_ENTRIES_MAX = 256
+DECODED_PART_BYTES_MAX = 64 * 1024 * 1024
+"""Decoded world parts kept read-only, by digest, for restores to copy (estimated bytes: 6x the
+blob, as recording/shared_nodes.py estimates). Every restore needs its parts afresh (a handler may
+change them), and at 10,000 ranks the fabric part holds 180,000 ints: decoding them took ~20 ms a
+seek, copying a kept decode (snapshot/codec.py ``fresh_copy``) takes ~1 ms; most snapshots of a
+run share their parts' digests."""
 ARRAY_HEADER_BYTES_MAX = 16 * 1024 * 1024
 ARRAY_HEADER_CACHE_BYTES_MAX = 64 * 1024 * 1024
 ARRAY_CACHE_BYTES_MAX = 256 * 1024 * 1024
@@ -91,6 +104,8 @@ ARRAY_CACHE_BYTES_MAX = 256 * 1024 * 1024
 them from header and pages. A 10,000-rank dp_training snapshot holds 220,000 small arrays, most
 of them (data shards, unchanged slots) the same from one snapshot to the next; rebuilding each
 (header lookup, page lookups, shape check, frombuffer) was half of a seek's time."""
+_blob_entries = getattr(speedups.compiled, "blob_entries", None)
+"""The compiled check of a BLOBS frame's entries (sim/_speedups_plain.h; None: catalog's, in Python)."""
 NodeValue = Callable[[str, bytes], Any]
 """``node_value(name, digest) -> state``: a node's state for :meth:`RecordingReader.restore`."""
 QueueChunkValue = Callable[[bytes], list[Any]]
@@ -137,6 +152,9 @@ class _ByteLRU:
         self.bytes_max = bytes_max
         self.bytes_held = 0
         self._items: OrderedDict[Any, tuple[Any, int]] = OrderedDict()
+        self.items: dict[Any, tuple[Any, int]] = self._items
+        """{key: (value, nbytes)}, to read without refreshing the LRU order (the compiled decoder's
+        array look-ups: reader.value_sized)."""
 
     def get(self, key: Any) -> Any:
         item = self._items.get(key)
@@ -176,6 +194,7 @@ class RecordingReader:
         self._pages = _ByteLRU(PAGE_CACHE_BYTES_MAX)
         self._array_headers = _ByteLRU(ARRAY_HEADER_CACHE_BYTES_MAX)
         self._arrays = _ByteLRU(ARRAY_CACHE_BYTES_MAX)
+        self._decoded_parts = _ByteLRU(DECODED_PART_BYTES_MAX)
         self._manifests: OrderedDict[int, dict[str, Any]] = OrderedDict()
         self._numbers: dict[int, int] = {}
         self.recording_bytes_max = (
@@ -542,12 +561,16 @@ class RecordingReader:
             raw_entries = payload.get("blobs")
             if not isinstance(raw_entries, list):
                 raise RecordingError(f"{self._where(offset, None, FrameType.BLOBS)}: no blob list")
-            entries = {}
-            size = 0
-            for raw in raw_entries:
-                entry = check_blob_entry(raw)
-                entries[entry[0]] = entry
-                size += len(entry[5]) + 100
+            checked = NotImplemented if _blob_entries is None else _blob_entries(raw_entries)
+            if checked is not NotImplemented:
+                entries, size = checked
+            else:
+                entries = {}
+                size = 0
+                for raw in raw_entries:
+                    entry = check_blob_entry(raw)
+                    entries[entry[0]] = entry
+                    size += len(entry[5]) + 100
             self._frames.put(key, entries, size)
         entry = entries.get(digest)
         if entry is None:
@@ -622,19 +645,48 @@ class RecordingReader:
         """The plain-data value a blob holds, arrays rebuilt from their pages."""
         return self.value_sized(digest, writeable=writeable)[0]
 
-    def value_sized(self, digest: bytes, *, writeable: bool = True) -> tuple[Any, int, int]:
+    def value_sized(
+        self, digest: bytes, *, writeable: bool = True, shared: dict[bytes, Any] | None = None
+    ) -> tuple[Any, int, int]:
         """:meth:`value`, the length of its stored blob and the bytes of the arrays in it (what a
-        cache of decoded values weighs)."""
+        cache of decoded values weighs).
+
+        ``shared`` (read-only values only, ``writeable=False``): a dict the caller keeps across
+        decodes, in which the compiled decoder shares the value's small containers with the other
+        values decoded with it, out of the garbage collector's reach (snapshot/codec.py
+        ``decode_value_sized``; recording/shared_nodes.py). The arrays come from the array cache
+        without a Python call where it holds them (copied when ``writeable``); such hits do not
+        refresh their place in the cache's LRU order, which changes what is kept, never a value."""
         self._array_bytes = 0
         try:
             data = self.value_bytes(digest)
             factory = self._array_copy if writeable else self._array_shared
-            value = decode_value(
-                data, factory, bytes_max=FRAME_RAW_BYTES_MAX, items_max=_items_max(len(data), VALUE_ITEMS_MAX)
+            value, cached_bytes = decode_value_sized(
+                data,
+                factory,
+                bytes_max=FRAME_RAW_BYTES_MAX,
+                items_max=_items_max(len(data), VALUE_ITEMS_MAX),
+                arrays=self._arrays.items,
+                copy_arrays=writeable,
+                shared=None if writeable else shared,
             )
         except DecodeError as error:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
-        return value, len(data), self._array_bytes
+        return value, len(data), self._array_bytes + cached_bytes
+
+    def fresh_value(self, digest: bytes) -> Any:
+        """:meth:`value` (writeable), copied from a kept read-only decode of the same digest when
+        the compiled core can copy it (``DECODED_PART_BYTES_MAX``): the same value, built faster."""
+        held = self._decoded_parts.get(digest)
+        if held is None:
+            if fresh_copy(None) is NotImplemented:  # no compiled core: decode as always
+                return self.value(digest)
+            held, blob_bytes, array_bytes = self.value_sized(digest, writeable=False)
+            self._decoded_parts.put(digest, held, 100 + 6 * blob_bytes + array_bytes)
+        copied = fresh_copy(held)
+        if copied is NotImplemented:
+            return self.value(digest)
+        return copied
 
     def _array_copy(self, digest: bytes) -> np.ndarray:
         array = self.array(digest, writeable=True)
@@ -677,11 +729,18 @@ class RecordingReader:
             raise RecordingError(f"{where}: manifest is malformed: {error}") from None
         if root != info.state_hash or manifest.get("state_hash") != info.state_hash:
             raise RecordingError(f"{where}: the manifest's digests do not add up to its state hash")
-        if full_check and world.state_hash() != info.state_hash:
+        if full_check:
+            self.check_restored(info, world)
+        return world
+
+    def check_restored(self, info: ManifestInfo, world: World) -> None:
+        """Recompute ``world.state_hash()`` against the snapshot it was restored from (``restore``'s
+        ``full_check``, for a world restored another way: recording/shared_nodes.py)."""
+        if world.state_hash() != info.state_hash:
+            where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
             raise RecordingError(
                 f"{where}: snapshot restores to state {world.state_hash()}, recorded {info.state_hash}"
             )
-        return world
 
     def _assemble(
         self,
@@ -690,7 +749,7 @@ class RecordingReader:
         queue_chunk: QueueChunkValue | None = None,
     ) -> World:
         part_digests = manifest["parts"]
-        parts = {name: self.value(_digest(part_digests[name])) for name in STORED_PARTS}
+        parts = {name: self.fresh_value(_digest(part_digests[name])) for name in STORED_PARTS}
         nodes = {}
         if node_value is None:
             for name, node_digest in manifest["nodes"]:

@@ -51,6 +51,12 @@ DECODED_BYTES_PER_BLOB_BYTE = 6
 objects for 1.4 KB of msgpack), arrays apart."""
 OBJECT_BYTES = 100
 QUEUE_CHUNK_EVENTS_MAX = 200_000
+SHARED_CONTAINERS_MAX = 100_000
+"""Decoded small containers kept by their bytes for the next states' decodes (``_containers``);
+past this many (checked after each restore; the compiled decoder adds at most 200,000 in one)
+they are forgotten and learnt again. A 10,000-rank dp_training snapshot adds ~87,000, mostly
+small dicts and lists of a GPU's state; they are also parts of the shared states, so what they
+hold beyond those is the containers of states the LRU has let go (tens of MB at most)."""
 """Decoded queue-chunk events kept (Event tuples are immutable and shared, as the store shares them)."""
 
 
@@ -79,6 +85,9 @@ class SharedNodes:
         self._states: OrderedDict[bytes, tuple[Any, int]] = OrderedDict()
         """digest -> (decoded state, estimated bytes), least recently used first."""
         self._chunks: dict[bytes, list[Event]] = {}
+        self._containers: dict[bytes, Any] = {}
+        """Decoded containers by their msgpack bytes, shared between the shared states (the
+        compiled decoder's memo: snapshot/codec.py ``decode_value_sized``)."""
         self._chunk_events = 0
         self.decoded_private = 0
         self.decoded_shared = 0
@@ -88,6 +97,7 @@ class SharedNodes:
         """Forget every shared state (a re-execution failed or diverged: it may have written one)."""
         self._states.clear()
         self._chunks.clear()
+        self._containers = {}
         self.bytes_held = 0
         self._chunk_events = 0
 
@@ -105,6 +115,8 @@ class SharedNodes:
             return self._shared_state(digest)
 
         world = self.reader.restore(info, node_value=node_value, queue_chunk=self._queue_chunk)
+        if len(self._containers) > SHARED_CONTAINERS_MAX:
+            self._containers = {}
         return world, shared
 
     def private_value(self, digest: bytes) -> Any:
@@ -116,7 +128,9 @@ class SharedNodes:
         if held is not None:
             self._states.move_to_end(digest)
             return held[0]
-        state, blob_bytes, array_bytes = self.reader.value_sized(digest, writeable=False)
+        state, blob_bytes, array_bytes = self.reader.value_sized(
+            digest, writeable=False, shared=self._containers
+        )
         self.decoded_shared += 1
         untrack(state)
         nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes + array_bytes
@@ -138,4 +152,4 @@ class SharedNodes:
         return events
 
 
-__all__ = ["SHARED_NODE_BYTES_MAX", "SharedNodes", "untrack"]
+__all__ = ["SHARED_CONTAINERS_MAX", "SHARED_NODE_BYTES_MAX", "SharedNodes", "untrack"]

@@ -23,6 +23,7 @@ import msgpack
 import numpy as np
 import xxhash
 
+from timetravel.sim import speedups
 from timetravel.sim.encoding import (
     DECODE_CONTAINER_LENGTH_MAX,
     EXT_ARRAY_DIGEST,
@@ -43,6 +44,10 @@ CODEC_RAW = 0
 CODEC_SHUFFLE = 1
 CODEC_XOR_SHUFFLE = 2
 CODEC_NAMES = {CODEC_RAW: "raw", CODEC_SHUFFLE: "shuffle", CODEC_XOR_SHUFFLE: "xor-shuffle"}
+_decode_plain = getattr(speedups.compiled, "decode_plain", None)
+"""The compiled decoder of stored values (None: msgpack decodes every one; a build from before it
+has the rest of the compiled core without it)."""
+_copy_plain = getattr(speedups.compiled, "copy_plain", None)
 
 
 class Capture:
@@ -172,6 +177,42 @@ def decode_value(
 ) -> Any:
     """Decode a hash-form blob, rebuilding each array with ``array_factory`` (limits enforced;
     ``items_max`` caps the containers and entries built, for untrusted input)."""
+    return decode_value_sized(data, array_factory, bytes_max=bytes_max, items_max=items_max)[0]
+
+
+def decode_value_sized(
+    data: bytes,
+    array_factory: ArrayFactory,
+    *,
+    bytes_max: int,
+    items_max: int | None = None,
+    arrays: dict[bytes, tuple[np.ndarray, int]] | None = None,
+    copy_arrays: bool = False,
+    shared: dict[bytes, Any] | None = None,
+) -> tuple[Any, int]:
+    """:func:`decode_value`, and the bytes of the arrays it took from ``arrays`` (below).
+
+    With the compiled core (sim/_speedups_plain.h ``decode_plain``) the common case is decoded in
+    C, to the value msgpack gives (anything unusual, or over ``items_max``, is handed back and
+    decoded here, which raises the error it always raised); ``arrays`` ({digest: (read-only array,
+    nbytes)}, the reader's array cache) then supplies the arrays it holds without calling the
+    factory (``copy_arrays``: a copy of each, as a writeable factory gives); they are what the
+    returned bytes count. ``shared`` (a dict the caller keeps, or None) is for values nobody will
+    write: their containers come out of the collector's reach (recording/shared_nodes.py
+    ``untrack``) and the small ones are shared, by their bytes, with every value decoded with the
+    same dict (equal bytes, equal values; not under ``items_max``, whose count a shared container
+    would skip). Without the compiled core these options change nothing but speed."""
+    if _decode_plain is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
+        try:
+            decoded = _decode_plain(
+                data, array_factory, bytes_max, shared is not None, shared, arrays, copy_arrays, items_max
+            )
+        except DecodeError:
+            raise
+        except (ValueError, TypeError, KeyError) as error:
+            raise DecodeError(f"not valid msgpack: {error}") from error
+        if decoded is not NotImplemented:
+            return decoded
 
     def ext_hook(code: int, payload: bytes) -> Any:
         if code != EXT_ARRAY_DIGEST or len(payload) != 16:
@@ -185,22 +226,34 @@ def decode_value(
         hooks = {"list_hook": budget.take, "object_hook": budget.take}
         length_max = min(length_max, items_max)
     try:
-        return msgpack.unpackb(
-            data,
-            raw=False,
-            strict_map_key=True,
-            ext_hook=ext_hook,
-            max_bin_len=bytes_max,
-            max_str_len=bytes_max,
-            max_array_len=length_max,
-            max_map_len=length_max,
-            max_ext_len=bytes_max,
-            **hooks,
+        return (
+            msgpack.unpackb(
+                data,
+                raw=False,
+                strict_map_key=True,
+                ext_hook=ext_hook,
+                max_bin_len=bytes_max,
+                max_str_len=bytes_max,
+                max_array_len=length_max,
+                max_map_len=length_max,
+                max_ext_len=bytes_max,
+                **hooks,
+            ),
+            0,
         )
     except DecodeError:
         raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise DecodeError(f"not valid msgpack: {error}") from error
+
+
+def fresh_copy(value: Any) -> Any:
+    """What decoding ``value``'s bytes afresh gives (new dicts and lists, writeable arrays), copied
+    from ``value`` by the compiled core (sim/_speedups_plain.h ``copy_plain``), or NotImplemented:
+    no compiled core, or something in ``value`` that a decode does not build (decode it then)."""
+    if _copy_plain is None:
+        return NotImplemented
+    return _copy_plain(value)
 
 
 def build_array(dtype: str, shape: Sequence[int], pages: Sequence[bytes], *, writeable: bool) -> np.ndarray:
