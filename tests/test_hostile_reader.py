@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from timetravel.recording import RecordingError, RecordingReader, record_run
 from timetravel.recording.catalog import NOTES_KEPT_MAX, SUMMARY_TEXT_CHARS_MAX
 from timetravel.recording.format import FrameType
-from timetravel.recording.reader import RECORDING_BYTES_MAX_VARIABLE
+from timetravel.recording.frame_reader import RECORDING_BYTES_MAX_VARIABLE
 from timetravel.recording.schema import FRAME_SCHEMAS, check_payload
 from timetravel.scenarios import get_scenario
 from timetravel.sim.encoding import DecodeError, unpack
