@@ -8,13 +8,8 @@ Session (explore/session.py's docstring lists them).
 """
 
 from timetravel.explore.replay import Mismatch, ReplayDivergence
-from timetravel.explore.session import (
-    Position,
-    RecordedEvent,
-    RecordingInfo,
-    Session,
-    SnapshotInfo,
-)
+from timetravel.explore.session import Session
+from timetravel.explore.session_data import Position, RecordedEvent, RecordingInfo, SnapshotInfo
 from timetravel.explore.verify_replay import ReplayReport
 
 __all__ = [

@@ -43,7 +43,8 @@ from timetravel.explore.effects import (
 )
 from timetravel.explore.paths import world_tree
 from timetravel.explore.results import Divergence
-from timetravel.explore.session import Session, lineage
+from timetravel.explore.session import Session
+from timetravel.explore.session_data import lineage
 from timetravel.explore.tracks import open_track, overrides_of, shared_events
 from timetravel.explore.work import ProgressCallback, StopCheck, WorkProgress, WorkStopped
 from timetravel.recording.catalog import ManifestInfo

@@ -27,7 +27,8 @@ from typing import Any
 from timetravel.explore import search
 from timetravel.explore.replay import PAYLOAD_TEXT_CHARS_MAX
 from timetravel.explore.results import CursorResult, EventRow, EventsResult, WatchValue
-from timetravel.explore.session import Position, RecordedEvent, Session
+from timetravel.explore.session import Session
+from timetravel.explore.session_data import Position, RecordedEvent
 
 COLLECTIVE_NODE = "c10d"
 COLLECTIVES_COMPLETED = "completed"

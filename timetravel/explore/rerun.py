@@ -45,7 +45,8 @@ from timetravel.explore.divergence import (
 from timetravel.explore.effects import event_key
 from timetravel.explore.replay import CAUSE_CODE_CHANGED, classify
 from timetravel.explore.results import Divergence, RerunResult, public_failure
-from timetravel.explore.session import Session, _overrides
+from timetravel.explore.session import Session
+from timetravel.explore.session_data import overrides_from
 from timetravel.explore.work import (
     ExploreError,
     ProgressCallback,
@@ -101,7 +102,7 @@ def recorded_schedule(session: Session) -> list[dict[str, Any]]:
 def rerun_overrides(session: Session) -> tuple[Overrides, str]:
     """The recorded overrides, plus every logged choice when there is a log; and which it was."""
     reader = session.reader
-    overrides = _overrides(reader.header.get("overrides", []))
+    overrides = overrides_from(reader.header.get("overrides", []))
     logged = sum(count for _first, count, _offset in reader.catalog.choices.get(MAIN_BRANCH, []))
     if not logged:
         return overrides, CHOICES_FROM_SEED

@@ -88,7 +88,6 @@ import bisect
 import contextlib
 import gc
 from collections.abc import Iterator
-from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -96,17 +95,23 @@ from typing import Any
 from timetravel.explore import seek_nodes
 from timetravel.explore.replay import (
     ChainVerifier,
-    Mismatch,
     ReplayDivergence,
     classify,
-    event_json,
+)
+from timetravel.explore.session_data import (
+    Position,
+    RecordedEvent,
+    RecordingInfo,
+    SnapshotInfo,
+    lineage,
+    load_scenario,
+    overrides_from,
+    rule_kept,
 )
 from timetravel.explore.world_source import RecordedWorlds, WorldSource, world_source_for
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
-from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
-from timetravel.recording.recorder import COPY_ON_WRITE_NOTE
-from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
+from timetravel.scenarios import UnknownScenarioError
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
 from timetravel.sim.kernel import Simulation
@@ -114,111 +119,6 @@ from timetravel.sim.scenario import Scenario
 from timetravel.sim.timefmt import parse_time
 from timetravel.sim.world import World
 from timetravel.snapshot.store import SnapshotStore
-
-
-@dataclass(frozen=True)
-class Position:
-    branch: str
-    events: int
-    t_ns: int
-
-
-@dataclass(frozen=True)
-class SnapshotInfo:
-    index: int
-    events: int
-    t_ns: int
-    state_hash: str
-    final: bool = False
-    """Taken after the run ended (end-of-run checks done), not at a pause."""
-
-
-@dataclass(frozen=True)
-class RecordedEvent:
-    number: int
-    t_ns: int
-    seq: int
-    node: str
-    kind: str
-    payload: Any
-
-
-@dataclass(frozen=True)
-class RecordingInfo:
-    path: str
-    scenario: str
-    config: dict[str, Any]
-    seed: int
-    display_unit: str
-    timetravel_version: str
-    format: list[int]
-    code_fingerprint: str
-    platform_fingerprint: str
-    snapshot_every_events: int
-    events: int
-    t_end_ns: int
-    outcome: str | None
-    failure: dict[str, Any] | None
-    complete: bool
-    loss: list[str] = field(default_factory=list)
-    in_progress: bool = False
-    """A live recorder is still writing this branch (recording/lock.py): no outcome yet, and
-    ``events``/``t_end_ns`` are where it has got to, not where the run ends."""
-
-    def to_json(self) -> dict[str, Any]:
-        return asdict(self)
-
-
-def load_scenario(name: str, target: str | None, recorded_module: str | None = None) -> Scenario:
-    """The scenario for a recording: ``target`` (the user's explicit opt-in) or by registered name."""
-    if target:
-        scenario = load_target(target)
-        if scenario.name != name:
-            raise UnknownScenarioError(
-                f"the recording is of scenario {name!r}; {target} is {scenario.name!r}"
-            )
-        return scenario
-    try:
-        return get_scenario(name)
-    except UnknownScenarioError:
-        hint = f" (it was recorded from module {recorded_module!r}, which is not imported automatically)"
-        raise UnknownScenarioError(
-            f"scenario {name!r} of this recording is neither built in nor installed; "
-            f"pass --scenario MODULE:ATTR to load its code{hint if recorded_module else ''}"
-        ) from None
-
-
-BRANCH_DEPTH_MAX = 64
-"""Bound on branches of branches followed back to the recorded run."""
-
-
-def lineage(
-    reader: RecordingReader, branch: str, depth: int = 0
-) -> tuple[list[ManifestInfo], list[EventBatchInfo], int]:
-    """The snapshots and event batches a branch sees, and the event number it forked at (0: main).
-
-    A branch shares its parent's history up to the fork: the parent's snapshots before the fork
-    and the parent's full event batches that end at or before it, then the branch's own frames
-    (which start with a snapshot at the fork; its first batch holds the batch that was open
-    there, so it replaces the parent's batch with the same first event).
-    """
-    info = reader.catalog.branches.get(branch)
-    if branch == MAIN_BRANCH or info is None:
-        return reader.manifests(branch), reader.event_batches(branch), 0
-    if depth >= BRANCH_DEPTH_MAX:
-        raise RecordingError(
-            f"{reader.path}: branch {branch!r} descends from more than {BRANCH_DEPTH_MAX} branches"
-        )
-    parent = info.get("parent", MAIN_BRANCH)
-    fork = info.get("at_events")
-    if not isinstance(parent, str) or not isinstance(fork, int) or parent == branch:
-        raise RecordingError(f"{reader.path}: branch {branch!r} has a malformed parent or fork point")
-    parent_manifests, parent_batches, _ = lineage(reader, parent, depth + 1)
-    own_batches = reader.event_batches(branch)
-    own_firsts = {batch.first for batch in own_batches}
-    manifests = [m for m in parent_manifests if m.events < fork and not m.final] + reader.manifests(branch)
-    batches = [b for b in parent_batches if b.first + b.count <= fork and b.first not in own_firsts]
-    return manifests, sorted(batches + own_batches, key=lambda batch: batch.first), fork
 
 
 @contextlib.contextmanager
@@ -248,13 +148,13 @@ class Session:
         self.header = reader.header
         self.branch = branch
         self.display_unit: str = self.header["display_unit"]
-        self.overrides: Overrides = _overrides(self.header.get("overrides", []))
+        self.overrides: Overrides = overrides_from(self.header.get("overrides", []))
         self.cause_if_mismatch = classify(self.header, scenario)
         recorded_mode = self.header.get("determinism")
         self.determinism: str | None = recorded_mode if recorded_mode in guard.MODES else None
         """The guard mode the run was recorded under (replays use the same)."""
         self._manifests, self._batches, self.fork_events = lineage(reader, branch)
-        self._branch_overrides = _overrides(reader.catalog.branches.get(branch, {}).get("overrides", []))
+        self._branch_overrides = overrides_from(reader.catalog.branches.get(branch, {}).get("overrides", []))
         if not self._manifests:
             raise UnknownScenarioError(f"{reader.path}: branch {branch!r} has no snapshot to start from")
         self._batch_firsts = [batch.first for batch in self._batches]
@@ -267,7 +167,7 @@ class Session:
         self._source_open = True
         self._tracks: list[Session] = []
         """Sessions on other branches of this reader (explore/tracks.py): their sources end with ours."""
-        self._may_share = _rule_kept(reader, branch)
+        self._may_share = rule_kept(reader, branch)
         """Seeks may share decoded node states (explore/seek_nodes.py): the run ended and its
         recorder's copy-on-write check found no handler changing another node's state."""
         self._shared: dict[str, bytes] = {}
@@ -381,11 +281,13 @@ class Session:
         self.reader = reader
         self.header = reader.header
         self._manifests, self._batches, self.fork_events = lineage(reader, self.branch)
-        self._branch_overrides = _overrides(reader.catalog.branches.get(self.branch, {}).get("overrides", []))
+        self._branch_overrides = overrides_from(
+            reader.catalog.branches.get(self.branch, {}).get("overrides", [])
+        )
         self._batch_firsts = [batch.first for batch in self._batches]
         self._end = self._find_end()
         self.info = self._info()
-        self._may_share = _rule_kept(reader, self.branch)
+        self._may_share = rule_kept(reader, self.branch)
 
     def __enter__(self) -> Session:
         return self
@@ -673,40 +575,4 @@ class Session:
         return list(self._manifests)
 
 
-def _rule_kept(reader: RecordingReader, branch: str) -> bool:
-    """Whether the recording says its handlers kept to their own nodes: the branch and the main run
-    ended (the recorder checks the rule at the end) and no note says the check failed."""
-    catalog = reader.catalog
-    if reader.end(branch) is None or reader.end(MAIN_BRANCH) is None or catalog.notes_dropped:
-        return False
-    return not any(str(note.get("message", "")).startswith(COPY_ON_WRITE_NOTE) for note in catalog.notes)
-
-
-def _overrides(entries: Any) -> Overrides:
-    overrides: Overrides = {}
-    if not isinstance(entries, list):
-        return overrides
-    for entry in entries:
-        if isinstance(entry, list) and len(entry) == 4:
-            node, site, index, value = entry
-            if (
-                isinstance(node, str)
-                and isinstance(site, str)
-                and isinstance(index, int)
-                and isinstance(value, int)
-            ):
-                overrides[(node, site, index)] = value
-    return overrides
-
-
-__all__ = [
-    "Mismatch",
-    "Position",
-    "RecordedEvent",
-    "RecordingInfo",
-    "ReplayDivergence",
-    "Session",
-    "SnapshotInfo",
-    "event_json",
-    "load_scenario",
-]
+__all__ = ["Session"]

@@ -19,7 +19,8 @@ from collections.abc import Iterator
 from typing import Any
 
 from timetravel.explore.branch_tree import branch_names
-from timetravel.explore.session import BRANCH_DEPTH_MAX, Session, _overrides
+from timetravel.explore.session import Session
+from timetravel.explore.session_data import BRANCH_DEPTH_MAX, overrides_from
 from timetravel.explore.work import ExploreError
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.reader import RecordingReader
@@ -98,8 +99,8 @@ def overrides_of(reader: RecordingReader, name: str, events: int) -> Overrides:
     """The choice overrides in force on branch ``name`` after event #``events``."""
     owner = owner_at(segments(reader, name), events)
     if owner == MAIN_BRANCH:
-        return _overrides(reader.header.get("overrides", []))
-    return _overrides(branch_info(reader, owner).get("overrides", []))
+        return overrides_from(reader.header.get("overrides", []))
+    return overrides_from(branch_info(reader, owner).get("overrides", []))
 
 
 def open_track(session: Session, name: str) -> Session:

@@ -22,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import overload
 
-from timetravel.explore.session import lineage
+from timetravel.explore.session_data import lineage
 from timetravel.recording.catalog import EventBatchInfo
 from timetravel.recording.format import FRAME_RAW_BYTES_MAX, RecordingError
 from timetravel.recording.reader import RecordingReader

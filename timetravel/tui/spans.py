@@ -24,7 +24,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from timetravel.explore.session import Session, lineage
+from timetravel.explore.session import Session
+from timetravel.explore.session_data import lineage
 from timetravel.fabric.gpu import GPU_KEY
 from timetravel.sim.choices import Overrides
 from timetravel.tui.model import KernelSpan, RaceEdge
