@@ -31,6 +31,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import xxhash
+
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import (
@@ -46,10 +48,16 @@ from timetravel.recording.format import (
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
-from timetravel.sim.encoding import PAGE_BYTES, pack
+from timetravel.sim.encoding import PAGE_BYTES
 from timetravel.sim.event import Event
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
-from timetravel.sim.kernel import CHAIN_BATCH_EVENTS_DEFAULT, RunResult, Simulation, chain_head, chain_step
+from timetravel.sim.kernel import (
+    CHAIN_BATCH_EVENTS_DEFAULT,
+    CHAIN_DIGEST_INITIAL,
+    RunResult,
+    Simulation,
+    pack_chain_batch,
+)
 from timetravel.sim.runner import build_world, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
@@ -203,12 +211,15 @@ class Recorder:
 
     # -- snapshots --------------------------------------------------------------------------------
 
-    def snapshot(self, *, full: bool = False, final: bool = False) -> Snapshot:
-        """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot)."""
+    def snapshot(
+        self, *, full: bool = False, final: bool = False, chain_open_bytes: bytes | None = None
+    ) -> Snapshot:
+        """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot).
+        ``chain_open_bytes``: the world's open chain batch, packed, when the caller has it."""
         since = None if full or not self.store.snapshots else [*self.since, self.world.chain_batch]
         snapshot = self.store.take(self.world, since)
         self.since = []
-        manifest = snapshot.manifest()
+        manifest = snapshot.manifest(chain_open_bytes)
         manifest["branch"] = self.branch
         manifest["final"] = final
         # The store empties new_items and bases at its next take: the job keeps its own references.
@@ -221,20 +232,23 @@ class Recorder:
     def finish(self, result: RunResult) -> dict[str, Any]:
         """Write the open batch, the final snapshot, failures and the END frame; close the file."""
         world = self.world
+        # The open batch is packed once, for its EVENTS frame, the chain head and the final manifest.
+        open_bytes = pack_chain_batch(world.chain_batch) if world.chain_batch else b""
+        chain_digest = world.chain_digest or CHAIN_DIGEST_INITIAL
         if world.chain_batch:
-            digest = chain_step(world.chain_digest, world.chain_batch)
+            chain_digest = xxhash.xxh3_128_digest(chain_digest + open_bytes)
             job = functools.partial(
                 self.writer.events,
                 self.branch,
                 world.chain_events,
-                pack(world.chain_batch),
+                open_bytes,
                 len(world.chain_batch),
-                digest,
+                chain_digest,
                 partial=True,
             )
             self.write_thread.submit(job)
         self._write_choices()
-        snapshot = self.snapshot(final=True)
+        snapshot = self.snapshot(final=True, chain_open_bytes=open_bytes)
         if snapshot.state_hash != world.state_hash():
             note = (
                 f"{COPY_ON_WRITE_NOTE} at event #{world.events_processed}: a handler changed "
@@ -242,7 +256,7 @@ class Recorder:
             )
             self.notes.append(note)
             self._write(FrameType.NOTE, {"branch": self.branch, "level": "warning", "message": note})
-            self.snapshot(full=True, final=True)
+            self.snapshot(full=True, final=True, chain_open_bytes=open_bytes)
         for failure in world.failures[:1]:
             self._write(
                 FrameType.FAILURE,
@@ -256,7 +270,7 @@ class Recorder:
             "events": world.events_processed,
             "t_end_ns": world.t_ns,
             "state_hash": world.state_hash(),
-            "hash_chain": chain_head(world),
+            "hash_chain": chain_digest.hex(),
         }
         self._write(FrameType.END, end)
         try:
