@@ -106,5 +106,6 @@ def test_bench_kernel_quick_reports_the_documented_figures(run_cli: RunCli) -> N
         "pingpong_messages_per_s",
         "pingpong_ratio_vs_simpy",
         "cli_startup_ms",
+        "bfloat16_import_ms",
     ):
         assert result["figures"][figure] > 0
