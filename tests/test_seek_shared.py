@@ -23,6 +23,7 @@ from timetravel.explore.seek_nodes import nodes_run, worth_sharing
 from timetravel.explore.world_source import RecordedWorlds
 from timetravel.recording import record_run
 from timetravel.recording.catalog import EventBatchInfo
+from timetravel.recording.format import RecordingError
 from timetravel.scenarios import get_scenario
 from timetravel.sim import speedups
 from timetravel.sim.encoding import pack
@@ -299,3 +300,45 @@ def test_the_open_world_is_shared_and_a_step_from_it_runs_private_states(
         for name, digest in session._shared.items():
             assert pack(session.world.nodes[name]) == held[name]
             assert shared_states._states[digest][0] is session.world.nodes[name]
+
+
+def test_a_shared_restore_checks_the_manifest_it_builds_the_nodes_from(
+    training_recording: tuple[Path, Any],
+) -> None:
+    """The shared path builds a world's nodes from the manifest's node list itself (not through the
+    reader's per-node callback): a list whose digests do not add up to the snapshot's state hash,
+    or that is not a list of (name, 16-byte digest) pairs, is still refused with one line."""
+    path, _report = training_recording
+    with Session.open(path) as session:
+        source = session.source
+        assert isinstance(source, RecordedWorlds)
+        reader = session.reader
+        info = session.snapshots_info[3]
+        manifest = reader.manifest(info)  # the cached payload every restore of it reads
+        listed = manifest["nodes"]
+        (first, first_digest), (second, second_digest) = listed[0], listed[1]
+        manifest["nodes"] = [[first, second_digest], [second, first_digest], *listed[2:]]
+        with pytest.raises(RecordingError, match="do not add up to its state hash"):
+            source.restore_shared(info, set())
+        other = session.snapshots_info[4]
+        reader.manifest(other)["nodes"] = [[first, b"short"]]
+        with pytest.raises(RecordingError, match="manifest is malformed"):
+            source.restore_shared(other, set())
+
+
+def test_a_restore_remembers_only_the_root_checks_that_passed(training_recording: tuple[Path, Any]) -> None:
+    path, _report = training_recording
+    with Session.open(path) as session:
+        reader = session.reader
+        info = session.snapshots_info[2]
+        assert reader.restore(info, full_check=True).state_hash() == info.state_hash
+        assert info.offset in reader._roots_checked
+        # a later restore skips the root (the same checksummed frame) and gives the same world
+        assert reader.restore(info, full_check=True).state_hash() == info.state_hash
+        forged = session.snapshots_info[4]
+        manifest = reader.manifest(forged)
+        manifest["nodes"] = list(reversed(manifest["nodes"]))
+        for _attempt in range(2):
+            with pytest.raises(RecordingError, match="do not add up to its state hash"):
+                reader.restore(forged)
+        assert forged.offset not in reader._roots_checked
