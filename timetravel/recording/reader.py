@@ -207,6 +207,7 @@ class RecordingReader(FrameReader):
         if cached is not None:
             return cached
         payload = self._payload(info.offset, FrameType.MANIFEST)
+        kept_untracked(payload)
         self._manifests[info.offset] = payload
         if len(self._manifests) > MANIFEST_CACHE_ENTRIES_MAX:
             self._manifests.popitem(last=False)
@@ -354,6 +355,7 @@ class RecordingReader(FrameReader):
         except (ValueError, TypeError, DecodeError, msgpack.UnpackException) as error:
             raise RecordingError(f"{self.path}: array {digest.hex()}: {error}") from None
         header = (dtype, shape, pages)
+        kept_untracked(header)
         self._array_headers.put(digest, header, 100 + 16 * len(pages))
         return header
 
@@ -370,12 +372,18 @@ class RecordingReader(FrameReader):
             self._arrays.put(digest, built, built.nbytes + 100)
         return built.copy() if writeable else built
 
-    def value(self, digest: bytes, *, writeable: bool = True) -> Any:
-        """The plain-data value a blob holds, arrays rebuilt from their pages."""
-        return self.value_sized(digest, writeable=writeable)[0]
+    def value(self, digest: bytes, *, writeable: bool = True, untracked: bool = False) -> Any:
+        """The plain-data value a blob holds, arrays rebuilt from their pages (``untracked``: its
+        containers built out of the cyclic collector's reach, ``decode_value_sized``)."""
+        return self.value_sized(digest, writeable=writeable, untracked=untracked)[0]
 
     def value_sized(
-        self, digest: bytes, *, writeable: bool = True, shared: dict[bytes, Any] | None = None
+        self,
+        digest: bytes,
+        *,
+        writeable: bool = True,
+        shared: dict[bytes, Any] | None = None,
+        untracked: bool = False,
     ) -> tuple[Any, int, int]:
         """:meth:`value`, the length of its stored blob and the bytes of the arrays in it (what a
         cache of decoded values weighs).
@@ -398,6 +406,7 @@ class RecordingReader(FrameReader):
                 arrays=self._arrays.items,
                 copy_arrays=writeable,
                 shared=None if writeable else shared,
+                untracked=untracked,
             )
         except DecodeError as error:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
@@ -519,6 +528,18 @@ class RecordingReader(FrameReader):
             )
         except DecodeError as error:
             raise ValueError(str(error)) from None
+
+
+def kept_untracked(value: Any) -> None:
+    """Take a value the reader keeps read-only in a cache out of the cyclic collector's reach.
+
+    Decoded recording data is acyclic plain data, freed by reference counting alone; but cached, it
+    lives long, and every full collection walked it: at 10,000 ranks a manifest's node list is
+    10,000 two-item lists and the array headers another 80,000 containers, most of the ~290,000
+    tracked objects a full collection during a seek walked (220-370 ms). Without the compiled core
+    this does nothing (a Python walk would cost what the collector's does)."""
+    if speedups.compiled is not None:
+        speedups.compiled.untrack(value)
 
 
 def manifest_root(manifest: dict[str, Any]) -> str:

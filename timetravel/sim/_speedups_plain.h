@@ -701,7 +701,8 @@ copy_plain(PyObject *module, PyObject *value)
  * exact list [16-byte bytes, kind 0/1/2, int codec, None or 16-byte bytes, int itemsize, bytes], the
  * ints exact. Anything else returns NotImplemented and the Python check runs, raising what it
  * raises. Why: a first seek into a 10,000-rank snapshot loads ~30 such frames of ~1,000 entries
- * each, and checking them one by one in Python was ~45 ms of it. */
+ * each, and checking them one by one in Python was ~45 ms of it. The entry tuples and the dict are
+ * returned untracked by the cyclic collector (they hold only bytes, ints and None). */
 static int
 blob_digest_ok(PyObject *value)
 {
@@ -738,6 +739,11 @@ blob_entries(PyObject *module, PyObject *entries)
             Py_RETURN_NOTIMPLEMENTED;
         }
         checked = PyList_AsTuple(entry);
+        /* bytes, ints and None only: out of the collector's lists, as its first pass would take it
+         * (the frames stay cached for later seeks; ~10,000 entries a 10,000-rank snapshot), and the
+         * dict of them then stays untracked too */
+        if (checked != NULL)
+            PyObject_GC_UnTrack(checked);
         if (checked == NULL || PyDict_SetItem(by_digest, PyList_GET_ITEM(entry, 0), checked) < 0) {
             Py_XDECREF(checked);
             Py_DECREF(by_digest);
