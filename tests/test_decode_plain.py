@@ -302,3 +302,27 @@ def test_a_blobs_frames_entries_are_checked_as_the_catalog_checks_them() -> None
     for raw in unusual:
         assert check([raw]) is NotImplemented
     assert check(("not", "a list")) is NotImplemented
+
+
+@pytest.mark.skipif(
+    getattr(speedups.compiled, "untrack_events", None) is None, reason="needs the compiled core"
+)
+def test_kept_events_and_their_payloads_leave_the_collectors_reach_unchanged() -> None:
+    from timetravel.sim.event import Event
+
+    class WithDict(tuple):
+        """A tuple subclass with a __dict__: left tracked."""
+
+    untrack_events = speedups.compiled.untrack_events  # type: ignore[union-attr]
+    events: list[Any] = [Event(10, 1, "r0", "grad", [1, {"a": [2]}]), Event(20, 2, "r1", "tick", None)]
+    other = WithDict((1, [2]))
+    before = [tuple(event) for event in events]
+    assert all(gc.is_tracked(event) for event in events[:1]) and gc.is_tracked(other)
+    assert untrack_events([*events, other]) >= 4  # the first event, its list, dict and inner list
+    assert [tuple(event) for event in events] == before and type(events[0]) is Event
+    assert not any(gc.is_tracked(event) for event in events)
+    payload = events[0].payload
+    assert not gc.is_tracked(payload) and not gc.is_tracked(payload[1]) and not gc.is_tracked(payload[1]["a"])
+    assert gc.is_tracked(other) and gc.is_tracked(other[1])
+    with pytest.raises(TypeError):
+        untrack_events(tuple(events))

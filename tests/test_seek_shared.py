@@ -360,9 +360,10 @@ def test_a_restore_remembers_only_the_root_checks_that_passed(training_recording
 def test_what_the_reader_keeps_for_later_seeks_is_out_of_the_collectors_reach(
     training_recording: tuple[Path, Any],
 ) -> None:
-    """Cached manifests (a node list of 10,000 pairs at 10,000 ranks) and array headers were most of
-    the ~290,000 tracked objects every full collection during a seek walked: they are read-only
-    plain data, untracked when cached (with the compiled core), and the same values."""
+    """Cached manifests (a node list of 10,000 pairs at 10,000 ranks), array headers, decoded event
+    batches and queue chunks were most of the ~290,000 tracked objects every full collection during
+    a seek walked: they are read-only plain data, untracked when cached (with the compiled core),
+    and the same values."""
     path, report = training_recording
     with Session.open(path) as session:
         session.goto(report["t_end_ns"] // 2)
@@ -376,3 +377,11 @@ def test_what_the_reader_keeps_for_later_seeks_is_out_of_the_collectors_reach(
         headers = list(reader._array_headers.items.values())
         assert headers and all(gc.is_tracked(header) != untracked for header, _nbytes in headers)
         assert weights.dtype.name in {header[0] for header, _nbytes in headers}
+        batch = session.event_batches[0]
+        kept = reader.events(batch)
+        assert kept and all(gc.is_tracked(event) != untracked for event in kept)
+        assert [event.t for event in kept] == [
+            session.event(batch.first + 1 + i).t_ns for i in range(len(kept))
+        ]  # type: ignore[union-attr]
+        chunks = session.source._shared_nodes._chunks  # type: ignore[attr-defined]
+        assert chunks and all(gc.is_tracked(e) != untracked for events in chunks.values() for e in events)

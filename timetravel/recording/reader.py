@@ -260,6 +260,7 @@ class RecordingReader(FrameReader):
                     f"holds {len(decoded) if isinstance(decoded, list) else '?'} events, expected {info.count}"
                 )
             events = [_event(item) for item in decoded]
+            kept_events_untracked(events)
         except DecodeError as error:
             raise RecordingError(f"{where}: {error}") from None
         self._decoded_events.put(key, events, 1)
@@ -540,6 +541,13 @@ def kept_untracked(value: Any) -> None:
     this does nothing (a Python walk would cost what the collector's does)."""
     if speedups.compiled is not None:
         speedups.compiled.untrack(value)
+
+
+def kept_events_untracked(events: list[Event]) -> None:
+    """:func:`kept_untracked` for a decoded event batch the reader keeps (the Event tuples and their
+    payloads: 4,096 events a batch, several batches kept)."""
+    if speedups.compiled is not None and hasattr(speedups.compiled, "untrack_events"):
+        speedups.compiled.untrack_events(events)
 
 
 def manifest_root(manifest: dict[str, Any]) -> str:

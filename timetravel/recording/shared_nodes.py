@@ -68,6 +68,13 @@ hold beyond those is the containers of states the LRU has let go (tens of MB at 
 """Decoded queue-chunk events kept (Event tuples are immutable and shared, as the store shares them)."""
 
 
+def untrack_events(events: list[Event]) -> None:
+    """:func:`untrack` for kept read-only events (their tuples and payloads; the compiled core's
+    ``untrack_events``): a 10,000-rank snapshot's queue chunks hold ~20,000 of them."""
+    if speedups.compiled is not None and hasattr(speedups.compiled, "untrack_events"):
+        speedups.compiled.untrack_events(events)
+
+
 def untrack(value: Any) -> None:
     """Take a shared state's containers out of the cyclic garbage collector's reach.
 
@@ -163,6 +170,7 @@ class SharedNodes:
         events = self._chunks.get(digest)
         if events is None:
             events = [stored_event(data) for data in self.reader.value(digest, writeable=False)]
+            untrack_events(events)
             if self._chunk_events + len(events) > QUEUE_CHUNK_EVENTS_MAX:
                 self._chunks.clear()
                 self._chunk_events = 0
@@ -171,4 +179,4 @@ class SharedNodes:
         return events
 
 
-__all__ = ["SHARED_CONTAINERS_MAX", "SHARED_NODE_BYTES_MAX", "SharedNodes", "untrack"]
+__all__ = ["SHARED_CONTAINERS_MAX", "SHARED_NODE_BYTES_MAX", "SharedNodes", "untrack", "untrack_events"]
