@@ -289,6 +289,8 @@ def test_a_blobs_frames_entries_are_checked_as_the_catalog_checks_them() -> None
         expected[entry[0]] = entry
     by_digest, size = check(entries)
     assert by_digest == expected and size == sum(len(raw[5]) + 100 for raw in entries)
+    # kept for later seeks, they are out of the cyclic collector's lists (bytes, ints and None only)
+    assert not gc.is_tracked(by_digest) and not any(gc.is_tracked(entry) for entry in by_digest.values())
     # anything the plain case does not cover goes to the Python check (which accepts or refuses it)
     unusual = [[digest, True, 0, None, 0, b""], [digest, 1.0, 0, None, 0, b""], [digest, 3, 0, None, 0, b""]]
     unusual += [
@@ -300,3 +302,27 @@ def test_a_blobs_frames_entries_are_checked_as_the_catalog_checks_them() -> None
     for raw in unusual:
         assert check([raw]) is NotImplemented
     assert check(("not", "a list")) is NotImplemented
+
+
+@pytest.mark.skipif(
+    getattr(speedups.compiled, "untrack_events", None) is None, reason="needs the compiled core"
+)
+def test_kept_events_and_their_payloads_leave_the_collectors_reach_unchanged() -> None:
+    from timetravel.sim.event import Event
+
+    class WithDict(tuple):
+        """A tuple subclass with a __dict__: left tracked."""
+
+    untrack_events = speedups.compiled.untrack_events  # type: ignore[union-attr]
+    events: list[Any] = [Event(10, 1, "r0", "grad", [1, {"a": [2]}]), Event(20, 2, "r1", "tick", None)]
+    other = WithDict((1, [2]))
+    before = [tuple(event) for event in events]
+    assert all(gc.is_tracked(event) for event in events[:1]) and gc.is_tracked(other)
+    assert untrack_events([*events, other]) >= 4  # the first event, its list, dict and inner list
+    assert [tuple(event) for event in events] == before and type(events[0]) is Event
+    assert not any(gc.is_tracked(event) for event in events)
+    payload = events[0].payload
+    assert not gc.is_tracked(payload) and not gc.is_tracked(payload[1]) and not gc.is_tracked(payload[1]["a"])
+    assert gc.is_tracked(other) and gc.is_tracked(other[1])
+    with pytest.raises(TypeError):
+        untrack_events(tuple(events))

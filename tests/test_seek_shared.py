@@ -23,6 +23,7 @@ from timetravel.explore.seek_nodes import nodes_run, worth_sharing
 from timetravel.explore.world_source import RecordedWorlds
 from timetravel.recording import record_run
 from timetravel.recording.catalog import EventBatchInfo
+from timetravel.recording.format import RecordingError
 from timetravel.scenarios import get_scenario
 from timetravel.sim import speedups
 from timetravel.sim.encoding import pack
@@ -114,6 +115,7 @@ def test_a_repeated_seek_decodes_only_the_nodes_it_runs(training_recording: tupl
     path, report = training_recording
     target = report["t_end_ns"] // 2
     with Session.open(path) as session:
+        session._parked.count_max = 0  # no former world to go back to: the seek restores and shares
         session.goto(target)
         session.goto("start")
         session.goto(target)
@@ -260,12 +262,15 @@ def _containers(value: Any) -> list[Any]:
     return found
 
 
-def test_shared_states_are_out_of_the_collectors_reach_and_private_ones_are_not(
+def test_decoded_states_are_out_of_the_collectors_reach_and_stay_writeable(
     training_recording: tuple[Path, Any],
 ) -> None:
     """The collector walked every shared state after a first seek into a snapshot (170-330 ms at
     10,000 ranks) and again in a full collection (610-800 ms) though plain data has no cycles: the
-    compiled core untracks them. The states the re-execution runs stay ordinary tracked values."""
+    compiled core untracks them. The private states a seek decodes for the re-execution are built
+    untracked too (a young collection after each seek walked their ~75,000 containers, 20-45 ms);
+    they are still ordinary writeable values, equal to the reader's fresh decode, and what a
+    handler puts in them is tracked as usual."""
     path, report = training_recording
     with Session.open(path) as session:
         session.goto(report["t_end_ns"] // 2)
@@ -274,11 +279,20 @@ def test_shared_states_are_out_of_the_collectors_reach_and_private_ones_are_not(
         private_names = [name for name in session.world.nodes if name not in shared_names]
         assert shared_names and private_names
         shared = [c for name in shared_names for c in _containers(session.world.nodes[name])]
-        private = [c for name in private_names for c in _containers(session.world.nodes[name])]
         assert any(isinstance(c, list) for c in shared)
         untracked = speedups.compiled is not None
         assert all(gc.is_tracked(c) != untracked for c in shared if isinstance(c, list))
-        assert any(gc.is_tracked(c) for c in private)
+        source = session.source
+        assert isinstance(source, RecordedWorlds)
+        digest = dict(session.reader.node_digests(session.snapshots_info[1]))["r0"]
+        private = source.private_value(digest)
+        assert pack(private) == pack(session.reader.value(digest))
+        lists = [c for c in _containers(private) if isinstance(c, list)]
+        assert lists and all(gc.is_tracked(c) != untracked for c in lists)
+        arrays = [value for value in private.values() if isinstance(value, np.ndarray)]
+        assert arrays and all(array.flags.writeable for array in arrays)
+        private["added"] = {"a": [1]}
+        assert gc.is_tracked(private["added"]) and gc.is_tracked(private)
 
 
 def test_the_open_world_is_shared_and_a_step_from_it_runs_private_states(
@@ -299,3 +313,75 @@ def test_the_open_world_is_shared_and_a_step_from_it_runs_private_states(
         for name, digest in session._shared.items():
             assert pack(session.world.nodes[name]) == held[name]
             assert shared_states._states[digest][0] is session.world.nodes[name]
+
+
+def test_a_shared_restore_checks_the_manifest_it_builds_the_nodes_from(
+    training_recording: tuple[Path, Any],
+) -> None:
+    """The shared path builds a world's nodes from the manifest's node list itself (not through the
+    reader's per-node callback): a list whose digests do not add up to the snapshot's state hash,
+    or that is not a list of (name, 16-byte digest) pairs, is still refused with one line."""
+    path, _report = training_recording
+    with Session.open(path) as session:
+        source = session.source
+        assert isinstance(source, RecordedWorlds)
+        reader = session.reader
+        info = session.snapshots_info[3]
+        manifest = reader.manifest(info)  # the cached payload every restore of it reads
+        listed = manifest["nodes"]
+        (first, first_digest), (second, second_digest) = listed[0], listed[1]
+        manifest["nodes"] = [[first, second_digest], [second, first_digest], *listed[2:]]
+        with pytest.raises(RecordingError, match="do not add up to its state hash"):
+            source.restore_shared(info, set())
+        other = session.snapshots_info[4]
+        reader.manifest(other)["nodes"] = [[first, b"short"]]
+        with pytest.raises(RecordingError, match="manifest is malformed"):
+            source.restore_shared(other, set())
+
+
+def test_a_restore_remembers_only_the_root_checks_that_passed(training_recording: tuple[Path, Any]) -> None:
+    path, _report = training_recording
+    with Session.open(path) as session:
+        reader = session.reader
+        info = session.snapshots_info[2]
+        assert reader.restore(info, full_check=True).state_hash() == info.state_hash
+        assert info.offset in reader._roots_checked
+        # a later restore skips the root (the same checksummed frame) and gives the same world
+        assert reader.restore(info, full_check=True).state_hash() == info.state_hash
+        forged = session.snapshots_info[4]
+        manifest = reader.manifest(forged)
+        manifest["nodes"] = list(reversed(manifest["nodes"]))
+        for _attempt in range(2):
+            with pytest.raises(RecordingError, match="do not add up to its state hash"):
+                reader.restore(forged)
+        assert forged.offset not in reader._roots_checked
+
+
+def test_what_the_reader_keeps_for_later_seeks_is_out_of_the_collectors_reach(
+    training_recording: tuple[Path, Any],
+) -> None:
+    """Cached manifests (a node list of 10,000 pairs at 10,000 ranks), array headers, decoded event
+    batches and queue chunks were most of the ~290,000 tracked objects every full collection during
+    a seek walked: they are read-only plain data, untracked when cached (with the compiled core),
+    and the same values."""
+    path, report = training_recording
+    with Session.open(path) as session:
+        session.goto(report["t_end_ns"] // 2)
+        reader = session.reader
+        info = session.snapshots_info[1]
+        manifest = reader.manifest(info)
+        untracked = speedups.compiled is not None
+        assert all(gc.is_tracked(c) != untracked for c in _containers(manifest))
+        assert reader.node_digests(info) == [(str(name), digest) for name, digest in manifest["nodes"]]
+        weights = next(v for v in session.world.nodes["r0"].values() if isinstance(v, np.ndarray))
+        headers = list(reader._array_headers.items.values())
+        assert headers and all(gc.is_tracked(header) != untracked for header, _nbytes in headers)
+        assert weights.dtype.name in {header[0] for header, _nbytes in headers}
+        batch = session.event_batches[0]
+        kept = reader.events(batch)
+        assert kept and all(gc.is_tracked(event) != untracked for event in kept)
+        assert [event.t for event in kept] == [
+            session.event(batch.first + 1 + i).t_ns for i in range(len(kept))
+        ]  # type: ignore[union-attr]
+        chunks = session.source._shared_nodes._chunks  # type: ignore[attr-defined]
+        assert chunks and all(gc.is_tracked(e) != untracked for events in chunks.values() for e in events)

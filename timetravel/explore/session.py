@@ -93,6 +93,7 @@ from types import TracebackType
 from typing import Any
 
 from timetravel.explore import seek_nodes
+from timetravel.explore.parked_worlds import ParkedWorlds, quiet_until
 from timetravel.explore.replay import (
     ChainVerifier,
     ReplayDivergence,
@@ -173,6 +174,8 @@ class Session:
         self._shared: dict[str, bytes] = {}
         """Nodes of ``world`` whose state is shared with the source's decoded states (never run: a
         seek makes a node private before re-executing events on it), by content digest."""
+        self._parked = ParkedWorlds()
+        """Worlds the cursor left, to seek back to (explore/parked_worlds.py)."""
         try:
             self.world: World = self._open_world()
         except BaseException:
@@ -288,6 +291,7 @@ class Session:
         self._end = self._find_end()
         self.info = self._info()
         self._may_share = rule_kept(reader, self.branch)
+        self._parked.clear()
 
     def __enter__(self) -> Session:
         return self
@@ -384,6 +388,21 @@ class Session:
         if t_ns < 0:
             return self.goto_event(0)
         snapshot = self._start_snapshot(t_ns, by_time=True)
+        if self._parks():
+            if self._quiet_until(self.world, t_ns):
+                return self._rewind(t_ns)
+
+            def usable(world: World) -> bool:
+                forward = world.t_ns <= t_ns and world.events_processed >= snapshot.events
+                return self._quiet_until(world, t_ns) or (forward and not world.failures)
+
+            if not usable(self.world):
+                taken = self._parked.take(usable)
+                if taken is not None:
+                    self._parked.park(self.world, self._shared)
+                    self.world, self._shared = taken
+                    if self._quiet_until(self.world, t_ns):
+                        return self._rewind(t_ns)
         world = self.world
         from_cursor = world.t_ns <= t_ns and world.events_processed >= snapshot.events and not world.failures
         world, shared = self._world_to_replay(
@@ -457,9 +476,29 @@ class Session:
                 del self._shared[name]
         return world, self._shared
 
+    def _parks(self) -> bool:
+        """Whether the cursor's former worlds are kept and rewound (explore/parked_worlds.py): for
+        plain-data worlds only (RecordedWorlds itself), whose state is all in the World."""
+        return type(self.source) is RecordedWorlds
+
+    def _quiet_until(self, world: World, t_ns: int) -> bool:
+        def event_time(number: int) -> int | None:
+            event = self.event(number)
+            return None if event is None else event.t_ns
+
+        return quiet_until(world, t_ns, event_time)
+
+    def _rewind(self, t_ns: int) -> Position:
+        """The cursor's world is the world at ``t_ns`` but for its clock (``_quiet_until``)."""
+        self.world.t_ns = t_ns
+        self.last_replay_events = 0
+        return self.position
+
     def _to_end(self) -> Position:
         last = self._manifests[-1]
         if last.final or (last.events == self._end.events and self.reader.end(self.branch) is None):
+            if self._parks():
+                self._parked.park(self.world, self._shared)
             self.world = self.restore_world(last)
             self._shared = {}
             self.last_replay_events = 0
@@ -497,6 +536,8 @@ class Session:
             self._forget_shared()
             raise
         self.last_replay_events = world.events_processed - start
+        if world is not self.world and self._parks():
+            self._parked.park(self.world, self._shared)
         self.world = world
         self._shared = shared
         if verifier.mismatch is not None:
@@ -508,6 +549,7 @@ class Session:
         expected to (a handler of a diverged event): the source forgets every decoded state, so no
         later seek is given one. The cursor's world keeps its ``_shared`` names: they are made
         private (decoded afresh from their digests) before anything runs on them, as before."""
+        self._parked.clear()
         if isinstance(self.source, RecordedWorlds):
             self.source.forget_shared()
 

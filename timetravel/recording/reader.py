@@ -92,6 +92,8 @@ NodeValue = Callable[[str, bytes], Any]
 """``node_value(name, digest) -> state``: a node's state for :meth:`RecordingReader.restore`."""
 QueueChunkValue = Callable[[bytes], list[Any]]
 """``queue_chunk(digest) -> events``: a queue chunk's events for :meth:`RecordingReader.restore`."""
+ROOTS_CHECKED_MAX = 4096
+"""Manifests whose root check ``restore`` remembers (an offset each)."""
 VALUE_ITEMS_MAX = 4_000_000
 """Containers and entries one stored value (a node state, a part) may decode to."""
 
@@ -138,6 +140,12 @@ class RecordingReader(FrameReader):
         self._arrays = _ByteLRU(ARRAY_CACHE_BYTES_MAX)
         self._decoded_parts = _ByteLRU(DECODED_PART_BYTES_MAX)
         self._manifests: OrderedDict[int, dict[str, Any]] = OrderedDict()
+        self._node_lists: OrderedDict[int, list[tuple[str, bytes]]] = OrderedDict()
+        """(node, digest) lists of manifests, checked, by offset (``node_digests``)."""
+        self._roots_checked: OrderedDict[int, None] = OrderedDict()
+        """Offsets of manifests whose digests were found to add up to their state hash: a later
+        restore of the snapshot skips recomputing that root (~4-8 ms over 10,000 nodes). The frame
+        at an offset is checksummed and the file append-only, so the answer cannot change."""
         self._array_bytes = 0
         """Bytes of the arrays the value being decoded holds (value_sized)."""
 
@@ -199,10 +207,29 @@ class RecordingReader(FrameReader):
         if cached is not None:
             return cached
         payload = self._payload(info.offset, FrameType.MANIFEST)
+        kept_untracked(payload)
         self._manifests[info.offset] = payload
         if len(self._manifests) > MANIFEST_CACHE_ENTRIES_MAX:
             self._manifests.popitem(last=False)
         return payload
+
+    def node_digests(self, info: ManifestInfo) -> list[tuple[str, bytes]]:
+        """The snapshot's (node, digest) pairs in the manifest's order, checked (each digest 16
+        bytes), cached by manifest (as many as the manifests kept). What ``restore`` reads from the
+        manifest's node list; recording/shared_nodes.py builds a restore's nodes from it."""
+        cached = self._node_lists.get(info.offset)
+        if cached is not None:
+            return cached
+        manifest = self.manifest(info)
+        try:
+            listed = [(str(name), _digest(node_digest)) for name, node_digest in manifest["nodes"]]
+        except (KeyError, TypeError, ValueError) as error:
+            where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
+            raise RecordingError(f"{where}: manifest is malformed: {error}") from None
+        self._node_lists[info.offset] = listed
+        if len(self._node_lists) > MANIFEST_CACHE_ENTRIES_MAX:
+            self._node_lists.popitem(last=False)
+        return listed
 
     def events_bytes(self, info: EventBatchInfo) -> bytes:
         """The batch exactly as the kernel packed it (a msgpack array of events)."""
@@ -233,6 +260,7 @@ class RecordingReader(FrameReader):
                     f"holds {len(decoded) if isinstance(decoded, list) else '?'} events, expected {info.count}"
                 )
             events = [_event(item) for item in decoded]
+            kept_events_untracked(events)
         except DecodeError as error:
             raise RecordingError(f"{where}: {error}") from None
         self._decoded_events.put(key, events, 1)
@@ -328,6 +356,7 @@ class RecordingReader(FrameReader):
         except (ValueError, TypeError, DecodeError, msgpack.UnpackException) as error:
             raise RecordingError(f"{self.path}: array {digest.hex()}: {error}") from None
         header = (dtype, shape, pages)
+        kept_untracked(header)
         self._array_headers.put(digest, header, 100 + 16 * len(pages))
         return header
 
@@ -344,12 +373,18 @@ class RecordingReader(FrameReader):
             self._arrays.put(digest, built, built.nbytes + 100)
         return built.copy() if writeable else built
 
-    def value(self, digest: bytes, *, writeable: bool = True) -> Any:
-        """The plain-data value a blob holds, arrays rebuilt from their pages."""
-        return self.value_sized(digest, writeable=writeable)[0]
+    def value(self, digest: bytes, *, writeable: bool = True, untracked: bool = False) -> Any:
+        """The plain-data value a blob holds, arrays rebuilt from their pages (``untracked``: its
+        containers built out of the cyclic collector's reach, ``decode_value_sized``)."""
+        return self.value_sized(digest, writeable=writeable, untracked=untracked)[0]
 
     def value_sized(
-        self, digest: bytes, *, writeable: bool = True, shared: dict[bytes, Any] | None = None
+        self,
+        digest: bytes,
+        *,
+        writeable: bool = True,
+        shared: dict[bytes, Any] | None = None,
+        untracked: bool = False,
     ) -> tuple[Any, int, int]:
         """:meth:`value`, the length of its stored blob and the bytes of the arrays in it (what a
         cache of decoded values weighs).
@@ -372,6 +407,7 @@ class RecordingReader(FrameReader):
                 arrays=self._arrays.items,
                 copy_arrays=writeable,
                 shared=None if writeable else shared,
+                untracked=untracked,
             )
         except DecodeError as error:
             raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
@@ -410,6 +446,7 @@ class RecordingReader(FrameReader):
         full_check: bool = False,
         node_value: NodeValue | None = None,
         queue_chunk: QueueChunkValue | None = None,
+        nodes: dict[str, Any] | None = None,
     ) -> World:
         """The World a snapshot recorded.
 
@@ -422,16 +459,24 @@ class RecordingReader(FrameReader):
         and a queue chunk's events instead of decoding them here (recording/shared_nodes.py shares
         decoded states between the seeks of one Session); the digests they are asked for are the
         ones the manifest's root was checked against, and they return what :meth:`value` would.
+        ``nodes``, when given, is the world's node states already built, one for each pair of
+        :meth:`node_digests` (what ``node_value`` would have given for it), and is used as it is.
         """
         manifest = self.manifest(info)
-        where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
+        checked = info.offset in self._roots_checked
         try:
-            root = manifest_root(manifest)
-            world = self._assemble(manifest, node_value, queue_chunk)
+            root = info.state_hash if checked else manifest_root(manifest)
+            world = self._assemble(manifest, node_value, queue_chunk, nodes)
         except (KeyError, TypeError, ValueError) as error:
+            where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
             raise RecordingError(f"{where}: manifest is malformed: {error}") from None
         if root != info.state_hash or manifest.get("state_hash") != info.state_hash:
+            where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
             raise RecordingError(f"{where}: the manifest's digests do not add up to its state hash")
+        if not checked:
+            self._roots_checked[info.offset] = None
+            if len(self._roots_checked) > ROOTS_CHECKED_MAX:
+                self._roots_checked.popitem(last=False)
         if full_check:
             self.check_restored(info, world)
         return world
@@ -450,11 +495,14 @@ class RecordingReader(FrameReader):
         manifest: dict[str, Any],
         node_value: NodeValue | None = None,
         queue_chunk: QueueChunkValue | None = None,
+        built_nodes: dict[str, Any] | None = None,
     ) -> World:
         part_digests = manifest["parts"]
         parts = {name: self.fresh_value(_digest(part_digests[name])) for name in STORED_PARTS}
         nodes = {}
-        if node_value is None:
+        if built_nodes is not None:
+            nodes = built_nodes
+        elif node_value is None:
             for name, node_digest in manifest["nodes"]:
                 nodes[str(name)] = self.value(_digest(node_digest))
         else:
@@ -481,6 +529,25 @@ class RecordingReader(FrameReader):
             )
         except DecodeError as error:
             raise ValueError(str(error)) from None
+
+
+def kept_untracked(value: Any) -> None:
+    """Take a value the reader keeps read-only in a cache out of the cyclic collector's reach.
+
+    Decoded recording data is acyclic plain data, freed by reference counting alone; but cached, it
+    lives long, and every full collection walked it: at 10,000 ranks a manifest's node list is
+    10,000 two-item lists and the array headers another 80,000 containers, most of the ~290,000
+    tracked objects a full collection during a seek walked (220-370 ms). Without the compiled core
+    this does nothing (a Python walk would cost what the collector's does)."""
+    if speedups.compiled is not None:
+        speedups.compiled.untrack(value)
+
+
+def kept_events_untracked(events: list[Event]) -> None:
+    """:func:`kept_untracked` for a decoded event batch the reader keeps (the Event tuples and their
+    payloads: 4,096 events a batch, several batches kept)."""
+    if speedups.compiled is not None and hasattr(speedups.compiled, "untrack_events"):
+        speedups.compiled.untrack_events(events)
 
 
 def manifest_root(manifest: dict[str, Any]) -> str:

@@ -25,6 +25,14 @@ re-execution fails or diverges from the recording, since diverged events may hav
 that were shared. The arrays of a shared state are read-only, so a handler that breaks the rule by
 writing another node's arrays fails loudly instead of changing a state other worlds hold.
 
+The private states are built out of the cyclic garbage collector's reach too (their containers
+untracked, as the shared ones are). A seek pauses the collector, and the first allocation after it
+ran a young collection over everything the seek built: 20-45 ms a seek at 10,000 ranks, ~3 ms once
+the 850-1,800 re-executed rank states (~75,000 containers) were out of it, and a full collection
+during a seek walked them again. World data is acyclic plain data (snapshots could not encode a
+cycle), so reference counting frees these states as it frees the shared ones; a handler can still
+put anything into them (a dict given a tracked value is tracked again by CPython).
+
 Limits are the reader's: every value goes through ``RecordingReader.value`` (blob digests,
 containers, dtypes and shapes checked before anything is built), so a hostile recording is refused
 here exactly as in a full restore.
@@ -58,6 +66,13 @@ they are forgotten and learnt again. A 10,000-rank dp_training snapshot adds ~87
 small dicts and lists of a GPU's state; they are also parts of the shared states, so what they
 hold beyond those is the containers of states the LRU has let go (tens of MB at most)."""
 """Decoded queue-chunk events kept (Event tuples are immutable and shared, as the store shares them)."""
+
+
+def untrack_events(events: list[Event]) -> None:
+    """:func:`untrack` for kept read-only events (their tuples and payloads; the compiled core's
+    ``untrack_events``): a 10,000-rank snapshot's queue chunks hold ~20,000 of them."""
+    if speedups.compiled is not None and hasattr(speedups.compiled, "untrack_events"):
+        speedups.compiled.untrack_events(events)
 
 
 def untrack(value: Any) -> None:
@@ -106,22 +121,32 @@ class SharedNodes:
         also {node: digest} of the shared ones (the Session privatizes them before running them)."""
         shared: dict[str, bytes] = {}
         self.decoded_private = self.decoded_shared = 0
-
-        def node_value(name: str, digest: bytes) -> Any:
+        nodes: dict[str, Any] = {}
+        held = self._states
+        value = self.reader.value
+        # One tight loop over the (checked, cached) node list: at 10,000 nodes, calling back per node
+        # from the reader's restore cost ~10 ms a seek before anything was decoded.
+        for name, digest in self.reader.node_digests(info):
             if name in private:
                 self.decoded_private += 1
-                return self.reader.value(digest)
+                nodes[name] = value(digest, untracked=True)
+                continue
             shared[name] = digest
-            return self._shared_state(digest)
-
-        world = self.reader.restore(info, node_value=node_value, queue_chunk=self._queue_chunk)
+            entry = held.get(digest)
+            if entry is None:
+                nodes[name] = self._shared_state(digest)
+            else:
+                held.move_to_end(digest)
+                nodes[name] = entry[0]
+        world = self.reader.restore(info, queue_chunk=self._queue_chunk, nodes=nodes)
         if len(self._containers) > SHARED_CONTAINERS_MAX:
             self._containers = {}
         return world, shared
 
     def private_value(self, digest: bytes) -> Any:
-        """A fresh, writeable decode of a node state (what a full restore gives)."""
-        return self.reader.value(digest)
+        """A fresh, writeable decode of a node state (what a full restore gives), its containers out
+        of the cyclic collector's reach (the module docstring says why)."""
+        return self.reader.value(digest, untracked=True)
 
     def _shared_state(self, digest: bytes) -> Any:
         held = self._states.get(digest)
@@ -132,9 +157,10 @@ class SharedNodes:
             digest, writeable=False, shared=self._containers
         )
         self.decoded_shared += 1
-        untrack(state)
         nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes + array_bytes
-        self._states[digest] = (state, nbytes)
+        entry = (state, nbytes)
+        untrack(entry)  # the state, and the pair (a tuple holding a dict would stay tracked for life)
+        self._states[digest] = entry
         self.bytes_held += nbytes
         while self.bytes_held > self.bytes_max and len(self._states) > 1:
             self.bytes_held -= self._states.popitem(last=False)[1][1]
@@ -144,6 +170,7 @@ class SharedNodes:
         events = self._chunks.get(digest)
         if events is None:
             events = [stored_event(data) for data in self.reader.value(digest, writeable=False)]
+            untrack_events(events)
             if self._chunk_events + len(events) > QUEUE_CHUNK_EVENTS_MAX:
                 self._chunks.clear()
                 self._chunk_events = 0
@@ -152,4 +179,4 @@ class SharedNodes:
         return events
 
 
-__all__ = ["SHARED_CONTAINERS_MAX", "SHARED_NODE_BYTES_MAX", "SharedNodes", "untrack"]
+__all__ = ["SHARED_CONTAINERS_MAX", "SHARED_NODE_BYTES_MAX", "SharedNodes", "untrack", "untrack_events"]

@@ -413,6 +413,7 @@ static PyMethodDef module_methods[] = {
      "msgpack bytes of a chain batch, as encoding.pack gives them (None: pack it in Python)."},
     {"configure", configure, METH_VARARGS, "Hand the module the Python objects it builds on."},
     {"untrack", untrack, METH_O, "Take a plain-data value's containers out of the garbage collector's reach."},
+    {"untrack_events", untrack_events, METH_O, "untrack() for a list of read-only events and their payloads."},
     {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
      "A stored value's msgpack decoding for the common case (NotImplemented: decode it with msgpack)."},
     {"blob_entries", blob_entries, METH_O, "A BLOBS frame's entries checked, by digest (NotImplemented: check them in Python)."},

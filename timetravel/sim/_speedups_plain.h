@@ -72,6 +72,42 @@ untrack(PyObject *module, PyObject *value)
     return PyLong_FromSsize_t(count);
 }
 
+/* untrack_events(events) -> number of containers untracked.
+ * untrack() for a list of events kept read-only (recording/shared_nodes.py's queue chunks, the
+ * reader's decoded event batches): each item of the list that is a tuple or an instance of a tuple
+ * subclass without a __dict__ (timetravel.sim.event.Event, a NamedTuple), and the plain containers
+ * in those (their payloads). A 10,000-rank snapshot's queue is ~20,000 events, and a kept batch
+ * 4,096: with their payload lists they were a third of what every full collection in a seek walked.
+ * An Event holds its five fields and nothing else, and plain payloads have no cycles. */
+static PyObject *
+untrack_events(PyObject *module, PyObject *events)
+{
+    Py_ssize_t index, length, count = 0, item_index;
+    if (!PyList_CheckExact(events)) {
+        PyErr_SetString(PyExc_TypeError, "untrack_events(events: list)");
+        return NULL;
+    }
+    length = PyList_GET_SIZE(events);
+    for (index = 0; index < length; index++) {
+        PyObject *event = PyList_GET_ITEM(events, index);
+        if (!PyTuple_Check(event) || Py_TYPE(event)->tp_dictoffset != 0 || !PyObject_GC_IsTracked(event))
+            continue;
+        for (item_index = 0; item_index < PyTuple_GET_SIZE(event); item_index++) {
+            PyObject *item = PyTuple_GET_ITEM(event, item_index), *walked;
+            if (!IS_PLAIN_CONTAINER(item))
+                continue;
+            walked = untrack(module, item);
+            if (walked == NULL)
+                return NULL;
+            count += PyLong_AsSsize_t(walked);
+            Py_DECREF(walked);
+        }
+        PyObject_GC_UnTrack(event);
+        count++;
+    }
+    return PyLong_FromSsize_t(count);
+}
+
 /* -- decoding a stored value ------------------------------------------------------------------ */
 
 /* decode_plain(data, factory, bytes_max, untrack, memo, arrays, copy_arrays, items_max)
@@ -701,7 +737,8 @@ copy_plain(PyObject *module, PyObject *value)
  * exact list [16-byte bytes, kind 0/1/2, int codec, None or 16-byte bytes, int itemsize, bytes], the
  * ints exact. Anything else returns NotImplemented and the Python check runs, raising what it
  * raises. Why: a first seek into a 10,000-rank snapshot loads ~30 such frames of ~1,000 entries
- * each, and checking them one by one in Python was ~45 ms of it. */
+ * each, and checking them one by one in Python was ~45 ms of it. The entry tuples and the dict are
+ * returned untracked by the cyclic collector (they hold only bytes, ints and None). */
 static int
 blob_digest_ok(PyObject *value)
 {
@@ -738,6 +775,11 @@ blob_entries(PyObject *module, PyObject *entries)
             Py_RETURN_NOTIMPLEMENTED;
         }
         checked = PyList_AsTuple(entry);
+        /* bytes, ints and None only: out of the collector's lists, as its first pass would take it
+         * (the frames stay cached for later seeks; ~10,000 entries a 10,000-rank snapshot), and the
+         * dict of them then stays untracked too */
+        if (checked != NULL)
+            PyObject_GC_UnTrack(checked);
         if (checked == NULL || PyDict_SetItem(by_digest, PyList_GET_ITEM(entry, 0), checked) < 0) {
             Py_XDECREF(checked);
             Py_DECREF(by_digest);

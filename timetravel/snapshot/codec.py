@@ -189,6 +189,7 @@ def decode_value_sized(
     arrays: dict[bytes, tuple[np.ndarray, int]] | None = None,
     copy_arrays: bool = False,
     shared: dict[bytes, Any] | None = None,
+    untracked: bool = False,
 ) -> tuple[Any, int]:
     """:func:`decode_value`, and the bytes of the arrays it took from ``arrays`` (below).
 
@@ -201,11 +202,21 @@ def decode_value_sized(
     write: their containers come out of the collector's reach (recording/shared_nodes.py
     ``untrack``) and the small ones are shared, by their bytes, with every value decoded with the
     same dict (equal bytes, equal values; not under ``items_max``, whose count a shared container
-    would skip). Without the compiled core these options change nothing but speed."""
+    would skip). ``untracked``: build the containers out of the collector's reach (as ``shared``
+    does) without sharing any: a writeable value whose owner knows it stays acyclic
+    (recording/shared_nodes.py: the states a seek re-executes). Without the compiled core these
+    options change nothing but speed."""
     if _decode_plain is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
         try:
             decoded = _decode_plain(
-                data, array_factory, bytes_max, shared is not None, shared, arrays, copy_arrays, items_max
+                data,
+                array_factory,
+                bytes_max,
+                shared is not None or untracked,
+                shared,
+                arrays,
+                copy_arrays,
+                items_max,
             )
         except DecodeError:
             raise
