@@ -15,53 +15,17 @@ from typing import Any
 
 import pytest
 from scenario_fixtures import NONDETERMINISTIC
+from world_sources import record_tree32, reference_session
 
 from timetravel.explore import ReplayDivergence, Session
 from timetravel.explore.parked_worlds import PARKED_WORLDS_MAX, ParkedWorlds, quiet_until
-from timetravel.explore.world_source import RecordedWorlds
 from timetravel.recording import record_run
-from timetravel.scenarios import get_scenario
-from timetravel.sim.kernel import Simulation
 from timetravel.sim.world import World
-
-
-class FullRestores:
-    """A source that is not RecordedWorlds itself: every seek restores and re-executes, as before."""
-
-    def __init__(self, session: Session) -> None:
-        self.plain = RecordedWorlds(session)
-
-    def restore(self, manifest: Any, full_check: bool = False) -> World:
-        return self.plain.restore(manifest, full_check)
-
-    def simulation(self, world: World, **options: Any) -> Simulation:
-        return self.plain.simulation(world, **options)
-
-    def can_start_at(self, manifest: Any) -> bool:
-        return True
-
-    def before_copy(self, world: World) -> None:
-        """Nothing to keep."""
-
-    def close(self) -> None:
-        """Nothing to release."""
 
 
 @pytest.fixture(scope="module")
 def training(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    scenario = get_scenario("dp_training")
-    config = scenario.resolve_config(
-        {"ranks": 32, "allreduce": "tree", "params": 256, "steps": 3, "fabric_level": "collective"}
-    )
-    path = tmp_path_factory.mktemp("seek-parked") / "tree32.ttr"
-    report, _world = record_run(scenario, config, 4, path, snapshot_every_events=128)
-    return path, report
-
-
-def _reference(path: Path) -> Session:
-    session = Session.open(path)
-    session.source = FullRestores(session)
-    return session
+    return record_tree32(tmp_path_factory.mktemp("seek-parked"))
 
 
 def test_back_and_forth_gives_the_world_a_restore_gives(training: tuple[Path, Any]) -> None:
@@ -71,7 +35,7 @@ def test_back_and_forth_gives_the_world_a_restore_gives(training: tuple[Path, An
     moves: list[Any] = [rng.choice(places) - rng.randrange(0, 3) * 1000 for _ in range(40)]
     moves[10:10] = ["#40", places[0], "end", places[1], "start", places[1]]
     rewound = 0
-    with Session.open(path) as session, _reference(path) as reference:
+    with Session.open(path) as session, reference_session(path) as reference:
         for move in moves:
             assert session.goto(move) == reference.goto(move), move
             assert session.world.state_hash() == reference.world.state_hash(), move
@@ -86,7 +50,7 @@ def test_back_and_forth_gives_the_world_a_restore_gives(training: tuple[Path, An
 
 def test_a_seek_back_into_a_quiet_interval_runs_nothing(training: tuple[Path, Any]) -> None:
     path, _report = training
-    with Session.open(path) as session, _reference(path) as reference:
+    with Session.open(path) as session, reference_session(path) as reference:
         # a quiet interval: the longest gap between two recorded events
         times = [event.t_ns for event in session.events_around(1, before=1, after=4000)]
         gap, start = max((later - earlier, earlier) for earlier, later in itertools.pairwise(times))
@@ -112,7 +76,7 @@ def test_the_kept_worlds_are_bounded_and_none_is_kept_for_another_source(trainin
         for index in range(6):
             session.goto(report["t_end_ns"] * index // 6)
         assert len(session._parked) == PARKED_WORLDS_MAX
-    with _reference(path) as reference:
+    with reference_session(path) as reference:
         for index in range(6):
             reference.goto(report["t_end_ns"] * index // 6)
         assert len(reference._parked) == 0

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 from scenario_fixtures import NONDETERMINISTIC, TRESPASSER
+from world_sources import record_tree32, reference_session
 
 from timetravel.explore import ReplayDivergence, Session, seek_nodes
 from timetravel.explore.seek_nodes import nodes_run, worth_sharing
@@ -27,8 +28,6 @@ from timetravel.recording.format import RecordingError
 from timetravel.scenarios import get_scenario
 from timetravel.sim import speedups
 from timetravel.sim.encoding import pack
-from timetravel.sim.kernel import Simulation
-from timetravel.sim.world import World
 
 
 @pytest.fixture(autouse=True)
@@ -38,42 +37,9 @@ def share_small_worlds(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(seek_nodes, "SHARED_TOUCHED_FRACTION_MAX", 1.0)
 
 
-class FullRestores:
-    """The world source every seek had before sharing: each restore decodes every node afresh."""
-
-    def __init__(self, session: Session) -> None:
-        self.plain = RecordedWorlds(session)
-
-    def restore(self, manifest: Any, full_check: bool = False) -> World:
-        return self.plain.restore(manifest, full_check)
-
-    def simulation(self, world: World, **options: Any) -> Simulation:
-        return self.plain.simulation(world, **options)
-
-    def can_start_at(self, manifest: Any) -> bool:
-        return True
-
-    def before_copy(self, world: World) -> None:
-        """Nothing to keep."""
-
-    def close(self) -> None:
-        """Nothing to release."""
-
-
-def _reference(path: Path) -> Session:
-    session = Session.open(path)
-    session.source = FullRestores(session)
-    return session
-
-
 @pytest.fixture(scope="module")
 def training_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
-    scenario = get_scenario("dp_training")
-    config = scenario.resolve_config(
-        {"ranks": 32, "allreduce": "tree", "params": 256, "steps": 3, "fabric_level": "collective"}
-    )
-    path = tmp_path_factory.mktemp("seek-shared") / "tree32.ttr"
-    report, _world = record_run(scenario, config, 4, path, snapshot_every_events=128)
+    path, report = record_tree32(tmp_path_factory.mktemp("seek-shared"))
     assert report["recording"]["snapshots"] >= 5
     return path, report
 
@@ -99,7 +65,7 @@ def _moves(report: dict[str, Any], seed: int) -> list[str]:
 @pytest.mark.parametrize("which", ["training_recording", "gossip_recording"])
 def test_every_move_gives_the_world_a_full_decode_gives(which: str, request: pytest.FixtureRequest) -> None:
     path, report = request.getfixturevalue(which)
-    with Session.open(path) as session, _reference(path) as reference:
+    with Session.open(path) as session, reference_session(path) as reference:
         for move in _moves(report, 3):
             assert session.goto(move) == reference.goto(move), move
             assert session.world.state_hash() == reference.world.state_hash(), move
@@ -236,7 +202,7 @@ def test_a_large_recording_shares_at_the_default_thresholds(
     report, _world = record_run(scenario, config, 0, path)
     rng = random.Random(1)
     shared_seeks = 0
-    with Session.open(path) as session, _reference(path) as reference:
+    with Session.open(path) as session, reference_session(path) as reference:
         for _ in range(seeks):
             target = rng.randrange(0, report["t_end_ns"])
             assert session.goto(target) == reference.goto(target)
@@ -302,7 +268,7 @@ def test_the_open_world_is_shared_and_a_step_from_it_runs_private_states(
     between ranks): stepping from it decodes afresh every node it runs, whatever source serves the
     session by then, so no shared state is ever written."""
     path, _report = training_recording
-    with Session.open(path) as session, _reference(path) as reference:
+    with Session.open(path) as session, reference_session(path) as reference:
         assert set(session._shared) == set(session.world.nodes)
         assert session.world.state_hash() == reference.world.state_hash()
         held = {name: pack(state) for name, state in session.world.nodes.items()}
