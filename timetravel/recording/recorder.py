@@ -61,6 +61,7 @@ from timetravel.sim.kernel import (
 from timetravel.sim.runner import build_world, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
+from timetravel.snapshot.changes import Changes
 from timetravel.snapshot.codec import XOR_CHAIN_MAX, element_bytes, encode_page
 from timetravel.snapshot.entries import Blob, Item, Page
 from timetravel.snapshot.store import Snapshot, SnapshotStore
@@ -139,7 +140,8 @@ class Recorder:
         self.choice_log: list[list[Any]] | None = [] if record_choices else None
         self.choices_written = 0
         self.store = SnapshotStore(bytes_max=0)
-        self.since: list[list[Event]] = []
+        self.changes: Changes | None = None
+        """What ran since the latest snapshot, gathered as each batch is flushed (snapshot/changes.py)."""
         self.notes: list[str] = []
         build = simulation_factory or functools.partial(Simulation, scenario)
         self.simulation = build(
@@ -195,7 +197,8 @@ class Recorder:
                 self.writer.events, self.branch, first, packed, len(events), digest, partial=False
             )
         )
-        self.since.append(events)
+        assert self.changes is not None, "a batch before the first snapshot"
+        self.changes.add(events, first)
         self._write_choices()
 
     def _write_choices(self) -> None:
@@ -216,9 +219,11 @@ class Recorder:
     ) -> Snapshot:
         """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot).
         ``chain_open_bytes``: the world's open chain batch, packed, when the caller has it."""
-        since = None if full or not self.store.snapshots else [*self.since, self.world.chain_batch]
-        snapshot = self.store.take(self.world, since)
-        self.since = []
+        changes = None if full or not self.store.snapshots else self.changes
+        if changes is not None:
+            changes.add(self.world.chain_batch, self.world.chain_events)
+        snapshot = self.store.take(self.world, changes=changes)
+        self.changes = Changes(snapshot.seq, snapshot.events)
         manifest = snapshot.manifest(chain_open_bytes)
         manifest["branch"] = self.branch
         manifest["final"] = final

@@ -2,7 +2,7 @@
 
 **What is copied.** A snapshot holds every part of the world. Between two snapshots, only the
 nodes whose handlers ran can have changed: they are the ``dst`` of the events processed in
-between, which the kernel already hands out in chain batches (:func:`dirty_nodes`), so the hot
+between, which the kernel already hands out in chain batches (:mod:`changes`), so the hot
 loop tracks nothing. Those nodes are encoded again; every other node reuses the previous
 snapshot's blob *by reference*. Inside a re-encoded node, arrays are cut into pages hashed with
 xxh3-128 and only changed pages are new objects. Pending events are kept in generations (events
@@ -34,7 +34,6 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -59,6 +58,7 @@ from timetravel.snapshot.assemble import (
     node_segment,
     nodes_root_from_segments,
 )
+from timetravel.snapshot.changes import Changes, SnapshotError, last_events
 from timetravel.snapshot.codec import Capture, build_array, decode_value
 from timetravel.snapshot.entries import ArrayEntry, Blob, Item, Page, QueueChunk
 
@@ -68,26 +68,6 @@ SNAPSHOTS_MAX = 100_000
 """Hard bound on snapshots held, whatever their size."""
 QUEUE_GENERATIONS_MAX = 64
 """Past this many queue generations, the older ones are merged into one."""
-
-_get_dst = itemgetter(2)
-_get_seq = itemgetter(1)
-
-
-class SnapshotError(Exception):
-    """A snapshot does not restore to the state it recorded (or cannot be taken)."""
-
-
-def dirty_nodes(batches: Iterable[Sequence[Event]]) -> dict[str, None]:
-    """Nodes whose handlers may have run: the ``dst`` of every event in ``batches``.
-
-    A dict in first-event order, never a set: the order reaches the recording (blobs are written
-    as nodes are visited), and a set's order changes with PYTHONHASHSEED, which made two
-    recordings of the same seed differ byte for byte across processes.
-    """
-    dirty: dict[str, None] = {}
-    for batch in batches:
-        dirty.update(dict.fromkeys(map(_get_dst, batch)))
-    return dirty
 
 
 def part_value(world: World, name: str) -> Any:
@@ -211,15 +191,22 @@ class SnapshotStore:
 
     # -- taking -----------------------------------------------------------------------------------
 
-    def take(self, world: World, since: Sequence[Sequence[Event]] | None = None) -> Snapshot:
+    def take(
+        self,
+        world: World,
+        since: Sequence[Sequence[Event]] | None = None,
+        *,
+        changes: Changes | None = None,
+    ) -> Snapshot:
         """Snapshot ``world``, a later state of the world of the latest snapshot (if any).
 
         ``since``: every event processed since the latest snapshot, as the kernel's chain batches
         (flushed ones from ``on_chain_batch``, then ``world.chain_batch``; events from before the
         latest snapshot may be included). Their ``dst`` are the nodes that may have changed and
         their ``seq`` the pending events that left the queue. None re-encodes every node and the
-        whole queue (the first snapshot, or when nothing was tracked). A store follows one line
-        of history:
+        whole queue (the first snapshot, or when nothing was tracked). ``changes``: the same
+        events gathered as they were flushed (:class:`~timetravel.snapshot.changes.Changes`, since
+        the latest snapshot's ``seq``), instead of ``since``. A store follows one line of history:
         a branch starts a store of its own (its blobs are shared with the parent's in a recording,
         where equal blobs are stored once by digest).
         """
@@ -233,11 +220,15 @@ class SnapshotStore:
         bases: dict[int, Page] = {}
         self._capture = Capture(index)
         parts = self._take_parts(world, base, index, born, bases)
-        if since is not None and base is not None:
-            since = _last_events(since, world.events_processed - base.events)
-        dirty = None if since is None else dirty_nodes(since)
+        if base is None:
+            changes = None
+        elif changes is not None:
+            changes.check(base.seq, world.events_processed - base.events)
+        elif since is not None:
+            changes = Changes.of(last_events(since, world.events_processed - base.events), base.seq)
+        dirty = None if changes is None else changes.nodes
         nodes, segments = self._take_nodes(world, base, dirty, index, born, bases)
-        queue = self._take_queue(world, base, since, index, born, bases)
+        queue = self._take_queue(world, base, changes, index, born, bases)
         metrics = self._take_metrics(world, base, index, born, bases)
         part_digests = {name: blob.digest for name, blob in parts.items()}
         part_digests["nodes"] = nodes_root_from_segments(list(segments.values()))
@@ -360,20 +351,20 @@ class SnapshotStore:
         self,
         world: World,
         base: Snapshot | None,
-        since: Sequence[Sequence[Event]] | None,
+        changes: Changes | None,
         index: int,
         born: list[Item],
         bases: dict[int, Page],
     ) -> tuple[QueueChunk, ...]:
         queue = world.queue
-        if base is None or since is None:
+        if base is None or changes is None:
             chunks = [self._queue_chunk(0, world.seq, queue, index, born, bases)] if queue else []
             if base is not None:
                 for chunk in base.queue:
                     self._mark_replaced(chunk.blob, index)
             return tuple(chunks)
         seq_before = base.seq
-        ran = sorted({seq for batch in since for seq in map(_get_seq, batch) if seq < seq_before})
+        ran = sorted(set(changes.seqs_ran))
         chunks = []
         for chunk in base.queue:
             low = bisect.bisect_left(ran, chunk.seq_low)
@@ -507,22 +498,6 @@ class SnapshotStore:
                         seen.add(id(item))
                         total += item.nbytes
         return total
-
-
-def _last_events(batches: Sequence[Sequence[Event]], count: int) -> list[Sequence[Event]]:
-    """The last ``count`` events of ``batches`` (the events processed since the latest snapshot)."""
-    if count < 0:
-        raise SnapshotError("the world is older than the latest snapshot of this store")
-    tail: list[Sequence[Event]] = []
-    for batch in reversed(batches):
-        if count <= 0:
-            break
-        tail.append(batch[-count:] if len(batch) > count else batch)
-        count -= len(batch)
-    if count > 0:
-        raise SnapshotError(f"{count} processed events are missing from the batches given to take()")
-    tail.reverse()
-    return tail
 
 
 def _victim(snapshots: list[Snapshot]) -> int:
