@@ -24,3 +24,24 @@ def test_weights_key_tells_one_flipped_bit() -> None:
     flipped = weights.copy()
     flipped.view(np.uint16)[5] ^= 1
     assert replicas._weights_key(weights) != replicas._weights_key(flipped)
+
+
+def test_stacked_batches_are_the_peers_batches_for_the_key_they_were_stacked_for() -> None:
+    from timetravel.scenarios import get_scenario
+
+    scenario = get_scenario("dp_training")
+    world = scenario.build(scenario.resolve_config({"ranks": 8, "allreduce": "tree"}), 0)
+    names = [f"r{index}" for index in range(8)]
+    states = [world.nodes[name] for name in names]
+    replicas.clear()
+    for batch in (0, 1, 0):
+        key = (("config",), batch)
+        inputs, targets = replicas._stacked_batches(key, names, states, batch)
+        assert np.array_equal(inputs, np.stack([state["inputs"][batch] for state in states]))
+        assert np.array_equal(targets, np.stack([state["targets"][batch] for state in states]))
+        assert not inputs.flags.writeable and not targets.flags.writeable
+        again = replicas._stacked_batches(key, names, states, batch)
+        assert again[0] is inputs and again[1] is targets
+    fewer, _ = replicas._stacked_batches((("config",), 0), names[:3], states[:3], 0)
+    assert np.array_equal(fewer, np.stack([state["inputs"][0] for state in states[:3]]))
+    replicas.clear()
