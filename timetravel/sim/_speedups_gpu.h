@@ -796,7 +796,18 @@ host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream
 
 /* gpu._enqueue_and_pump. Steals ``op``. */
 static int
+enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_move);
+
+static int
 enqueue_and_pump(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx)
+{
+    return enqueue(gpu, stream, op, ctx, 1);
+}
+
+/* gpu._enqueue_and_pump; ``may_move`` 0: the op cannot move when queued (a wait on a pending
+ * record), so nothing can (every other stream is at rest) and the pump is skipped. Steals ``op``. */
+static int
+enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_move)
 {
     PyObject *fields[2], *queue, *running;
     PyObject *const keys[2] = {s_queue, s_running};
@@ -811,7 +822,7 @@ enqueue_and_pump(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx)
     Py_DECREF(op);
     if (appended < 0)
         return -1;
-    if (running == Py_None && PyList_GET_SIZE(queue) == 1) {
+    if (may_move && running == Py_None && PyList_GET_SIZE(queue) == 1) {
         PyObject *args[2] = {gpu, ctx};
         PyObject *result = gpu_pump(NULL, args, 2);
         if (result == NULL)
@@ -970,7 +981,7 @@ static PyObject *
 gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *gpu = NULL, *stream = NULL, *events, *entry, *generation, *op;
-    int found;
+    int found, blocked = 0;
     found = event_call_prelude("gpu_wait", args, nargs, &gpu, &stream, &events);
     if (found <= 0) {
         if (found < 0)
@@ -981,8 +992,13 @@ gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (entry == NULL && PyErr_Occurred())
         return NULL;
     if (entry != NULL) {
-        generation = need(entry, s_recorded);
-        if (generation == NULL)
+        PyObject *fields[2];
+        PyObject *const keys[2] = {s_recorded, s_pending};
+        if (need_many(entry, keys, 2, fields) < 0)
+            return NULL;
+        generation = fields[0];
+        blocked = PySequence_Contains(fields[1], generation); /* the wait will block at once */
+        if (blocked < 0)
             return NULL;
         Py_INCREF(generation);
     } else {
@@ -992,7 +1008,7 @@ gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     op = event_op(s_wait, args[2], generation);
     Py_DECREF(generation);
-    if (op == NULL || enqueue_and_pump(gpu, stream, op, args[0]) < 0)
+    if (op == NULL || enqueue(gpu, stream, op, args[0], !blocked) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
