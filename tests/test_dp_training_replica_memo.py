@@ -45,3 +45,18 @@ def test_stacked_batches_are_the_peers_batches_for_the_key_they_were_stacked_for
     fewer, _ = replicas._stacked_batches((("config",), 0), names[:3], states[:3], 0)
     assert np.array_equal(fewer, np.stack([state["inputs"][0] for state in states[:3]]))
     replicas.clear()
+
+
+def test_stacked_batches_are_stacked_afresh_when_a_shard_changed_in_place() -> None:
+    from timetravel.scenarios import get_scenario
+
+    scenario = get_scenario("dp_training")
+    world = scenario.build(scenario.resolve_config({"ranks": 4, "allreduce": "tree"}), 0)
+    names = [f"r{index}" for index in range(4)]
+    states = [world.nodes[name] for name in names]
+    replicas.clear()
+    before, _ = replicas._stacked_batches((("config",), 0), names, states, 0)
+    states[2]["inputs"][0, 0, 0] += np.float32(0.25)
+    after, _ = replicas._stacked_batches((("config",), 0), names, states, 0)
+    assert after is not before and after[2, 0, 0] == states[2]["inputs"][0, 0, 0]
+    replicas.clear()
