@@ -76,7 +76,7 @@ def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
         )
     nodes = ctx.world.nodes
     states = [nodes[name] for name in peers]
-    inputs, targets = _stacked_batches(key, peers, states, batch)
+    inputs, targets = _stacked_batches(key[0], peers, states, batch)
     rows = batched_buckets(
         stack_rows([peer["weights"] for peer in states]),
         inputs,
@@ -100,30 +100,31 @@ _batches: dict[str, Any] = {}
 
 
 def _stacked_batches(
-    key: tuple[Any, ...], peers: list[str], states: list[dict[str, Any]], batch: int
+    config_key: tuple[Any, ...], peers: list[str], states: list[dict[str, Any]], batch: int
 ) -> tuple[np.ndarray, np.ndarray]:
-    """The peers' inputs and targets of ``batch``, stacked: one entry kept, reused while the same
-    peers hold the same shards under the same config.
+    """The peers' inputs and targets of ``batch``, stacked (views into one stack of their whole
+    shards, kept while the same peers hold the same shards under the same config).
 
     A shard is drawn at build time and the scenario never writes it, so at 10,000 ranks every step
-    that uses batch ``b`` stacked the same bits again: 20,000 views and two concatenations of
-    10,000 arrays, ~40 ms a step, memory-bound. The entry is reused only when each peer's shard
-    arrays hash (xxh3-128 of their bytes, as the weights above) to what they hashed to when it was
-    stacked: a shard edited in place, or another world's, is stacked afresh (~5 ms of hashing a
-    step instead). The arrays are read-only (the batched pass only reads them).
+    stacked bits it had seen before: 20,000 views of one batch and two concatenations of 10,000
+    arrays, ~40 ms a step, memory-bound. The whole shards are stacked once instead (the same number
+    of arrays, no views), and each step takes its batch out of the stack. The stack is reused only
+    when each peer's shard arrays hash (xxh3-128 of their bytes, as the weights above) to what they
+    hashed to when it was made: a shard edited in place, or another world's, is stacked afresh.
+    The arrays are read-only (the batched pass only reads them).
     """
     shards = [_weights_key(peer["inputs"]) for peer in states]
     shards.extend([_weights_key(peer["targets"]) for peer in states])
-    batches_key = (key, peers, shards)
+    batches_key = (config_key, peers, shards)
     if _batches.get("key") != batches_key:
-        inputs = stack_rows([peer["inputs"][batch] for peer in states])
-        targets = stack_rows([peer["targets"][batch] for peer in states])
+        inputs = stack_rows([peer["inputs"] for peer in states])
+        targets = stack_rows([peer["targets"] for peer in states])
         inputs.flags.writeable = False
         targets.flags.writeable = False
         _batches["key"] = batches_key
         _batches["arrays"] = (inputs, targets)
-    stacked: tuple[np.ndarray, np.ndarray] = _batches["arrays"]
-    return stacked
+    inputs, targets = _batches["arrays"]
+    return inputs[:, batch], targets[:, batch]
 
 
 def _ready_peers(state: dict[str, Any], ctx: Context) -> list[str]:
