@@ -24,3 +24,39 @@ def test_weights_key_tells_one_flipped_bit() -> None:
     flipped = weights.copy()
     flipped.view(np.uint16)[5] ^= 1
     assert replicas._weights_key(weights) != replicas._weights_key(flipped)
+
+
+def test_stacked_batches_are_the_peers_batches_for_the_key_they_were_stacked_for() -> None:
+    from timetravel.scenarios import get_scenario
+
+    scenario = get_scenario("dp_training")
+    world = scenario.build(scenario.resolve_config({"ranks": 8, "allreduce": "tree"}), 0)
+    names = [f"r{index}" for index in range(8)]
+    states = [world.nodes[name] for name in names]
+    replicas.clear()
+    stacks = set()
+    for batch in (0, 1, 0, 3):
+        inputs, targets = replicas._stacked_batches(("config",), names, states, batch)
+        assert np.array_equal(inputs, np.stack([state["inputs"][batch] for state in states]))
+        assert np.array_equal(targets, np.stack([state["targets"][batch] for state in states]))
+        assert not inputs.flags.writeable and not targets.flags.writeable
+        stacks.add(id(inputs.base))
+    assert len(stacks) == 1  # one stack of the whole shards serves every batch
+    fewer, _ = replicas._stacked_batches(("config",), names[:3], states[:3], 0)
+    assert np.array_equal(fewer, np.stack([state["inputs"][0] for state in states[:3]]))
+    replicas.clear()
+
+
+def test_stacked_batches_are_stacked_afresh_when_a_shard_changed_in_place() -> None:
+    from timetravel.scenarios import get_scenario
+
+    scenario = get_scenario("dp_training")
+    world = scenario.build(scenario.resolve_config({"ranks": 4, "allreduce": "tree"}), 0)
+    names = [f"r{index}" for index in range(4)]
+    states = [world.nodes[name] for name in names]
+    replicas.clear()
+    before, _ = replicas._stacked_batches(("config",), names, states, 0)
+    states[2]["inputs"][0, 0, 0] += np.float32(0.25)
+    after, _ = replicas._stacked_batches(("config",), names, states, 0)
+    assert after.base is not before.base and after[2, 0, 0] == states[2]["inputs"][0, 0, 0]
+    replicas.clear()

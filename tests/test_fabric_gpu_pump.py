@@ -1,5 +1,5 @@
 """The stream engine skips the pump after an operation queued behind a running kernel or a
-blocked wait, and after a completion on a stream with nothing queued (fabric/gpu.py
+blocked wait, after a wait on a pending record queued on an idle stream, and after a completion on a stream with nothing queued (fabric/gpu.py
 ``_enqueue_and_pump``, ``_pump_after_completion``): the same runs, bit for bit, as pumping after
 every operation and completion, on worlds that exercise streams, waits, races, order flips and
 faults."""
@@ -31,7 +31,9 @@ def _run(settings: dict[str, Any], seed: int) -> tuple[str, int, str, str]:
     return result.outcome, result.events, str(world.state_hash()), str(chain_head(world))
 
 
-def _always_pump(gpu_state: dict[str, Any], stream: dict[str, Any], op: dict[str, Any], ctx: Any) -> None:
+def _always_pump(
+    gpu_state: dict[str, Any], stream: dict[str, Any], op: dict[str, Any], ctx: Any, may_move: bool = True
+) -> None:
     stream["queue"].append(op)
     gpu._pump(gpu_state, ctx)
 

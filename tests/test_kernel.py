@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import copy
+import gc
+import weakref
 from typing import Any
 
 import numpy as np
 import pytest
 
 from timetravel.scenarios import get_scenario
-from timetravel.sim import Context, Event, Param, Scenario, Simulation, World, chain_head
+from timetravel.sim import Context, Event, Param, Scenario, Simulation, World, chain_head, kernel
 from timetravel.sim.world import LOG_ENTRIES_MAX
 
 
@@ -274,3 +276,68 @@ def test_set_values_apply_after_the_preset_whatever_their_order() -> None:
     assert scenario.resolve_config({"preset": "big"}) == {"preset": "big", "n": 100, "m": 50}
     with pytest.raises(ConfigError, match="unknown preset 'huge'"):
         scenario.resolve_config(["preset=huge"])
+
+
+CYCLE_EVENTS = 2_000
+
+
+class _Cyclic:
+    """An object a handler leaves in a reference cycle (garbage only the collector can free)."""
+
+    def __init__(self) -> None:
+        self.me = self
+
+
+def _cycle_scenario(refs: list[Any]) -> tuple[Scenario, World]:
+    def make_cycle(state: dict[str, Any], event: Event, ctx: Context) -> None:
+        cyclic = _Cyclic()
+        refs.append(weakref.ref(cyclic))
+        state["kept"].append([event.payload])
+
+    def build(config: dict[str, Any], seed: int) -> World:
+        world = World("cycles", config, seed)
+        world.add_node("a", "maker", {"kept": []})
+        for t_ns in range(CYCLE_EVENTS):
+            world.schedule(t_ns, "a", "make", t_ns)
+        return world
+
+    scenario = Scenario("cycles", "", (), build, {"maker": {"make": make_cycle}})
+    return scenario, build({}, 0)
+
+
+def test_a_run_promotes_its_survivors_unscanned_and_cycles_are_still_freed(monkeypatch: Any) -> None:
+    monkeypatch.setattr(kernel, "YOUNG_PROMOTED_MIN", 0)
+    refs: list[Any] = []
+    scenario, world = _cycle_scenario(refs)
+    gc.collect()
+    collected: list[int] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    gc.callbacks.append(note)
+    try:
+        Simulation(scenario, world).run()
+    finally:
+        gc.callbacks.remove(note)
+    assert gc.isenabled() and gc.get_freeze_count() == 0
+    assert collected == []  # the run's thousands of young objects were not scanned on the way out
+    last_kept = world.nodes["a"]["kept"][-1]
+    assert any(item is last_kept for item in gc.get_objects(generation=2))
+    assert len(refs) == CYCLE_EVENTS and any(ref() is not None for ref in refs)
+    gc.collect()
+    assert all(ref() is None for ref in refs)
+    assert world.nodes["a"]["kept"] == [[t_ns] for t_ns in range(CYCLE_EVENTS)]
+
+
+def test_a_run_leaves_objects_the_program_froze_frozen(monkeypatch: Any) -> None:
+    monkeypatch.setattr(kernel, "YOUNG_PROMOTED_MIN", 0)
+    scenario, world = _cycle_scenario([])
+    gc.freeze()
+    try:
+        frozen = gc.get_freeze_count()
+        Simulation(scenario, world).run()
+        assert gc.get_freeze_count() >= frozen > 0
+    finally:
+        gc.unfreeze()

@@ -67,6 +67,35 @@ need_list(PyObject *value)
     return 0;
 }
 
+/* Borrowed values of ``count`` keys of an exact dict (NULL-free on success: 0; -1 with the error
+ * need() sets). The engine's dicts are built with their keys in one order (a stream: index, queue,
+ * running, clock; an op: op, name, duration_ns, ...), so the keys, asked in that relative order,
+ * are met by walking the entries (PyDict_Next: no hashing, no probing, one contiguous table):
+ * a third of the instructions of one lookup each. A key the walk does not meet by identity (a dict
+ * rebuilt in another order, a key string that is equal but not the interned one) is looked up, so
+ * the values are those of the lookups whatever the order. */
+static int
+need_many(PyObject *dict, PyObject *const *keys, int count, PyObject **values)
+{
+    Py_ssize_t cursor = 0;
+    PyObject *key, *value;
+    int found = 0;
+    if (!PyDict_CheckExact(dict)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_pump: the GPU state holds a value of the wrong type");
+        return -1;
+    }
+    while (found < count && PyDict_Next(dict, &cursor, &key, &value)) {
+        if (key == keys[found])
+            values[found++] = value;
+    }
+    for (; found < count; found++) {
+        values[found] = need(dict, keys[found]);
+        if (values[found] == NULL)
+            return -1;
+    }
+    return 0;
+}
+
 /* race.join: into = max(into, other) entry by entry. */
 static int
 gpu_join(PyObject *into, PyObject *other)
@@ -182,18 +211,16 @@ report(PyObject *ctx, PyObject *gpu, PyObject *buffer, PyObject *earlier, PyObje
     return 0;
 }
 
-/* race.check_kernel, step for step. */
+/* race.check_kernel, step for step (``index_object`` and ``clock`` are the stream's). */
 static int
-check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *stream, PyObject *kernel, PyObject *reads,
-             PyObject *writes, PyObject *ctx)
+check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *index_object, PyObject *clock, PyObject *kernel,
+             PyObject *reads, PyObject *writes, PyObject *ctx)
 {
-    PyObject *access, *clock, *mine, *zero, *index_object;
+    PyObject *access, *mine, *zero;
     Py_ssize_t index, position;
     int result = -1, conflict;
 
     access = need(gpu, s_access);
-    index_object = need(stream, s_index);
-    clock = need(stream, s_clock);
     if (access == NULL || index_object == NULL || need_list(clock) < 0 || !PyDict_CheckExact(access) ||
         need_list(reads) < 0 || need_list(writes) < 0) {
         if (!PyErr_Occurred())
@@ -221,13 +248,12 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *stream, PyObject *k
     PyList_SET_ITEM(mine, 2, kernel);
 
     for (position = 0; position < PyList_GET_SIZE(reads); position++) {
-        PyObject *buffer = PyList_GET_ITEM(reads, position), *entry, *write, *entry_reads;
+        PyObject *buffer = PyList_GET_ITEM(reads, position), *entry, *write, *entry_reads, *found[2];
+        PyObject *const keys[2] = {s_write, s_reads};
         entry = access_entry(access, buffer);
-        if (entry == NULL || !PyDict_CheckExact(entry))
+        if (entry == NULL || !PyDict_CheckExact(entry) || need_many(entry, keys, 2, found) < 0)
             goto done;
-        write = need(entry, s_write);
-        if (write == NULL)
-            goto done;
+        write = found[0];
         if (write != Py_None) {
             conflict = unordered(write, index, clock, zero);
             if (conflict < 0)
@@ -237,20 +263,19 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *stream, PyObject *k
                 goto done;
             }
         }
-        entry_reads = need(entry, s_reads);
-        if (entry_reads == NULL || PyObject_SetItem(entry_reads, stream_name, mine) < 0)
+        entry_reads = found[1];
+        if (PyObject_SetItem(entry_reads, stream_name, mine) < 0)
             goto done;
     }
     for (position = 0; position < PyList_GET_SIZE(writes); position++) {
         PyObject *buffer = PyList_GET_ITEM(writes, position), *entry, *write, *entry_reads, *key, *reader;
-        PyObject *empty;
+        PyObject *empty, *found[2];
+        PyObject *const keys[2] = {s_write, s_reads};
         Py_ssize_t cursor = 0;
         entry = access_entry(access, buffer);
-        if (entry == NULL || !PyDict_CheckExact(entry))
+        if (entry == NULL || !PyDict_CheckExact(entry) || need_many(entry, keys, 2, found) < 0)
             goto done;
-        write = need(entry, s_write);
-        if (write == NULL)
-            goto done;
+        write = found[0];
         if (write != Py_None) {
             conflict = unordered(write, index, clock, zero);
             if (conflict < 0)
@@ -260,9 +285,7 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *stream, PyObject *k
                 goto done;
             }
         }
-        entry_reads = need(entry, s_reads);
-        if (entry_reads == NULL)
-            goto done;
+        entry_reads = found[1];
         if (!PyDict_CheckExact(entry_reads)) {
             PyErr_SetString(PyExc_TypeError, "gpu_pump: a buffer's reads are not a dict");
             goto done;
@@ -305,19 +328,58 @@ deliver(PyObject *ctx, PyObject *t, PyObject *dst, PyObject *kind, PyObject *pay
     return 0;
 }
 
-/* gpu._start_kernel, step for step. ``race`` is whether the race detector is on. */
+/* ``world.fabric.get("race_detector", True)``: 1 on, 0 off, -1 on error. */
 static int
-start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyObject *ctx, int race)
+race_enabled(PyObject *ctx)
+{
+    PyObject *fabric = PyObject_GetAttr(((ContextCore *)ctx)->world, s_fabric), *detector;
+    int race;
+    if (fabric == NULL)
+        return -1;
+    if (PyDict_CheckExact(fabric)) {
+        detector = PyDict_GetItemWithError(fabric, s_race_detector);
+        if (detector == NULL && PyErr_Occurred()) {
+            Py_DECREF(fabric);
+            return -1;
+        }
+        race = detector == NULL ? 1 : PyObject_IsTrue(detector);
+    } else {
+        detector = PyObject_CallMethod(fabric, "get", "OO", s_race_detector, Py_True);
+        race = detector == NULL ? -1 : PyObject_IsTrue(detector);
+        Py_XDECREF(detector);
+    }
+    Py_DECREF(fabric);
+    return race;
+}
+
+/* The keys start_kernel reads from a kernel op, in the order gpu_launch (and gpu._launch_python)
+ * insert them, and from a stream and the GPU state, in the order gpu._stream and new_gpu_state do. */
+enum { OP_NAME, OP_DURATION, OP_READS, OP_WRITES, OP_DONE_KIND, OP_PAYLOAD, OP_STARTED_KIND, OP_HOST_CLOCK,
+       OP_KEYS };
+enum { GPU_EPOCH, GPU_TICKETS, GPU_FACTOR, GPU_STREAMS, GPU_KEYS };
+
+/* gpu._start_kernel, step for step. ``*race`` is whether the race detector is on (-1: not read yet;
+ * it is read, once a pump, when a kernel with buffer accesses starts). */
+static int
+start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyObject *ctx, int *race)
 {
     PyObject *clock, *index_object, *value, *bumped, *reads, *writes, *tickets, *ticket = NULL, *now;
     PyObject *duration, *end = NULL, *running = NULL, *started_kind, *node;
+    PyObject *fields[OP_KEYS], *stream_fields[2], *gpu_fields[GPU_KEYS];
+    PyObject *const op_keys[OP_KEYS] = {s_name,    s_duration_ns,  s_reads,      s_writes,
+                                        s_done_kind, s_payload, s_started_kind, s_host_clock};
+    PyObject *const stream_keys[2] = {s_index, s_clock};
+    PyObject *const gpu_keys[GPU_KEYS] = {s_epoch, s_tickets, s_compute_factor, s_streams};
     Py_ssize_t index;
     int result = -1;
 
-    clock = need(stream, s_clock);
-    index_object = need(stream, s_index);
-    value = need(op, s_host_clock);
-    if (need_list(clock) < 0 || index_object == NULL || value == NULL || gpu_join(clock, value) < 0)
+    /* the op is ours (popped from its queue): its values stay as read here */
+    if (need_many(stream, stream_keys, 2, stream_fields) < 0 || need_many(op, op_keys, OP_KEYS, fields) < 0)
+        return -1;
+    index_object = stream_fields[0];
+    clock = stream_fields[1];
+    value = fields[OP_HOST_CLOCK];
+    if (need_list(clock) < 0 || gpu_join(clock, value) < 0)
         return -1;
     index = PyLong_AsSsize_t(index_object);
     if (index == -1 && PyErr_Occurred())
@@ -338,25 +400,24 @@ start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyOb
     if (bumped == NULL)
         return -1;
     PyList_SetItem(clock, index, bumped);
-    reads = need(op, s_reads);
-    writes = need(op, s_writes);
-    if (reads == NULL || writes == NULL)
-        return -1;
-    if (race) {
+    reads = fields[OP_READS];
+    writes = fields[OP_WRITES];
+    {
         int any_access = PyObject_IsTrue(reads);
         if (any_access == 0)
             any_access = PyObject_IsTrue(writes);
         if (any_access < 0)
             return -1;
-        if (any_access) {
-            value = need(op, s_name);
-            if (value == NULL || check_kernel(gpu, name, stream, value, reads, writes, ctx) < 0)
-                return -1;
-        }
+        if (any_access && *race < 0 && (*race = race_enabled(ctx)) < 0)
+            return -1;
+        if (any_access && *race &&
+            check_kernel(gpu, name, index_object, clock, fields[OP_NAME], reads, writes, ctx) < 0)
+            return -1;
     }
-    tickets = need(gpu, s_tickets);
-    if (tickets == NULL)
+    /* read after check_kernel, whose race report runs Python */
+    if (need_many(gpu, gpu_keys, GPU_KEYS, gpu_fields) < 0)
         return -1;
+    tickets = gpu_fields[GPU_TICKETS];
     ticket = PyNumber_Add(tickets, one);
     if (ticket == NULL || PyDict_SetItem(gpu, s_tickets, ticket) < 0)
         goto done;
@@ -368,16 +429,12 @@ start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyOb
     }
     Py_INCREF(now);
     Py_INCREF(node);
-    duration = need(op, s_duration_ns);
-    if (duration == NULL)
-        goto release;
+    duration = fields[OP_DURATION];
     if (duration == Py_None) {
         end = Py_NewRef(Py_None);
     } else {
-        PyObject *factor = need(gpu, s_compute_factor), *length, *payload, *epoch;
-        int plain;
-        if (factor == NULL)
-            goto release;
+        PyObject *factor = gpu_fields[GPU_FACTOR], *length, *payload, *epoch;
+        int plain, draw = 0;
         plain = PyObject_RichCompareBool(factor, float_one, Py_EQ);
         if (plain < 0)
             goto release;
@@ -396,11 +453,12 @@ start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyOb
             goto release;
         {
             /* _draw_completion_order draws only for a timed kernel running on another stream */
-            PyObject *streams = need(gpu, s_streams), *other_name, *other;
+            PyObject *streams = gpu_fields[GPU_STREAMS], *other_name, *other;
             Py_ssize_t cursor = 0;
-            int draw = 0;
-            if (streams == NULL)
+            if (!PyDict_CheckExact(streams)) {
+                PyErr_SetString(PyExc_TypeError, "gpu_pump: streams is not a dict");
                 goto release;
+            }
             while (PyDict_Next(streams, &cursor, &other_name, &other)) {
                 PyObject *other_running;
                 if (other == stream)
@@ -426,7 +484,8 @@ start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyOb
                 Py_SETREF(end, drawn);
             }
         }
-        epoch = need(gpu, s_epoch);
+        /* the draw (Python) may have run since the walk: read the epoch again after one */
+        epoch = draw ? need(gpu, s_epoch) : gpu_fields[GPU_EPOCH];
         if (epoch == NULL)
             goto release;
         payload = PyList_New(3);
@@ -448,22 +507,17 @@ start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyOb
     if (running == NULL)
         goto release;
     {
-        PyObject *kernel = need(op, s_name), *done_kind, *payload;
-        if (kernel == NULL || PyDict_SetItem(running, s_name, kernel) < 0 ||
-            PyDict_SetItem(running, s_ticket, ticket) < 0 || PyDict_SetItem(running, s_start_ns, now) < 0 ||
-            PyDict_SetItem(running, s_end_ns, end) < 0)
+        PyObject *kernel = fields[OP_NAME], *done_kind = fields[OP_DONE_KIND], *payload = fields[OP_PAYLOAD];
+        if (PyDict_SetItem(running, s_name, kernel) < 0 || PyDict_SetItem(running, s_ticket, ticket) < 0 ||
+            PyDict_SetItem(running, s_start_ns, now) < 0 || PyDict_SetItem(running, s_end_ns, end) < 0)
             goto release;
-        done_kind = need(op, s_done_kind);
-        if (done_kind == NULL || PyDict_SetItem(running, s_done_kind, done_kind) < 0)
+        if (PyDict_SetItem(running, s_done_kind, done_kind) < 0)
             goto release;
-        payload = need(op, s_payload);
-        if (payload == NULL || PyDict_SetItem(running, s_payload, payload) < 0)
+        if (PyDict_SetItem(running, s_payload, payload) < 0)
             goto release;
         if (PyDict_SetItem(stream, s_running, running) < 0)
             goto release;
-        started_kind = need(op, s_started_kind);
-        if (started_kind == NULL)
-            goto release;
+        started_kind = fields[OP_STARTED_KIND];
         if (started_kind != Py_None && deliver(ctx, now, node, started_kind, payload) < 0)
             goto release;
     }
@@ -482,9 +536,14 @@ done:
 static int
 complete_record(PyObject *entry, PyObject *generation, PyObject *stream, PyObject *now)
 {
-    PyObject *pending = need(entry, s_pending), *completed, *clock, *copy;
+    PyObject *pending, *completed, *clock, *copy, *fields[2];
+    PyObject *const keys[2] = {s_completed, s_pending}; /* the order of gpu._event_entry */
     Py_ssize_t at;
     int later, found = 0;
+    if (need_many(entry, keys, 2, fields) < 0)
+        return -1;
+    completed = fields[0];
+    pending = fields[1];
     if (need_list(pending) < 0)
         return -1;
     for (at = 0; at < PyList_GET_SIZE(pending); at++) { /* list.remove: the first equal item */
@@ -499,9 +558,6 @@ complete_record(PyObject *entry, PyObject *generation, PyObject *stream, PyObjec
         return -1;
     }
     if (PyList_SetSlice(pending, at, at + 1, NULL) < 0)
-        return -1;
-    completed = need(entry, s_completed);
-    if (completed == NULL)
         return -1;
     later = PyObject_RichCompareBool(generation, completed, Py_GT);
     if (later <= 0)
@@ -521,38 +577,63 @@ complete_record(PyObject *entry, PyObject *generation, PyObject *stream, PyObjec
     return 0;
 }
 
-/* gpu._advance: 1 when a record completed on the way, 0 when not, -1 on error. */
-static int
-advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *ctx, int race)
+/* An op's kind (its first key, "op", as every op is built), borrowed. */
+static PyObject *
+op_kind(PyObject *op)
 {
-    PyObject *queue = need(stream, s_queue), *events = need(gpu, s_events);
+    Py_ssize_t cursor = 0;
+    PyObject *key, *value;
+    if (PyDict_CheckExact(op) && PyDict_Next(op, &cursor, &key, &value) && key == s_op)
+        return value;
+    return need(op, s_op);
+}
+
+/* gpu._advance: 1 when a record completed on the way, 0 when not, -1 on error. The caller found
+ * the stream idle (``running`` None) with ``queue`` (its queue) not empty. Taking a wait or
+ * completing a record leaves ``running`` as it was; starting a kernel sets it, which ends the loop:
+ * so ``running`` is not read again here. */
+static int
+advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *queue, PyObject *ctx, int *race)
+{
+    PyObject *events = NULL;
+    PyObject *const keys[2] = {s_event, s_generation};
     int recorded = 0;
-    if (need_list(queue) < 0 || events == NULL)
-        return -1;
-    if (!PyDict_CheckExact(events)) {
-        PyErr_SetString(PyExc_TypeError, "gpu_pump: the events table is not a dict");
-        return -1;
-    }
     for (;;) {
-        PyObject *running = need(stream, s_running), *op, *kind;
-        if (running == NULL)
-            return -1;
-        if (running != Py_None || PyList_GET_SIZE(queue) == 0)
+        PyObject *op, *kind, *fields[2];
+        int is_wait = 0, is_record = 0;
+        if (PyList_GET_SIZE(queue) == 0)
             return recorded;
         op = PyList_GET_ITEM(queue, 0);
-        kind = need(op, s_op);
+        kind = op_kind(op);
         if (kind == NULL)
             return -1;
-        if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_wait) == 0) {
-            PyObject *event_name = need(op, s_event), *generation = need(op, s_generation), *entry;
-            if (event_name == NULL || generation == NULL)
+        if (kind == s_wait) {
+            is_wait = 1;
+        } else if (kind == s_record) {
+            is_record = 1;
+        } else if (kind != s_kernel && PyUnicode_Check(kind)) {
+            is_wait = PyUnicode_Compare(kind, s_wait) == 0;
+            is_record = !is_wait && PyUnicode_Compare(kind, s_record) == 0;
+        }
+        if ((is_wait || is_record) && events == NULL) {
+            events = need(gpu, s_events);
+            if (events == NULL)
                 return -1;
-            entry = PyDict_GetItemWithError(events, event_name);
+            if (!PyDict_CheckExact(events)) {
+                PyErr_SetString(PyExc_TypeError, "gpu_pump: the events table is not a dict");
+                return -1;
+            }
+        }
+        if (is_wait) {
+            PyObject *entry;
+            if (need_many(op, keys, 2, fields) < 0)
+                return -1;
+            entry = PyDict_GetItemWithError(events, fields[0]);
             if (entry == NULL && PyErr_Occurred())
                 return -1;
             if (entry != NULL) {
                 PyObject *pending = need(entry, s_pending);
-                int blocked = pending == NULL ? -1 : PySequence_Contains(pending, generation);
+                int blocked = pending == NULL ? -1 : PySequence_Contains(pending, fields[1]);
                 if (blocked < 0)
                     return -1;
                 if (blocked)
@@ -572,18 +653,14 @@ advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *ctx, int race
                 if (joined < 0)
                     return -1;
             }
-        } else if (PyUnicode_Check(kind) && PyUnicode_Compare(kind, s_record) == 0) {
-            PyObject *entry, *event_name, *generation;
+        } else if (is_record) {
+            PyObject *entry;
             int completed;
             op = pop_front(queue);
             if (op == NULL)
                 return -1;
-            event_name = need(op, s_event);
-            generation = need(op, s_generation);
-            entry = event_name == NULL ? NULL : need(events, event_name);
-            completed = entry == NULL || generation == NULL
-                            ? -1
-                            : complete_record(entry, generation, stream, ((ContextCore *)ctx)->now);
+            entry = need_many(op, keys, 2, fields) < 0 ? NULL : need(events, fields[0]);
+            completed = entry == NULL ? -1 : complete_record(entry, fields[1], stream, ((ContextCore *)ctx)->now);
             Py_DECREF(op);
             if (completed < 0)
                 return -1;
@@ -597,6 +674,7 @@ advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *ctx, int race
             Py_DECREF(op);
             if (started < 0)
                 return -1;
+            return recorded; /* the stream runs the kernel now */
         }
     }
 }
@@ -605,8 +683,9 @@ advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *ctx, int race
 static PyObject *
 gpu_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    PyObject *gpu, *ctx, *streams, *fabric, *detector;
-    int again = 1, race;
+    PyObject *gpu, *ctx, *streams;
+    PyObject *const stream_keys[2] = {s_queue, s_running};
+    int again = 1, race = -1;
     if (nargs != 2) {
         PyErr_SetString(PyExc_TypeError, "gpu_pump takes 2 arguments");
         return NULL;
@@ -627,24 +706,6 @@ gpu_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "gpu_pump: streams is not a dict");
         return NULL;
     }
-    fabric = PyObject_GetAttr(((ContextCore *)ctx)->world, s_fabric);
-    if (fabric == NULL)
-        return NULL;
-    if (PyDict_CheckExact(fabric)) {
-        detector = PyDict_GetItemWithError(fabric, s_race_detector);
-        if (detector == NULL && PyErr_Occurred()) {
-            Py_DECREF(fabric);
-            return NULL;
-        }
-        race = detector == NULL ? 1 : PyObject_IsTrue(detector);
-    } else {
-        detector = PyObject_CallMethod(fabric, "get", "OO", s_race_detector, Py_True);
-        race = detector == NULL ? -1 : PyObject_IsTrue(detector);
-        Py_XDECREF(detector);
-    }
-    Py_DECREF(fabric);
-    if (race < 0)
-        return NULL;
     Py_INCREF(gpu);
     Py_INCREF(streams);
     while (again) {
@@ -652,20 +713,22 @@ gpu_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t cursor = 0;
         again = 0;
         while (PyDict_Next(streams, &cursor, &name, &stream)) {
-            PyObject *running = need(stream, s_running), *queue;
+            PyObject *fields[2], *queue;
             int moved;
-            if (running == NULL)
+            if (need_many(stream, stream_keys, 2, fields) < 0)
                 goto fail;
-            if (running != Py_None)
+            if (fields[1] != Py_None)
                 continue;
-            queue = need(stream, s_queue);
+            queue = fields[0];
             if (need_list(queue) < 0)
                 goto fail;
             if (PyList_GET_SIZE(queue) == 0)
                 continue;
             Py_INCREF(name);
             Py_INCREF(stream);
-            moved = advance(gpu, name, stream, ctx, race);
+            Py_INCREF(queue);
+            moved = advance(gpu, name, stream, queue, ctx, &race);
+            Py_DECREF(queue);
             Py_DECREF(name);
             Py_DECREF(stream);
             if (moved < 0)
@@ -733,22 +796,33 @@ host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream
 
 /* gpu._enqueue_and_pump. Steals ``op``. */
 static int
+enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_move);
+
+static int
 enqueue_and_pump(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx)
 {
-    PyObject *queue = need(stream, s_queue), *running;
+    return enqueue(gpu, stream, op, ctx, 1);
+}
+
+/* gpu._enqueue_and_pump; ``may_move`` 0: the op cannot move when queued (a wait on a pending
+ * record), so nothing can (every other stream is at rest) and the pump is skipped. Steals ``op``. */
+static int
+enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_move)
+{
+    PyObject *fields[2], *queue, *running;
+    PyObject *const keys[2] = {s_queue, s_running};
     int appended;
-    if (need_list(queue) < 0) {
+    if (need_many(stream, keys, 2, fields) < 0 || need_list(fields[0]) < 0) {
         Py_DECREF(op);
         return -1;
     }
+    queue = fields[0];
+    running = fields[1]; /* appending to the queue changes no value of the stream */
     appended = PyList_Append(queue, op);
     Py_DECREF(op);
     if (appended < 0)
         return -1;
-    running = need(stream, s_running);
-    if (running == NULL)
-        return -1;
-    if (running == Py_None && PyList_GET_SIZE(queue) == 1) {
+    if (may_move && running == Py_None && PyList_GET_SIZE(queue) == 1) {
         PyObject *args[2] = {gpu, ctx};
         PyObject *result = gpu_pump(NULL, args, 2);
         if (result == NULL)
@@ -907,7 +981,7 @@ static PyObject *
 gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *gpu = NULL, *stream = NULL, *events, *entry, *generation, *op;
-    int found;
+    int found, blocked = 0;
     found = event_call_prelude("gpu_wait", args, nargs, &gpu, &stream, &events);
     if (found <= 0) {
         if (found < 0)
@@ -918,8 +992,13 @@ gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (entry == NULL && PyErr_Occurred())
         return NULL;
     if (entry != NULL) {
-        generation = need(entry, s_recorded);
-        if (generation == NULL)
+        PyObject *fields[2];
+        PyObject *const keys[2] = {s_recorded, s_pending};
+        if (need_many(entry, keys, 2, fields) < 0)
+            return NULL;
+        generation = fields[0];
+        blocked = PySequence_Contains(fields[1], generation); /* the wait will block at once */
+        if (blocked < 0)
             return NULL;
         Py_INCREF(generation);
     } else {
@@ -929,7 +1008,7 @@ gpu_wait(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     op = event_op(s_wait, args[2], generation);
     Py_DECREF(generation);
-    if (op == NULL || enqueue_and_pump(gpu, stream, op, args[0]) < 0)
+    if (op == NULL || enqueue(gpu, stream, op, args[0], !blocked) < 0)
         return NULL;
     Py_RETURN_NONE;
 }
@@ -941,6 +1020,10 @@ gpu_done(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
     PyObject *table, *state, *event, *ctx, *payload, *epoch, *stream_name, *ticket, *gpu, *value, *streams;
     PyObject *stream, *running, *done_kind, *queue, *handler, *done_event, *result;
+    PyObject *gpu_fields[2], *stream_fields[3], *running_fields[3];
+    PyObject *const gpu_keys[2] = {s_epoch, s_streams};
+    PyObject *const stream_keys[3] = {s_queue, s_running, s_clock};
+    PyObject *const running_keys[3] = {s_ticket, s_done_kind, s_payload};
     int differs;
     if (nargs != 4) {
         PyErr_SetString(PyExc_TypeError, "gpu_done takes 4 arguments");
@@ -970,15 +1053,12 @@ gpu_done(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         Py_RETURN_NONE;
     if (!PyDict_CheckExact(gpu))
         Py_RETURN_NOTIMPLEMENTED;
-    value = need(gpu, s_epoch);
-    if (value == NULL)
+    if (need_many(gpu, gpu_keys, 2, gpu_fields) < 0)
         return NULL;
-    differs = PyObject_RichCompareBool(value, epoch, Py_NE);
+    differs = PyObject_RichCompareBool(gpu_fields[0], epoch, Py_NE);
     if (differs != 0)
         return differs < 0 ? NULL : Py_NewRef(Py_None);
-    streams = need(gpu, s_streams);
-    if (streams == NULL)
-        return NULL;
+    streams = gpu_fields[1];
     if (!PyDict_CheckExact(streams))
         Py_RETURN_NOTIMPLEMENTED;
     stream = PyDict_GetItemWithError(streams, stream_name);
@@ -987,15 +1067,14 @@ gpu_done(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         Py_RETURN_NONE;
     }
-    running = need(stream, s_running);
-    if (running == NULL)
+    if (need_many(stream, stream_keys, 3, stream_fields) < 0)
         return NULL;
+    running = stream_fields[1];
     if (running == Py_None)
         Py_RETURN_NONE;
-    value = need(running, s_ticket);
-    if (value == NULL)
+    if (need_many(running, running_keys, 3, running_fields) < 0)
         return NULL;
-    differs = PyObject_RichCompareBool(value, ticket, Py_NE);
+    differs = PyObject_RichCompareBool(running_fields[0], ticket, Py_NE);
     if (differs != 0)
         return differs < 0 ? NULL : Py_NewRef(Py_None);
     Py_INCREF(running); /* ours now: the stream lets go of it */
@@ -1005,17 +1084,15 @@ gpu_done(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     done_event = NULL;
     if (PyDict_SetItem(stream, s_running, Py_None) < 0)
         goto release;
-    done_kind = need(running, s_done_kind);
-    if (done_kind == NULL)
-        goto release;
+    /* the stream's queue and clock and the running dict's values, as read above: setting the
+     * stream's ``running`` changes none of them, and the running dict is ours alone now */
+    done_kind = running_fields[1];
     if (done_kind != Py_None) {
-        PyObject *host = need(gpu, s_host_clock), *clock = need(stream, s_clock);
-        if (host == NULL || clock == NULL || gpu_join(host, clock) < 0)
+        PyObject *host = need(gpu, s_host_clock), *clock = stream_fields[2];
+        if (host == NULL || gpu_join(host, clock) < 0)
             goto release;
     }
-    queue = need(stream, s_queue);
-    if (queue == NULL)
-        goto release;
+    queue = stream_fields[0];
     if (PyObject_IsTrue(queue)) {
         PyObject *pump_args[2] = {gpu, ctx};
         PyObject *pumped = gpu_pump(NULL, pump_args, 2);
@@ -1038,10 +1115,9 @@ gpu_done(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         goto release;
     }
     Py_INCREF(handler);
-    value = need(running, s_payload);
-    done_event = value == NULL ? NULL
-                               : make_event(PyTuple_GET_ITEM(event, 0), PyTuple_GET_ITEM(event, 1),
-                                            PyTuple_GET_ITEM(event, 2), done_kind, value);
+    value = running_fields[2];
+    done_event = make_event(PyTuple_GET_ITEM(event, 0), PyTuple_GET_ITEM(event, 1), PyTuple_GET_ITEM(event, 2),
+                            done_kind, value);
     if (done_event == NULL) {
         Py_DECREF(handler);
         goto release;

@@ -36,6 +36,8 @@ from timetravel.sim.scenario import NotAuthorizedError, Scenario
 from timetravel.sim.world import World
 
 CHAIN_BATCH_EVENTS_DEFAULT = 4096
+YOUNG_PROMOTED_MIN = 100_000
+"""Young allocations from which a run promotes its survivors unscanned (:func:`_promote_survivors`)."""
 CHAIN_DIGEST_INITIAL = bytes(16)
 TIME_NS_MAX = (1 << 63) - 1
 DELIVERED_WHEN_DOWN = "fault"
@@ -148,6 +150,7 @@ class Simulation:
                     on_pause(self)
         finally:
             if was_enabled:
+                _promote_survivors()
                 gc.enable()
         stop = stop or STOP_MAX_EVENTS
         if stop == STOP_UNTIL:
@@ -365,6 +368,23 @@ class Simulation:
     def chain_head(self) -> str:
         """Hex digest of the chain over every event processed so far (partial batch included)."""
         return chain_head(self.world)
+
+
+def _promote_survivors() -> None:
+    """Move what the run left in the collector's young generations to the oldest one, unscanned.
+
+    With the collector paused, every container a handler allocated and kept stays young, and the
+    first allocation after ``gc.enable()`` would scan them all in one young collection that finds
+    nothing to free (the world is acyclic data; a 10,000-rank tree run leaves ~1.3 million such
+    objects: 150 ms, 3% of its run). ``gc.freeze()`` then ``gc.unfreeze()`` moves every tracked
+    object to the oldest generation in O(1) and zeroes the young count: what a generational
+    collector would do with long-lived data, without the scan. A cycle made during the run is
+    still freed, by the next full collection. Skipped after small runs (seeks, steps) and when the
+    program froze objects itself (``unfreeze`` would release them too). No simulated bit depends on it.
+    """
+    if gc.get_count()[0] >= YOUNG_PROMOTED_MIN and gc.get_freeze_count() == 0:
+        gc.freeze()
+        gc.unfreeze()
 
 
 def pack_chain_batch(events: list[Event]) -> bytes:

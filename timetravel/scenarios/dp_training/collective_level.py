@@ -147,14 +147,19 @@ def _deliver(ctx: Context, key: str, names: list[str], times: np.ndarray) -> Non
 
 def finish(state: dict[str, Any], ctx: Context) -> bool:
     """The all-reduce kernel ended at this rank's completion time: complete the collective from the
-    fabric's record (False when it broke: a member crashed)."""
+    fabric's record (False when it broke: a member crashed).
+
+    Only ``pipeline.on_allreduce_done`` calls it, and it turns ``state["result"]`` into the
+    rank's own average and clears it in the same handler: so the result is handed over as the
+    record holds it (read-only, shared by the members), not copied (a copy per rank and step that
+    no snapshot, hash or other handler could ever see)."""
     if not state["coll_active"]:
         return False
     result = fabric_collective.take_result(ctx.world, key_of(state))
     if result is None:
         return False
     state["coll_heard_ns"] = ctx.now
-    collective.complete(state, ctx, result.copy(), finish_kernel=False)
+    collective.complete(state, ctx, result, finish_kernel=False)
     return True
 
 
