@@ -3,12 +3,23 @@ memoryview of float16 or bfloat16 weights is refused by the buffer protocol: the
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 import xxhash
 
+from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training import replicas
 from timetravel.scenarios.dp_training.numerics import DTYPES
+
+
+def _tree_states(ranks: int) -> tuple[list[str], list[dict[str, Any]]]:
+    """The rank names and states of a fresh ``ranks``-rank tree world (seed 0)."""
+    scenario = get_scenario("dp_training")
+    world = scenario.build(scenario.resolve_config({"ranks": ranks, "allreduce": "tree"}), 0)
+    names = [f"r{index}" for index in range(ranks)]
+    return names, [world.nodes[name] for name in names]
 
 
 @pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64"])
@@ -27,12 +38,7 @@ def test_weights_key_tells_one_flipped_bit() -> None:
 
 
 def test_stacked_batches_are_the_peers_batches_for_the_key_they_were_stacked_for() -> None:
-    from timetravel.scenarios import get_scenario
-
-    scenario = get_scenario("dp_training")
-    world = scenario.build(scenario.resolve_config({"ranks": 8, "allreduce": "tree"}), 0)
-    names = [f"r{index}" for index in range(8)]
-    states = [world.nodes[name] for name in names]
+    names, states = _tree_states(8)
     replicas.clear()
     stacks = set()
     for batch in (0, 1, 0, 3):
@@ -48,12 +54,7 @@ def test_stacked_batches_are_the_peers_batches_for_the_key_they_were_stacked_for
 
 
 def test_stacked_batches_are_stacked_afresh_when_a_shard_changed_in_place() -> None:
-    from timetravel.scenarios import get_scenario
-
-    scenario = get_scenario("dp_training")
-    world = scenario.build(scenario.resolve_config({"ranks": 4, "allreduce": "tree"}), 0)
-    names = [f"r{index}" for index in range(4)]
-    states = [world.nodes[name] for name in names]
+    names, states = _tree_states(4)
     replicas.clear()
     before, _ = replicas._stacked_batches(("config",), names, states, 0)
     states[2]["inputs"][0, 0, 0] += np.float32(0.25)
