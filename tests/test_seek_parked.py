@@ -17,9 +17,10 @@ import pytest
 from scenario_fixtures import NONDETERMINISTIC
 from world_sources import record_tree32, reference_session
 
-from timetravel.explore import ReplayDivergence, Session
+from timetravel.explore import Position, ReplayDivergence, Session
 from timetravel.explore.parked_worlds import PARKED_WORLDS_MAX, ParkedWorlds, quiet_until
 from timetravel.recording import record_run
+from timetravel.scenarios import get_scenario
 from timetravel.sim.world import World
 
 
@@ -92,6 +93,31 @@ def test_a_divergence_forgets_the_kept_worlds(tmp_path: Path) -> None:
         with pytest.raises(ReplayDivergence):
             session.goto("#3000")
         assert len(session._parked) == 0
+
+
+@pytest.mark.parametrize(
+    ("scenario_name", "settings", "until_ns"),
+    [("gossip", {"nodes": 16, "rumors": 4}, 1_500_000), ("pingpong", {}, 1_000_001)],
+)
+def test_a_seek_past_the_last_event_of_a_run_stopped_at_until_reads_the_target(
+    scenario_name: str, settings: dict[str, Any], until_ns: int, tmp_path: Path
+) -> None:
+    """A run stopped at --until ends later than its last event. goto(t) between the two reads t
+    whether the cursor comes from the start (a re-execution, which stops at the last recorded event
+    with the clock there: it read the last event's time before the fix) or from the end (the end's
+    world with its clock set back)."""
+    scenario = get_scenario(scenario_name)
+    path = tmp_path / "until.ttr"
+    record_run(scenario, scenario.resolve_config(settings), 1, path, until_ns=until_ns)
+    with Session.open(path) as from_end, reference_session(path) as from_start:
+        end = from_end.end
+        last = from_end.event(end.events)
+        assert last is not None and last.t_ns < end.t_ns - 1
+        for target in (last.t_ns, (last.t_ns + end.t_ns) // 2, end.t_ns - 1):
+            from_end.goto("end")
+            from_start.goto("start")
+            assert from_end.goto(target) == from_start.goto(target) == Position("main", end.events, target)
+            assert from_end.state_hash() == from_start.state_hash()
 
 
 def _world(t_ns: int, events: int, failures: list[Any] | None = None) -> World:

@@ -409,7 +409,18 @@ class Session:
             None if from_cursor else snapshot, until_ns=t_ns, events_max=self._end.events
         )
         self._replay(world, until_ns=t_ns, events_max=self._end.events, shared=shared)
+        self._clock_into_the_tail(t_ns)
         return self.position
+
+    def _clock_into_the_tail(self, t_ns: int) -> None:
+        """A complete recording may end later than its last event (a run stopped at ``--until``):
+        its run reached the end's clock with no other event. A re-execution stops at the last
+        recorded event, with the clock there; the world at a target between that event and the end
+        is that world reading the target, as between any two events (and as a seek from a later
+        world gives: explore/parked_worlds.py)."""
+        world = self.world
+        if world.events_processed == self._end.events and world.t_ns < t_ns < self._end.t_ns:
+            world.t_ns = t_ns
 
     @_gc_paused()
     def goto_event(self, number: int) -> Position:
