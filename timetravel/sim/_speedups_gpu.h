@@ -361,20 +361,36 @@ enum { GPU_EPOCH, GPU_TICKETS, GPU_FACTOR, GPU_STREAMS, GPU_KEYS };
 /* gpu._start_kernel, step for step. ``*race`` is whether the race detector is on (-1: not read yet;
  * it is read, once a pump, when a kernel with buffer accesses starts). */
 static int
+start_kernel_with(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *const *fields, PyObject *ctx,
+                  int *race);
+
+/* gpu._start_kernel for a kernel op popped from its queue (the op is ours: its values stay as read). */
+static int
 start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyObject *ctx, int *race)
+{
+    PyObject *fields[OP_KEYS];
+    PyObject *const op_keys[OP_KEYS] = {s_name,    s_duration_ns,  s_reads,      s_writes,
+                                        s_done_kind, s_payload, s_started_kind, s_host_clock};
+    if (need_many(op, op_keys, OP_KEYS, fields) < 0)
+        return -1;
+    return start_kernel_with(gpu, name, stream, fields, ctx, race);
+}
+
+/* Start the kernel whose op values are ``fields`` (OP_KEYS of them, borrowed and held by the
+ * caller until this returns) on the idle stream ``name``. */
+static int
+start_kernel_with(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *const *fields, PyObject *ctx,
+                  int *race)
 {
     PyObject *clock, *index_object, *value, *bumped, *reads, *writes, *tickets, *ticket = NULL, *now;
     PyObject *duration, *end = NULL, *running = NULL, *started_kind, *node;
-    PyObject *fields[OP_KEYS], *stream_fields[2], *gpu_fields[GPU_KEYS];
-    PyObject *const op_keys[OP_KEYS] = {s_name,    s_duration_ns,  s_reads,      s_writes,
-                                        s_done_kind, s_payload, s_started_kind, s_host_clock};
+    PyObject *stream_fields[2], *gpu_fields[GPU_KEYS];
     PyObject *const stream_keys[2] = {s_index, s_clock};
     PyObject *const gpu_keys[GPU_KEYS] = {s_epoch, s_tickets, s_compute_factor, s_streams};
     Py_ssize_t index;
     int result = -1;
 
-    /* the op is ours (popped from its queue): its values stay as read here */
-    if (need_many(stream, stream_keys, 2, stream_fields) < 0 || need_many(op, op_keys, OP_KEYS, fields) < 0)
+    if (need_many(stream, stream_keys, 2, stream_fields) < 0)
         return -1;
     index_object = stream_fields[0];
     clock = stream_fields[1];
@@ -832,6 +848,56 @@ enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_mo
     return 0;
 }
 
+/* A kernel launched on an idle stream with nothing queued starts at once: 1 when it started here,
+ * 0 when the stream is busy (the op is queued as usual), -1 on error. Queued and pumped, it would
+ * be the only op that moves (every other stream is at rest between two calls into the engine:
+ * gpu._enqueue_and_pump says why), popped at once and started from its op dict's values: so the
+ * kernel starts from those values directly, with no op dict built and freed and no walk over the
+ * streams. The same operations in the same order: a dp_training step's forward/backward and its
+ * unpack start this way (~4,000 instructions each saved). The host clock is joined into the
+ * stream's clock straight from the GPU (the op would hold a copy of it, read once, at once). */
+static int
+start_at_once(PyObject *gpu, PyObject *stream, PyObject *const *args, PyObject *host)
+{
+    PyObject *fields[2], *reads, *writes, *values[OP_KEYS], *stream_name = args[1];
+    PyObject *const keys[2] = {s_queue, s_running};
+    int race = -1, started;
+    if (need_many(stream, keys, 2, fields) < 0 || need_list(fields[0]) < 0)
+        return -1;
+    if (fields[1] != Py_None || PyList_GET_SIZE(fields[0]) != 0)
+        return 0;
+    if (!PyList_CheckExact(host)) {
+        PyErr_SetString(PyExc_TypeError, "gpu_launch: the host clock is not a list");
+        return -1;
+    }
+    reads = PySequence_List(args[4]);
+    writes = reads == NULL ? NULL : PySequence_List(args[5]);
+    if (writes == NULL) {
+        Py_XDECREF(reads);
+        return -1;
+    }
+    values[OP_NAME] = args[2];
+    values[OP_DURATION] = args[3];
+    values[OP_READS] = reads;
+    values[OP_WRITES] = writes;
+    values[OP_DONE_KIND] = args[6];
+    values[OP_PAYLOAD] = args[7];
+    values[OP_STARTED_KIND] = args[8];
+    values[OP_HOST_CLOCK] = host;
+    Py_INCREF(gpu);
+    Py_INCREF(stream);
+    Py_INCREF(stream_name);
+    Py_INCREF(host);
+    started = start_kernel_with(gpu, stream_name, stream, values, args[0], &race);
+    Py_DECREF(host);
+    Py_DECREF(stream_name);
+    Py_DECREF(stream);
+    Py_DECREF(gpu);
+    Py_DECREF(reads);
+    Py_DECREF(writes);
+    return started < 0 ? -1 : 1;
+}
+
 /* gpu_launch(ctx, stream, name, duration_ns, reads, writes, done_kind, payload, started_kind):
  * gpu.launch, or NotImplemented when gpu._launch_python must run. */
 static PyObject *
@@ -856,6 +922,11 @@ gpu_launch(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     host = need(gpu, s_host_clock);
     if (host == NULL)
         return NULL;
+    {
+        int started = start_at_once(gpu, stream, args, host);
+        if (started != 0)
+            return started < 0 ? NULL : Py_NewRef(Py_None);
+    }
     op = _PyDict_NewPresized(KERNEL_OP_KEYS);
     if (op == NULL)
         return NULL;
