@@ -233,6 +233,7 @@ def test_the_public_api_is_what_docs_fabric_md_lists() -> None:
                 "find_fault",
             ),
             *("finish", "idle", "install", "launch", "record", "remove_fault", "running_kernel", "summary"),
+            "schedule_finishes",
             *("transport", "wait", "with_handlers"),
         ]
     )

@@ -5,6 +5,7 @@ twin (sim/_speedups_gpu.h), which must behave alike in every case here, errors i
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -302,3 +303,50 @@ def test_gpu_state_is_plain_data(race_detector: bool) -> None:
 
     _, _, state = run_script(producer_consumer(with_wait=True), race_detector=race_detector)
     check_plain(state["gpu"])
+
+
+def test_schedule_finishes_ends_each_open_kernel_in_turn_and_tells_the_nodes_running_none() -> None:
+    """A collective-level all-reduce ends every member's open kernel at once (collective_level.py).
+    Each member's completion and each miss (no GPU, no such stream, another kernel) is delivered
+    in the list's order: at one time, the run processes them in that order. r1's state is a dict
+    subclass, which the compiled engine hands to Python's schedule_finish in its turn."""
+    seen: list[list[Any]] = []
+
+    def on_go(state: dict[str, Any], event: Any, ctx: Context) -> None:
+        if ctx.node == "ctl":
+            nodes = ["r1", "ctl", "r0", "r2", "r3"]
+            fabric.schedule_finishes(ctx, nodes, "comm", "allreduce", [300] * len(nodes), "missed", "k")
+        elif ctx.node == "r2":
+            fabric.launch(ctx, "comm", "other", None, done_kind="done", payload="r2")
+        elif ctx.node != "r3":
+            fabric.launch(ctx, "comm", "allreduce", None, done_kind="done", payload=ctx.node)
+
+    def on_seen(state: dict[str, Any], event: Any, ctx: Context) -> None:
+        seen.append([ctx.now, ctx.node, event.kind, event.payload])
+
+    table = {"go": on_go, "done": on_seen, "missed": on_seen}
+    scenario = dataclasses.replace(
+        probe_scenario(), handlers=fabric.with_handlers({"rank": table, "control": table})
+    )
+    world = probe_world(scenario, ranks=4)
+    world.nodes["r1"] = type("StateSubclass", (dict,), {})(world.nodes["r1"])
+    for node, t_ns in [("r0", 0), ("r1", 0), ("r2", 0), ("ctl", 100)]:
+        world.schedule(t_ns, node, "go", [])
+    assert run(scenario, world).outcome == "pass"
+    assert seen == [
+        [300, "r1", "done", "r1"],
+        [300, "ctl", "missed", "k"],
+        [300, "r0", "done", "r0"],
+        [300, "r2", "missed", "k"],
+        [300, "r3", "missed", "k"],
+    ]
+    assert fabric.running_kernel(world.nodes["r2"], "comm") == "other"
+
+
+def test_schedule_finishes_refuses_times_that_do_not_match_the_nodes() -> None:
+    def script(state: dict[str, Any], ctx: Context) -> None:
+        with pytest.raises(ValueError, match="2 nodes but 1 completion times"):
+            fabric.schedule_finishes(ctx, ["r0", "r1"], "comm", "allreduce", [5], "missed", None)
+
+    result, _, _ = run_script(script)
+    assert result.outcome == "pass"

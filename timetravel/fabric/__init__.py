@@ -48,6 +48,7 @@ from timetravel.fabric.gpu import (
     launch,
     record,
     running_kernel,
+    schedule_finishes,
     wait,
 )
 from timetravel.fabric.hooks import BUFFERS_KEY, Hooks
@@ -100,6 +101,7 @@ __all__ = [
     "record",
     "remove_fault",
     "running_kernel",
+    "schedule_finishes",
     "summary",
     "transport",
     "wait",

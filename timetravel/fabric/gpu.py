@@ -216,6 +216,30 @@ def schedule_finish(ctx: Context, node: str, stream: str, name: str, t_ns: int) 
     return True
 
 
+def schedule_finishes(
+    ctx: Context, nodes: list[str], stream: str, name: str, times_ns: list[int], kind: str, payload: Any
+) -> None:
+    """:func:`schedule_finish` for each of ``nodes`` at its time in ``times_ns``, in order; a node
+    that runs no such kernel gets an event ``kind`` (``payload``) at that time instead.
+
+    For a collective that resolves for all its members at once: in C when the core is built (one
+    call for the whole collective, not five dict reads and a Python call per member), the same
+    deliveries in the same order either way.
+    """
+    if len(nodes) != len(times_ns):
+        raise ValueError(f"{len(nodes)} nodes but {len(times_ns)} completion times")
+    engine = _engine
+    if (
+        engine is not None
+        and engine.gpu_schedule_finishes(ctx, nodes, stream, name, times_ns, kind, payload, schedule_finish)
+        is not NotImplemented
+    ):
+        return
+    for node, t_ns in zip(nodes, times_ns, strict=True):
+        if not schedule_finish(ctx, node, stream, name, t_ns):
+            ctx.deliver(t_ns, node, kind, payload)
+
+
 def running_kernel(state: Mapping[str, Any], stream: str) -> str | None:
     """Name of the kernel running on ``stream`` now, or None."""
     queue_stream = state[GPU_KEY]["streams"].get(stream)

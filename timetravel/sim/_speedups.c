@@ -378,6 +378,7 @@ static PyTypeObject ContextCoreType = {
 #include "_speedups_pack.h"
 #include "_speedups_plain.h"
 #include "_speedups_gpu.h"
+#include "_speedups_finish.h"
 #include "_speedups_tree.h"
 
 /* configure(Event, xxh3_64_intdigest, counters_key, python_choose, python_timer, python_deliver) */
@@ -425,6 +426,8 @@ static PyMethodDef module_methods[] = {
     {"gpu_record", (PyCFunction)(void (*)(void))gpu_record, METH_FASTCALL, "fabric.record (NotImplemented: run Python's)."},
     {"gpu_wait", (PyCFunction)(void (*)(void))gpu_wait, METH_FASTCALL, "fabric.wait (NotImplemented: run Python's)."},
     {"gpu_done", (PyCFunction)(void (*)(void))gpu_done, METH_FASTCALL, "The gpu.done handler (NotImplemented: run Python's)."},
+    {"gpu_schedule_finishes", (PyCFunction)(void (*)(void))gpu_schedule_finishes, METH_FASTCALL,
+     "fabric.schedule_finishes (NotImplemented: run Python's)."},
     {"tree_times", (PyCFunction)(void (*)(void))tree_times, METH_FASTCALL,
      "The tree all-reduce's timing (fabric/collective.py tree_completions_python), same ints; None: run that."},
     {NULL, NULL, 0, NULL},

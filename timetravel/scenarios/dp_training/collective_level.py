@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.fabric import collective as fabric_collective
-from timetravel.fabric.gpu import schedule_finish
+from timetravel.fabric.gpu import schedule_finishes
 from timetravel.fabric.network import flip_bit
 from timetravel.scenarios.dp_training import collective, device, naive, ring, tree
 from timetravel.scenarios.dp_training.numerics import sequential_sum, stack_rows
@@ -138,11 +138,8 @@ def _resolve(ctx: Context, key: str, record: dict[str, Any]) -> None:
 def _deliver(ctx: Context, key: str, names: list[str], times: np.ndarray) -> None:
     """Each member's completion is the end of its open all-reduce kernel (one event per rank);
     a member whose kernel is not running (it cannot be, short of a bug) hears ``coll_done``."""
-    now = ctx.now
-    for name, t_ns in zip(names, times.tolist(), strict=True):
-        at = t_ns if t_ns > now else now
-        if not schedule_finish(ctx, name, device.COMM, device.ALLREDUCE_KERNEL, at):
-            ctx.deliver(at, name, DONE, key)
+    at_ns = np.maximum(times, ctx.now).tolist()
+    schedule_finishes(ctx, names, device.COMM, device.ALLREDUCE_KERNEL, at_ns, DONE, key)
 
 
 def finish(state: dict[str, Any], ctx: Context) -> bool:
