@@ -153,16 +153,23 @@ def test_ring_canonical_sum_starts_each_chunk_at_its_own_rank() -> None:
     assert np.array_equal(ring.canonical_sum(stack), expected)
 
 
-def test_tree_canonical_sum_is_own_plus_left_plus_right() -> None:
-    stack = _stack(11, 9)
+@pytest.mark.parametrize("ranks", [1, 2, 3, 4, 5, 7, 8, 11, 64, 100, 1023, 1025])
+def test_tree_canonical_sum_is_own_plus_left_plus_right(ranks: int) -> None:
+    """Every level's sums are added by slices (a level's parents of a left or right child are a
+    prefix of it): the same additions as the definition, bit for bit, whatever the last level's
+    fill (full, one short, a lone left child)."""
+    stack = _stack(ranks, 9)
 
     def subtree(rank: int) -> np.ndarray:
         total = stack[rank].copy()
-        for child in tree.children_of(rank, 11):
+        for child in tree.children_of(rank, ranks):
             total = total + subtree(child)
         return total
 
-    assert np.array_equal(tree.canonical_sum(stack), subtree(0))
+    assert tree.canonical_sum(stack).tobytes() == subtree(0).tobytes()
+
+
+def test_tree_depth_counts_edges_from_the_deepest_leaf() -> None:
     assert tree.depth(11) == 3 and tree.depth(8) == 3 and tree.depth(10_000) == 13
 
 

@@ -63,12 +63,21 @@ def canonical_sum(contributions: np.ndarray) -> np.ndarray:
     sums = contributions.copy()
     for level in range(depth(ranks) - 1, -1, -1):
         first = (1 << level) - 1
-        nodes = np.arange(first, min(ranks, 2 * first + 1))
-        left = nodes[2 * nodes + 1 < ranks]
-        sums[left] = sums[left] + sums[2 * left + 1]
-        right = nodes[2 * nodes + 2 < ranks]
-        sums[right] = sums[right] + sums[2 * right + 2]
+        _add_children(sums, first, min(ranks, 2 * first + 1), ranks, 1)
+        _add_children(sums, first, min(ranks, 2 * first + 1), ranks, 2)
     return sums[0].copy()
+
+
+def _add_children(sums: np.ndarray, first: int, end: int, ranks: int, side: int) -> None:
+    """``sums[n] += sums[2n + side]`` for the nodes ``n`` in ``[first, end)`` that have that child.
+
+    The nodes with such a child are a prefix of the level (``2n + side < ranks``) and their
+    children every other row from ``2 first + side``: so both are slices, the additions the same
+    ones, element by element, as a gather and a scatter by index would make, without the copies
+    (at 10,000 ranks the sum of every step is 14 levels of them)."""
+    last = min(end, (ranks - side + 1) // 2)
+    if last > first:
+        sums[first:last] += sums[2 * first + side : 2 * last + side - 1 : 2]
 
 
 def arrival_sum(contributions: np.ndarray, right_first: list[bool]) -> np.ndarray:
