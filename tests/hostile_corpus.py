@@ -200,6 +200,7 @@ def corpus(source: Path, folder: Path) -> Iterator[tuple[str, Path]]:
     yield variant("header-chain-batch-zero", edited(header, chain_batch_events=0))
     yield variant("header-chain-batch-string", edited(header, chain_batch_events="x"))
     yield variant("header-snapshot-every-string", edited(header, snapshot_every_events="x"))
+    yield variant("header-snapshot-quiet-negative", edited(header, snapshot_quiet_ns=-1))
     yield variant("header-branch-key-string", edited(header, branch_key="x"))
     yield variant("header-seed-huge", edited(header, seed=2**64 - 1))
     end = first_of(frames, FrameType.END)

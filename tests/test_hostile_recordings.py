@@ -37,6 +37,7 @@ UNREADABLE = {
     "header-chain-batch-zero": "frame 0 (HEADER) at byte 8: field 'chain_batch_events' is out of range 1..",
     "header-chain-batch-string": "field 'chain_batch_events' is not an integer (got 'x')",
     "header-snapshot-every-string": "field 'snapshot_every_events' is not an integer (got 'x')",
+    "header-snapshot-quiet-negative": "field 'snapshot_quiet_ns' is out of range 0..9223372036854775807 (got -1)",
     "header-branch-key-string": "field 'branch_key' is not an integer (got 'x')",
     "events-first-negative": "field 'first' is out of range 0..9223372036854775807 (got -5)",
     "events-first-huge": "field 'first' is out of range 0..9223372036854775807 (got 9223372036854775808)",

@@ -10,8 +10,11 @@ earlier seeks (recording/shared_nodes.py), so a seek into a snapshot visited bef
 hundred to two thousand rank states and the first seek into each snapshot decodes all of them. A
 seek back into a quiet interval the Session has been in (the cursor's world, or one of the two it
 last left: explore/parked_worlds.py) re-executes and decodes nothing. The recording's snapshots are
-every 8,192 events, 11 of its 14 inside the two all-reduce bursts, so the 20 seeks fall in three
-quiet intervals: three are first visits, and the p95 (the 20th of 20) is the slowest of those.
+every 8,192 events (11 of those 14 inside the two all-reduce bursts) plus a quiet snapshot at the
+start of each of the three quiet intervals (recording/recorder.py: where the next event is >= 1 ms
+away; 17 in all), so the 20 seeks fall in three quiet intervals: three are first visits, each
+restoring its interval's quiet snapshot (10,000 rank states decoded, 0-1 events re-executed), and
+the p95 (the 20th of 20) is the slowest of those.
 Run in a fresh process by bench/training.py, like the other workloads, so that its peak RSS is
 its own.
 

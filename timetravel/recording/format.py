@@ -25,7 +25,7 @@ import xxhash
 
 MAGIC = b"\x89TTR\r\n\x1a\n"
 """First 8 bytes of every recording (PNG-style: catches text-mode and truncation damage)."""
-FORMAT_VERSION = (1, 0)
+FORMAT_VERSION = (1, 1)
 """(major, minor). A reader opens files of its own major version; minors only add map keys and
 frame types, which older readers ignore."""
 FRAME_MARKER = b"TF"

@@ -88,6 +88,7 @@ FRAME_SCHEMAS: dict[int, FrameSchema] = {
             FieldRule("code_fingerprint", "str", required=False, high=NAME_CHARS_MAX),
             FieldRule("platform_fingerprint", "str", required=False, high=NAME_CHARS_MAX),
             _count("snapshot_every_events", required=False, low=1),
+            _count("snapshot_quiet_ns", required=False),
             _count("chain_batch_events", required=False, low=1, high=CHAIN_BATCH_EVENTS_MAX),
             _count("page_bytes", required=False, low=1, high=64 * MIB),
             FieldRule("overrides", "list", required=False, high=1_000_000),

@@ -122,13 +122,19 @@ class Simulation:
         max_events: int | None = None,
         *,
         pause_every_events: int | None = None,
+        pause_every_ns: int | None = None,
         on_pause: PauseCallback | None = None,
     ) -> RunResult:
         """Run until the queue drains, a failure, ``until_ns`` or ``max_events`` more events.
 
         ``until_ns`` follows the seek rule: every event with ``t <= until_ns`` runs, then the
         clock reads ``until_ns``. With ``pause_every_events``, ``on_pause`` is called whenever
-        the number of processed events reaches a multiple of it (snapshots hang off this).
+        the number of processed events reaches a multiple of it (snapshots hang off this). With
+        ``pause_every_ns``, ``on_pause`` is also called whenever the run is about to cross a
+        multiple of it in simulated time: every event up to that time has run and the next one is
+        later (the clock reads the last event's time, as at any pause). A gap between two events at
+        least that long always holds one such pause (the recorder's quiet snapshots hang off this).
+        Pausing never changes the run: the order of events is (t, seq) whatever the heap's layout.
         """
         world = self.world
         until = TIME_NS_MAX if until_ns is None else until_ns
@@ -143,7 +149,14 @@ class Simulation:
                 if pause_every_events:
                     next_pause = (world.events_processed // pause_every_events + 1) * pause_every_events
                     segment_limit = min(limit, next_pause)
-                stop = self._guarded_segment(segment_limit, until)
+                segment_until = until
+                if pause_every_ns and world.queue:
+                    # the first multiple at or after the next event: the segment runs at least it
+                    time_pause = -(-world.queue[0][0] // pause_every_ns) * pause_every_ns
+                    segment_until = min(until, time_pause)
+                stop = self._guarded_segment(segment_limit, segment_until)
+                if stop == STOP_UNTIL and segment_until < until:
+                    stop = None
                 if stop is not None or world.events_processed >= limit:
                     break
                 if on_pause is not None:

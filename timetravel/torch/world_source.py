@@ -423,10 +423,17 @@ class CheckpointingSimulation(Simulation):
         max_events: int | None = None,
         *,
         pause_every_events: int | None = None,
+        pause_every_ns: int | None = None,
         on_pause: Any = None,
     ) -> RunResult:
-        if pause_every_events or on_pause is not None:
-            return super().run(until_ns, max_events, pause_every_events=pause_every_events, on_pause=on_pause)
+        if pause_every_events or pause_every_ns or on_pause is not None:
+            return super().run(
+                until_ns,
+                max_events,
+                pause_every_events=pause_every_events,
+                pause_every_ns=pause_every_ns,
+                on_pause=on_pause,
+            )
         world = self.world
         limit = None if max_events is None else world.events_processed + max_events
         boundaries = sorted({m.events for m in self.source.session.snapshots_info if not m.final})
