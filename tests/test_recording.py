@@ -286,3 +286,14 @@ def test_the_choice_log_is_recorded_when_asked(tmp_path: Path) -> None:
         assert len(log) > 100
     with RecordingReader.open(tmp_path / "without.ttr") as reader:
         assert reader.choices() == []
+
+
+@pytest.mark.parametrize("length", [0, 1, 255, 256, 65_535, 65_536, 2_000_003])
+def test_an_events_payload_packs_as_msgpack_would(length: int) -> None:
+    # EVENTS frames join the batch behind its bin header instead of packing it: the bytes must
+    # be msgpack's own at every bin width (8, 16, 32), or old and new recordings would differ.
+    from timetravel.recording.writer import pack_events_payload
+
+    payload = {"branch": "main", "first": 4096, "count": 7, "digest": bytes(16), "partial": False}
+    events = random.Random(length).randbytes(length)
+    assert pack_events_payload(payload, events) == pack({**payload, "events": events})

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
 from pathlib import Path
 from typing import IO, Any
 
@@ -57,8 +58,27 @@ four Adam steps of a 1.25M-parameter model; every local gradient new) came to 0.
 at level 1 in 1.19 s, 0.931 at -3 in 0.71 s, 0.948 at -10 in 0.46 s (2026-12-01, load 1.3). Level 3
 was 29% of the coordinator's time before the writer thread; -3 keeps most of level 1's saving
 (2.5% more bytes) for 60% of its CPU, which the ranks share with the writer thread."""
+BIN8, BIN16, BIN32 = struct.Struct(">BB"), struct.Struct(">BH"), struct.Struct(">BI")
+"""msgpack's bin 8/16/32 headers: the type byte, then the length, big-endian."""
 BlobEntry = list[Any]
 """``[digest, kind, codec, base digest or None, element bytes, data]`` (see recording-format.md)."""
+
+
+def pack_events_payload(payload: dict[str, Any], events_bytes: bytes) -> bytes:
+    """``pack({**payload, "events": events_bytes})``, the same bytes, with one copy of the batch.
+
+    msgpack copied a batch (~1.9 MB at the message level) twice: into the Packer's buffer, grown
+    for it, then out into the bytes it returns. Here the map is packed with an empty ``events``
+    (its last two bytes: bin 8 of length 0), and the batch joined behind its real bin header."""
+    head = pack({**payload, "events": b""})
+    length = len(events_bytes)
+    if length <= 0xFF:
+        bin_header = BIN8.pack(0xC4, length)
+    elif length <= 0xFFFF:
+        bin_header = BIN16.pack(0xC5, length)
+    else:
+        bin_header = BIN32.pack(0xC6, length)
+    return b"".join((memoryview(head)[:-2], bin_header, events_bytes))
 
 
 class RecordingWriter:
@@ -170,8 +190,9 @@ class RecordingWriter:
     ) -> None:
         """An EVENTS frame: events ``first+1 .. first+count`` as the kernel packed them."""
         payload = {"branch": branch, "first": first, "count": count, "digest": digest, "partial": partial}
-        raw = pack({**payload, "events": events_bytes})
-        self.frame_bytes(FrameType.EVENTS, raw, payload, level=ZSTD_LEVEL_EVENTS)
+        self.frame_bytes(
+            FrameType.EVENTS, pack_events_payload(payload, events_bytes), payload, level=ZSTD_LEVEL_EVENTS
+        )
 
     # -- blobs ------------------------------------------------------------------------------------
 
