@@ -168,6 +168,8 @@ class Recorder:
         """Writes every frame after the header, in order: a thread beside a run whose world owns
         external processes, inline otherwise (write_thread.py says why)."""
         weakref.finalize(self, self.write_thread.abandon)
+        if not background_writes:
+            self.writer.compress_ahead()  # zstd on the second core, frames still in order (compress_ahead.py)
         self.snapshot()
 
     # -- the run ----------------------------------------------------------------------------------
@@ -298,7 +300,7 @@ def write_snapshot(
 ) -> None:
     """Write the blobs a snapshot created (float pages as XOR deltas against ``bases``), then its
     MANIFEST frame, and flush them to the OS (fsync every SYNC_BYTES_MIN and at close:
-    writer.SYNC_BYTES_MIN says why).
+    writer.SYNC_BYTES_MIN says why; frames still compressing ahead are written with the next ones).
 
     Blobs always precede the manifest that names them, so a file cut anywhere never holds a
     manifest whose blobs are missing."""
@@ -307,7 +309,7 @@ def write_snapshot(
             _write_blob(writer, item, bases)
     writer.flush_blobs()
     writer.frame(FrameType.MANIFEST, manifest)
-    writer.sync(durable=False)
+    writer.sync(durable=False, wait=False)
 
 
 def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> None:
