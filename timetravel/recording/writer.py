@@ -42,7 +42,7 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.lock import hold_writer_lock
 from timetravel.recording.schema import schema_for
-from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack
+from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack, reusable_packer
 
 ZSTD_LEVEL_EVENTS = -3
 """Event batches are written on the hot path: a fast negative level. Batches of small events still
@@ -118,6 +118,8 @@ class RecordingWriter:
         }
         self.packer = msgpack.Packer(use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
         """A Packer for small values the writer encodes often (array headers)."""
+        self._frame_packer = reusable_packer()
+        """Packs frame payloads (``pack``'s bytes) in one buffer kept at the largest frame's size."""
         self.synced_offset = self.offset
         """File offset at the last fsync."""
         self.closed = False
@@ -184,7 +186,13 @@ class RecordingWriter:
     ) -> int | None:
         """Write one frame; returns its offset (None: queued, see compress_ahead). ``payload`` is a
         plain-data map."""
-        return self.frame_bytes(frame_type, pack(payload), payload, level=level)
+        packer = self._frame_packer
+        try:
+            packer.pack(payload)
+            raw = packer.bytes()
+        finally:
+            packer.reset()
+        return self.frame_bytes(frame_type, raw, payload, level=level)
 
     def frame_bytes(
         self, frame_type: FrameType, raw: bytes, payload: dict[str, Any], *, level: int = ZSTD_LEVEL_DEFAULT
