@@ -47,7 +47,13 @@ from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack, reusable_packer
 ZSTD_LEVEL_EVENTS = -3
 """Event batches are written on the hot path: a fast negative level. Batches of small events still
 shrink ~5x; dp_training's message-level batches (mostly float chunks) shrink 1.9x instead of 2.6x
-at level 1, in half the time (0.24 s against 0.47 s for the demo's 34 MB on a loaded machine)."""
+at level 1, in half the time (0.24 s against 0.47 s for the demo's 34 MB on a loaded machine).
+
+Kept at -3 after counting the alternatives (issue 18 part 7; instructions for the demo's 34 MB of
+message-level batches, stored bytes): -3 274 M, 17.70 MB; -4 250 M, 17.70 MB; -5 226 M, 17.84 MB;
+-10 164 M, 18.43 MB; -20 115 M, 18.44 MB. The faster levels cost small-event batches far more:
+gossip's default run stores 2.45x at -3, 2.24x at -4, 1.96x at -5, 1.04x at -20. And the
+compression runs on a second thread now (compress_ahead.py), off the simulation's."""
 SYNC_BYTES_MIN = 64 * 1024 * 1024
 """A snapshot fsyncs only once this many bytes were written since the last fsync (close always does).
 
