@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import gc
 import threading
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
 import pytest
+import zstandard
 
 from timetravel.recording import Recorder, RecordingReader
 from timetravel.recording import compress_ahead as ahead_module
@@ -45,9 +45,11 @@ def _writer(path: Path) -> RecordingWriter:
     return RecordingWriter.create(path, header)
 
 
-class _LateFuture(Future[Any]):
+class _LateCompression(ahead_module.Compression):
     """A compression that is never done until someone waits for it: every frame stays queued until
     the writer must write it (the bound, a sync that waits, close)."""
+
+    __slots__ = ()
 
     def done(self) -> bool:
         return False
@@ -55,12 +57,12 @@ class _LateFuture(Future[Any]):
 
 def _late_compressions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     queued_bytes: list[int] = []
-    compress = ahead_module.CompressAhead._compress
 
-    def submit(self: ahead_module.CompressAhead, raw: bytes, level: int) -> Future[Any]:
-        future: Future[Any] = _LateFuture()
-        future.set_result(compress(self, raw, level))
-        return future
+    def submit(self: ahead_module.CompressAhead, raw: bytes, level: int) -> ahead_module.Compression:
+        job = _LateCompression(raw, level)
+        compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        job.settle(ahead_module.stored_payload(compressor, raw))
+        return job
 
     real_write_queued = RecordingWriter._write_queued
 
@@ -122,10 +124,10 @@ def test_a_failed_compression_is_raised_when_its_frame_is_written(
     writer.events("main", 0, b"first batch" * 100, 64, bytes(16), partial=False)
     writer.sync(durable=False)
 
-    def fail(self: ahead_module.CompressAhead, raw: bytes, level: int) -> Any:
+    def fail(compressor: Any, raw: bytes) -> Any:
         raise MemoryError("compressing")
 
-    monkeypatch.setattr(ahead_module.CompressAhead, "_compress", fail)
+    monkeypatch.setattr(ahead_module, "stored_payload", fail)
     writer.events("main", 64, b"second batch" * 100, 64, bytes(16), partial=False)
     with pytest.raises(MemoryError, match="compressing"):
         writer.sync(durable=False)

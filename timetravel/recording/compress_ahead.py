@@ -28,7 +28,9 @@ be written comes (the next frame written, a sync or close); the frames before it
 
 from __future__ import annotations
 
-import concurrent.futures
+import queue
+import threading
+import weakref
 
 import zstandard
 
@@ -46,25 +48,69 @@ def stored_payload(compressor: zstandard.ZstdCompressor, raw: bytes) -> tuple[by
     return stored, FLAG_ZSTD, payload_checksum(stored)
 
 
+class Compression:
+    """One payload to compress: the thread settles it, the writer asks ``done()`` or waits on
+    ``result()``. (Not concurrent.futures: importing it cost ~5 ms, 1.5% of a collective-level demo
+    run, which a plain run does not pay.)"""
+
+    __slots__ = ("_error", "_finished", "_stored", "level", "raw")
+
+    def __init__(self, raw: bytes, level: int) -> None:
+        self.raw: bytes | None = raw
+        self.level = level
+        self._stored: tuple[bytes, int, int] | None = None
+        self._error: BaseException | None = None
+        self._finished = threading.Event()
+
+    def settle(self, stored: tuple[bytes, int, int] | None, error: BaseException | None = None) -> None:
+        self.raw = None
+        self._stored, self._error = stored, error
+        self._finished.set()
+
+    def done(self) -> bool:
+        return self._finished.is_set()
+
+    def result(self) -> tuple[bytes, int, int]:
+        """The stored form (waits for it); raises what the compression raised."""
+        self._finished.wait()
+        if self._error is not None:
+            raise self._error
+        assert self._stored is not None
+        return self._stored
+
+
 class CompressAhead:
     """One thread that compresses frame payloads in submission order. See the module docstring."""
 
     def __init__(self, name: str) -> None:
-        self._executor = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
-        self._compressors: dict[int, zstandard.ZstdCompressor] = {}
-        """Used only on the thread (a ZstdCompressor is not for two threads at once)."""
+        self._jobs: queue.SimpleQueue[Compression | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=_compress_jobs, args=(self._jobs,), name=name, daemon=True)
+        self._thread.start()
+        self._stopping = weakref.finalize(self, self._jobs.put, None)
+        """Ends the thread when this object goes (a writer dropped without close) or at ``stop``."""
 
-    def submit(self, raw: bytes, level: int) -> concurrent.futures.Future[tuple[bytes, int, int]]:
-        return self._executor.submit(self._compress, raw, level)
+    def submit(self, raw: bytes, level: int) -> Compression:
+        job = Compression(raw, level)
+        self._jobs.put(job)
+        return job
 
     def stop(self) -> None:
         """End the thread once what was submitted ran (the writer waited for it already)."""
-        self._executor.shutdown(wait=True)
+        self._stopping()
+        self._thread.join()
 
-    def _compress(self, raw: bytes, level: int) -> tuple[bytes, int, int]:
-        compressor = self._compressors.get(level)
-        if compressor is None:
-            compressor = self._compressors[level] = zstandard.ZstdCompressor(
-                level=level, write_content_size=True
-            )
-        return stored_payload(compressor, raw)
+
+def _compress_jobs(jobs: queue.SimpleQueue[Compression | None]) -> None:
+    compressors: dict[int, zstandard.ZstdCompressor] = {}
+    """Used only on this thread (a ZstdCompressor is not for two threads at once)."""
+    while (job := jobs.get()) is not None:
+        try:
+            compressor = compressors.get(job.level)
+            if compressor is None:
+                compressor = compressors[job.level] = zstandard.ZstdCompressor(
+                    level=job.level, write_content_size=True
+                )
+            assert job.raw is not None
+            job.settle(stored_payload(compressor, job.raw))
+        except BaseException as error:  # raised on the writer's thread when the frame's turn comes
+            job.settle(None, error)

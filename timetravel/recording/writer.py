@@ -15,7 +15,6 @@ import contextlib
 import os
 import struct
 from collections import deque
-from concurrent.futures import Future
 from pathlib import Path
 from typing import IO, Any, NamedTuple
 
@@ -26,6 +25,7 @@ from timetravel.recording.catalog import Catalog
 from timetravel.recording.compress_ahead import (
     FRAMES_AHEAD_RAW_BYTES_MAX,
     CompressAhead,
+    Compression,
     stored_payload,
 )
 from timetravel.recording.files import check_output_path
@@ -96,7 +96,7 @@ def pack_events_payload(payload: dict[str, Any], events_bytes: bytes) -> bytes:
 class QueuedFrame(NamedTuple):
     """A frame waiting for its compression (compress_ahead.py) before it is written."""
 
-    stored: Future[tuple[bytes, int, int]]
+    stored: Compression
     frame_type: FrameType
     raw_length: int
     payload: dict[str, Any]
