@@ -142,7 +142,7 @@ def test_frames_are_compressed_on_a_thread_that_ends_with_the_recording(tmp_path
     compressed_on: list[str] = []
     real = ahead_module.stored_payload
 
-    def spy(compressor: Any, raw: bytes) -> tuple[bytes, int, int]:
+    def spy(compressor: Any, raw: bytes) -> tuple[bytes, int]:
         compressed_on.append(threading.current_thread().name)
         return real(compressor, raw)
 

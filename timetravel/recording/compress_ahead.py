@@ -6,18 +6,20 @@ of event batches at level -3. python-zstandard releases the GIL while it compres
 machine has two cores, so the compression can run beside the simulation instead of inside it.
 
 **Not in the simulation path.** The thread only turns bytes the recorder's thread already
-produced (a packed batch, a BLOBS or MANIFEST payload) into their stored form: zstd, and the
-xxh3 checksum of the frame header. It never touches the World, the snapshot store, the catalog or
-the file. The writer (writer.py) keeps every frame in a queue in submission order and writes a
-frame, on its own thread, only once every frame before it is written, so the file holds the same
-frames, in the same order, bit for bit, as when each was compressed inline
-(tests/test_recording_compress_ahead.py compares them).
+produced (a packed batch, a BLOBS or MANIFEST payload) into their stored form: zstd, nothing else.
+It never touches the World, the snapshot store, the catalog or the file. The writer (writer.py)
+keeps every frame in a queue in submission order and writes a frame, on its own thread, only once
+every frame before it is written, so the file holds the same frames, in the same order, bit for
+bit, as when each was compressed inline (tests/test_recording_compress_ahead.py compares them).
 
-**Unlike write_thread.py** this thread runs no Python worth the name: one C call with the GIL
-released, then handing back three values. The writer thread (write_thread.py) runs whole write
-jobs — XOR-encoding pages, packing, catalog updates — in Python, and beside a kernel that keeps
+**Unlike write_thread.py** this thread runs almost no Python: it takes a job, makes one C call
+with the GIL released and hands back two values. The writer thread (write_thread.py) runs whole
+write jobs (XOR-encoding pages, packing, catalog updates) in Python, and beside a kernel that keeps
 its own thread busy in Python that only contended for the GIL, which is why plain-data worlds
-write inline and compress here.
+write inline and compress here. Every time the thread takes the GIL back, the simulation's thread
+gives it up (after the 5 ms switch interval) and waits until the thread has run: on a machine
+whose cores are busy with other work that wait grows, so the thread does as little as it can with
+the GIL (the checksum, xxh3 of the stored bytes, is computed by the writer).
 
 **Bounded.** The writer waits for the oldest frame once FRAMES_AHEAD_RAW_BYTES_MAX bytes wait to
 be compressed, so a slow second core slows the run instead of holding the batches in memory.
@@ -34,18 +36,18 @@ import weakref
 
 import zstandard
 
-from timetravel.recording.format import FLAG_ZSTD, payload_checksum
+from timetravel.recording.format import FLAG_ZSTD
 
 FRAMES_AHEAD_RAW_BYTES_MAX = 16 * 1024 * 1024
 """Raw bytes queued for compression before the writer waits: ~8 message-level batches of the demo."""
 
 
-def stored_payload(compressor: zstandard.ZstdCompressor, raw: bytes) -> tuple[bytes, int, int]:
-    """A frame payload as stored: (bytes, flags, xxh3 checksum); raw when zstd does not shrink it."""
+def stored_payload(compressor: zstandard.ZstdCompressor, raw: bytes) -> tuple[bytes, int]:
+    """A frame payload as stored, and its flags: raw when zstd does not shrink it."""
     stored = compressor.compress(raw)
     if len(stored) >= len(raw):
-        return raw, 0, payload_checksum(raw)
-    return stored, FLAG_ZSTD, payload_checksum(stored)
+        return raw, 0
+    return stored, FLAG_ZSTD
 
 
 class Compression:
@@ -58,11 +60,11 @@ class Compression:
     def __init__(self, raw: bytes, level: int) -> None:
         self.raw: bytes | None = raw
         self.level = level
-        self._stored: tuple[bytes, int, int] | None = None
+        self._stored: tuple[bytes, int] | None = None
         self._error: BaseException | None = None
         self._finished = threading.Event()
 
-    def settle(self, stored: tuple[bytes, int, int] | None, error: BaseException | None = None) -> None:
+    def settle(self, stored: tuple[bytes, int] | None, error: BaseException | None = None) -> None:
         self.raw = None
         self._stored, self._error = stored, error
         self._finished.set()
@@ -70,7 +72,7 @@ class Compression:
     def done(self) -> bool:
         return self._finished.is_set()
 
-    def result(self) -> tuple[bytes, int, int]:
+    def result(self) -> tuple[bytes, int]:
         """The stored form (waits for it); raises what the compression raised."""
         self._finished.wait()
         if self._error is not None:

@@ -39,6 +39,7 @@ from timetravel.recording.format import (
     RecordingError,
     pack_frame_header,
     pack_trailer,
+    payload_checksum,
 )
 from timetravel.recording.lock import hold_writer_lock
 from timetravel.recording.schema import schema_for
@@ -229,14 +230,15 @@ class RecordingWriter:
     def _write_frame(
         self,
         frame_type: FrameType,
-        stored_form: tuple[bytes, int, int],
+        stored_form: tuple[bytes, int],
         raw_length: int,
         payload: dict[str, Any],
     ) -> int:
-        stored, flags, checksum = stored_form
+        stored, flags = stored_form
         offset = self.offset
+        header = pack_frame_header(frame_type, flags, len(stored), raw_length, payload_checksum(stored))
         try:
-            self.file.write(pack_frame_header(frame_type, flags, len(stored), raw_length, checksum))
+            self.file.write(header)
             self.file.write(stored)
         except OSError as error:
             raise self._failed(error) from None
