@@ -22,6 +22,12 @@ from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import build_world
 
 
+@pytest.fixture
+def every_frame_ahead(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Send every frame to the thread (the small test worlds' frames are below FRAME_AHEAD_BYTES_MIN)."""
+    monkeypatch.setattr(writer_module, "FRAME_AHEAD_BYTES_MIN", 0)
+
+
 def _record(path: Path, scenario_name: str, settings: list[str], seed: int, *, ahead: bool) -> Recorder:
     scenario = get_scenario(scenario_name)
     world = build_world(scenario, scenario.resolve_config(settings), seed)
@@ -79,9 +85,17 @@ def _late_compressions(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     ("scenario_name", "settings", "seed"),
     [("gossip", ["nodes=48", "rumors=12"], 5), ("dp_training", ["ranks=4", "steps=20"], 2)],
 )
+@pytest.mark.parametrize("every_frame", [True, False])
 def test_compressing_ahead_writes_the_same_file_as_compressing_inline(
-    tmp_path: Path, scenario_name: str, settings: list[str], seed: int
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    scenario_name: str,
+    settings: list[str],
+    seed: int,
+    every_frame: bool,
 ) -> None:
+    if every_frame:
+        monkeypatch.setattr(writer_module, "FRAME_AHEAD_BYTES_MIN", 0)
     ahead = _record(tmp_path / "ahead.ttr", scenario_name, settings, seed, ahead=True)
     _record(tmp_path / "inline.ttr", scenario_name, settings, seed, ahead=False)
     assert (tmp_path / "ahead.ttr").read_bytes() == (tmp_path / "inline.ttr").read_bytes()
@@ -89,7 +103,7 @@ def test_compressing_ahead_writes_the_same_file_as_compressing_inline(
 
 
 def test_frames_written_late_keep_their_order_and_their_blobs_stored_once(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every_frame_ahead: None
 ) -> None:
     # Every frame waits in the queue until the writer must write it: a later snapshot's blob that
     # an earlier, still queued BLOBS frame holds must not be stored again.
@@ -100,7 +114,9 @@ def test_frames_written_late_keep_their_order_and_their_blobs_stored_once(
     assert (tmp_path / "late.ttr").read_bytes() == (tmp_path / "inline.ttr").read_bytes()
 
 
-def test_the_queue_of_frames_compressing_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_queue_of_frames_compressing_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every_frame_ahead: None
+) -> None:
     monkeypatch.setattr(writer_module, "FRAMES_AHEAD_RAW_BYTES_MAX", 64 * 1024)
     queued_bytes = _late_compressions(monkeypatch)
     writer = _writer(tmp_path / "bounded.ttr")
@@ -116,7 +132,7 @@ def test_the_queue_of_frames_compressing_is_bounded(tmp_path: Path, monkeypatch:
 
 
 def test_a_failed_compression_is_raised_when_its_frame_is_written(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every_frame_ahead: None
 ) -> None:
     path = tmp_path / "failed.ttr"
     writer = _writer(path)
@@ -138,7 +154,9 @@ def test_a_failed_compression_is_raised_when_its_frame_is_written(
         assert [batch.first for batch in reader.catalog.events["main"]] == [0]
 
 
-def test_frames_are_compressed_on_a_thread_that_ends_with_the_recording(tmp_path: Path) -> None:
+def test_frames_are_compressed_on_a_thread_that_ends_with_the_recording(
+    tmp_path: Path, every_frame_ahead: None
+) -> None:
     compressed_on: list[str] = []
     real = ahead_module.stored_payload
 
@@ -164,7 +182,19 @@ def _zstd_threads(name: str) -> list[threading.Thread]:
     return [thread for thread in threading.enumerate() if thread.name.startswith(f"timetravel zstd {name}")]
 
 
-def test_a_recorder_dropped_without_finish_ends_its_compression_thread(tmp_path: Path) -> None:
+def test_small_frames_never_start_the_thread(tmp_path: Path) -> None:
+    scenario = get_scenario("gossip")
+    recorder = Recorder(
+        scenario, build_world(scenario, scenario.resolve_config([]), 1), tmp_path / "small.ttr"
+    )
+    recorder.run()
+    assert recorder.writer._ahead is not None and not _zstd_threads("small.ttr")
+    recorder.finish(recorder.run())
+
+
+def test_a_recorder_dropped_without_finish_ends_its_compression_thread(
+    tmp_path: Path, every_frame_ahead: None
+) -> None:
     scenario = get_scenario("gossip")
     recorder = Recorder(
         scenario, build_world(scenario, scenario.resolve_config(["nodes=16"]), 1), tmp_path / "dropped.ttr"

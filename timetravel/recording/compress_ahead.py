@@ -33,6 +33,7 @@ from __future__ import annotations
 import queue
 import threading
 import weakref
+from typing import Any
 
 import zstandard
 
@@ -40,6 +41,12 @@ from timetravel.recording.format import FLAG_ZSTD
 
 FRAMES_AHEAD_RAW_BYTES_MAX = 16 * 1024 * 1024
 """Raw bytes queued for compression before the writer waits: ~8 message-level batches of the demo."""
+FRAME_AHEAD_BYTES_MIN = 256 * 1024
+"""Smaller payloads are compressed by the writer itself (still written in their turn): zstd takes
+~0.2 ms over 256 KiB at level -3, about what handing the GIL back and forth costs on a loaded
+machine. The demo's message-level batches (1.9 MB) and full BLOBS frames (1 MB) go to the thread;
+its manifests (~110 KB) and every frame of the collective level stay with the writer, whose
+recording then never starts the thread."""
 
 
 def stored_payload(compressor: zstandard.ZstdCompressor, raw: bytes) -> tuple[bytes, int]:
@@ -85,21 +92,29 @@ class CompressAhead:
     """One thread that compresses frame payloads in submission order. See the module docstring."""
 
     def __init__(self, name: str) -> None:
+        self.name = name
         self._jobs: queue.SimpleQueue[Compression | None] = queue.SimpleQueue()
-        self._thread = threading.Thread(target=_compress_jobs, args=(self._jobs,), name=name, daemon=True)
-        self._thread.start()
-        self._stopping = weakref.finalize(self, self._jobs.put, None)
+        self._thread: threading.Thread | None = None
+        """Started by the first payload submitted."""
+        self._stopping: weakref.finalize[Any, Any] | None = None
         """Ends the thread when this object goes (a writer dropped without close) or at ``stop``."""
 
     def submit(self, raw: bytes, level: int) -> Compression:
         job = Compression(raw, level)
+        if self._thread is None:
+            self._thread = threading.Thread(
+                target=_compress_jobs, args=(self._jobs,), name=self.name, daemon=True
+            )
+            self._thread.start()
+            self._stopping = weakref.finalize(self, self._jobs.put, None)
         self._jobs.put(job)
         return job
 
     def stop(self) -> None:
         """End the thread once what was submitted ran (the writer waited for it already)."""
-        self._stopping()
-        self._thread.join()
+        if self._thread is not None and self._stopping is not None:
+            self._stopping()
+            self._thread.join()
 
 
 def _compress_jobs(jobs: queue.SimpleQueue[Compression | None]) -> None:

@@ -23,6 +23,7 @@ import zstandard
 
 from timetravel.recording.catalog import Catalog
 from timetravel.recording.compress_ahead import (
+    FRAME_AHEAD_BYTES_MIN,
     FRAMES_AHEAD_RAW_BYTES_MAX,
     CompressAhead,
     Compression,
@@ -216,7 +217,12 @@ class RecordingWriter:
             return self._write_frame(
                 frame_type, stored_payload(self._compressors[level], raw), len(raw), payload
             )
-        self._queued.append(QueuedFrame(self._ahead.submit(raw, level), frame_type, len(raw), payload))
+        if len(raw) >= FRAME_AHEAD_BYTES_MIN:
+            job = self._ahead.submit(raw, level)
+        else:  # not worth the thread (FRAME_AHEAD_BYTES_MIN), but written after the frames before it
+            job = Compression(raw, level)
+            job.settle(stored_payload(self._compressors[level], raw))
+        self._queued.append(QueuedFrame(job, frame_type, len(raw), payload))
         self._queued_raw_bytes += len(raw)
         self._write_queued(wait=False)
         return None
