@@ -21,6 +21,16 @@ gives it up (after the 5 ms switch interval) and waits until the thread has run:
 whose cores are busy with other work that wait grows, so the thread does as little as it can with
 the GIL (the checksum, xxh3 of the stored bytes, is computed by the writer).
 
+**Only with cores to spare.** On the shared 2-core machine of issue 18 it did not pay in wall
+time. The demo's recording ran 45% fewer instructions on the simulation's thread (+342 M over the
+unrecorded run instead of +651 M), yet alternating plain / inline / ahead runs (best of 12-15)
+read 1.113 / 1.104 (ratio to plain) at a load of 1.8-2.0 from other work, 1.198 / 1.100 at
+1.3-1.8, 1.076 / 1.179 at 1.5-1.7, and 1.097 / 1.340 at 2.8-3.1: with both cores busy the thread
+waits for a core, and the simulation's thread waits for it at every hand-back of the GIL (its
+time off the CPU grew by 30-120 ms a run). So the recorder compresses ahead by default only where
+the process may use COMPRESS_AHEAD_CORES_MIN cores or more (``Recorder(compress_ahead=...)``
+decides otherwise); the file is the same either way.
+
 **Bounded.** The writer waits for the oldest frame once FRAMES_AHEAD_RAW_BYTES_MAX bytes wait to
 be compressed, so a slow second core slows the run instead of holding the batches in memory.
 
@@ -39,6 +49,9 @@ import zstandard
 
 from timetravel.recording.format import FLAG_ZSTD
 
+COMPRESS_AHEAD_CORES_MIN = 4
+"""The recorder compresses ahead by default only where the process may use this many cores (see
+**Only with cores to spare** above): not on the 2-core machine it was measured on."""
 FRAMES_AHEAD_RAW_BYTES_MAX = 16 * 1024 * 1024
 """Raw bytes queued for compression before the writer waits: ~8 message-level batches of the demo."""
 FRAME_AHEAD_BYTES_MIN = 256 * 1024

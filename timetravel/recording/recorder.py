@@ -26,6 +26,7 @@ the recorded choices by site.
 from __future__ import annotations
 
 import functools
+import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -35,6 +36,7 @@ import xxhash
 
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
+from timetravel.recording.compress_ahead import COMPRESS_AHEAD_CORES_MIN
 from timetravel.recording.format import (
     BLOB_ARRAY,
     BLOB_PAGE,
@@ -108,6 +110,13 @@ def recording_header(
     }
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 class Recorder:
     """Runs a world while recording it. See the module docstring."""
 
@@ -125,12 +134,15 @@ class Recorder:
         determinism: str | None = None,
         simulation_factory: Callable[..., Simulation] | None = None,
         background_writes: bool | None = None,
+        compress_ahead: bool | None = None,
     ) -> None:
         """``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
         explore engine passes its session's ``simulation``, so that a world source whose worlds own
         external processes runs them; explore/world_source.py). None: ``Simulation(scenario, ...)``.
         ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
-        external processes; write_thread.py says why)."""
+        external processes; write_thread.py says why). ``compress_ahead``: with inline writes, compress
+        frames on a second thread (None: when the process may use COMPRESS_AHEAD_CORES_MIN cores;
+        compress_ahead.py says why)."""
         if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
             raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
         self.scenario = scenario
@@ -168,8 +180,10 @@ class Recorder:
         """Writes every frame after the header, in order: a thread beside a run whose world owns
         external processes, inline otherwise (write_thread.py says why)."""
         weakref.finalize(self, self.write_thread.abandon)
-        if not background_writes:
-            self.writer.compress_ahead()  # zstd on the second core, frames still in order (compress_ahead.py)
+        if compress_ahead is None:
+            compress_ahead = usable_cores() >= COMPRESS_AHEAD_CORES_MIN
+        if compress_ahead and not background_writes:
+            self.writer.compress_ahead()  # zstd on another core, frames still in order (compress_ahead.py)
         self.snapshot()
 
     # -- the run ----------------------------------------------------------------------------------
