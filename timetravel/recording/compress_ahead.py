@@ -22,8 +22,8 @@ whose cores are busy with other work that wait grows, so the thread does as litt
 the GIL (the checksum, xxh3 of the stored bytes, is computed by the writer).
 
 **Only with cores to spare.** On the shared 2-core machine of issue 18 it did not pay in wall
-time. The demo's recording ran 45% fewer instructions on the simulation's thread (+342 M over the
-unrecorded run instead of +651 M), yet alternating plain / inline / ahead runs (best of 12-15)
+time. The demo's recording ran half the instructions on the simulation's thread (+329 M over the
+unrecorded run instead of +677 M inline), yet alternating plain / inline / ahead runs (best of 12-15)
 read 1.113 / 1.104 (ratio to plain) at a load of 1.8-2.0 from other work, 1.198 / 1.100 at
 1.3-1.8, 1.076 / 1.179 at 1.5-1.7, and 1.097 / 1.340 at 2.8-3.1: with both cores busy the thread
 waits for a core, and the simulation's thread waits for it at every hand-back of the GIL (its
