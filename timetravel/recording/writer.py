@@ -61,8 +61,9 @@ SYNC_BYTES_MIN = 64 * 1024 * 1024
 
 Frames are flushed to the OS at every snapshot, so a process that dies keeps everything written up
 to its last snapshot (with compression ahead, up to the snapshot before it at worst: the latest
-one's frames may still be compressing, and reach the OS with the next frames written); what an fsync adds is surviving an OS crash or a power cut, and it cost ~10 ms
-each, 8% of the dp_training demo's run time at 10 snapshots. After an OS crash the file opens as a
+one's frames may still be compressing, and reach the OS with the next frames written); what an
+fsync adds is surviving an OS crash or a power cut, and it cost ~10 ms each, 8% of the dp_training
+demo's run time at 10 snapshots. After an OS crash the file opens as a
 truncated recording up to its last complete frame, as after any cut."""
 ZSTD_LEVEL_DEFAULT = 3
 ZSTD_LEVEL_BLOBS = -3
