@@ -286,3 +286,35 @@ def test_the_choice_log_is_recorded_when_asked(tmp_path: Path) -> None:
         assert len(log) > 100
     with RecordingReader.open(tmp_path / "without.ttr") as reader:
         assert reader.choices() == []
+
+
+@pytest.mark.parametrize("length", [0, 1, 255, 256, 65_535, 65_536, 2_000_003])
+def test_an_events_payload_packs_as_msgpack_would(length: int) -> None:
+    # EVENTS frames join the batch behind its bin header instead of packing it: the bytes must
+    # be msgpack's own at every bin width (8, 16, 32), or old and new recordings would differ.
+    from timetravel.recording.writer import pack_events_payload
+
+    payload = {"branch": "main", "first": 4096, "count": 7, "digest": bytes(16), "partial": False}
+    events = random.Random(length).randbytes(length)
+    assert pack_events_payload(payload, events) == pack({**payload, "events": events})
+
+
+def test_a_frame_that_cannot_be_packed_leaves_nothing_behind_for_the_next(tmp_path: Path) -> None:
+    # Frames are packed in one Packer kept between frames: a value it refuses half-way must not
+    # leave its first fields in front of the next frame's.
+    from timetravel.recording.recorder import recording_header
+    from timetravel.recording.writer import RecordingWriter
+
+    scenario = get_scenario("gossip")
+    world = build_world(scenario, scenario.resolve_config(["nodes=4"]), 1)
+    header = recording_header(
+        scenario, world, snapshot_every_events=256, chain_batch_events=64, overrides=None
+    )
+    writer = RecordingWriter.create(tmp_path / "refused.ttr", header)
+    with pytest.raises(TypeError, match="not plain data"):
+        writer.frame(FrameType.NOTE, {"branch": "main", "level": "info", "message": object()})
+    note = {"branch": "main", "level": "info", "message": "kept"}
+    writer.frame(FrameType.NOTE, note)
+    writer.close()
+    with RecordingReader.open(tmp_path / "refused.ttr") as reader:
+        assert [record["message"] for record in reader.catalog.notes] == ["kept"]

@@ -38,6 +38,7 @@ manifest carries the open batch, as the final snapshot's does.
 from __future__ import annotations
 
 import functools
+import os
 import weakref
 from collections.abc import Callable
 from pathlib import Path
@@ -47,6 +48,7 @@ import xxhash
 
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
+from timetravel.recording.compress_ahead import COMPRESS_AHEAD_CORES_MIN
 from timetravel.recording.format import (
     BLOB_ARRAY,
     BLOB_PAGE,
@@ -135,6 +137,13 @@ def recording_header(
     }
 
 
+def usable_cores() -> int:
+    """The cores this process may run on (its affinity where the OS tells it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
+
+
 class Recorder:
     """Runs a world while recording it. See the module docstring."""
 
@@ -153,12 +162,15 @@ class Recorder:
         determinism: str | None = None,
         simulation_factory: Callable[..., Simulation] | None = None,
         background_writes: bool | None = None,
+        compress_ahead: bool | None = None,
     ) -> None:
         """``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
         explore engine passes its session's ``simulation``, so that a world source whose worlds own
         external processes runs them; explore/world_source.py). None: ``Simulation(scenario, ...)``.
         ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
-        external processes; write_thread.py says why)."""
+        external processes; write_thread.py says why). ``compress_ahead``: with inline writes, compress
+        frames on a second thread (None: when the process may use COMPRESS_AHEAD_CORES_MIN cores;
+        compress_ahead.py says why)."""
         if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
             raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
         self.scenario = scenario
@@ -204,6 +216,10 @@ class Recorder:
         """Writes every frame after the header, in order: a thread beside a run whose world owns
         external processes, inline otherwise (write_thread.py says why)."""
         weakref.finalize(self, self.write_thread.abandon)
+        if compress_ahead is None:
+            compress_ahead = usable_cores() >= COMPRESS_AHEAD_CORES_MIN
+        if compress_ahead and not background_writes:
+            self.writer.compress_ahead()  # zstd on another core, frames still in order (compress_ahead.py)
         self.snapshot()
 
     # -- the run ----------------------------------------------------------------------------------
@@ -350,7 +366,7 @@ def write_snapshot(
 ) -> None:
     """Write the blobs a snapshot created (float pages as XOR deltas against ``bases``), then its
     MANIFEST frame, and flush them to the OS (fsync every SYNC_BYTES_MIN and at close:
-    writer.SYNC_BYTES_MIN says why).
+    writer.SYNC_BYTES_MIN says why; frames still compressing ahead are written with the next ones).
 
     Blobs always precede the manifest that names them, so a file cut anywhere never holds a
     manifest whose blobs are missing."""
@@ -359,7 +375,7 @@ def write_snapshot(
             _write_blob(writer, item, bases)
     writer.flush_blobs()
     writer.frame(FrameType.MANIFEST, manifest)
-    writer.sync(durable=False)
+    writer.sync(durable=False, wait=False)
 
 
 def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> None:

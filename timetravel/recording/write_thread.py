@@ -19,7 +19,8 @@ coordinator waiting on its rank processes. A plain-data world's kernel keeps its
 Python, so a writer thread there only contends for the GIL: the dp_training demo recorded at the
 message level measured 1.08 and 1.16 times its unrecorded run with the thread against 0.91 and 0.93
 inline (idle machine, best of 3 each, two rounds). The recorder uses the thread for scenarios whose
-worlds own external processes (``Scenario.world_source``) and :class:`InlineWrites` for the others.
+worlds own external processes (``Scenario.world_source``) and :class:`InlineWrites` for the others,
+whose frames are compressed ahead on a thread that runs only zstd (compress_ahead.py).
 
 **Bounded.** At most WRITE_JOBS_QUEUED_MAX jobs wait; ``submit`` blocks past that, so a disk slower
 than the run slows the run instead of holding every snapshot's pages in memory.

@@ -13,17 +13,25 @@ from __future__ import annotations
 
 import contextlib
 import os
+import struct
+from collections import deque
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, Any, NamedTuple
 
 import msgpack
 import zstandard
 
 from timetravel.recording.catalog import Catalog
+from timetravel.recording.compress_ahead import (
+    FRAME_AHEAD_BYTES_MIN,
+    FRAMES_AHEAD_RAW_BYTES_MAX,
+    CompressAhead,
+    Compression,
+    stored_payload,
+)
 from timetravel.recording.files import check_output_path
 from timetravel.recording.format import (
     BLOB_FRAME_BYTES,
-    FLAG_ZSTD,
     FRAME_HEADER_BYTES,
     FRAME_RAW_BYTES_MAX,
     MAGIC,
@@ -36,18 +44,26 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.lock import hold_writer_lock
 from timetravel.recording.schema import schema_for
-from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack
+from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack, reusable_packer
 
 ZSTD_LEVEL_EVENTS = -3
 """Event batches are written on the hot path: a fast negative level. Batches of small events still
 shrink ~5x; dp_training's message-level batches (mostly float chunks) shrink 1.9x instead of 2.6x
-at level 1, in half the time (0.24 s against 0.47 s for the demo's 34 MB on a loaded machine)."""
+at level 1, in half the time (0.24 s against 0.47 s for the demo's 34 MB on a loaded machine).
+
+Kept at -3 after counting the alternatives (issue 18 part 7; instructions for the demo's 34 MB of
+message-level batches, stored bytes): -3 274 M, 17.70 MB; -4 250 M, 17.70 MB; -5 226 M, 17.84 MB;
+-10 164 M, 18.43 MB; -20 115 M, 18.44 MB. The faster levels cost small-event batches far more:
+gossip's default run stores 2.45x at -3, 2.24x at -4, 1.96x at -5, 1.04x at -20. And the
+compression runs on a second thread now (compress_ahead.py), off the simulation's."""
 SYNC_BYTES_MIN = 64 * 1024 * 1024
 """A snapshot fsyncs only once this many bytes were written since the last fsync (close always does).
 
 Frames are flushed to the OS at every snapshot, so a process that dies keeps everything written up
-to its last snapshot; what an fsync adds is surviving an OS crash or a power cut, and it cost ~10 ms
-each, 8% of the dp_training demo's run time at 10 snapshots. After an OS crash the file opens as a
+to its last snapshot (with compression ahead, up to the snapshot before it at worst: the latest
+one's frames may still be compressing, and reach the OS with the next frames written); what an
+fsync adds is surviving an OS crash or a power cut, and it cost ~10 ms each, 8% of the dp_training
+demo's run time at 10 snapshots. After an OS crash the file opens as a
 truncated recording up to its last complete frame, as after any cut."""
 ZSTD_LEVEL_DEFAULT = 3
 ZSTD_LEVEL_BLOBS = -3
@@ -57,12 +73,43 @@ four Adam steps of a 1.25M-parameter model; every local gradient new) came to 0.
 at level 1 in 1.19 s, 0.931 at -3 in 0.71 s, 0.948 at -10 in 0.46 s (2026-12-01, load 1.3). Level 3
 was 29% of the coordinator's time before the writer thread; -3 keeps most of level 1's saving
 (2.5% more bytes) for 60% of its CPU, which the ranks share with the writer thread."""
+BIN8, BIN16, BIN32 = struct.Struct(">BB"), struct.Struct(">BH"), struct.Struct(">BI")
+"""msgpack's bin 8/16/32 headers: the type byte, then the length, big-endian."""
 BlobEntry = list[Any]
 """``[digest, kind, codec, base digest or None, element bytes, data]`` (see recording-format.md)."""
 
 
+def pack_events_payload(payload: dict[str, Any], events_bytes: bytes) -> bytes:
+    """``pack({**payload, "events": events_bytes})``, the same bytes, with one copy of the batch.
+
+    msgpack copied a batch (~1.9 MB at the message level) twice: into the Packer's buffer, grown
+    for it, then out into the bytes it returns. Here the map is packed with an empty ``events``
+    (its last two bytes: bin 8 of length 0), and the batch joined behind its real bin header."""
+    head = pack({**payload, "events": b""})
+    length = len(events_bytes)
+    if length <= 0xFF:
+        bin_header = BIN8.pack(0xC4, length)
+    elif length <= 0xFFFF:
+        bin_header = BIN16.pack(0xC5, length)
+    else:
+        bin_header = BIN32.pack(0xC6, length)
+    return b"".join((memoryview(head)[:-2], bin_header, events_bytes))
+
+
+class QueuedFrame(NamedTuple):
+    """A frame waiting for its compression (compress_ahead.py) before it is written."""
+
+    stored: Compression
+    frame_type: FrameType
+    raw_length: int
+    payload: dict[str, Any]
+
+
 class RecordingWriter:
-    """Appends frames to one recording file. Not thread-safe; one writer per file."""
+    """Appends frames to one recording file. Not thread-safe; one writer per file.
+
+    After ``compress_ahead()`` frames are compressed on a second thread and written in the order
+    they were given, when their turn comes (compress_ahead.py): ``frame`` then returns None."""
 
     def __init__(self, file: IO[bytes], path: Path, catalog: Catalog) -> None:
         self.file = file
@@ -80,11 +127,20 @@ class RecordingWriter:
         }
         self.packer = msgpack.Packer(use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
         """A Packer for small values the writer encodes often (array headers)."""
+        self._frame_packer = reusable_packer()
+        """Packs frame payloads (``pack``'s bytes) in one buffer kept at the largest frame's size."""
         self.synced_offset = self.offset
         """File offset at the last fsync."""
         self.closed = False
-        self.write_error: OSError | None = None
-        """The write that failed (later writes raise it again: the kernel may have swallowed it)."""
+        self.write_error: BaseException | None = None
+        """The write (or compression ahead) that failed: later writes raise it again (the kernel may
+        have swallowed it; a frame lost to a failed compression would leave a gap)."""
+        self._ahead: CompressAhead | None = None
+        self._queued: deque[QueuedFrame] = deque()
+        """Frames given but not written yet, in order (only with compress_ahead)."""
+        self._queued_raw_bytes = 0
+        self._queued_digests: set[bytes] = set()
+        """Blobs in queued BLOBS frames (not in the catalog until their frame is written)."""
 
     @classmethod
     def create(cls, path: str | Path, header: dict[str, Any]) -> RecordingWriter:
@@ -129,35 +185,67 @@ class RecordingWriter:
 
     # -- frames -----------------------------------------------------------------------------------
 
+    def compress_ahead(self) -> None:
+        """Compress every later frame on a second thread (compress_ahead.py says when that pays)."""
+        if self._ahead is None and not self.closed:
+            self._ahead = CompressAhead(f"timetravel zstd {self.path.name}")
+
     def frame(
         self, frame_type: FrameType, payload: dict[str, Any], *, level: int = ZSTD_LEVEL_DEFAULT
-    ) -> int:
-        """Write one frame; returns its offset. ``payload`` is a plain-data map."""
-        return self.frame_bytes(frame_type, pack(payload), payload, level=level)
+    ) -> int | None:
+        """Write one frame; returns its offset (None: queued, see compress_ahead). ``payload`` is a
+        plain-data map."""
+        packer = self._frame_packer
+        try:
+            packer.pack(payload)
+            raw = packer.bytes()
+        finally:
+            packer.reset()
+        return self.frame_bytes(frame_type, raw, payload, level=level)
 
     def frame_bytes(
         self, frame_type: FrameType, raw: bytes, payload: dict[str, Any], *, level: int = ZSTD_LEVEL_DEFAULT
-    ) -> int:
+    ) -> int | None:
         """Write a frame whose msgpack payload ``raw`` is already encoded (``payload`` is its value,
-        for the catalog)."""
-        if self.closed:
-            if self.write_error is not None:
-                raise self.write_error
-            raise RecordingError(f"{self.path}: the recording is closed")
+        for the catalog); returns its offset, or None when it was queued for compression."""
+        self._check_open()
         raw_bytes_max = min(FRAME_RAW_BYTES_MAX, schema_for(frame_type).raw_bytes_max)
         if len(raw) > raw_bytes_max:
             raise RecordingError(
                 f"a {frame_type.name} frame of {len(raw)} bytes exceeds {raw_bytes_max} (what a reader accepts)"
             )
-        stored = self._compressors[level].compress(raw)
-        flags = FLAG_ZSTD
-        if len(stored) >= len(raw):
-            stored, flags = raw, 0
-        offset = self.offset
-        try:
-            self.file.write(
-                pack_frame_header(frame_type, flags, len(stored), len(raw), payload_checksum(stored))
+        if self._ahead is None:
+            return self._write_frame(
+                frame_type, stored_payload(self._compressors[level], raw), len(raw), payload
             )
+        if len(raw) >= FRAME_AHEAD_BYTES_MIN:
+            job = self._ahead.submit(raw, level)
+        else:  # not worth the thread (FRAME_AHEAD_BYTES_MIN), but written after the frames before it
+            job = Compression(raw, level)
+            job.settle(stored_payload(self._compressors[level], raw))
+        self._queued.append(QueuedFrame(job, frame_type, len(raw), payload))
+        self._queued_raw_bytes += len(raw)
+        self._write_queued(wait=False)
+        return None
+
+    def _check_open(self) -> None:
+        if self.closed:
+            if self.write_error is not None:
+                raise self.write_error
+            raise RecordingError(f"{self.path}: the recording is closed")
+
+    def _write_frame(
+        self,
+        frame_type: FrameType,
+        stored_form: tuple[bytes, int],
+        raw_length: int,
+        payload: dict[str, Any],
+    ) -> int:
+        stored, flags = stored_form
+        offset = self.offset
+        header = pack_frame_header(frame_type, flags, len(stored), raw_length, payload_checksum(stored))
+        try:
+            self.file.write(header)
             self.file.write(stored)
         except OSError as error:
             raise self._failed(error) from None
@@ -165,18 +253,40 @@ class RecordingWriter:
         self.catalog.add(offset, frame_type, payload)
         return offset
 
+    def _write_queued(self, *, wait: bool) -> None:
+        """Write the queued frames whose compression is done, in order; ``wait``: all of them. Waits
+        for the oldest too while more than FRAMES_AHEAD_RAW_BYTES_MAX raw bytes are queued."""
+        queued = self._queued
+        while queued and (
+            wait or self._queued_raw_bytes > FRAMES_AHEAD_RAW_BYTES_MAX or queued[0].stored.done()
+        ):
+            frame = queued.popleft()
+            self._queued_raw_bytes -= frame.raw_length
+            self._check_open()
+            try:
+                stored_form = frame.stored.result()
+            except BaseException as error:  # no frame may be written after a lost one
+                self._failed_compression(error)
+                raise
+            self._write_frame(frame.frame_type, stored_form, frame.raw_length, frame.payload)
+            if frame.frame_type == FrameType.BLOBS:
+                self._queued_digests.difference_update(entry[0] for entry in frame.payload["blobs"])
+
     def events(
         self, branch: str, first: int, events_bytes: bytes, count: int, digest: bytes, *, partial: bool
     ) -> None:
         """An EVENTS frame: events ``first+1 .. first+count`` as the kernel packed them."""
         payload = {"branch": branch, "first": first, "count": count, "digest": digest, "partial": partial}
-        raw = pack({**payload, "events": events_bytes})
-        self.frame_bytes(FrameType.EVENTS, raw, payload, level=ZSTD_LEVEL_EVENTS)
+        self.frame_bytes(
+            FrameType.EVENTS, pack_events_payload(payload, events_bytes), payload, level=ZSTD_LEVEL_EVENTS
+        )
 
     # -- blobs ------------------------------------------------------------------------------------
 
     def has_blob(self, digest: bytes) -> bool:
-        return digest in self.catalog.blobs or digest in self._pending_digests
+        return (
+            digest in self.catalog.blobs or digest in self._pending_digests or digest in self._queued_digests
+        )
 
     def blob(self, entry: BlobEntry) -> None:
         """Queue one blob entry; full BLOBS frames are written as they fill."""
@@ -189,6 +299,8 @@ class RecordingWriter:
     def flush_blobs(self) -> None:
         if self._pending:
             self.frame(FrameType.BLOBS, {"blobs": self._pending}, level=ZSTD_LEVEL_BLOBS)
+            if self._ahead is not None:  # queued: the catalog lists them once their frame is written
+                self._queued_digests |= self._pending_digests
             self._pending = []
             self._pending_digests = set()
             self._pending_bytes = 0
@@ -199,6 +311,8 @@ class RecordingWriter:
         """A write error (no space left, a file size limit) naming the recording. The frames written
         before it stay: the file opens as a truncated recording up to its last complete frame."""
         self.closed = True
+        self._queued.clear()
+        self._stop_ahead()
         with contextlib.suppress(OSError):
             self.file.close()
         self.write_error = OSError(
@@ -206,14 +320,26 @@ class RecordingWriter:
         )
         return self.write_error
 
-    def sync(self, *, durable: bool = True) -> None:
+    def _failed_compression(self, error: BaseException) -> None:
+        self.closed = True
+        self.write_error = error
+        self._queued.clear()
+        with contextlib.suppress(OSError):
+            self.file.close()
+        self._stop_ahead()
+
+    def sync(self, *, durable: bool = True, wait: bool = True) -> None:
         """Flush to the OS (everything written so far survives the process dying) and fsync (it
         survives an OS crash too); ``durable=False`` fsyncs only once SYNC_BYTES_MIN were written
-        since the last fsync (a snapshot: see SYNC_BYTES_MIN)."""
+        since the last fsync (a snapshot: see SYNC_BYTES_MIN). With compression ahead, frames still
+        compressing are waited for, unless ``wait=False`` and no fsync is due (a snapshot: they are
+        written with the next frames)."""
         self.flush_blobs()
+        fsync = durable or self.offset - self.synced_offset >= SYNC_BYTES_MIN
+        self._write_queued(wait=wait or fsync)
         try:
             self.file.flush()
-            if durable or self.offset - self.synced_offset >= SYNC_BYTES_MIN:
+            if fsync or self.offset - self.synced_offset >= SYNC_BYTES_MIN:
                 os.fsync(self.file.fileno())
                 self.synced_offset = self.offset
         except OSError as error:
@@ -224,7 +350,10 @@ class RecordingWriter:
         if self.closed:
             return
         self.flush_blobs()
+        self._write_queued(wait=True)
+        self._stop_ahead()
         index_offset = self.frame(FrameType.INDEX, self.catalog.to_index())
+        assert index_offset is not None, "written at once: compression ahead has stopped"
         try:
             self.file.write(pack_trailer(index_offset))
             self.offset += TRAILER_BYTES
@@ -234,3 +363,8 @@ class RecordingWriter:
             raise self._failed(error) from None
         self.file.close()
         self.closed = True
+
+    def _stop_ahead(self) -> None:
+        if self._ahead is not None:
+            self._ahead.stop()
+            self._ahead = None

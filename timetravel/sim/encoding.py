@@ -128,6 +128,16 @@ def pack(value: Any) -> bytes:
     return _packb(value, _encode_default)
 
 
+def reusable_packer() -> msgpack.Packer:
+    """A Packer that packs as ``pack`` does but keeps its buffer from one value to the next
+    (``pack``, then ``bytes()``, then ``reset()``, which keeps the capacity).
+
+    For callers packing values of a megabyte again and again (a recording's BLOBS and MANIFEST
+    frames): ``pack`` starts each at PACKER_BUFFER_BYTES and doubles its buffer up to the value's
+    size, ten reallocations that copy about the value's size again."""
+    return msgpack.Packer(default=_encode_default, use_bin_type=True, autoreset=False)
+
+
 def _decode_array(data: bytes) -> np.ndarray:
     header = msgpack.unpackb(
         data, raw=False, max_bin_len=ARRAY_BYTES_MAX, max_array_len=ARRAY_DIMENSIONS_MAX + 3
