@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+import xxhash
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Context, Event, Param, Scenario, Simulation, World, chain_head, kernel
@@ -341,3 +342,11 @@ def test_a_run_leaves_objects_the_program_froze_frozen(monkeypatch: Any) -> None
         assert gc.get_freeze_count() >= frozen > 0
     finally:
         gc.unfreeze()
+
+
+@pytest.mark.parametrize("size", [0, 1, 240, 241, 1024, 1_900_001])
+def test_the_chain_digest_is_xxh3_of_the_previous_digest_followed_by_the_batch(size: int) -> None:
+    """Hashed as a stream (no concatenated copy): the digest recordings store and readers check."""
+    previous = bytes(range(16))
+    packed = bytes(index * 7 % 251 for index in range(size))
+    assert kernel.chain_digest_after(previous, packed) == xxhash.xxh3_128_digest(previous + packed)

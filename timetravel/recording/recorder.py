@@ -44,8 +44,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import xxhash
-
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.compress_ahead import COMPRESS_AHEAD_CORES_MIN
@@ -70,6 +68,7 @@ from timetravel.sim.kernel import (
     CHAIN_DIGEST_INITIAL,
     RunResult,
     Simulation,
+    chain_digest_after,
     pack_chain_batch,
 )
 from timetravel.sim.runner import build_world, public_failure
@@ -309,7 +308,7 @@ class Recorder:
         open_bytes = pack_chain_batch(world.chain_batch) if world.chain_batch else b""
         chain_digest = world.chain_digest or CHAIN_DIGEST_INITIAL
         if world.chain_batch:
-            chain_digest = xxhash.xxh3_128_digest(chain_digest + open_bytes)
+            chain_digest = chain_digest_after(chain_digest, open_bytes)
             job = functools.partial(
                 self.writer.events,
                 self.branch,

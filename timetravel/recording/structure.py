@@ -19,10 +19,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import xxhash
-
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo
-from timetravel.sim.kernel import CHAIN_DIGEST_INITIAL
+from timetravel.sim.kernel import CHAIN_DIGEST_INITIAL, chain_digest_after
 
 if TYPE_CHECKING:
     from timetravel.recording.reader import RecordingReader
@@ -86,7 +84,7 @@ def stored_chain_problem(
     previous = CHAIN_DIGEST_INITIAL
     for batch in batches:
         data = reader.events_bytes(batch)
-        digest = xxhash.xxh3_128_digest(previous + data)
+        digest = chain_digest_after(previous, data)
         if digest != batch.digest:
             return (
                 batch,
