@@ -104,6 +104,9 @@ class SharedNodes:
         """Decoded containers by their msgpack bytes, shared between the shared states (the
         compiled decoder's memo: snapshot/codec.py ``decode_value_sized``)."""
         self._chunk_events = 0
+        self._base: tuple[bytes, Any] | None = None
+        """The bytes and decoded state of the shared state decoded last: the next one is decoded
+        against it (recording/reader.py ``shared_values``)."""
         self.decoded_private = 0
         self.decoded_shared = 0
         """Node states decoded by the last restore, private and shared (what a seek cost)."""
@@ -115,6 +118,7 @@ class SharedNodes:
         self._containers = {}
         self.bytes_held = 0
         self._chunk_events = 0
+        self._base = None
 
     def restore(self, info: ManifestInfo, private: set[str]) -> tuple[World, dict[str, bytes]]:
         """The World at snapshot ``info``, the ``private`` nodes decoded afresh and the others shared;
@@ -126,6 +130,7 @@ class SharedNodes:
         value = self.reader.value
         # One tight loop over the (checked, cached) node list: at 10,000 nodes, calling back per node
         # from the reader's restore cost ~10 ms a seek before anything was decoded.
+        missing: list[tuple[str, bytes]] = []
         for name, digest in self.reader.node_digests(info):
             if name in private:
                 self.decoded_private += 1
@@ -134,10 +139,15 @@ class SharedNodes:
             shared[name] = digest
             entry = held.get(digest)
             if entry is None:
-                nodes[name] = self._shared_state(digest)
+                nodes[name] = None  # decoded below, in this place of the world's node order
+                missing.append((name, digest))
             else:
                 held.move_to_end(digest)
                 nodes[name] = entry[0]
+        if missing:
+            states = self._shared_states([digest for _, digest in missing])
+            for (name, _digest), state in zip(missing, states, strict=True):
+                nodes[name] = state
         world = self.reader.restore(info, queue_chunk=self._queue_chunk, nodes=nodes)
         if len(self._containers) > SHARED_CONTAINERS_MAX:
             self._containers = {}
@@ -148,23 +158,27 @@ class SharedNodes:
         of the cyclic collector's reach (the module docstring says why)."""
         return self.reader.value(digest, untracked=True)
 
-    def _shared_state(self, digest: bytes) -> Any:
-        held = self._states.get(digest)
-        if held is not None:
-            self._states.move_to_end(digest)
-            return held[0]
-        state, blob_bytes, array_bytes = self.reader.value_sized(
-            digest, writeable=False, shared=self._containers
-        )
-        self.decoded_shared += 1
-        nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes + array_bytes
-        entry = (state, nbytes)
-        untrack(entry)  # the state, and the pair (a tuple holding a dict would stay tracked for life)
-        self._states[digest] = entry
-        self.bytes_held += nbytes
-        while self.bytes_held > self.bytes_max and len(self._states) > 1:
-            self.bytes_held -= self._states.popitem(last=False)[1][1]
-        return state
+    def _shared_states(self, digests: list[bytes]) -> list[Any]:
+        """The shared states of ``digests`` (none of them held), decoded in one call to the reader,
+        each against the one before it, and kept."""
+        states: list[Any] = []
+        held = self._states
+        decoded, self._base = self.reader.shared_values(digests, self._containers, self._base)
+        for digest, (state, blob_bytes, array_bytes) in zip(digests, decoded, strict=True):
+            known = held.get(digest)  # a digest twice in one snapshot (two nodes in the same state)
+            if known is not None:
+                states.append(known[0])
+                continue
+            nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes + array_bytes
+            entry = (state, nbytes)
+            untrack(entry)  # the state, and the pair (a tuple holding a dict would stay tracked for life)
+            held[digest] = entry
+            self.bytes_held += nbytes
+            states.append(state)
+        self.decoded_shared += len(decoded)
+        while self.bytes_held > self.bytes_max and len(held) > 1:
+            self.bytes_held -= held.popitem(last=False)[1][1]
+        return states
 
     def _queue_chunk(self, digest: bytes) -> list[Event]:
         events = self._chunks.get(digest)

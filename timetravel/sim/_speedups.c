@@ -377,6 +377,7 @@ static PyTypeObject ContextCoreType = {
 #include "_speedups_loop.h"
 #include "_speedups_pack.h"
 #include "_speedups_plain.h"
+#include "_speedups_against.h"
 #include "_speedups_gpu.h"
 #include "_speedups_finish.h"
 #include "_speedups_tree.h"
@@ -417,6 +418,8 @@ static PyMethodDef module_methods[] = {
     {"untrack_events", untrack_events, METH_O, "untrack() for a list of read-only events and their payloads."},
     {"decode_plain", (PyCFunction)(void (*)(void))decode_plain, METH_FASTCALL,
      "A stored value's msgpack decoding for the common case (NotImplemented: decode it with msgpack)."},
+    {"decode_plain_against", (PyCFunction)(void (*)(void))decode_plain_against, METH_FASTCALL,
+     "decode_plain of a read-only value, sharing the parts it has in common with an earlier decoded value."},
     {"blob_entries", blob_entries, METH_O, "A BLOBS frame's entries checked, by digest (NotImplemented: check them in Python)."},
     {"copy_plain", copy_plain, METH_O, "A fresh copy of a decoded value, as decoding it again gives (NotImplemented: decode it)."},
     {"gpu_pump", (PyCFunction)(void (*)(void))gpu_pump, METH_FASTCALL,

@@ -586,6 +586,47 @@ plain_value(PlainInput *input, int depth, PyObject **out)
     return status;
 }
 
+/* The common part of decode_plain's and decode_plain_against's arguments, into ``input``
+ * (-1 with an exception set: bytes_max is not a Py_ssize_t). */
+static int
+plain_input_start(PlainInput *input, PyObject *data, PyObject *factory, PyObject *bytes_max, PyObject *memo,
+                  PyObject *arrays)
+{
+    if (str_copy == NULL && (str_copy = PyUnicode_InternFromString("copy")) == NULL)
+        return -1;
+    input->at = (const unsigned char *)PyBytes_AS_STRING(data);
+    input->end = input->at + PyBytes_GET_SIZE(data);
+    input->factory = factory;
+    input->bytes_max = PyLong_AsSsize_t(bytes_max);
+    if (input->bytes_max == -1 && PyErr_Occurred())
+        return -1;
+    input->memo = memo == Py_None ? NULL : memo;
+    if (input->memo != NULL && input->bytes_max < PLAIN_MEMO_SPAN_MAX)
+        input->memo = NULL; /* a memoized container was decoded under a bytes_max at least this */
+    input->arrays = arrays == Py_None ? NULL : arrays;
+    input->array_bytes = 0;
+    input->reading_key = 0;
+    input->untrack = 1;
+    input->copy_arrays = 0;
+    input->counting = 0;
+    input->items_left = 0;
+    return 0;
+}
+
+/* What a decode returns for ``status``: (value, array_bytes), NotImplemented (unusual, or bytes
+ * after the value), or NULL (an exception). */
+static PyObject *
+plain_result(PlainInput *input, int status, PyObject *value)
+{
+    if (status == PLAIN_ERROR)
+        return NULL;
+    if (status == PLAIN_UNUSUAL || input->at != input->end) {
+        Py_XDECREF(value);
+        Py_RETURN_NOTIMPLEMENTED;
+    }
+    return Py_BuildValue("(Nn)", value, input->array_bytes);
+}
+
 static PyObject *
 decode_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
@@ -600,18 +641,8 @@ decode_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
                         "arrays: dict | None, copy_arrays: bool, items_max: int | None)");
         return NULL;
     }
-    if (str_copy == NULL && (str_copy = PyUnicode_InternFromString("copy")) == NULL)
+    if (plain_input_start(&input, args[0], args[1], args[2], args[4], args[5]) < 0)
         return NULL;
-    input.at = (const unsigned char *)PyBytes_AS_STRING(args[0]);
-    input.end = input.at + PyBytes_GET_SIZE(args[0]);
-    input.factory = args[1];
-    input.bytes_max = PyLong_AsSsize_t(args[2]);
-    if (input.bytes_max == -1 && PyErr_Occurred())
-        return NULL;
-    input.memo = args[4] == Py_None ? NULL : args[4];
-    input.arrays = args[5] == Py_None ? NULL : args[5];
-    input.array_bytes = 0;
-    input.reading_key = 0;
     input.untrack = PyObject_IsTrue(args[3]);
     input.copy_arrays = PyObject_IsTrue(args[6]);
     if (input.untrack < 0 || input.copy_arrays < 0)
@@ -624,16 +655,8 @@ decode_plain(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             return NULL;
         input.memo = NULL; /* a container from the memo would not be counted */
     }
-    if (input.memo != NULL && input.bytes_max < PLAIN_MEMO_SPAN_MAX)
-        input.memo = NULL; /* a memoized container was decoded under a bytes_max at least this */
-    status = plain_value(&input, 0, &value);
-    if (status == PLAIN_ERROR)
-        return NULL;
-    if (status == PLAIN_UNUSUAL || input.at != input.end) {
-        Py_XDECREF(value);
-        Py_RETURN_NOTIMPLEMENTED;
-    }
-    return Py_BuildValue("(Nn)", value, input.array_bytes);
+    status = plain_value(&input, 0, &value); /* before reading value: argument order is unspecified */
+    return plain_result(&input, status, value);
 }
 
 /* -- a fresh copy of a decoded value ----------------------------------------------------------- */

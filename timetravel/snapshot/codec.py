@@ -48,6 +48,7 @@ _decode_plain = getattr(speedups.compiled, "decode_plain", None)
 """The compiled decoder of stored values (None: msgpack decodes every one; a build from before it
 has the rest of the compiled core without it)."""
 _copy_plain = getattr(speedups.compiled, "copy_plain", None)
+_decode_plain_against = getattr(speedups.compiled, "decode_plain_against", None)
 
 
 class Capture:
@@ -180,6 +181,17 @@ def decode_value(
     return decode_value_sized(data, array_factory, bytes_max=bytes_max, items_max=items_max)[0]
 
 
+def _compiled_decode(decoder: Callable[..., Any], *arguments: Any) -> Any:
+    """A compiled decoder's outcome; an error it raises (the array factory's, or one of its own on
+    bad bytes) as the DecodeError msgpack's path raises."""
+    try:
+        return decoder(*arguments)
+    except DecodeError:
+        raise
+    except (ValueError, TypeError, KeyError) as error:
+        raise DecodeError(f"not valid msgpack: {error}") from error
+
+
 def decode_value_sized(
     data: bytes,
     array_factory: ArrayFactory,
@@ -207,21 +219,17 @@ def decode_value_sized(
     (recording/shared_nodes.py: the states a seek re-executes). Without the compiled core these
     options change nothing but speed."""
     if _decode_plain is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
-        try:
-            decoded = _decode_plain(
-                data,
-                array_factory,
-                bytes_max,
-                shared is not None or untracked,
-                shared,
-                arrays,
-                copy_arrays,
-                items_max,
-            )
-        except DecodeError:
-            raise
-        except (ValueError, TypeError, KeyError) as error:
-            raise DecodeError(f"not valid msgpack: {error}") from error
+        decoded = _compiled_decode(
+            _decode_plain,
+            data,
+            array_factory,
+            bytes_max,
+            shared is not None or untracked,
+            shared,
+            arrays,
+            copy_arrays,
+            items_max,
+        )
         if decoded is not NotImplemented:
             return decoded
 
@@ -256,6 +264,34 @@ def decode_value_sized(
         raise
     except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise DecodeError(f"not valid msgpack: {error}") from error
+
+
+def decode_value_against(
+    data: bytes,
+    base: tuple[bytes, Any] | None,
+    array_factory: ArrayFactory,
+    *,
+    bytes_max: int,
+    arrays: dict[bytes, tuple[np.ndarray, int]] | None,
+    shared: dict[bytes, Any],
+) -> tuple[Any, int]:
+    """:func:`decode_value_sized` of a read-only value (``shared``, no ``items_max``), sharing with
+    ``base`` — ``(base_data, base_value)``, ``base_value`` what this function or
+    ``decode_value_sized`` gave for ``base_data`` with the same ``bytes_max`` — every part whose
+    bytes the two encodings have in common (sim/_speedups_against.h ``decode_plain_against``: a map
+    with the base map's keys is a copy of the base's dict with only the entries whose bytes differ
+    decoded again). Equal bytes decode to equal values, so the value is the one a decode gives; its
+    containers are shared with ``base_value``, so only for values nobody writes (the Session's
+    shared node states, recording/shared_nodes.py, each decoded against the one before it: at
+    10,000 ranks neighbouring ranks' states differ in a few entries). Without the compiled core,
+    or for anything it hands back, this is ``decode_value_sized``."""
+    if _decode_plain_against is not None and base is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
+        decoded = _compiled_decode(
+            _decode_plain_against, data, base[0], base[1], array_factory, bytes_max, shared, arrays
+        )
+        if decoded is not NotImplemented:
+            return decoded
+    return decode_value_sized(data, array_factory, bytes_max=bytes_max, arrays=arrays, shared=shared)
 
 
 def fresh_copy(value: Any) -> Any:

@@ -1,0 +1,272 @@
+/* Decoding a stored value against an earlier decoded version of it.
+ * Included once, by _speedups.c (one translation unit), after _speedups_plain.h, whose decoder
+ * (PlainInput, plain_value, plain_skip) it reuses.
+ *
+ * decode_plain_against(data, base_data, base_value, factory, bytes_max, memo, arrays)
+ *     -> (value, array_bytes), or NotImplemented.
+ *
+ * What decode_plain(data, factory, bytes_max, True, memo, arrays, False, None) gives — a
+ * read-only value whose containers are outside the cyclic collector's reach — built from
+ * ``base_value``, which must be what decoding ``base_data`` with the same bytes_max gave, wherever
+ * the two encodings have the same bytes. Both are walked side by side from the top, once:
+ * - a map with the base map's keys, in the same order and byte for byte, is base_value's own dict
+ *   when every entry's bytes are equal too, else a copy of that dict (PyDict_Copy: one copy of its
+ *   table) with the entries whose value bytes differ decoded again; an entry that is a map in both
+ *   is decoded against the base's, recursively;
+ * - any other value is the base's own object when its bytes are equal, else decoded as
+ *   decode_plain decodes it (memo included);
+ * - a map with other keys, or one whose base dict has fewer entries than its encoding (a repeated
+ *   key: the dict's value for a key might be another position's), is decoded plainly.
+ * Equal bytes decode to equal values, so the value is the one decode_plain gives; but its parts are
+ * shared with base_value, so — exactly as with decode_plain's memo — this serves only values nobody
+ * writes (recording/shared_nodes.py: a Session's read-only node states, each decoded against the
+ * one decoded before it). Anything unusual is handed back (NotImplemented) as decode_plain hands
+ * it back. Array bytes are those of the arrays decoded here; an array shared with the base was
+ * counted with the value first decoded with it (as with the memo).
+ *
+ * Why: a first seek into a quiet snapshot of a 10,000-rank recording decodes 10,000 rank states of
+ * ~1,200 bytes and 53 top-level entries; neighbouring ranks' states differ in a dozen entries (the
+ * rank's index and neighbours, its data arrays, a kernel's end time), so copying the neighbour's
+ * dicts and decoding what differs costs ~40% fewer instructions than building every dict entry by
+ * entry (~69,000 a state with the memo). */
+#ifndef _SPEEDUPS_AGAINST_H
+#define _SPEEDUPS_AGAINST_H
+
+#define AGAINST_IS_MAP_TAG(tag) (((tag) >= 0x80 && (tag) <= 0x8f) || (tag) == 0xde || (tag) == 0xdf)
+
+/* The entry count of the map header at ``*at`` (moved past the header), or -1 when it is not a
+ * map header or is cut short before ``end``. */
+static Py_ssize_t
+against_map_header(const unsigned char **at, const unsigned char *end)
+{
+    unsigned char tag;
+    if (*at >= end)
+        return -1;
+    tag = **at;
+    if (tag >= 0x80 && tag <= 0x8f) {
+        *at += 1;
+        return tag & 0x0f;
+    }
+    if (tag == 0xde && end - *at >= 3) {
+        Py_ssize_t length = (Py_ssize_t)plain_load(*at + 1, 2);
+        *at += 3;
+        return length;
+    }
+    if (tag == 0xdf && end - *at >= 5) {
+        Py_ssize_t length = (Py_ssize_t)plain_load(*at + 1, 4);
+        *at += 5;
+        return length;
+    }
+    return -1;
+}
+
+/* Where the value at ``at`` ends (NULL: not before ``end``, or unusual): the one-byte and short
+ * scalars every state is full of without plain_skip's loop, the rest by plain_skip. */
+static inline const unsigned char *
+against_skip(const unsigned char *at, const unsigned char *end)
+{
+    unsigned char tag;
+    Py_ssize_t size;
+    if (at >= end)
+        return NULL;
+    tag = *at;
+    if (tag <= 0x7f || tag >= 0xe0 || tag == 0xc0 || tag == 0xc2 || tag == 0xc3)
+        size = 1;
+    else if (tag >= 0xa0 && tag <= 0xbf)
+        size = 1 + (tag & 0x1f);
+    else if (tag == 0xcc || tag == 0xd0)
+        size = 2;
+    else if (tag == 0xcd || tag == 0xd1)
+        size = 3;
+    else if (tag == 0xca || tag == 0xce || tag == 0xd2)
+        size = 5;
+    else if (tag == 0xcb || tag == 0xcf || tag == 0xd3)
+        size = 9;
+    else if (tag == 0xd8)
+        size = 18;
+    else
+        return plain_skip(at, end, end - at);
+    return end - at < size ? NULL : at + size;
+}
+
+#define AGAINST_ENTRIES_MAX 256 /* a map with more entries is decoded plainly (bounds the stack arrays) */
+
+static int against_value(PlainInput *input, int depth, const unsigned char **base_at, const unsigned char *base_end,
+                         PyObject *base_value, PyObject **out, int *same);
+
+static void
+against_release(PyObject **keys, PyObject **items, Py_ssize_t count)
+{
+    Py_ssize_t index;
+    for (index = 0; index < count; index++) {
+        Py_DECREF(keys[index]);
+        Py_DECREF(items[index]);
+    }
+}
+
+/* The map at input->at (its header read: ``length`` entries) against the base map whose entries
+ * start at *base_at and decode to the exact dict ``base_dict`` (as many entries). When both have
+ * the same keys in the same order, byte for byte: base_dict itself if every value's bytes are
+ * equal too (*same), else a copy of it with the other values decoded again (a value that is a map
+ * in both, against the base's); both cursors end past their maps. Otherwise PLAIN_UNUSUAL, both
+ * cursors where they were: the caller decodes the map plainly. */
+static int
+against_map(PlainInput *input, int depth, Py_ssize_t length, const unsigned char **base_at,
+            const unsigned char *base_end, PyObject *base_dict, PyObject **out, int *same)
+{
+    PyObject *keys[AGAINST_ENTRIES_MAX], *items[AGAINST_ENTRIES_MAX], *key, *item, *base_item, *dict;
+    const unsigned char *start = input->at, *base_start = *base_at;
+    Py_ssize_t index, count = 0;
+    int status = PLAIN_UNUSUAL, item_same;
+    for (index = 0; index < length; index++) {
+        const unsigned char *at = input->at, *base = *base_at, *key_end, *base_key_end, *end, *base_value_end;
+        key_end = against_skip(at, input->end);
+        base_key_end = against_skip(base, base_end);
+        if (key_end == NULL || base_key_end == NULL || key_end - at != base_key_end - base
+            || memcmp(at, base, (size_t)(key_end - at)) != 0)
+            goto plainly; /* other keys */
+        if (AGAINST_IS_MAP_TAG(*key_end) && base_key_end < base_end && AGAINST_IS_MAP_TAG(*base_key_end)) {
+            input->reading_key = 1;
+            status = plain_value(input, depth + 1, &key);
+            input->reading_key = 0;
+            if (status != PLAIN_OK)
+                goto failed;
+            base_item = PyDict_GetItemWithError(base_dict, key); /* borrowed */
+            if (base_item == NULL) {
+                Py_DECREF(key);
+                status = PyErr_Occurred() ? PLAIN_ERROR : PLAIN_UNUSUAL;
+                goto failed;
+            }
+            *base_at = base_key_end;
+            status = against_value(input, depth + 1, base_at, base_end, base_item, &item, &item_same);
+            if (status != PLAIN_OK) {
+                Py_DECREF(key);
+                goto failed;
+            }
+            if (item_same) {
+                Py_DECREF(key);
+                Py_DECREF(item);
+                continue;
+            }
+        } else {
+            end = against_skip(key_end, input->end);
+            base_value_end = against_skip(base_key_end, base_end);
+            if (end == NULL || base_value_end == NULL)
+                goto plainly;
+            *base_at = base_value_end;
+            if (end - key_end == base_value_end - base_key_end
+                && memcmp(key_end, base_key_end, (size_t)(end - key_end)) == 0) {
+                input->at = end;
+                continue;
+            }
+            input->reading_key = 1;
+            status = plain_value(input, depth + 1, &key);
+            input->reading_key = 0;
+            if (status != PLAIN_OK)
+                goto failed;
+            status = plain_value(input, depth + 1, &item);
+            if (status != PLAIN_OK) {
+                Py_DECREF(key);
+                goto failed;
+            }
+        }
+        keys[count] = key;
+        items[count] = item;
+        count++;
+    }
+    if (count == 0) {
+        *same = 1;
+        *out = Py_NewRef(base_dict);
+        return PLAIN_OK;
+    }
+    dict = PyDict_Copy(base_dict);
+    for (index = 0; dict != NULL && index < count; index++) {
+        if (PyDict_SetItem(dict, keys[index], items[index]) < 0) /* an existing key: its place stays */
+            Py_CLEAR(dict);
+    }
+    against_release(keys, items, count);
+    if (dict == NULL)
+        return PLAIN_ERROR;
+    if (PyObject_GC_IsTracked(dict))
+        PyObject_GC_UnTrack(dict);
+    *same = 0;
+    *out = dict;
+    return PLAIN_OK;
+plainly:
+    status = PLAIN_UNUSUAL;
+failed:
+    against_release(keys, items, count);
+    input->at = start;
+    *base_at = base_start;
+    return status;
+}
+
+/* The value at input->at against the base value at *base_at (which decodes to ``base_value``):
+ * base_value itself when the bytes are equal (*same), a map against the base map, else decoded
+ * plainly; *base_at ends past the base value. */
+static int
+against_value(PlainInput *input, int depth, const unsigned char **base_at, const unsigned char *base_end,
+              PyObject *base_value, PyObject **out, int *same)
+{
+    const unsigned char *start = input->at, *base_start = *base_at, *end, *base_after;
+    Py_ssize_t length, base_length;
+    int status;
+    *same = 0;
+    if (depth > PLAIN_DEPTH_MAX || start >= input->end || base_start >= base_end)
+        return PLAIN_UNUSUAL;
+    if (AGAINST_IS_MAP_TAG(*start) && AGAINST_IS_MAP_TAG(*base_start) && PyDict_CheckExact(base_value)) {
+        base_length = against_map_header(base_at, base_end);
+        length = against_map_header(&input->at, input->end);
+        if (base_length >= 0 && base_length == length && length == PyDict_GET_SIZE(base_value)
+            && length <= AGAINST_ENTRIES_MAX) {
+            status = against_map(input, depth, length, base_at, base_end, base_value, out, same);
+            if (status != PLAIN_UNUSUAL)
+                return status;
+        }
+        input->at = start; /* other keys, or unusual: decode it plainly (which judges the unusual) */
+        *base_at = base_start;
+    } else {
+        end = against_skip(start, input->end);
+        base_after = against_skip(base_start, base_end);
+        if (end != NULL && base_after != NULL && end - start == base_after - base_start
+            && memcmp(start, base_start, (size_t)(end - start)) == 0) {
+            input->at = end;
+            *base_at = base_after;
+            *same = 1;
+            *out = Py_NewRef(base_value);
+            return PLAIN_OK;
+        }
+    }
+    base_after = plain_skip(base_start, base_end, base_end - base_start);
+    if (base_after == NULL) /* the base is not a whole value: the caller's data is not what it says */
+        return PLAIN_UNUSUAL;
+    *base_at = base_after;
+    return plain_value(input, depth, out);
+}
+
+static PyObject *
+decode_plain_against(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    PlainInput input;
+    PyObject *value = NULL;
+    const unsigned char *base_at, *base_end;
+    int status, same = 0;
+    if (nargs != 7 || !PyBytes_CheckExact(args[0]) || !PyBytes_CheckExact(args[1]) || !PyLong_CheckExact(args[4])
+        || (args[5] != Py_None && !PyDict_CheckExact(args[5])) || (args[6] != Py_None && !PyDict_Check(args[6]))) {
+        PyErr_SetString(PyExc_TypeError,
+                        "decode_plain_against(data: bytes, base_data: bytes, base_value, factory, bytes_max: int, "
+                        "memo: dict | None, arrays: dict | None)");
+        return NULL;
+    }
+    if (plain_input_start(&input, args[0], args[3], args[4], args[5], args[6]) < 0)
+        return NULL;
+    base_at = (const unsigned char *)PyBytes_AS_STRING(args[1]);
+    base_end = base_at + PyBytes_GET_SIZE(args[1]);
+    if (base_at >= base_end)
+        status = plain_value(&input, 0, &value); /* no base */
+    else
+        status = against_value(&input, 0, &base_at, base_end, args[2], &value, &same);
+    return plain_result(&input, status, value);
+}
+
+#endif
