@@ -239,3 +239,23 @@ def test_every_allow_listed_dtype_snapshots_and_restores() -> None:
         again = restored.nodes["a"][name]
         assert again.dtype == array.dtype and again.shape == array.shape
         assert again.tobytes() == np.ascontiguousarray(array).tobytes()
+
+
+def test_stored_events_in_one_loop_are_what_each_stored_event_gives() -> None:
+    from timetravel.sim.encoding import DecodeError
+    from timetravel.snapshot.assemble import stored_event, stored_events
+
+    common = [[5, 1, "r0", "ping", None], [5, 2, "r1", "timer", [1, "x"]]]
+    unusual = [
+        (7, 3, "r2", "k", 0),
+        [True, 4, "r3", "k", 0],
+        Event(9, 5, "r4", "k", 0),
+    ]  # tuple, bool t, Event
+    events = stored_events(common + unusual)
+    assert events == [stored_event(data) for data in common + unusual]
+    assert all(type(event) is Event for event in events) and events[0].kind == "ping"
+    for bad in ([1, 2, "r0", "k"], [1, 2, 3, "k", None], "r0", [1.5, 2, "r0", "k", None]):
+        with pytest.raises(DecodeError):
+            stored_event(bad)
+        with pytest.raises(DecodeError):
+            stored_events([*common, bad])

@@ -223,7 +223,9 @@ class RecordingReader(FrameReader):
             return cached
         manifest = self.manifest(info)
         try:
-            listed = [(str(name), _digest(node_digest)) for name, node_digest in manifest["nodes"]]
+            listed = [(str(name), node_digest) for name, node_digest in manifest["nodes"]]
+            if not all(type(node_digest) is bytes and len(node_digest) == 16 for _, node_digest in listed):
+                raise ValueError("a digest is not 16 bytes")
         except (KeyError, TypeError, ValueError) as error:
             where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
             raise RecordingError(f"{where}: manifest is malformed: {error}") from None
@@ -425,27 +427,32 @@ class RecordingReader(FrameReader):
         decodes 10,000 node states, and the five calls a state took on the way to the decoder cost
         more than decoding it against its neighbour."""
         results: list[tuple[Any, int, int]] = []
-        blob = self._blob
+        offsets = self.catalog.blobs
+        frames: dict[int, dict[bytes, Any]] = {}  # this call's BLOBS frames, by offset
         arrays = self._arrays.items
         factory = self._array_shared
         digest_of = xxhash.xxh3_128_digest
         for digest in digests:
-            _digest, kind, _codec, _base, _itemsize, data = blob(digest)
-            if kind != BLOB_VALUE or digest_of(data) != digest:
+            entries = frames.get(offsets.get(digest, -1))
+            entry = None if entries is None else entries.get(digest)
+            if entry is None:
+                entry = self._blob(digest)  # raises for a missing blob
+                frames[offsets[digest]] = self._frames.get(("blobs", offsets[digest]))
+            data = entry[5]
+            if entry[1] != BLOB_VALUE or digest_of(data) != digest:
                 raise RecordingError(f"{self.path}: value blob {digest.hex()} does not match its digest")
             if items_max_for(len(data), VALUE_ITEMS_MAX) is not None:  # large: counted, as value_sized
                 value, blob_bytes, array_bytes = self.value_sized(digest, writeable=False, shared=shared)
-                results.append((value, blob_bytes, array_bytes))
-                base = (data, value)
-                continue
-            self._array_bytes = 0
-            try:
-                value, cached_bytes = decode_value_against(
-                    data, base, factory, bytes_max=FRAME_RAW_BYTES_MAX, arrays=arrays, shared=shared
-                )
-            except DecodeError as error:
-                raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
-            results.append((value, len(data), self._array_bytes + cached_bytes))
+            else:
+                self._array_bytes = 0
+                try:
+                    value, cached_bytes = decode_value_against(
+                        data, base, factory, bytes_max=FRAME_RAW_BYTES_MAX, arrays=arrays, shared=shared
+                    )
+                except DecodeError as error:
+                    raise RecordingError(f"{self.path}: value {digest.hex()}: {error}") from None
+                blob_bytes, array_bytes = len(data), self._array_bytes + cached_bytes
+            results.append((value, blob_bytes, array_bytes))
             base = (data, value)
         return results, base
 
@@ -501,7 +508,7 @@ class RecordingReader(FrameReader):
         manifest = self.manifest(info)
         checked = info.offset in self._roots_checked
         try:
-            root = info.state_hash if checked else manifest_root(manifest)
+            root = info.state_hash if checked else manifest_root(manifest, self.node_digests(info))
             world = self._assemble(manifest, node_value, queue_chunk, nodes)
         except (KeyError, TypeError, ValueError) as error:
             where = self._where(info.offset, self._frame_number(info.offset), FrameType.MANIFEST)
@@ -586,11 +593,12 @@ def kept_events_untracked(events: list[Event]) -> None:
         speedups.compiled.untrack_events(events)
 
 
-def manifest_root(manifest: dict[str, Any]) -> str:
-    """The hex Merkle root that a manifest's listed digests add up to (World.state_hash's rule)."""
+def manifest_root(manifest: dict[str, Any], nodes: list[tuple[str, bytes]]) -> str:
+    """The hex Merkle root that a manifest's listed digests add up to (World.state_hash's rule);
+    ``nodes`` is its node list as ``node_digests`` checked it."""
     digests = {name: _digest(manifest["parts"][name]) for name in STORED_PARTS}
     digests["nodes"] = nodes_root_from_segments(
-        [node_segment(str(name), _digest(node_digest)) for name, node_digest in manifest["nodes"]]
+        [node_segment(name, node_digest) for name, node_digest in nodes]
     )
     count = total = 0
     for _low, _high, chunk_count, chunk_total, _chunk_digest in manifest["queue"]:

@@ -48,7 +48,7 @@ from timetravel.recording.reader import RecordingReader
 from timetravel.sim import speedups
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
-from timetravel.snapshot.assemble import stored_event
+from timetravel.snapshot.assemble import stored_events
 
 SHARED_NODE_BYTES_MAX = 512 * 1024 * 1024
 """Estimated bytes of the decoded node states kept, their arrays included (about five distinct
@@ -183,7 +183,7 @@ class SharedNodes:
     def _queue_chunk(self, digest: bytes) -> list[Event]:
         events = self._chunks.get(digest)
         if events is None:
-            events = [stored_event(data) for data in self.reader.value(digest, writeable=False)]
+            events = stored_events(self.reader.value(digest, writeable=False))
             untrack_events(events)
             if self._chunk_events + len(events) > QUEUE_CHUNK_EVENTS_MAX:
                 self._chunks.clear()
