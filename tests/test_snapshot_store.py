@@ -259,3 +259,15 @@ def test_stored_events_in_one_loop_are_what_each_stored_event_gives() -> None:
             stored_event(bad)
         with pytest.raises(DecodeError):
             stored_events([*common, bad])
+
+
+def test_a_recorded_batch_refuses_an_event_of_another_form_as_before() -> None:
+    from timetravel.recording.reader import _event
+    from timetravel.sim.encoding import DecodeError
+    from timetravel.sim.event import events_from_lists
+
+    good = [[5, 1, "r0", "ping", None], [True, 2, "r1", "k", 0]]  # a bool time passes isinstance, as before
+    assert events_from_lists(good, _event) == [_event(data) for data in good]
+    for bad, message in (([1, 2, "r0", "k"], "list of 5 fields"), ([1, 2, 3, "k", None], "wrong types")):
+        with pytest.raises(DecodeError, match=message):
+            events_from_lists([*good, bad], _event)

@@ -44,7 +44,7 @@ from timetravel.recording.frame_reader import FrameReader, items_max_for
 from timetravel.recording.schema import schema_for
 from timetravel.sim import speedups
 from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
-from timetravel.sim.event import Event
+from timetravel.sim.event import Event, events_from_lists
 from timetravel.sim.world import World, queue_digest_from
 from timetravel.snapshot.assemble import (
     STORED_PARTS,
@@ -262,7 +262,7 @@ class RecordingReader(FrameReader):
                 raise DecodeError(
                     f"holds {len(decoded) if isinstance(decoded, list) else '?'} events, expected {info.count}"
                 )
-            events = [_event(item) for item in decoded]
+            events = events_from_lists(decoded, _event)
             kept_events_untracked(events)
         except DecodeError as error:
             raise RecordingError(f"{where}: {error}") from None

@@ -89,6 +89,20 @@ against_skip(const unsigned char *at, const unsigned char *end)
     return end - at < size ? NULL : at + size;
 }
 
+/* Whether ``length`` bytes at ``left`` and ``right`` are equal: most spans compared here are a few
+ * bytes (a key, an int), for which a call to memcmp costs more than the comparison. */
+static inline int
+against_equal(const unsigned char *left, const unsigned char *right, Py_ssize_t length)
+{
+    Py_ssize_t index;
+    if (length > 16)
+        return memcmp(left, right, (size_t)length) == 0;
+    for (index = 0; index < length; index++)
+        if (left[index] != right[index])
+            return 0;
+    return 1;
+}
+
 #define AGAINST_ENTRIES_MAX 256 /* a map with more entries is decoded plainly (bounds the stack arrays) */
 
 static int against_value(PlainInput *input, int depth, const unsigned char **base_at, const unsigned char *base_end,
@@ -123,7 +137,7 @@ against_map(PlainInput *input, int depth, Py_ssize_t length, const unsigned char
         key_end = against_skip(at, input->end);
         base_key_end = against_skip(base, base_end);
         if (key_end == NULL || base_key_end == NULL || key_end - at != base_key_end - base
-            || memcmp(at, base, (size_t)(key_end - at)) != 0)
+            || !against_equal(at, base, key_end - at))
             goto plainly; /* other keys */
         if (AGAINST_IS_MAP_TAG(*key_end) && base_key_end < base_end && AGAINST_IS_MAP_TAG(*base_key_end)) {
             input->reading_key = 1;
@@ -155,7 +169,7 @@ against_map(PlainInput *input, int depth, Py_ssize_t length, const unsigned char
                 goto plainly;
             *base_at = base_value_end;
             if (end - key_end == base_value_end - base_key_end
-                && memcmp(key_end, base_key_end, (size_t)(end - key_end)) == 0) {
+                && against_equal(key_end, base_key_end, end - key_end)) {
                 input->at = end;
                 continue;
             }
@@ -229,7 +243,7 @@ against_value(PlainInput *input, int depth, const unsigned char **base_at, const
         end = against_skip(start, input->end);
         base_after = against_skip(base_start, base_end);
         if (end != NULL && base_after != NULL && end - start == base_after - base_start
-            && memcmp(start, base_start, (size_t)(end - start)) == 0) {
+            && against_equal(start, base_start, end - start)) {
             input->at = end;
             *base_at = base_after;
             *same = 1;

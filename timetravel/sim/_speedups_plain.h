@@ -207,10 +207,19 @@ plain_str(const char *bytes, Py_ssize_t length, int is_key, int *unusual)
     PyObject *str;
     PlainStrSlot *slot = NULL;
     if (length <= PLAIN_STR_CACHED_BYTES_MAX) {
-        unsigned long long hash = 1469598103934665603ULL; /* FNV-1a */
+        /* FNV-1a over 8-byte words (the slot is all it picks: any mixing would do) */
+        unsigned long long hash = 1469598103934665603ULL ^ (unsigned long long)length, word;
         Py_ssize_t index;
-        for (index = 0; index < length; index++)
-            hash = (hash ^ (unsigned char)bytes[index]) * 1099511628211ULL;
+        for (index = 0; index + 8 <= length; index += 8) {
+            memcpy(&word, bytes + index, 8);
+            hash = (hash ^ word) * 1099511628211ULL;
+        }
+        if (index < length) {
+            word = 0;
+            memcpy(&word, bytes + index, (size_t)(length - index));
+            hash = (hash ^ word) * 1099511628211ULL;
+        }
+        hash ^= hash >> 32;
         slot = &(is_key ? plain_key_cache : plain_value_cache)[(hash ^ (hash >> 29)) & (PLAIN_STR_CACHE_SLOTS - 1)];
         if (slot->str != NULL && slot->length == length && memcmp(slot->bytes, bytes, (size_t)length) == 0) {
             if (slot->score < PLAIN_STR_SCORE_MAX)

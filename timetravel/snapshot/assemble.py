@@ -12,7 +12,7 @@ from typing import Any
 import xxhash
 
 from timetravel.sim.encoding import DecodeError, merkle_root
-from timetravel.sim.event import Event, event_from_data, make_event
+from timetravel.sim.event import Event, event_from_data, events_from_lists
 from timetravel.sim.world import World, series_digest_from_chunks
 
 PART_ORDER = (
@@ -104,25 +104,9 @@ def assemble_world(
 
 
 def stored_events(values: list[Any]) -> list[Event]:
-    """``[stored_event(data) for data in values]``, in one loop: a stored event in the common form
-    (a list of int, int, str, str and a payload) becomes an Event without a Python call; any other
-    goes through :func:`stored_event`, which accepts or refuses it as always. A 10,000-rank
-    snapshot's queue holds ~10,000 events, decoded on a first seek into it."""
-    events: list[Event] = []
-    append = events.append
-    for data in values:
-        if (
-            type(data) is list
-            and len(data) == 5
-            and type(data[0]) is int
-            and type(data[1]) is int
-            and type(data[2]) is str
-            and type(data[3]) is str
-        ):
-            append(make_event(Event, data))
-        else:
-            append(stored_event(data))
-    return events
+    """``[stored_event(data) for data in values]``, the common form without a Python call each
+    (sim/event.py ``events_from_lists``)."""
+    return events_from_lists(values, stored_event)
 
 
 def stored_event(data: Any) -> Event:
