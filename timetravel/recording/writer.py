@@ -44,6 +44,7 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.lock import hold_writer_lock
 from timetravel.recording.schema import schema_for
+from timetravel.recording.writeback import start_writeback
 from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack, reusable_packer
 
 ZSTD_LEVEL_EVENTS = -3
@@ -131,6 +132,8 @@ class RecordingWriter:
         """Packs frame payloads (``pack``'s bytes) in one buffer kept at the largest frame's size."""
         self.synced_offset = self.offset
         """File offset at the last fsync."""
+        self.writeback_offset = self.offset
+        """File offset up to which the OS was asked to start writing (writeback.py)."""
         self.closed = False
         self.write_error: BaseException | None = None
         """The write (or compression ahead) that failed: later writes raise it again (the kernel may
@@ -342,6 +345,11 @@ class RecordingWriter:
             if fsync or self.offset - self.synced_offset >= SYNC_BYTES_MIN:
                 os.fsync(self.file.fileno())
                 self.synced_offset = self.offset
+            else:  # the disk writes while the run goes on: the next fsync waits less (writeback.py)
+                start_writeback(
+                    self.file.fileno(), self.writeback_offset, self.offset - self.writeback_offset
+                )
+            self.writeback_offset = self.offset
         except OSError as error:
             raise self._failed(error) from None
 
