@@ -5,6 +5,7 @@ runs every SYNC_BYTES_MIN bytes and at close."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
@@ -83,7 +84,7 @@ def test_every_snapshot_starts_the_writeback_of_the_bytes_it_wrote(
     recorder.flush()
     assert len(started) >= 3  # the first snapshot, the later ones, the flush
     assert started[0][0] == len(MAGIC)  # the header frame onwards
-    for (offset, length), (next_offset, _) in zip(started, started[1:], strict=False):
+    for (offset, length), (next_offset, _) in itertools.pairwise(started):
         assert next_offset == offset + length
     assert started[-1][0] + started[-1][1] == recorder.writer.offset == os.path.getsize(tmp_path / "run.ttr")
     recorder.finish(recorder.run())
