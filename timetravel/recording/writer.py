@@ -29,7 +29,7 @@ from timetravel.recording.compress_ahead import (
     Compression,
     stored_payload,
 )
-from timetravel.recording.files import check_output_path
+from timetravel.recording.files import REPLACE_BYTES_MIN, check_output_path, replace_with_new_file
 from timetravel.recording.format import (
     BLOB_FRAME_BYTES,
     FRAME_HEADER_BYTES,
@@ -168,16 +168,19 @@ class RecordingWriter:
     @classmethod
     def create(cls, path: str | Path, header: dict[str, Any]) -> RecordingWriter:
         """Start a new recording at ``path`` (its folder is created; an existing file is replaced,
-        but only once this writer holds its lock: a recording in progress is never cut)."""
+        but only once this writer holds its lock: a recording in progress is never cut; a large one
+        by a new file, files.replace_with_new_file says why)."""
         target = Path(path)
         check_output_path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        file = os.fdopen(os.open(target, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
+        file: IO[bytes] = os.fdopen(os.open(target, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
         try:
             hold_writer_lock(file, target)
         except BaseException:
             file.close()
             raise
+        if os.fstat(file.fileno()).st_size >= REPLACE_BYTES_MIN:  # freeing it is not the run's work
+            file = replace_with_new_file(file, target, hold_writer_lock)
         file.truncate(0)
         file.write(MAGIC)
         writer = cls(file, target, Catalog())
