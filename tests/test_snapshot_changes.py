@@ -96,3 +96,53 @@ def test_changes_that_do_not_cover_the_events_since_the_snapshot_are_refused() -
     with pytest.raises(SnapshotError, match="older than the latest snapshot"):
         changes.check(seq_before=4, events_since=-1)
     changes.check(seq_before=4, events_since=3)
+
+
+def _gathered(batches: list[tuple[list[Any], int | None]], seq_before: int, events_at: int) -> Changes:
+    changes = Changes(seq_before=seq_before, events_at=events_at)
+    for events, first in batches:
+        changes.add(events, first)
+    return changes
+
+
+def test_the_compiled_loop_gathers_what_the_python_one_gathers(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Changes.add's compiled loop (sim/_speedups_pack.h changes_add): the same nodes in the same
+    order, the same seqs, the same count, for Events, plain tuples and decoded lists, seqs beyond
+    64 bits, and a batch cut at the snapshot."""
+    from timetravel.sim import speedups
+    from timetravel.snapshot import changes as changes_module
+
+    if speedups.compiled is not None:
+        assert changes_module._changes_add is not None  # a built core runs the compiled loop
+    huge = 2**70
+    batches: list[tuple[list[Any], int | None]] = [
+        (list(_events(3, 6, ["c", "a", "b"])), 3),
+        ([(1, 8, "d", "k", None), [2, 2, "a", "k", [1, 2]], (3, huge, "e", "k", None)], None),
+        ([(4, 1, "b", "k", None), (5, 9, "f", "k", None)], 12),
+        ([], None),
+    ]
+    for seq_before in (7, huge + 1):
+        compiled = _gathered(batches, seq_before, events_at=5)
+        monkeypatch.setattr(changes_module, "_changes_add", None)
+        python = _gathered(batches, seq_before, events_at=5)
+        monkeypatch.undo()
+        assert (list(compiled.nodes), compiled.seqs_ran, compiled.events) == (
+            list(python.nodes),
+            python.seqs_ran,
+            python.events,
+        )
+    assert list(compiled.nodes) == ["b", "c", "a", "d", "e", "f"]
+    assert compiled.events == 4 + 3 + 2
+
+
+def test_an_event_whose_node_cannot_be_a_key_is_refused_as_python_refuses_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from timetravel.snapshot import changes as changes_module
+
+    batch: list[Any] = [(1, 1, ["not", "hashable"], "k", None)]
+    with pytest.raises(TypeError, match="unhashable"):
+        Changes(seq_before=0).add(batch)
+    monkeypatch.setattr(changes_module, "_changes_add", None)
+    with pytest.raises(TypeError, match="unhashable"):
+        Changes(seq_before=0).add(batch)

@@ -8,8 +8,11 @@ name before opening, so a file swapped in between cannot slip past it.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import stat
+import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
@@ -57,3 +60,45 @@ def describe_kind(mode: int) -> str:
     if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
         return "a device"
     return "not a regular file"
+
+
+REPLACE_BYTES_MIN = 1024 * 1024
+"""An existing file of at least this size is replaced by a new one rather than truncated in place
+(:func:`replace_with_new_file`); a smaller one is cheap to truncate."""
+
+
+def replace_with_new_file(old: IO[bytes], target: Path, lock: Callable[[IO[bytes], Path], None]) -> IO[bytes]:
+    """A new, empty file at ``target`` in place of ``old`` (``target``'s open, locked file), or
+    ``old`` itself when it cannot be replaced; the caller then empties what it gets.
+
+    Truncating a recording of 20 MB in place frees its pages and blocks there and then: 6-8 ms on
+    this machine's ext4, inside a run that records over its previous recording (the bench's
+    ``record_overhead_ratio``, ``make demo``). A new file renamed over ``target`` takes microseconds;
+    the old one is freed when its last descriptor closes, which a short thread does (the close
+    releases the GIL), and a reader that still has it open reads the old recording to its end
+    instead of a cut one. The new file is created beside the target, locked with ``lock`` and then
+    renamed over it, so the path always names a file whose writer holds its lock. A symlink or a
+    file with other hard links is truncated in place, as a user linking it expects."""
+    try:
+        status = os.lstat(target)
+        if (
+            not stat.S_ISREG(status.st_mode)
+            or status.st_nlink != 1
+            or status.st_ino != os.fstat(old.fileno()).st_ino
+        ):
+            return old
+        temporary = target.with_name(f".{target.name}.{os.getpid()}.new")
+        descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    except OSError:
+        return old
+    new = os.fdopen(descriptor, "r+b")
+    try:
+        lock(new, target)
+        os.replace(temporary, target)
+    except BaseException:
+        new.close()
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        return old
+    threading.Thread(target=old.close, name=f"timetravel release {target.name}", daemon=True).start()
+    return new

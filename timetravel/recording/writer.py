@@ -29,7 +29,7 @@ from timetravel.recording.compress_ahead import (
     Compression,
     stored_payload,
 )
-from timetravel.recording.files import check_output_path
+from timetravel.recording.files import REPLACE_BYTES_MIN, check_output_path, replace_with_new_file
 from timetravel.recording.format import (
     BLOB_FRAME_BYTES,
     FRAME_HEADER_BYTES,
@@ -44,6 +44,7 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.lock import hold_writer_lock
 from timetravel.recording.schema import schema_for
+from timetravel.recording.writeback import start_writeback
 from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack, reusable_packer
 
 ZSTD_LEVEL_EVENTS = -3
@@ -54,8 +55,20 @@ at level 1, in half the time (0.24 s against 0.47 s for the demo's 34 MB on a lo
 Kept at -3 after counting the alternatives (issue 18 part 7; instructions for the demo's 34 MB of
 message-level batches, stored bytes): -3 274 M, 17.70 MB; -4 250 M, 17.70 MB; -5 226 M, 17.84 MB;
 -10 164 M, 18.43 MB; -20 115 M, 18.44 MB. The faster levels cost small-event batches far more:
-gossip's default run stores 2.45x at -3, 2.24x at -4, 1.96x at -5, 1.04x at -20. And the
-compression runs on a second thread now (compress_ahead.py), off the simulation's."""
+gossip's default run stores 2.45x at -3, 2.24x at -4, 1.96x at -5, 1.04x at -20. So only batches
+of large events take a faster level (ZSTD_LEVEL_EVENTS_HEAVY); where cores are spare, compression
+runs on a second thread (compress_ahead.py), off the simulation's."""
+ZSTD_LEVEL_EVENTS_HEAVY = -20
+"""Event batches of EVENT_BYTES_HEAVY or more bytes an event (their payloads are arrays: the gradient
+chunks of a message-level all-reduce) are compressed at this faster level. Their bytes are mostly
+float payloads that a negative level stores as raw literals anyway, so -20 finds nearly what -3
+finds, in 40% of the instructions (issue 18 part 6, the message-level demo's 34 MB of batches,
+callgrind: -3 243 M, 17.70 MB; -5 194 M, 17.84 MB; -10 136 M, 18.43 MB; -20 98 M, 18.44 MB;
+-50 78 M, 20.57 MB). Small-event batches keep -3, where -20 lost most of the saving (gossip's
+default run: 2.45x at -3, 1.04x at -20); theirs are 20-100 bytes an event, the demo's ~470."""
+EVENT_BYTES_HEAVY = 256
+"""Packed bytes an event, on average over a batch, from which the batch takes ZSTD_LEVEL_EVENTS_HEAVY
+(a function of the batch's bytes: the same batch always gets the same level)."""
 SYNC_BYTES_MIN = 64 * 1024 * 1024
 """A snapshot fsyncs only once this many bytes were written since the last fsync (close always does).
 
@@ -96,6 +109,14 @@ def pack_events_payload(payload: dict[str, Any], events_bytes: bytes) -> bytes:
     return b"".join((memoryview(head)[:-2], bin_header, events_bytes))
 
 
+def events_level(events_bytes: bytes, count: int) -> int:
+    """The zstd level of an EVENTS frame: ZSTD_LEVEL_EVENTS_HEAVY for batches of EVENT_BYTES_HEAVY
+    or more bytes an event, ZSTD_LEVEL_EVENTS otherwise."""
+    if count > 0 and len(events_bytes) >= EVENT_BYTES_HEAVY * count:
+        return ZSTD_LEVEL_EVENTS_HEAVY
+    return ZSTD_LEVEL_EVENTS
+
+
 class QueuedFrame(NamedTuple):
     """A frame waiting for its compression (compress_ahead.py) before it is written."""
 
@@ -123,7 +144,7 @@ class RecordingWriter:
         self._pending_digests: set[bytes] = set()
         self._compressors = {
             level: zstandard.ZstdCompressor(level=level, write_content_size=True)
-            for level in (ZSTD_LEVEL_EVENTS, ZSTD_LEVEL_BLOBS, ZSTD_LEVEL_DEFAULT)
+            for level in (ZSTD_LEVEL_EVENTS, ZSTD_LEVEL_EVENTS_HEAVY, ZSTD_LEVEL_BLOBS, ZSTD_LEVEL_DEFAULT)
         }
         self.packer = msgpack.Packer(use_bin_type=True, buf_size=PACKER_BUFFER_BYTES)
         """A Packer for small values the writer encodes often (array headers)."""
@@ -131,6 +152,8 @@ class RecordingWriter:
         """Packs frame payloads (``pack``'s bytes) in one buffer kept at the largest frame's size."""
         self.synced_offset = self.offset
         """File offset at the last fsync."""
+        self.writeback_offset = self.offset
+        """File offset up to which the OS was asked to start writing (writeback.py)."""
         self.closed = False
         self.write_error: BaseException | None = None
         """The write (or compression ahead) that failed: later writes raise it again (the kernel may
@@ -145,16 +168,19 @@ class RecordingWriter:
     @classmethod
     def create(cls, path: str | Path, header: dict[str, Any]) -> RecordingWriter:
         """Start a new recording at ``path`` (its folder is created; an existing file is replaced,
-        but only once this writer holds its lock: a recording in progress is never cut)."""
+        but only once this writer holds its lock: a recording in progress is never cut; a large one
+        by a new file, files.replace_with_new_file says why)."""
         target = Path(path)
         check_output_path(target)
         target.parent.mkdir(parents=True, exist_ok=True)
-        file = os.fdopen(os.open(target, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
+        file: IO[bytes] = os.fdopen(os.open(target, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
         try:
             hold_writer_lock(file, target)
         except BaseException:
             file.close()
             raise
+        if os.fstat(file.fileno()).st_size >= REPLACE_BYTES_MIN:  # freeing it is not the run's work
+            file = replace_with_new_file(file, target, hold_writer_lock)
         file.truncate(0)
         file.write(MAGIC)
         writer = cls(file, target, Catalog())
@@ -278,7 +304,10 @@ class RecordingWriter:
         """An EVENTS frame: events ``first+1 .. first+count`` as the kernel packed them."""
         payload = {"branch": branch, "first": first, "count": count, "digest": digest, "partial": partial}
         self.frame_bytes(
-            FrameType.EVENTS, pack_events_payload(payload, events_bytes), payload, level=ZSTD_LEVEL_EVENTS
+            FrameType.EVENTS,
+            pack_events_payload(payload, events_bytes),
+            payload,
+            level=events_level(events_bytes, count),
         )
 
     # -- blobs ------------------------------------------------------------------------------------
@@ -342,6 +371,11 @@ class RecordingWriter:
             if fsync or self.offset - self.synced_offset >= SYNC_BYTES_MIN:
                 os.fsync(self.file.fileno())
                 self.synced_offset = self.offset
+            else:  # the disk writes while the run goes on: the next fsync waits less (writeback.py)
+                start_writeback(
+                    self.file.fileno(), self.writeback_offset, self.offset - self.writeback_offset
+                )
+            self.writeback_offset = self.offset
         except OSError as error:
             raise self._failed(error) from None
 

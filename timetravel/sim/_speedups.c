@@ -413,6 +413,8 @@ static PyMethodDef module_methods[] = {
      "The kernel's event loop (see Simulation._run_segment)."},
     {"pack_events", (PyCFunction)(void (*)(void))pack_events, METH_FASTCALL,
      "msgpack bytes of a chain batch, as encoding.pack gives them (None: pack it in Python)."},
+    {"changes_add", (PyCFunction)(void (*)(void))changes_add, METH_FASTCALL,
+     "Changes.add's loop: each event's dst into a dict, its seq into a list when below seq_before."},
     {"configure", configure, METH_VARARGS, "Hand the module the Python objects it builds on."},
     {"untrack", untrack, METH_O, "Take a plain-data value's containers out of the garbage collector's reach."},
     {"untrack_events", untrack_events, METH_O, "untrack() for a list of read-only events and their payloads."},
