@@ -11,7 +11,7 @@ setup(
         Extension(
             "timetravel.sim._speedups",
             ["timetravel/sim/_speedups.c"],
-            depends=[f"timetravel/sim/_speedups_{part}.h" for part in ("heap", "loop", "pack", "plain", "gpu", "finish", "tree")],
+            depends=[f"timetravel/sim/_speedups_{part}.h" for part in ("heap", "loop", "pack", "plain", "gpu", "finish", "tree", "entry")],
             optional=True,
             extra_compile_args=["-O2"],
         )

@@ -1,0 +1,141 @@
+"""``fabric.launch``, ``fabric.record``, ``fabric.wait`` and the ``gpu.done`` handler are the compiled
+core's entries when it is built (sim/_speedups_entry.h): C callables that bind their arguments as the
+Python functions do and run what those run. Calls with keywords in any order, a keyword string that
+is not the interned one, defaults, an engine that is neither the compiled core nor None, and calls
+Python refuses must all behave as the Python functions (fabric/gpu.py ``_PYTHON_ENTRIES``) do."""
+
+from __future__ import annotations
+
+import functools
+from collections import Counter
+from typing import Any
+
+import pytest
+from fabric_probe import arrivals, probe_scenario, probe_world, run
+
+from timetravel import fabric
+from timetravel.fabric import gpu
+from timetravel.fabric.install import with_handlers
+from timetravel.sim import Context, speedups
+
+pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="the compiled core is not built")
+
+DONE_KIND_KEYWORD = "".join(["done", "_kind"])
+"""``"done_kind"`` built at run time: a keyword equal to the interned one but another object."""
+
+
+def _script(state: dict[str, Any], ctx: Context) -> None:
+    """Every way a scenario may call the three functions."""
+    fabric.launch(ctx, "s1", "a", 100, (), ("x",), "done", "a")
+    fabric.launch(ctx, stream="s1", name="b", duration_ns=40, done_kind="done", payload="b")
+    fabric.launch(ctx, "s2", "c", 30, payload="c", writes=["y"], done_kind="done", reads=("z",))
+    fabric.record(ctx, "s1", "ready")
+    fabric.wait(ctx=ctx, event="ready", stream="s2")
+    fabric.launch(ctx, "s2", "d", 5, **{DONE_KIND_KEYWORD: "done", "payload": "d"})
+    fabric.launch(ctx, "s3", "open", None, started_kind="started", payload="open")
+    fabric.record(ctx, stream="s2", event="after")
+    fabric.launch(ctx, "s1", "silent", 7)
+
+
+def _run(engine: Any, monkeypatch: pytest.MonkeyPatch) -> tuple[Any, ...]:
+    monkeypatch.setattr(gpu, "_engine", engine)
+    scenario = probe_scenario(go=_script)
+    world = probe_world(scenario, 1)
+    world.schedule(0, "r0", "go", [])
+    result = run(scenario, world)
+    return result.outcome, result.events, str(world.state_hash()), arrivals(world, "r0")
+
+
+class CountingEngine:
+    """An engine that is neither the compiled core nor None: the Python functions call it."""
+
+    def __init__(self) -> None:
+        self.calls: Counter[str] = Counter()
+
+    def __getattr__(self, name: str) -> Any:
+        function = getattr(speedups.compiled, name)
+
+        def counted(*args: Any) -> Any:
+            self.calls[name] += 1
+            return function(*args)
+
+        return counted
+
+
+def test_fabric_exports_the_compiled_entries() -> None:
+    assert speedups.compiled is not None
+    assert fabric.launch is speedups.compiled.launch
+    assert fabric.record is speedups.compiled.record
+    assert fabric.wait is speedups.compiled.wait
+    handler = with_handlers({"rank": {}})["rank"][gpu.DONE_KIND]
+    assert isinstance(handler, functools.partial)
+    assert handler.func is speedups.compiled.gpu_done_entry
+
+
+def test_entries_bind_arguments_as_python_does_on_every_engine(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = _run(speedups.compiled, monkeypatch)
+    python = _run(None, monkeypatch)
+    counting = CountingEngine()
+    through_python = _run(counting, monkeypatch)
+    assert compiled == python == through_python
+    assert compiled[0] == "pass"
+    assert [entry[2] for entry in compiled[3] if entry[1] == "done"] == ["c", "a", "b", "d"]
+    assert [entry[1] for entry in compiled[3]].count("started") == 1
+    assert counting.calls["gpu_launch"] == 6
+    assert counting.calls["gpu_record"] == 2
+    assert counting.calls["gpu_wait"] == 1
+    assert counting.calls["gpu_done"] >= 5
+
+
+class Plain:
+    now = 0
+    node = "r0"
+
+
+@pytest.mark.parametrize(
+    ("which", "args", "kwargs"),
+    [
+        (0, (Plain(), "s1"), {}),
+        (0, (Plain(), "s1", "a", 1), {"stream": "s2"}),
+        (0, (Plain(), "s1", "a", 1), {"colour": "red"}),
+        (0, (Plain(), "s1", "a", 1, (), (), None, None, None, "extra"), {}),
+        (1, (Plain(), "s1"), {}),
+        (2, (Plain(), "s1", "e"), {"event": "e"}),
+    ],
+)
+def test_a_call_python_refuses_raises_pythons_type_error(
+    which: int, args: tuple[Any, ...], kwargs: dict[str, Any]
+) -> None:
+    entries = (fabric.launch, fabric.record, fabric.wait)
+    with pytest.raises(TypeError) as python:
+        gpu._PYTHON_ENTRIES[which](*args, **kwargs)
+    with pytest.raises(TypeError) as compiled:
+        entries[which](*args, **kwargs)
+    assert str(compiled.value) == str(python.value)
+
+
+def test_a_bad_duration_raises_pythons_value_error() -> None:
+    def script(state: dict[str, Any], ctx: Context) -> None:
+        fabric.launch(ctx, "s1", "a", -5)
+
+    scenario = probe_scenario(go=script)
+    world = probe_world(scenario, 1)
+    world.schedule(0, "r0", "go", [])
+    result = run(scenario, world)
+    assert result.outcome == "fail"
+    assert "duration must be a non-negative int of ns or None, got -5" in world.failures[0]["message"]
+
+
+def test_the_done_entry_hands_a_payload_it_does_not_know_to_the_python_handler() -> None:
+    seen: list[Any] = []
+
+    def python_handler(state: dict[str, Any], event: Any, ctx: Any) -> None:
+        seen.append(event)
+
+    assert speedups.compiled is not None
+    state: dict[str, Any] = {}
+    result = speedups.compiled.gpu_done_entry({}, python_handler, state, ("not", "an", "event"), Plain())
+    assert result is None
+    assert seen == [("not", "an", "event")]
+    with pytest.raises(TypeError, match="5 arguments"):
+        speedups.compiled.gpu_done_entry({}, python_handler, state)
