@@ -56,14 +56,23 @@ def _weights_key(weights: np.ndarray) -> bytes:
 
 
 def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
-    """This rank's bucket for ``step`` (a new writable array), from the memo or a batched pass."""
+    """This rank's bucket for ``step`` (a writable array no one else holds), from the memo or a
+    batched pass.
+
+    A batched row is handed over as it is, a view of its row of the batch, not copied: the rows
+    are disjoint, the memo lets go of a row when its rank takes it (and never holds the rank's
+    own), so no other rank, world or memo entry can see the row change when its rank changes it
+    (a ``grad`` bit flip latched into it). The same bits as a copy in every snapshot and hash, one
+    numpy copy (~2,000 instructions) less per rank and step; the batch stays alive while a rank
+    holds its row (at 10,000 ranks ~10 MB, as long as the memo held it before).
+    """
     config = ctx.world.config
     batch = (step - 1) % config["batches_per_rank"]
     key = (_bucket_config(config), batch)
     entry = _memo.pop(ctx.node, None)
     weights_key = _weights_key(state["weights"])
     if entry is not None and entry[0] == key and entry[1] == weights_key:
-        return entry[2].copy()
+        return entry[2]
     peers = _ready_peers(state, ctx)
     layout = layout_for(config["params"])
     dtype = DTYPES[config["dtype"]]
@@ -95,7 +104,7 @@ def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
             own = row
         else:
             _memo[name] = (key, _weights_key(peer["weights"]), row)
-    return own.copy()
+    return own
 
 
 _batches: dict[str, Any] = {}
