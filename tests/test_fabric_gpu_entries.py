@@ -7,6 +7,7 @@ Python refuses must all behave as the Python functions (fabric/gpu.py ``_PYTHON_
 from __future__ import annotations
 
 import functools
+import math
 from collections import Counter
 from typing import Any
 
@@ -14,7 +15,7 @@ import pytest
 from fabric_probe import arrivals, probe_scenario, probe_world, run
 
 from timetravel import fabric
-from timetravel.fabric import gpu
+from timetravel.fabric import gpu, race
 from timetravel.fabric.install import with_handlers
 from timetravel.sim import Context, speedups
 
@@ -139,3 +140,122 @@ def test_the_done_entry_hands_a_payload_it_does_not_know_to_the_python_handler()
     assert seen == [("not", "an", "event")]
     with pytest.raises(TypeError, match="5 arguments"):
         speedups.compiled.gpu_done_entry({}, python_handler, state)
+
+
+class Name(str):
+    """A str subclass: Python's checks accept it, the compiled creation leaves it to Python."""
+
+
+def _first_uses(state: dict[str, Any], ctx: Context) -> None:
+    fabric.launch(ctx, "s1", "a", 10)
+    fabric.record(ctx, "s1", "e1")
+    fabric.wait(ctx, Name("s2"), "e1")
+    fabric.record(ctx, Name("s2"), ("a", "tuple", "event"))
+    fabric.launch(ctx, "s3", "b", None)
+
+
+def _gpu_after(script: Any, monkeypatch: pytest.MonkeyPatch, engine: Any) -> tuple[Any, ...]:
+    monkeypatch.setattr(gpu, "_engine", engine)
+    scenario = probe_scenario(go=script)
+    world = probe_world(scenario, 1)
+    world.schedule(0, "r0", "go", [])
+    result = run(scenario, world)
+    state = world.nodes["r0"]["gpu"]
+    layout = {
+        "streams": [(name, list(stream.items())) for name, stream in state["streams"].items()],
+        "events": [(name, list(entry.items())) for name, entry in state["events"].items()],
+    }
+    failures = [failure["message"] for failure in world.failures]
+    return result.outcome, layout, failures, str(world.state_hash())
+
+
+def test_a_first_use_creates_the_stream_and_event_python_creates(monkeypatch: pytest.MonkeyPatch) -> None:
+    compiled = _gpu_after(_first_uses, monkeypatch, speedups.compiled)
+    assert compiled == _gpu_after(_first_uses, monkeypatch, None)
+    outcome, layout, _, _ = compiled
+    assert outcome == "pass"
+    assert [name for name, _ in layout["streams"]] == ["s1", "s2", "s3"]
+    assert layout["streams"][2][1] == [
+        ("index", 2),
+        ("queue", []),
+        ("running", layout["streams"][2][1][2][1]),
+        ("clock", [0, 0, 1]),
+    ]
+    assert layout["events"][0] == (
+        "e1",
+        [("recorded", 1), ("completed", 1), ("pending", []), ("clock", [1]), ("t_ns", 10)],
+    )
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [("", "a stream name is a non-empty str, got ''"), (7, "a stream name is a non-empty str, got 7")],
+)
+def test_a_bad_stream_name_fails_alike_on_both_engines(
+    stream: Any, message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def script(state: dict[str, Any], ctx: Context) -> None:
+        fabric.launch(ctx, stream, "a", 10)
+
+    compiled = _gpu_after(script, monkeypatch, speedups.compiled)
+    assert compiled == _gpu_after(script, monkeypatch, None)
+    assert compiled[0] == "fail" and message in compiled[2][0]
+
+
+def test_too_many_streams_and_events_fail_alike_on_both_engines(monkeypatch: pytest.MonkeyPatch) -> None:
+    def streams(state: dict[str, Any], ctx: Context) -> None:
+        for index in range(gpu.STREAMS_MAX + 1):
+            fabric.record(ctx, f"s{index}", "e")
+
+    def events(state: dict[str, Any], ctx: Context) -> None:
+        for index in range(4):
+            fabric.record(ctx, "s", f"e{index}")
+
+    compiled = _gpu_after(streams, monkeypatch, speedups.compiled)
+    assert compiled == _gpu_after(streams, monkeypatch, None)
+    assert f"a GPU has at most {gpu.STREAMS_MAX} streams" in compiled[2][0]
+    monkeypatch.setattr(gpu, "GPU_EVENTS_MAX", 3)
+    gpu._compiled_entries()  # hands the compiled core the smaller bound
+    try:
+        compiled = _gpu_after(events, monkeypatch, speedups.compiled)
+        assert compiled == _gpu_after(events, monkeypatch, None)
+        assert "a GPU holds at most 3 named events" in compiled[2][0]
+        assert len(compiled[1]["events"]) == 3
+    finally:
+        monkeypatch.undo()
+        gpu._compiled_entries()
+
+
+def test_the_compiled_engine_creates_exact_str_streams_and_events_without_python(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    calls: Counter[str] = Counter()
+
+    def counted(name: str, function: Any) -> Any:
+        def wrapper(*args: Any) -> Any:
+            calls[name] += 1
+            return function(*args)
+
+        return wrapper
+
+    def configure(new_stream: Any, event_entry: Any) -> None:
+        speedups.compiled.configure_gpu(  # type: ignore[union-attr]
+            gpu._pump_python,
+            gpu._draw_completion_order,
+            race._report,
+            math.ceil,
+            gpu.DONE_KIND,
+            race.TRACKED_BUFFERS_MAX,
+            gpu._report_unhandled,
+            gpu.STREAM_OPS_MAX,
+            new_stream,
+            event_entry,
+        )
+
+    configure(counted("stream", gpu._stream), counted("event", gpu._event_entry))
+    try:
+        outcome = _gpu_after(_first_uses, monkeypatch, speedups.compiled)[0]
+    finally:
+        configure(gpu._stream, gpu._event_entry)
+    assert outcome == "pass"
+    assert calls == {"stream": 1}  # the str subclass only

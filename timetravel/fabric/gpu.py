@@ -513,7 +513,15 @@ def _compiled_entries() -> tuple[Any, Any, Any]:
     compiled = speedups.compiled
     if compiled is None:
         return _PYTHON_ENTRIES
-    compiled.configure_entries(globals(), *_PYTHON_ENTRIES, _launch_python, _record_python, _wait_python)
+    compiled.configure_entries(
+        globals(),
+        *_PYTHON_ENTRIES,
+        _launch_python,
+        _record_python,
+        _wait_python,
+        STREAMS_MAX,
+        GPU_EVENTS_MAX,
+    )
     return compiled.launch, compiled.record, compiled.wait
 
 

@@ -17,8 +17,10 @@
  *   runs its C body (``gpu_launch``, ...) and the Python body only for NotImplemented; None runs the
  *   Python body; anything else goes through the Python function, as it always did.
  *
- * configure_entries(globals, launch, record, wait, launch_python, record_python, wait_python) hands
- * over gpu.py's module dict, its Python functions and their bodies.
+ * configure_entries(globals, launch, record, wait, launch_python, record_python, wait_python,
+ * streams_max, events_max) hands over gpu.py's module dict, its Python functions and their bodies,
+ * and the bounds the engine's first use of a stream or an event checks (gpu_launch, gpu_record
+ * create them in C as gpu._stream and gpu._event_entry would; sim/_speedups_gpu.h).
  */
 #ifndef _SPEEDUPS_ENTRY_H
 #define _SPEEDUPS_ENTRY_H
@@ -162,14 +164,18 @@ gpu_done_entry(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     return PyObject_Vectorcall(args[1], args + 2, 3, NULL);
 }
 
-/* configure_entries(globals, launch, record, wait, launch_python, record_python, wait_python) */
+/* configure_entries(globals, launch, record, wait, launch_python, record_python, wait_python,
+ *                   streams_max, events_max) */
 static PyObject *
 configure_entries(PyObject *module, PyObject *args)
 {
     PyObject *globals, *launch, *record, *wait, *launch_body, *record_body, *wait_body;
-    if (!PyArg_ParseTuple(args, "O!OOOOOO", &PyDict_Type, &globals, &launch, &record, &wait, &launch_body,
-                          &record_body, &wait_body))
+    Py_ssize_t streams_max, events_max;
+    if (!PyArg_ParseTuple(args, "O!OOOOOOnn", &PyDict_Type, &globals, &launch, &record, &wait, &launch_body,
+                          &record_body, &wait_body, &streams_max, &events_max))
         return NULL;
+    gpu_streams_max = streams_max;
+    gpu_events_max = events_max;
     Py_XSETREF(entry_globals, Py_NewRef(globals));
     Py_XSETREF(entry_launch, Py_NewRef(launch));
     Py_XSETREF(entry_record, Py_NewRef(record));
