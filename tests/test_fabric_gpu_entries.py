@@ -17,7 +17,7 @@ from fabric_probe import arrivals, probe_scenario, probe_world, run
 from timetravel import fabric
 from timetravel.fabric import gpu, race
 from timetravel.fabric.install import with_handlers
-from timetravel.sim import Context, speedups
+from timetravel.sim import Context, Simulation, speedups
 
 pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="the compiled core is not built")
 
@@ -259,3 +259,54 @@ def test_the_compiled_engine_creates_exact_str_streams_and_events_without_python
         configure(gpu._stream, gpu._event_entry)
     assert outcome == "pass"
     assert calls == {"stream": 1}  # the str subclass only
+
+
+def _ordered(value: Any) -> Any:
+    """A dict as the list of its items, recursively: equal only with the same keys in one order."""
+    if isinstance(value, dict):
+        return [(key, _ordered(item)) for key, item in value.items()]
+    if isinstance(value, list):
+        return [_ordered(item) for item in value]
+    return value
+
+
+def test_running_kernels_and_queued_ops_have_pythons_keys_in_pythons_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The compiled engine builds these dicts from templates (sim/_speedups_gpu.h): a snapshot
+    encodes a dict in its order, so the order is part of the bits."""
+
+    def script(state: dict[str, Any], ctx: Context) -> None:
+        fabric.launch(ctx, "s1", "a", 100, reads=("x",), done_kind="done", payload=[1])
+        fabric.launch(ctx, "s1", "b", 50, writes=("x",), done_kind="done", payload=[2])
+        fabric.record(ctx, "s1", "e")
+        fabric.wait(ctx, "s2", "e")
+        fabric.launch(ctx, "s2", "open", None, started_kind="started")
+
+    layouts = []
+    for engine in (speedups.compiled, None):
+        monkeypatch.setattr(gpu, "_engine", engine)
+        scenario = probe_scenario(go=script)
+        world = probe_world(scenario, 1)
+        world.schedule(0, "r0", "go", [])
+        Simulation(scenario, world).run(max_events=1)
+        layouts.append(_ordered(world.nodes["r0"]["gpu"]))
+    assert layouts[0] == layouts[1]
+    streams = dict(dict(layouts[0])["streams"])
+    running = ["name", "ticket", "start_ns", "end_ns", "done_kind", "payload"]
+    assert [key for key, _ in dict(streams["s1"])["running"]] == running
+    queue = dict(streams["s1"])["queue"]
+    assert [[key for key, _ in op] for op in queue] == [
+        [
+            "op",
+            "name",
+            "duration_ns",
+            "reads",
+            "writes",
+            "done_kind",
+            "payload",
+            "started_kind",
+            "host_clock",
+        ],
+        ["op", "event", "generation"],
+    ]
