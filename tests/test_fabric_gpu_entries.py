@@ -310,3 +310,29 @@ def test_running_kernels_and_queued_ops_have_pythons_keys_in_pythons_order(
         ],
         ["op", "event", "generation"],
     ]
+
+
+class LoggingContext(Context):
+    """A Context that overrides ``deliver``: the engine must call the override, not the core's."""
+
+    __slots__ = ("delivered",)
+
+    def deliver(self, t_ns: int, dst: str, kind: str, payload: Any = None) -> None:
+        self.delivered.append([t_ns, dst, kind])
+        super().deliver(t_ns, dst, kind, payload)
+
+
+@pytest.mark.parametrize("engine", ["compiled", "python"])
+def test_the_engine_delivers_through_a_contexts_own_deliver(
+    engine: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(gpu, "_engine", speedups.compiled if engine == "compiled" else None)
+    world = probe_world(probe_scenario(), 1)
+    plain, logging = Context(world), LoggingContext(world)
+    logging.delivered = []
+    for node, ctx in (("r0", plain), ("r1", logging)):
+        ctx.node = node
+        ctx.state = world.nodes[node]
+        fabric.launch(ctx, "s1", "a", 10, done_kind="done")
+    assert logging.delivered == [[10, "r1", gpu.DONE_KIND]]
+    assert sorted(event[2:4] for event in world.queue) == [("r0", gpu.DONE_KIND), ("r1", gpu.DONE_KIND)]

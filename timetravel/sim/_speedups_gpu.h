@@ -98,6 +98,17 @@ need_many(PyObject *dict, PyObject *const *keys, int count, PyObject **values)
     return 0;
 }
 
+/* A kernel's reads or writes: a list (a queued op's copy) or a tuple (a kernel started at once
+ * from the tuple the scenario passed: immutable, so not copied into a list first). */
+static int
+need_sequence(PyObject *value)
+{
+    if (PyList_CheckExact(value) || PyTuple_CheckExact(value))
+        return 0;
+    PyErr_SetString(PyExc_TypeError, "gpu_pump: a kernel's reads or writes are not a list");
+    return -1;
+}
+
 /* race.join: into = max(into, other) entry by entry. */
 static int
 gpu_join(PyObject *into, PyObject *other)
@@ -224,7 +235,7 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *index_object, PyObj
 
     access = need(gpu, s_access);
     if (access == NULL || index_object == NULL || need_list(clock) < 0 || !PyDict_CheckExact(access) ||
-        need_list(reads) < 0 || need_list(writes) < 0) {
+        need_sequence(reads) < 0 || need_sequence(writes) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "gpu_pump: access table is not a dict");
         return -1;
@@ -249,8 +260,8 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *index_object, PyObj
     Py_INCREF(kernel);
     PyList_SET_ITEM(mine, 2, kernel);
 
-    for (position = 0; position < PyList_GET_SIZE(reads); position++) {
-        PyObject *buffer = PyList_GET_ITEM(reads, position), *entry, *write, *entry_reads, *found[2];
+    for (position = 0; position < PySequence_Fast_GET_SIZE(reads); position++) {
+        PyObject *buffer = PySequence_Fast_GET_ITEM(reads, position), *entry, *write, *entry_reads, *found[2];
         PyObject *const keys[2] = {s_write, s_reads};
         entry = access_entry(access, buffer);
         if (entry == NULL || !PyDict_CheckExact(entry) || need_many(entry, keys, 2, found) < 0)
@@ -269,8 +280,8 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *index_object, PyObj
         if (PyObject_SetItem(entry_reads, stream_name, mine) < 0)
             goto done;
     }
-    for (position = 0; position < PyList_GET_SIZE(writes); position++) {
-        PyObject *buffer = PyList_GET_ITEM(writes, position), *entry, *write, *entry_reads, *key, *reader;
+    for (position = 0; position < PySequence_Fast_GET_SIZE(writes); position++) {
+        PyObject *buffer = PySequence_Fast_GET_ITEM(writes, position), *entry, *write, *entry_reads, *key, *reader;
         PyObject *empty, *found[2];
         PyObject *const keys[2] = {s_write, s_reads};
         Py_ssize_t cursor = 0;
@@ -956,8 +967,10 @@ start_at_once(PyObject *gpu, PyObject *stream, PyObject *const *args, PyObject *
         PyErr_SetString(PyExc_TypeError, "gpu_launch: the host clock is not a list");
         return -1;
     }
-    reads = PySequence_List(args[4]);
-    writes = reads == NULL ? NULL : PySequence_List(args[5]);
+    /* Python's op holds list copies; a kernel started here only reads them, so a tuple (the
+     * usual ``reads=("weights",)``) is used as it is, two lists fewer per start. */
+    reads = PyTuple_CheckExact(args[4]) ? Py_NewRef(args[4]) : PySequence_List(args[4]);
+    writes = reads == NULL ? NULL : PyTuple_CheckExact(args[5]) ? Py_NewRef(args[5]) : PySequence_List(args[5]);
     if (writes == NULL) {
         Py_XDECREF(reads);
         return -1;
