@@ -13,7 +13,7 @@ setup(
             ["timetravel/sim/_speedups.c"],
             depends=[
                 f"timetravel/sim/_speedups_{part}.h"
-                for part in ("heap", "loop", "pack", "plain", "against", "gpu", "finish", "tree")
+                for part in ("heap", "loop", "pack", "plain", "against", "gpu", "finish", "tree", "entry")
             ],
             optional=True,
             extra_compile_args=["-O2"],

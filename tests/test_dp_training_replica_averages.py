@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from timetravel.scenarios.dp_training import replicas, update
+from timetravel.scenarios.dp_training import optimizer, replicas, update
 from timetravel.scenarios.dp_training.numerics import all_finite
 
 
@@ -32,6 +32,31 @@ def test_average_matches_update_average_call_after_call(loss_scale: float) -> No
                 assert got.tobytes() == expected.tobytes()
                 results.append(got)
     assert len({id(result) for result in results}) == len(results)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    frozen = array.copy()
+    frozen.flags.writeable = False
+    return frozen
+
+
+def test_average_of_one_read_only_sum_matches_update_average_call_after_call() -> None:
+    """The collective level hands every rank the record's read-only sum: the memo then knows it
+    by identity, and must still tell every other argument, and every other array, apart."""
+    replicas.clear()
+    sums = [_frozen(array) for array in _sums()]
+    view = sums[0][:128]  # read-only but not owning its memory: compared by its bytes
+    scales = [1.0, 1, 1024.0, 0.0, -0.0, float("nan"), 1024.0]
+    with np.errstate(divide="ignore", invalid="ignore"):
+        for reduced in [sums[0], sums[0], sums[2], view, sums[0], sums[3], sums[3]]:
+            for loss_scale in scales:
+                for ranks, dtype in [(10_000, "float32"), (10_000, "float32"), (7, "bfloat16")]:
+                    expected = update.average(reduced, ranks, dtype, loss_scale)
+                    got = replicas.average(reduced, ranks, dtype, loss_scale)
+                    assert got.dtype == expected.dtype and got.shape == expected.shape
+                    assert got.tobytes() == expected.tobytes()
+                    assert got.flags.writeable
+                    got[:] = 7  # a rank's own copy: the next rank's is untouched
 
 
 def test_average_tells_a_negative_zero_loss_scale_from_zero() -> None:
@@ -78,3 +103,26 @@ def test_the_memos_tell_dtypes_apart_on_the_same_bytes() -> None:
     verdict = replicas.inspect(bucket, 10.0)
     assert replicas.inspect(bucket.view(np.int32), 10.0) == update.inspect(bucket.view(np.int32), 10.0)
     assert replicas.inspect(bucket, 10.0) == verdict == update.inspect(bucket, 10.0)
+
+
+@pytest.mark.parametrize("name", ["sgd", "adam"])
+def test_apply_matches_update_apply_call_after_call_with_or_without_the_buckets_bytes(name: str) -> None:
+    """The pipeline hands ``apply`` the bucket's bytes it made for ``inspect``; the key built from
+    them (and from the slots, arrays and numbers) must be the one built without them."""
+    replicas.clear()
+    random = np.random.default_rng(5)
+    config = {"optimizer": name, "lr": 0.01, "momentum": 0.9, "dtype": "float32"}
+    weights = random.standard_normal(16).astype(np.float32)
+    buckets = [random.standard_normal(17).astype(np.float32) for _ in range(2)]
+    slots = optimizer.initial_slots(name, 16)
+    for step in range(6):
+        bucket = buckets[step % 2]
+        expected_weights, expected_slots = update.apply(weights, slots, bucket, config, False)
+        given = bucket.tobytes() if step % 3 else None
+        got_weights, got_slots = replicas.apply(weights, slots, bucket, config, False, given)
+        assert got_weights.tobytes() == expected_weights.tobytes()
+        assert list(got_slots) == list(expected_slots)
+        for key, value in expected_slots.items():
+            same = got_slots[key]
+            assert same.tobytes() == value.tobytes() if isinstance(value, np.ndarray) else same == value
+        weights, slots = got_weights, got_slots

@@ -12,6 +12,7 @@ import xxhash
 from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training import replicas
 from timetravel.scenarios.dp_training.numerics import DTYPES
+from timetravel.sim import Simulation
 
 
 def _tree_states(ranks: int) -> tuple[list[str], list[dict[str, Any]]]:
@@ -61,3 +62,25 @@ def test_stacked_batches_are_stacked_afresh_when_a_shard_changed_in_place() -> N
     after, _ = replicas._stacked_batches(("config",), names, states, 0)
     assert after.base is not before.base and after[2, 0, 0] == states[2]["inputs"][0, 0, 0]
     replicas.clear()
+
+
+def test_no_two_ranks_ever_hold_one_buckets_memory() -> None:
+    """A batched row is handed to its rank as a view of the batch, not a copy: the rows must be
+    disjoint, so that a bit flipped into one rank's bucket reaches no other rank."""
+    scenario = get_scenario("dp_training")
+    config = scenario.resolve_config(
+        {"ranks": 8, "allreduce": "tree", "steps": 2, "fabric_level": "collective"}
+    )
+    world = scenario.build(config, 0)
+    simulation = Simulation(scenario, world)
+    replicas.clear()
+    shared_rows_seen = 0
+    while world.queue and not world.failures:
+        simulation.run(max_events=1)
+        buckets = [state["bucket"] for state in world.nodes.values() if state.get("bucket") is not None]
+        shared_rows_seen += sum(bucket.base is not None for bucket in buckets)
+        for index, bucket in enumerate(buckets):
+            assert bucket.flags.writeable
+            assert not any(np.shares_memory(bucket, other) for other in buckets[index + 1 :])
+    assert world.failures == []
+    assert shared_rows_seen > 0  # the batched rows were there to be checked

@@ -33,6 +33,7 @@ the streams and then calls the scenario's ``done_kind`` handler directly, in the
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
@@ -456,7 +457,13 @@ before). None runs the Python bodies; tests set it to None to compare the two.""
 
 
 def make_done_handler(table: Mapping[str, Handler]) -> Handler:
-    """The ``gpu.done`` handler for one role: advance the streams, then call ``table[done_kind]``."""
+    """The ``gpu.done`` handler for one role: advance the streams, then call ``table[done_kind]``.
+
+    With the compiled core built, the handler is its ``gpu_done_entry`` bound to the table and to
+    the Python handler below (a ``functools.partial``: a C call, no Python frame, 4 times a rank and
+    step of dp_training): it runs the compiled ``gpu_done`` while ``_engine`` is the compiled core,
+    and the Python handler otherwise or for its NotImplemented, as the Python handler alone would.
+    """
 
     def on_gpu_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
         engine = _engine
@@ -485,4 +492,42 @@ def make_done_handler(table: Mapping[str, Handler]) -> Handler:
         ctx.event = done_event
         handler(state, done_event, ctx)
 
-    return on_gpu_done
+    compiled = speedups.compiled
+    if compiled is None:
+        return on_gpu_done
+    entry: Handler = functools.partial(compiled.gpu_done_entry, table, on_gpu_done)
+    return entry
+
+
+def _compiled_entries() -> tuple[Any, Any, Any]:
+    """:func:`launch`, :func:`record` and :func:`wait` as the compiled core's entries, or as above.
+
+    A scenario's handler calls ``fabric.launch`` eight times a rank and step (with ``record`` and
+    ``wait``); as Python functions, each call bound its keywords in a frame and called the engine's
+    ``gpu_launch`` from there, ~500 instructions before any work. The entries (sim/_speedups_entry.h)
+    are C functions taking the same arguments, keywords included, that run what the Python
+    functions above run: the compiled body while ``_engine`` is the compiled core, the Python body
+    (``_launch_python``, ...) for its NotImplemented or when ``_engine`` is None (tests set it), and
+    the Python function itself for anything else, a call it would refuse included (its TypeError).
+    """
+    compiled = speedups.compiled
+    if compiled is None:
+        return _PYTHON_ENTRIES
+    compiled.configure_entries(
+        globals(),
+        *_PYTHON_ENTRIES,
+        _launch_python,
+        _record_python,
+        _wait_python,
+        STREAMS_MAX,
+        GPU_EVENTS_MAX,
+    )
+    return compiled.launch, compiled.record, compiled.wait
+
+
+_PYTHON_ENTRIES = (launch, record, wait)
+"""The Python functions :func:`launch`, :func:`record` and :func:`wait` (the reference; the
+compiled entries hand them every call they do not run themselves)."""
+
+if not TYPE_CHECKING:  # mypy checks the calls against the Python functions' signatures
+    launch, record, wait = _compiled_entries()

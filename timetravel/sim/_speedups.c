@@ -380,6 +380,7 @@ static PyTypeObject ContextCoreType = {
 #include "_speedups_against.h"
 #include "_speedups_gpu.h"
 #include "_speedups_finish.h"
+#include "_speedups_entry.h"
 #include "_speedups_tree.h"
 
 /* configure(Event, xxh3_64_intdigest, counters_key, python_choose, python_timer, python_deliver) */
@@ -431,6 +432,16 @@ static PyMethodDef module_methods[] = {
     {"gpu_record", (PyCFunction)(void (*)(void))gpu_record, METH_FASTCALL, "fabric.record (NotImplemented: run Python's)."},
     {"gpu_wait", (PyCFunction)(void (*)(void))gpu_wait, METH_FASTCALL, "fabric.wait (NotImplemented: run Python's)."},
     {"gpu_done", (PyCFunction)(void (*)(void))gpu_done, METH_FASTCALL, "The gpu.done handler (NotImplemented: run Python's)."},
+    {"launch", (PyCFunction)(void (*)(void))entry_launch_call, METH_FASTCALL | METH_KEYWORDS,
+     "launch($module, /, ctx, stream, name, duration_ns, reads=(), writes=(), done_kind=None, payload=None, "
+     "started_kind=None)\n--\n\nfabric.launch: queue a kernel (fabric/gpu.py; the compiled entry, no Python frame)."},
+    {"record", (PyCFunction)(void (*)(void))entry_record_call, METH_FASTCALL | METH_KEYWORDS,
+     "record($module, /, ctx, stream, event)\n--\n\nfabric.record: queue an event record (the compiled entry)."},
+    {"wait", (PyCFunction)(void (*)(void))entry_wait_call, METH_FASTCALL | METH_KEYWORDS,
+     "wait($module, /, ctx, stream, event)\n--\n\nfabric.wait: make a stream wait for an event (the compiled entry)."},
+    {"gpu_done_entry", (PyCFunction)(void (*)(void))gpu_done_entry, METH_FASTCALL,
+     "The gpu.done handler (table, python_handler, state, event, ctx): gpu_done, or the Python handler."},
+    {"configure_entries", configure_entries, METH_VARARGS, "Hand the GPU entries gpu.py's module dict and functions."},
     {"gpu_schedule_finishes", (PyCFunction)(void (*)(void))gpu_schedule_finishes, METH_FASTCALL,
      "fabric.schedule_finishes (NotImplemented: run Python's)."},
     {"tree_times", (PyCFunction)(void (*)(void))tree_times, METH_FASTCALL,
@@ -457,14 +468,14 @@ PyInit__speedups(void)
     str_append = PyUnicode_InternFromString("append");
     if (!str_stream_base || !str_seq || !str_events_processed || !str_t_ns || !str_fault || !one || !str_append)
         return NULL;
-    if (gpu_intern() < 0)
+    if (gpu_intern() < 0 || entry_intern() < 0)
         return NULL;
     module = PyModule_Create(&speedups_module);
     if (module == NULL)
         return NULL;
     /* speedups.py loads the module only when this matches its INTERFACE_VERSION: a stale build
      * (the Python side changed, the .so was not rebuilt) leaves the pure-Python kernel running. */
-    if (PyModule_AddIntConstant(module, "INTERFACE_VERSION", 3) < 0) {
+    if (PyModule_AddIntConstant(module, "INTERFACE_VERSION", 4) < 0) {
         Py_DECREF(module);
         return NULL;
     }

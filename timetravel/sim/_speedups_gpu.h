@@ -23,6 +23,8 @@ static PyObject *gpu_unhandled = NULL;   /* gpu._report_unhandled */
 static PyObject *gpu_new_stream = NULL;  /* gpu._stream: a stream's first use creates it */
 static PyObject *gpu_event_entry = NULL; /* gpu._event_entry: an event's first record creates it */
 static Py_ssize_t gpu_ops_max = 0;       /* gpu.STREAM_OPS_MAX */
+static Py_ssize_t gpu_streams_max = 0;   /* gpu.STREAMS_MAX (0 until configure_entries: Python creates) */
+static Py_ssize_t gpu_events_max = 0;    /* gpu.GPU_EVENTS_MAX (likewise) */
 static PyObject *gpu_report = NULL;     /* race._report */
 static PyObject *gpu_ceil = NULL;       /* math.ceil */
 static PyObject *gpu_done_kind = NULL;  /* gpu.DONE_KIND */
@@ -94,6 +96,17 @@ need_many(PyObject *dict, PyObject *const *keys, int count, PyObject **values)
             return -1;
     }
     return 0;
+}
+
+/* A kernel's reads or writes: a list (a queued op's copy) or a tuple (a kernel started at once
+ * from the tuple the scenario passed: immutable, so not copied into a list first). */
+static int
+need_sequence(PyObject *value)
+{
+    if (PyList_CheckExact(value) || PyTuple_CheckExact(value))
+        return 0;
+    PyErr_SetString(PyExc_TypeError, "gpu_pump: a kernel's reads or writes are not a list");
+    return -1;
 }
 
 /* race.join: into = max(into, other) entry by entry. */
@@ -222,7 +235,7 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *index_object, PyObj
 
     access = need(gpu, s_access);
     if (access == NULL || index_object == NULL || need_list(clock) < 0 || !PyDict_CheckExact(access) ||
-        need_list(reads) < 0 || need_list(writes) < 0) {
+        need_sequence(reads) < 0 || need_sequence(writes) < 0) {
         if (!PyErr_Occurred())
             PyErr_SetString(PyExc_TypeError, "gpu_pump: access table is not a dict");
         return -1;
@@ -247,8 +260,8 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *index_object, PyObj
     Py_INCREF(kernel);
     PyList_SET_ITEM(mine, 2, kernel);
 
-    for (position = 0; position < PyList_GET_SIZE(reads); position++) {
-        PyObject *buffer = PyList_GET_ITEM(reads, position), *entry, *write, *entry_reads, *found[2];
+    for (position = 0; position < PySequence_Fast_GET_SIZE(reads); position++) {
+        PyObject *buffer = PySequence_Fast_GET_ITEM(reads, position), *entry, *write, *entry_reads, *found[2];
         PyObject *const keys[2] = {s_write, s_reads};
         entry = access_entry(access, buffer);
         if (entry == NULL || !PyDict_CheckExact(entry) || need_many(entry, keys, 2, found) < 0)
@@ -267,8 +280,8 @@ check_kernel(PyObject *gpu, PyObject *stream_name, PyObject *index_object, PyObj
         if (PyObject_SetItem(entry_reads, stream_name, mine) < 0)
             goto done;
     }
-    for (position = 0; position < PyList_GET_SIZE(writes); position++) {
-        PyObject *buffer = PyList_GET_ITEM(writes, position), *entry, *write, *entry_reads, *key, *reader;
+    for (position = 0; position < PySequence_Fast_GET_SIZE(writes); position++) {
+        PyObject *buffer = PySequence_Fast_GET_ITEM(writes, position), *entry, *write, *entry_reads, *key, *reader;
         PyObject *empty, *found[2];
         PyObject *const keys[2] = {s_write, s_reads};
         Py_ssize_t cursor = 0;
@@ -765,6 +778,80 @@ fail:
 
 /* -- the host-side API: launch, record, wait and the gpu.done handler ------------------------- */
 
+/* gpu._stream's creation of stream ``name`` in ``streams`` (an exact dict that does not hold it):
+ * ``{"index": n, "queue": [], "running": None, "clock": [0] * (n + 1)}``, n the streams so far,
+ * inserted and returned (a new reference). None, creating nothing, when Python must decide: a
+ * name that is not a non-empty exact str, a full GPU (it raises), configure_entries not run. The
+ * same dict as Python's, without a Python call (~3,700 instructions, a stream's first use). */
+static PyObject *
+new_stream(PyObject *streams, PyObject *name)
+{
+    PyObject *stream, *queue = NULL, *clock = NULL, *index = NULL;
+    Py_ssize_t count = PyDict_GET_SIZE(streams), at;
+    if (!PyUnicode_CheckExact(name) || PyUnicode_GET_LENGTH(name) == 0 || count >= gpu_streams_max)
+        Py_RETURN_NONE;
+    stream = _PyDict_NewPresized(4);
+    if (stream == NULL)
+        return NULL;
+    if ((index = PyLong_FromSsize_t(count)) == NULL || (queue = PyList_New(0)) == NULL ||
+        (clock = PyList_New(count + 1)) == NULL)
+        goto fail;
+    for (at = 0; at <= count; at++) {
+        PyObject *zero = PyLong_FromLong(0);
+        if (zero == NULL)
+            goto fail;
+        PyList_SET_ITEM(clock, at, zero);
+    }
+    if (PyDict_SetItem(stream, s_index, index) < 0 || PyDict_SetItem(stream, s_queue, queue) < 0 ||
+        PyDict_SetItem(stream, s_running, Py_None) < 0 || PyDict_SetItem(stream, s_clock, clock) < 0 ||
+        PyDict_SetItem(streams, name, stream) < 0)
+        goto fail;
+    Py_DECREF(index);
+    Py_DECREF(queue);
+    Py_DECREF(clock);
+    return stream;
+fail:
+    Py_XDECREF(index);
+    Py_XDECREF(queue);
+    Py_XDECREF(clock);
+    Py_DECREF(stream);
+    return NULL;
+}
+
+/* gpu._event_entry's creation of ``event``'s entry in ``events`` (an exact dict that does not hold
+ * it): ``{"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}``, inserted and
+ * returned (a new reference); None, creating nothing, for a full table (Python raises) or before
+ * configure_entries. */
+static PyObject *
+new_event_entry(PyObject *events, PyObject *event)
+{
+    PyObject *entry, *zero = NULL, *minus_one = NULL, *pending = NULL, *clock = NULL;
+    if (PyDict_GET_SIZE(events) >= gpu_events_max)
+        Py_RETURN_NONE;
+    entry = _PyDict_NewPresized(5);
+    if (entry == NULL)
+        return NULL;
+    if ((zero = PyLong_FromLong(0)) == NULL || (minus_one = PyLong_FromLong(-1)) == NULL ||
+        (pending = PyList_New(0)) == NULL || (clock = PyList_New(0)) == NULL)
+        goto fail;
+    if (PyDict_SetItem(entry, s_recorded, zero) < 0 || PyDict_SetItem(entry, s_completed, zero) < 0 ||
+        PyDict_SetItem(entry, s_pending, pending) < 0 || PyDict_SetItem(entry, s_clock, clock) < 0 ||
+        PyDict_SetItem(entry, s_t_ns, minus_one) < 0 || PyDict_SetItem(events, event, entry) < 0)
+        goto fail;
+    Py_DECREF(zero);
+    Py_DECREF(minus_one);
+    Py_DECREF(pending);
+    Py_DECREF(clock);
+    return entry;
+fail:
+    Py_XDECREF(zero);
+    Py_XDECREF(minus_one);
+    Py_XDECREF(pending);
+    Py_XDECREF(clock);
+    Py_DECREF(entry);
+    return NULL;
+}
+
 /* The GPU state and the existing stream ``name`` of the context's node (borrowed), or 0 when the
  * Python function must run (no GPU, a stream not created yet, a full queue, another context):
  * it then raises or creates exactly as it always did, and nothing was changed here. */
@@ -792,6 +879,15 @@ host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream
         PyObject *args[2] = {gpu, name}, *created;
         if (PyErr_Occurred())
             return -1;
+        created = new_stream(streams, name);
+        if (created == NULL)
+            return -1;
+        if (created != Py_None) {
+            stream = created; /* borrowed: the streams dict holds it */
+            Py_DECREF(created);
+            goto found;
+        }
+        Py_DECREF(created);
         created = PyObject_Vectorcall(gpu_new_stream, args, 2, NULL);
         if (created == NULL)
             return -1;
@@ -800,6 +896,7 @@ host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream
         if (stream == NULL)
             return PyErr_Occurred() ? -1 : 0;
     }
+found:
     if (!PyDict_CheckExact(stream) || PyDict_GET_SIZE(stream) == 0)
         return 0;
     queue = PyDict_GetItemWithError(stream, s_queue);
@@ -870,8 +967,10 @@ start_at_once(PyObject *gpu, PyObject *stream, PyObject *const *args, PyObject *
         PyErr_SetString(PyExc_TypeError, "gpu_launch: the host clock is not a list");
         return -1;
     }
-    reads = PySequence_List(args[4]);
-    writes = reads == NULL ? NULL : PySequence_List(args[5]);
+    /* Python's op holds list copies; a kernel started here only reads them, so a tuple (the
+     * usual ``reads=("weights",)``) is used as it is, two lists fewer per start. */
+    reads = PyTuple_CheckExact(args[4]) ? Py_NewRef(args[4]) : PySequence_List(args[4]);
+    writes = reads == NULL ? NULL : PyTuple_CheckExact(args[5]) ? Py_NewRef(args[5]) : PySequence_List(args[5]);
     if (writes == NULL) {
         Py_XDECREF(reads);
         return -1;
@@ -1012,9 +1111,15 @@ gpu_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyObject *entry_args[2] = {events, args[2]}, *created;
         if (PyErr_Occurred())
             return NULL;
-        created = PyObject_Vectorcall(gpu_event_entry, entry_args, 2, NULL);
+        created = new_event_entry(events, args[2]);
         if (created == NULL)
             return NULL;
+        if (created == Py_None) {
+            Py_DECREF(created);
+            created = PyObject_Vectorcall(gpu_event_entry, entry_args, 2, NULL);
+            if (created == NULL)
+                return NULL;
+        }
         Py_DECREF(created);
         entry = PyDict_GetItemWithError(events, args[2]);
         if (entry == NULL && PyErr_Occurred())

@@ -15,7 +15,7 @@ import os
 from types import ModuleType
 
 PURE_PYTHON_ENV = "TIMETRAVEL_PURE_PYTHON"
-INTERFACE_VERSION = 3
+INTERFACE_VERSION = 4
 """What this Python code expects of the compiled module; a build that says otherwise is stale
 (``make install`` rebuilds it) and is not used."""
 

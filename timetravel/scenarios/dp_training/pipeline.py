@@ -141,10 +141,12 @@ def on_update_done(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if step is None:
         return
     config = ctx.world.config
-    verdict = replicas.inspect(state["bucket"], config["grad_skip_norm"])
+    bucket = state["bucket"]
+    bucket_bytes = bucket.tobytes()  # both memo keys compare it: one copy of the bytes
+    verdict = replicas.inspect(bucket, config["grad_skip_norm"], bucket_bytes)
     skip = state["skip_local"] if config["bug"] == "local_guard" else verdict.skipped
     state["weights"], state["slots"] = replicas.apply(
-        state["weights"], state["slots"], state["bucket"], config, skip
+        state["weights"], state["slots"], bucket, config, skip, bucket_bytes
     )
     _record(state, ctx, step, verdict, skip)
     if not detectors.check_step(state, ctx, step):

@@ -19,6 +19,7 @@ another world in the same process gets the same bits with or without it (it just
 
 from __future__ import annotations
 
+import math
 import operator
 from typing import Any
 
@@ -56,14 +57,23 @@ def _weights_key(weights: np.ndarray) -> bytes:
 
 
 def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
-    """This rank's bucket for ``step`` (a new writable array), from the memo or a batched pass."""
+    """This rank's bucket for ``step`` (a writable array no one else holds), from the memo or a
+    batched pass.
+
+    A batched row is handed over as it is, a view of its row of the batch, not copied: the rows
+    are disjoint, the memo lets go of a row when its rank takes it (and never holds the rank's
+    own), so no other rank, world or memo entry can see the row change when its rank changes it
+    (a ``grad`` bit flip latched into it). The same bits as a copy in every snapshot and hash, one
+    numpy copy (~2,000 instructions) less per rank and step; the batch stays alive while a rank
+    holds its row (at 10,000 ranks ~10 MB, as long as the memo held it before).
+    """
     config = ctx.world.config
     batch = (step - 1) % config["batches_per_rank"]
     key = (_bucket_config(config), batch)
     entry = _memo.pop(ctx.node, None)
     weights_key = _weights_key(state["weights"])
     if entry is not None and entry[0] == key and entry[1] == weights_key:
-        return entry[2].copy()
+        return entry[2]
     peers = _ready_peers(state, ctx)
     layout = layout_for(config["params"])
     dtype = DTYPES[config["dtype"]]
@@ -95,7 +105,7 @@ def bucket(state: dict[str, Any], ctx: Context, step: int) -> np.ndarray:
             own = row
         else:
             _memo[name] = (key, _weights_key(peer["weights"]), row)
-    return own.copy()
+    return own
 
 
 _batches: dict[str, Any] = {}
@@ -171,19 +181,23 @@ _updates: dict[str, Any] = {}
 
 
 def _slots_bytes(slots: dict[str, Any]) -> tuple[Any, ...]:
-    return tuple(
-        (name, value.dtype, value.tobytes()) if isinstance(value, np.ndarray) else (name, value)
-        for name, value in slots.items()
-    )
+    """The slots as a key: ``(name, dtype, bytes)`` for an array, ``(name, value)`` otherwise. A
+    plain loop, not a generator into ``tuple()``: the same tuple, ~40% fewer instructions."""
+    key = []
+    for name, value in slots.items():
+        key.append((name, value.dtype, value.tobytes()) if isinstance(value, np.ndarray) else (name, value))
+    return tuple(key)
 
 
-def inspect(bucket: np.ndarray, grad_skip_norm: float) -> update.Verdict:
+def inspect(bucket: np.ndarray, grad_skip_norm: float, bucket_bytes: bytes | None = None) -> update.Verdict:
     """:func:`update.inspect`, computed once for a run of ranks that all hold the same bucket.
 
     The memo keeps one entry, compared byte for byte (not by a digest): every rank of a healthy
     job inspects the same all-reduced bucket one after another, so one entry is all it needs.
+    ``bucket_bytes`` is ``bucket.tobytes()`` when the caller has it (it is handed to :func:`apply`
+    too: one copy of the bytes for both keys).
     """
-    key = (bucket.dtype, bucket.tobytes(), grad_skip_norm)
+    key = (bucket.dtype, bucket.tobytes() if bucket_bytes is None else bucket_bytes, grad_skip_norm)
     if _verdicts.get("key") == key:
         return _verdicts["verdict"]
     verdict = update.inspect(bucket, grad_skip_norm)
@@ -193,10 +207,16 @@ def inspect(bucket: np.ndarray, grad_skip_norm: float) -> update.Verdict:
 
 
 def apply(
-    weights: np.ndarray, slots: dict[str, Any], bucket: np.ndarray, config: dict[str, Any], skip: bool
+    weights: np.ndarray,
+    slots: dict[str, Any],
+    bucket: np.ndarray,
+    config: dict[str, Any],
+    skip: bool,
+    bucket_bytes: bytes | None = None,
 ) -> tuple[np.ndarray, dict[str, Any]]:
     """:func:`update.apply`, computed once for ranks whose weights, slots and bucket are the same
-    bytes (compared exactly); each rank gets its own copies of the new arrays."""
+    bytes (compared exactly); each rank gets its own copies of the new arrays. ``bucket_bytes``:
+    ``bucket.tobytes()``, when the caller has it."""
     if skip:
         return update.apply(weights, slots, bucket, config, skip)
     key = (
@@ -204,7 +224,7 @@ def apply(
         weights.dtype,
         weights.tobytes(),
         bucket.dtype,
-        bucket.tobytes(),
+        bucket.tobytes() if bucket_bytes is None else bucket_bytes,
         _slots_bytes(slots),
     )
     if _updates.get("key") != key:
@@ -223,11 +243,26 @@ _finite: dict[str, Any] = {}
 def average(reduced: np.ndarray, ranks: int, dtype_name: str, loss_scale: float) -> np.ndarray:
     """:func:`update.average`, computed once for a run of ranks that hold the same all-reduced sum
     (compared byte for byte, the loss scale by its repr so that -0.0 is not 0.0); each rank gets
-    its own copy. At 10,000 ranks: three numpy calls a rank become a byte comparison and a copy."""
+    its own copy. At 10,000 ranks: three numpy calls a rank become a byte comparison and a copy.
+
+    At the collective level every member hands in the one read-only sum the fabric's record holds:
+    an array that owns its memory and cannot be written keeps its bytes, so when it is the very
+    array the entry was made for (the memo holds it: its id is not reused) and the other arguments
+    are equal, the entry is used without copying out and comparing its bytes again, or writing the
+    loss scale's repr (the sign of -0.0 is compared instead; a NaN scale never matches and is
+    computed again, with the same bits).
+    """
+    frozen = not reduced.flags.writeable and reduced.base is None
+    arguments = (ranks, dtype_name, loss_scale, math.copysign(1.0, loss_scale))
+    if frozen and _averages.get("source") is reduced and _averages.get("arguments") == arguments:
+        same: np.ndarray = _averages["result"]
+        return same.copy()
     key = (reduced.dtype, reduced.shape, reduced.tobytes(), ranks, dtype_name, repr(loss_scale))
     if _averages.get("key") != key:
         _averages["key"] = key
         _averages["result"] = update.average(reduced, ranks, dtype_name, loss_scale)
+    _averages["source"] = reduced if frozen else None
+    _averages["arguments"] = arguments
     result: np.ndarray = _averages["result"]
     return result.copy()
 
