@@ -61,6 +61,13 @@ def _against(data: bytes, base: tuple[bytes, Any], factory: Arrays, memo: dict[b
     return codec.decode_value_against(data, base, factory, bytes_max=BYTES_MAX, arrays=None, shared=memo)[0]
 
 
+def _nested(depth: int, leaf: int) -> Any:
+    value: Any = leaf
+    for level in range(depth):
+        value = {"a": value, "level": level}
+    return value
+
+
 def _pairs() -> dict[str, tuple[Any, Any]]:
     gpu_changed = copy.deepcopy(_rank(1)["gpu"])
     gpu_changed["streams"]["compute"]["clock"] = [2]
@@ -80,6 +87,7 @@ def _pairs() -> dict[str, tuple[Any, Any]]:
         "a scalar value": (_rank(1), 7),
         "scalars of one length": (7, 8),
         "strs of one length": ("abc", "abd"),
+        "maps 100 deep": (_nested(100, 1), _nested(100, 2)),
         "wide map": (
             {f"k{index}": index for index in range(300)},
             {f"k{index}": -index for index in range(300)},

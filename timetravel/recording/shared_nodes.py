@@ -162,6 +162,7 @@ class SharedNodes:
         """The shared states of ``digests`` (none of them held), decoded in one call to the reader,
         each against the one before it, and kept."""
         states: list[Any] = []
+        kept: list[tuple[Any, int]] = []
         held = self._states
         decoded, self._base = self.reader.shared_values(digests, self._containers, self._base)
         for digest, (state, blob_bytes, array_bytes) in zip(digests, decoded, strict=True):
@@ -171,10 +172,11 @@ class SharedNodes:
                 continue
             nbytes = OBJECT_BYTES + DECODED_BYTES_PER_BLOB_BYTE * blob_bytes + array_bytes
             entry = (state, nbytes)
-            untrack(entry)  # the state, and the pair (a tuple holding a dict would stay tracked for life)
+            kept.append(entry)
             held[digest] = entry
             self.bytes_held += nbytes
             states.append(state)
+        untrack(kept)  # the states, and the pairs (a tuple holding a dict would stay tracked for life)
         self.decoded_shared += len(decoded)
         while self.bytes_held > self.bytes_max and len(held) > 1:
             self.bytes_held -= held.popitem(last=False)[1][1]

@@ -94,16 +94,23 @@ against_skip(const unsigned char *at, const unsigned char *end)
 static inline int
 against_equal(const unsigned char *left, const unsigned char *right, Py_ssize_t length)
 {
-    Py_ssize_t index;
-    if (length > 16)
+    unsigned long long left_word, right_word;
+    if (length > 32)
         return memcmp(left, right, (size_t)length) == 0;
-    for (index = 0; index < length; index++)
-        if (left[index] != right[index])
+    for (; length >= 8; length -= 8, left += 8, right += 8) {
+        memcpy(&left_word, left, 8);
+        memcpy(&right_word, right, 8);
+        if (left_word != right_word)
+            return 0;
+    }
+    for (; length > 0; length--)
+        if (*left++ != *right++)
             return 0;
     return 1;
 }
 
 #define AGAINST_ENTRIES_MAX 256 /* a map with more entries is decoded plainly (bounds the stack arrays) */
+#define AGAINST_DEPTH_MAX 32 /* deeper maps are decoded plainly (bounds the stack: ~4 KB a level) */
 
 static int against_value(PlainInput *input, int depth, const unsigned char **base_at, const unsigned char *base_end,
                          PyObject *base_value, PyObject **out, int *same);
@@ -133,11 +140,24 @@ against_map(PlainInput *input, int depth, Py_ssize_t length, const unsigned char
     Py_ssize_t index, count = 0;
     int status = PLAIN_UNUSUAL, item_same;
     for (index = 0; index < length; index++) {
-        const unsigned char *at = input->at, *base = *base_at, *key_end, *base_key_end, *end, *base_value_end;
+        const unsigned char *at = input->at, *base = *base_at, *key_end, *base_key_end, *end = NULL, *base_value_end = NULL;
         key_end = against_skip(at, input->end);
         base_key_end = against_skip(base, base_end);
-        if (key_end == NULL || base_key_end == NULL || key_end - at != base_key_end - base
-            || !against_equal(at, base, key_end - at))
+        if (key_end == NULL || base_key_end == NULL || key_end - at != base_key_end - base)
+            goto plainly; /* other keys */
+        if (!AGAINST_IS_MAP_TAG(*key_end) || base_key_end >= base_end || !AGAINST_IS_MAP_TAG(*base_key_end)) {
+            /* the common entry: one comparison of key and value together */
+            end = against_skip(key_end, input->end);
+            base_value_end = against_skip(base_key_end, base_end);
+            if (end == NULL || base_value_end == NULL)
+                goto plainly;
+            if (end - at == base_value_end - base && against_equal(at, base, end - at)) {
+                input->at = end;
+                *base_at = base_value_end;
+                continue;
+            }
+        }
+        if (!against_equal(at, base, key_end - at))
             goto plainly; /* other keys */
         if (AGAINST_IS_MAP_TAG(*key_end) && base_key_end < base_end && AGAINST_IS_MAP_TAG(*base_key_end)) {
             input->reading_key = 1;
@@ -162,17 +182,8 @@ against_map(PlainInput *input, int depth, Py_ssize_t length, const unsigned char
                 Py_DECREF(item);
                 continue;
             }
-        } else {
-            end = against_skip(key_end, input->end);
-            base_value_end = against_skip(base_key_end, base_end);
-            if (end == NULL || base_value_end == NULL)
-                goto plainly;
+        } else { /* keys equal, values differ (end and base_value_end were found above) */
             *base_at = base_value_end;
-            if (end - key_end == base_value_end - base_key_end
-                && against_equal(key_end, base_key_end, end - key_end)) {
-                input->at = end;
-                continue;
-            }
             input->reading_key = 1;
             status = plain_value(input, depth + 1, &key);
             input->reading_key = 0;
@@ -228,7 +239,8 @@ against_value(PlainInput *input, int depth, const unsigned char **base_at, const
     *same = 0;
     if (depth > PLAIN_DEPTH_MAX || start >= input->end || base_start >= base_end)
         return PLAIN_UNUSUAL;
-    if (AGAINST_IS_MAP_TAG(*start) && AGAINST_IS_MAP_TAG(*base_start) && PyDict_CheckExact(base_value)) {
+    if (depth <= AGAINST_DEPTH_MAX && AGAINST_IS_MAP_TAG(*start) && AGAINST_IS_MAP_TAG(*base_start)
+        && PyDict_CheckExact(base_value)) {
         base_length = against_map_header(base_at, base_end);
         length = against_map_header(&input->at, input->end);
         if (base_length >= 0 && base_length == length && length == PyDict_GET_SIZE(base_value)
