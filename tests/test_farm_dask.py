@@ -133,6 +133,40 @@ def test_dask_records_a_seed_that_kills_every_worker_as_crash(tmp_path: Path) ->
     assert rows[1]["signature"] == "crash:farm.worker_died"
 
 
+def _cancel_seed_on_submit(executor: Any, seed: int, times: int) -> list[int]:
+    """Make the scheduler drop seed ``seed``'s task ``times`` times, as a loaded cluster did: each
+    such submission is cancelled on the cluster right after it is made (not by the executor)."""
+    submit = executor.client.submit
+    cancelled: list[int] = []
+
+    def submit_then_cancel(function: Any, job: Any, **options: Any) -> Any:
+        future = submit(function, job, **options)
+        if job.seed == seed and len(cancelled) < times:
+            cancelled.append(job.seed)
+            executor.client.cancel([future])
+        return future
+
+    executor.client.submit = submit_then_cancel
+    return cancelled
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("times", "outcome"), [(1, "pass"), (3, "crash")])
+def test_a_task_the_scheduler_drops_runs_again_then_counts_as_a_crash(
+    tmp_path: Path, times: int, outcome: str
+) -> None:
+    plan = plan_sweep(
+        "killer", [f"marker_dir={tmp_path}"], parse_seeds("0:3"), scenario_target="farm_scenarios:KILLER"
+    )
+    with dask_executor() as executor, FindingsDatabase(tmp_path / "f.db") as database:
+        cancelled = _cancel_seed_on_submit(executor, 1, times)
+        run_sweep(plan, database, executor)
+        rows = {row["seed"]: row for row in database.rows()}
+    assert cancelled == [1] * times
+    assert [rows[seed]["outcome"] for seed in range(3)] == ["pass", outcome, "pass"]
+
+
 SLOW_SEEDS = {"ci": "0:16", "full": "0:400"}
 
 

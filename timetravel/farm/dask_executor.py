@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import time
+from concurrent.futures import CancelledError
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -81,6 +82,8 @@ class DaskExecutor:
         self.workers = max(1, sum(self.client.nthreads().values()))
         self.warmed_for: SeedJob | None = None
         """The job whose code the workers imported (``_warm``), once the first is submitted."""
+        self.cancelled_by_dask: dict[int, int] = {}
+        """Seed -> times Dask cancelled its task without being asked (``_lost``)."""
 
     def run(self, jobs: Iterator[SeedJob], stop: Callable[[], bool]) -> Iterator[dict[str, Any]]:
         distributed = _distributed()
@@ -104,15 +107,35 @@ class DaskExecutor:
                 )
             except TimeoutError:
                 done = set()
+            except CancelledError:  # distributed.wait raises for a cancelled future: handled below
+                done = {future for future in in_flight if future.done()}
             for future in done:
                 job, _submitted = in_flight.pop(future)
-                yield self._row(distributed, future, job)
+                if future.status != "cancelled":
+                    yield self._row(distributed, future, job)
+                elif self._lost(job):
+                    resubmitted = self.client.submit(run_job, job, pure=False, retries=0)
+                    in_flight[resubmitted] = (job, time.monotonic())
+                else:
+                    yield crash_row(job, SEED_ATTEMPTS_MAX, "Dask cancelled the task")
             yield from self._expire(in_flight)
 
     def _warm(self, job: SeedJob) -> None:
         """Every worker imports the sweep's code before the first seed's deadline starts counting."""
         self.warmed_for = job
         self.client.run(warm_worker, job)
+
+    def _lost(self, job: SeedJob) -> bool:
+        """A seed's task came back cancelled though this executor cancels only the tasks it
+        records as ``timeout`` (and takes those out of flight first): the scheduler dropped it —
+        seen on a loaded CI machine while another seed kept killing workers. Whether to run it
+        again: yes, up to SEED_ATTEMPTS_MAX times in all, as for a worker's death."""
+        cancelled = self.cancelled_by_dask.get(job.seed, 0) + 1
+        self.cancelled_by_dask[job.seed] = cancelled
+        if cancelled >= SEED_ATTEMPTS_MAX:
+            return False
+        self.stats.retries += 1
+        return True
 
     def _row(self, distributed: Any, future: Any, job: SeedJob) -> dict[str, Any]:
         if future.status == "finished":
