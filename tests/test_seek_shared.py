@@ -355,3 +355,28 @@ def test_what_the_reader_keeps_for_later_seeks_is_out_of_the_collectors_reach(
         ]  # type: ignore[union-attr]
         chunks = session.source._shared_nodes._chunks  # type: ignore[attr-defined]
         assert chunks and all(gc.is_tracked(e) != untracked for events in chunks.values() for e in events)
+
+
+def test_a_seek_leaves_no_collection_due_for_the_next_call(tmp_path: Path, monkeypatch: Any) -> None:
+    """What a paused seek allocated is promoted unscanned: the next call does not start with a
+    young collection (or a full one) of the seek's thousands of containers."""
+    from timetravel.explore import session as session_module
+
+    monkeypatch.setattr(session_module, "SEEK_YOUNG_PROMOTED_MIN", 0)  # 32 ranks allocate fewer
+    path, _report = record_tree32(tmp_path)
+    collected: list[int] = []
+
+    def note(phase: str, info: dict[str, Any]) -> None:
+        if phase == "start":
+            collected.append(info["generation"])
+
+    with Session.open(path) as session:
+        gc.collect()  # nothing young before the seek
+        gc.callbacks.append(note)
+        try:
+            session.goto(session.end.t_ns // 2)  # a restore: thousands of new containers
+            assert gc.isenabled() and gc.get_count()[0] == 0
+            kept = [{"i": index} for index in range(500)]  # fewer than the young threshold (700)
+        finally:
+            gc.callbacks.remove(note)
+    assert collected == [] and len(kept) == 500

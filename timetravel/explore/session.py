@@ -115,11 +115,14 @@ from timetravel.recording.reader import RecordingReader
 from timetravel.scenarios import UnknownScenarioError
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
-from timetravel.sim.kernel import Simulation
+from timetravel.sim.kernel import Simulation, promote_survivors
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.timefmt import parse_time
 from timetravel.sim.world import World
 from timetravel.snapshot.store import SnapshotStore
+
+SEEK_YOUNG_PROMOTED_MIN = 10_000
+"""Young allocations from which a seek promotes its survivors unscanned (``_gc_paused``)."""
 
 
 @contextlib.contextmanager
@@ -130,6 +133,13 @@ def _gc_paused() -> Iterator[None]:
     containers, and with the reader's caches holding hundreds of thousands more, a full
     collection in the middle of a seek costs more than the seek itself (a p95 of 240 ms
     against a p50 of 44 ms on the 1024-node benchmark recording).
+
+    The collector still counts what a paused seek allocates, so after a first visit into a
+    10,000-rank snapshot (~50,000 new containers) the first allocation of the *next* call found the
+    young generation far past its threshold and collected — once in a while all the way up: a full
+    collection of ~900 ms inside a later seek (the bench's p95, 2026-12-02). What the seek kept is
+    acyclic data the Session holds on to, so its survivors are promoted unscanned, as the kernel's
+    run does (sim/kernel.py ``promote_survivors``).
     """
     was_enabled = gc.isenabled()
     gc.disable()
@@ -137,6 +147,7 @@ def _gc_paused() -> Iterator[None]:
         yield
     finally:
         if was_enabled:
+            promote_survivors(SEEK_YOUNG_PROMOTED_MIN)
             gc.enable()
 
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 import logging
 import time
-from concurrent.futures import CancelledError
 from collections.abc import Callable, Iterator
+from concurrent.futures import CancelledError
 from typing import Any
 
 from timetravel.farm.executor import SEED_ATTEMPTS_MAX, ExecutorStats, FarmWorkerError, hard_deadline_s

@@ -37,7 +37,7 @@ from timetravel.sim.world import World
 
 CHAIN_BATCH_EVENTS_DEFAULT = 4096
 YOUNG_PROMOTED_MIN = 100_000
-"""Young allocations from which a run promotes its survivors unscanned (:func:`_promote_survivors`)."""
+"""Young allocations from which a run promotes its survivors unscanned (:func:`promote_survivors`)."""
 CHAIN_DIGEST_INITIAL = bytes(16)
 TIME_NS_MAX = (1 << 63) - 1
 DELIVERED_WHEN_DOWN = "fault"
@@ -163,7 +163,7 @@ class Simulation:
                     on_pause(self)
         finally:
             if was_enabled:
-                _promote_survivors()
+                promote_survivors()
                 gc.enable()
         stop = stop or STOP_MAX_EVENTS
         if stop == STOP_UNTIL:
@@ -383,7 +383,7 @@ class Simulation:
         return chain_head(self.world)
 
 
-def _promote_survivors() -> None:
+def promote_survivors(young_min: int | None = None) -> None:
     """Move what the run left in the collector's young generations to the oldest one, unscanned.
 
     With the collector paused, every container a handler allocated and kept stays young, and the
@@ -395,7 +395,9 @@ def _promote_survivors() -> None:
     still freed, by the next full collection. Skipped after small runs (seeks, steps) and when the
     program froze objects itself (``unfreeze`` would release them too). No simulated bit depends on it.
     """
-    if gc.get_count()[0] >= YOUNG_PROMOTED_MIN and gc.get_freeze_count() == 0:
+    if young_min is None:
+        young_min = YOUNG_PROMOTED_MIN
+    if gc.get_count()[0] >= young_min and gc.get_freeze_count() == 0:
         gc.freeze()
         gc.unfreeze()
 

@@ -283,11 +283,16 @@ def decode_value_against(
     decoded again). Equal bytes decode to equal values, so the value is the one a decode gives; its
     containers are shared with ``base_value``, so only for values nobody writes (the Session's
     shared node states, recording/shared_nodes.py, each decoded against the one before it: at
-    10,000 ranks neighbouring ranks' states differ in a few entries). Without the compiled core,
-    or for anything it hands back, this is ``decode_value_sized``."""
+    10,000 ranks neighbouring ranks' states differ in a few entries). ``shared`` serves the plain
+    decode of a value the compiled core hands back (or all of them without it), not the parts
+    decoded against the base. Without the compiled core, or for anything it hands back, this is
+    ``decode_value_sized``."""
     if _decode_plain_against is not None and base is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
+        # No memo here: what differs from the neighbour is nearly always the rank's own (its
+        # children, its kernel's end time), so looking it up and keeping it by its bytes cost
+        # more than it shared (first visits at 10,000 ranks: ~190 ms without, ~240-270 ms with).
         decoded = _compiled_decode(
-            _decode_plain_against, data, base[0], base[1], array_factory, bytes_max, shared, arrays
+            _decode_plain_against, data, base[0], base[1], array_factory, bytes_max, None, arrays
         )
         if decoded is not NotImplemented:
             return decoded
