@@ -18,11 +18,11 @@ the p95 (the 20th of 20) is the slowest of those.
 
 **Where a slow seek's time went.** Beside the wall times the bench reports each seek's CPU time
 split into user and system time and the minor page faults it took (``resource.getrusage``, read
-around each seek, outside the simulation path). A first visit grows the process by the decoded
-world it keeps (~60-100 MB at 10,000 ranks: ~15,000-25,000 new pages), and what a new page costs
-is the machine's, not the code's: ~0.3 us on bare metal, but 2-15 us on a VM whose balloon hands
-freed guest memory back to the host (free page reporting), where 20,000 faults cost 30-350 ms of
-system time from one run to the next. ``seek_10000_p95_user_ms`` (the p95 of the seeks' user CPU
+around each seek, outside the simulation path). A first visit grows the process by the decoded world
+it keeps (~60-100 MB at 10,000 ranks: ~15,000-25,000 new pages), and what a new page costs is the
+machine's, not the code's: well under a microsecond on bare metal, but 2-15 us on a VM whose balloon
+hands freed guest memory back to the host (free page reporting), where 20,000 faults cost 30-350 ms
+of system time from one run to the next. ``seek_10000_p95_user_ms`` (the p95 of the seeks' user CPU
 time) is the figure the code decides; ``seek_10000_p95_ms`` (wall) is what a user waits.
 Run in a fresh process by bench/training.py, like the other workloads, so that its peak RSS is
 its own.
