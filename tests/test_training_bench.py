@@ -26,7 +26,9 @@ def test_the_quick_training_bench_reports_every_workload() -> None:
     assert figures["peak_rss_gib"] < 16
     assert figures["seek_1000_p95_ms"] >= figures["seek_1000_p50_ms"] > 0  # a recorded tree run, sought
     assert figures["seek_1000_snapshots"] >= 2
-    # the CPU split of the seeks: in milliseconds like the wall times, and never more than a seek took
-    assert 0 < figures["seek_1000_p95_user_ms"] <= figures["seek_1000_max_ms"] * 1.1 + 5
-    assert 0 <= figures["seek_1000_p95_system_ms"] <= figures["seek_1000_max_ms"] * 1.1 + 5
+    # the CPU split of the seeks: in milliseconds like the wall times (the slowest seeks' CPU shows,
+    # in one part or the other: the kernel splits CPU time by ticks), and never more than a seek took
+    user_ms, system_ms = figures["seek_1000_p95_user_ms"], figures["seek_1000_p95_system_ms"]
+    assert user_ms >= 0 and system_ms >= 0 and user_ms + system_ms > 0
+    assert max(user_ms, system_ms) <= figures["seek_1000_max_ms"] * 1.1 + 5
     assert isinstance(figures["seek_1000_page_faults"], int)
