@@ -91,7 +91,8 @@ def test_a_bit_flip_divergence_ends_at_the_fault_the_collective_it_hit_and_its_r
     )
     assert "element 5 bit 30" in hit.fault["hit"] and "result" in hit.fault["hit"]
     assert hit.what.startswith(f"fault f1 (corrupt) acted on r1 in all_reduce {collective['collective']} ")
-    assert hit.because == "hit r1, the replica that drifted"
+    # the divergence names the collective whose results differ (world/replicas.py): the fault hit it
+    assert hit.because == f"hit {collective['collective']}, the collective the divergence names"
     assert (root.kind, root.t_ns, root.node) == ("fault record", FLIP["t_start"], "r1")
     assert root.what.startswith("f1 corrupt r1 side=result")
     # the site is the step the divergence names (the failure record's own step, not one later)
@@ -100,7 +101,7 @@ def test_a_bit_flip_divergence_ends_at_the_fault_the_collective_it_hit_and_its_r
     # one result, every front end: the text (CLI and shell), the JSON, the TUI's explain pane
     lines = render_text(result, "ms")
     assert f"<- #{hit.event} " in "\n".join(lines) and any(hit.what in line for line in lines)
-    assert "     because it hit r1, the replica that drifted" in lines
+    assert f"     because it hit {collective['collective']}, the collective the divergence names" in lines
     data = result.to_data()
     assert data["links"][1]["fault"]["collective"] == collective["collective"]
     _headline, rows = explain_rows(result, "ms")

@@ -231,7 +231,7 @@ def test_a_bit_flip_in_one_rank_s_result_makes_that_replica_diverge() -> None:
     failure = report["failure"]
     assert failure["kind"] == "divergence"
     assert failure["node"] == "r3"
-    assert "from the other 3 replicas" in failure["message"]
+    assert "than the other 3 members" in failure["message"]
 
 
 def test_a_dropped_contribution_hangs_the_collective() -> None:

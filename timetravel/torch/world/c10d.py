@@ -16,8 +16,8 @@ every rank — it records as data, in ``orders`` (orders.py); the rank nodes' si
 orders out after the handler, through the run's host, and removes them (ranks.py ``obeying``).
 c10d never touches a process.
 
-Detectors here: ``collective_mismatch``, ``nan``, ``divergence``, ``exception``/``crash`` (how a rank
-ended) and ``hang`` (:mod:`timetravel.torch.world.hangs`).
+Detectors here: ``collective_mismatch``, ``nan``, ``exception``/``crash`` (how a rank ended), ``divergence``
+(:mod:`timetravel.torch.world.replicas`) and ``hang`` (:mod:`timetravel.torch.world.hangs`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
-from timetravel.torch.world import collectives, digests, elastic, faults, hangs, resume, store
+from timetravel.torch.world import collectives, digests, elastic, faults, hangs, replicas, resume, store
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.orders import ORDERS_KEY
 from timetravel.torch.world.timing import collective_done_ns, point_to_point_done_ns
@@ -172,7 +172,7 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     if heal is not False:  # a partition that heals: nobody's data crosses it before then
         entered_ns = [max(time, int(heal)) for time in entered_ns]
     t_done = collective_done_ns(ctx.world.fabric, entries[0]["op"], members, entered_ns, done.payload_bytes)
-    _finish(state, entries, received, t_done, ctx)
+    _finish(state, entries, received, t_done, ctx, key)
     state["completed"] += 1
 
 
@@ -193,10 +193,17 @@ def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]]
 
 
 def _finish(
-    state: dict[str, Any], entries: list[dict[str, Any]], received: list[list[Any]], t_done: int, ctx: Context
+    state: dict[str, Any],
+    entries: list[dict[str, Any]],
+    received: list[list[Any]],
+    t_done: int,
+    ctx: Context,
+    key: str | None = None,
 ) -> None:
-    """Store what each rank receives (after any result fault); release it now to a rank that waits."""
-    digests.note_results(state, entries, received, t_done, ctx)
+    """Store what each rank receives (after any result fault) and release it now to a rank that waits,
+    unless the members of group collective ``key`` that must receive the same bits did not (then the
+    run fails ``divergence`` here, with the results stored for a diff to show)."""
+    out_digests = digests.note_results(state, entries, received, t_done, ctx)
     for entry, outputs in zip(entries, received, strict=True):
         rank = entry["rank"]
         state["results"][f"{rank}:{entry['id']}"] = {
@@ -207,8 +214,15 @@ def _finish(
             if flight["id"] == entry["id"]:
                 flight["state"] = "completed"
                 flight["t_done_ns"] = t_done
-        if state["waiting"].get(str(rank)) is not None:
-            _try_release(state, rank, ctx)
+    if (
+        key is not None
+        and ctx.world.config["detect_divergence"]
+        and replicas.check_received(state, entries, received, out_digests, key, ctx)
+    ):
+        return
+    for entry in entries:
+        if state["waiting"].get(str(entry["rank"])) is not None:
+            _try_release(state, entry["rank"], ctx)
 
 
 def _enter_point_to_point(
@@ -309,56 +323,7 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     del state["steps"][step]
     state["steps_checked"] += 1
     if ctx.world.config["detect_divergence"]:
-        _check_replicas(step, reports, ctx)
-
-
-def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> None:
-    ranks = sorted(reports, key=int)
-    layouts = {repr([(name, shape, dtype) for name, shape, dtype, _ in reports[rank]]) for rank in ranks}
-    if len(layouts) != 1:
-        return  # not replicas (sharded or different models): nothing to compare
-    reference = reports[ranks[0]]
-    for position, (name, shape, dtype, _) in enumerate(reference):
-        groups: dict[str, list[str]] = {}
-        for rank in ranks:
-            groups.setdefault(reports[rank][position][3], []).append(rank)
-        if len(groups) == 1:
-            continue
-        _fail_divergence(step, f"{name} ({dtype}{shape})", name, list(groups.values()), ctx)
-        return
-
-
-def _fail_divergence(step: str, described: str, name: str, groups: list[list[str]], ctx: Context) -> None:
-    """Replicas split into ``groups`` (each in rank order) on parameter ``name``.
-
-    With a strict majority, the others are the ``minority`` and ``node`` is its lowest rank. Without
-    one (two ranks, or 2 against 2), nothing says which side is wrong: ``minority`` is empty, every
-    group is named in ``split`` (groups ordered by their lowest rank) and ``node`` is, by convention,
-    the lowest rank that disagrees with the lowest rank of the job (r1 of two)."""
-    split = sorted(groups, key=lambda members: int(members[0]))
-    largest = max(len(members) for members in split)
-    leaders = [members for members in split if len(members) == largest]
-    named = [[f"r{rank}" for rank in members] for members in split]
-    if len(leaders) == 1:
-        majority = leaders[0]
-        minority = sorted((rank for members in split if members is not majority for rank in members), key=int)
-        message = (
-            f"after optimizer step {step}, parameter {described} differs on "
-            f"{', '.join('r' + rank for rank in minority)} from the other {len(majority)} replicas"
-        )
-        node = f"r{minority[0]}"
-    else:
-        minority = []
-        sides = " against ".join("{" + ", ".join(members) + "}" for members in named)
-        message = (
-            f"after optimizer step {step}, parameter {described} differs between replicas with no "
-            f"majority: {sides}"
-        )
-        node = named[1][0]
-    ctx.fail("divergence", message, "torch.collective.divergence", node=node)
-    ctx.world.failures[-1].update(
-        step=int(step), tensor=name, minority=[f"r{rank}" for rank in minority], split=named
-    )
+        replicas.check_step(step, reports, ctx)
 
 
 def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:

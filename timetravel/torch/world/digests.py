@@ -78,16 +78,31 @@ def note_results(
     received: list[list[np.ndarray]],
     t_done: int,
     ctx: Context,
-) -> None:
-    """A collective completed at ``t_done``: each entry's rank receives its ``received`` outputs."""
+) -> list[list[str]]:
+    """A collective completed at ``t_done``: each entry's rank receives its ``received`` outputs.
+    Returns each entry's output digests (an array several ranks receive is hashed once)."""
+    hashed: dict[int, str] = {}  # id of an array alive during this call -> its digest
+    digests = []
     for entry, outputs in zip(entries, received, strict=True):
-        note_result(state, entry, outputs, t_done, ctx)
+        for array in outputs:
+            if id(array) not in hashed:
+                hashed[id(array)] = tensor_digests([array])[0]
+        out_digest = [hashed[id(array)] for array in outputs]
+        note_result(state, entry, outputs, out_digest, t_done, ctx)
+        digests.append(out_digest)
+    return digests
 
 
 def note_result(
-    state: dict[str, Any], entry: dict[str, Any], outputs: list[np.ndarray], t_done: int, ctx: Context
+    state: dict[str, Any],
+    entry: dict[str, Any],
+    outputs: list[np.ndarray],
+    out_digest: list[str],
+    t_done: int,
+    ctx: Context,
 ) -> None:
-    """The rank's collective completed with ``outputs`` (what it receives) at ``t_done``."""
+    """The rank's collective completed with ``outputs`` (what it receives, digests ``out_digest``) at
+    ``t_done``."""
     record = state.get("last", {}).get(str(entry["rank"]))
     if record is None:
         return
@@ -97,9 +112,7 @@ def note_result(
     record["out_nonfinite_total"] += out_nonfinite
     if record["id"] != entry["id"]:
         return  # the rank entered a later collective already (async work): its record is that one's
-    record.update(
-        out_digest=tensor_digests(outputs), out_nonfinite=out_nonfinite, state="completed", t_done_ns=t_done
-    )
+    record.update(out_digest=out_digest, out_nonfinite=out_nonfinite, state="completed", t_done_ns=t_done)
 
 
 def _scalar_metric(
