@@ -66,14 +66,12 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         rank_channel,
         every=int(settings.get("state_every_steps", 1)),
         bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
-        digests=parameter_digests
-        if settings.get("detect_divergence", True) or settings.get("detect_resume_mismatch", True)
-        else None,
+        digests=parameter_digests if _compares_steps(settings) else None,
         names=parameter_name,
         owners=_parameter_owners,
         prefix_of=module_prefix,
         shard_digests=functools.partial(parameter_digests, shards=True)
-        if settings.get("detect_resume_mismatch", True)
+        if settings.get("detect_resume_mismatch", True) or settings.get("detect_silent_corruption", True)
         else None,
     )
     rank_state.watch_optimizers(reporter)
@@ -88,6 +86,15 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     probe = settings.get("probe")
     if probe:  # explain re-executes this rank from the start to find the first non-finite module
         _install_probe(rank_channel, reporter, probe)
+
+
+def _compares_steps(settings: dict[str, Any]) -> bool:
+    """Whether a detector compares the parameters' digests at optimizer steps (divergence across
+    replicas; resume_mismatch and silent_corruption with a reference run)."""
+    return any(
+        settings.get(name, True)
+        for name in ("detect_divergence", "detect_resume_mismatch", "detect_silent_corruption")
+    )
 
 
 def _install_probe(

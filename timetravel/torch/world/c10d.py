@@ -30,7 +30,17 @@ from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
-from timetravel.torch.world import collectives, digests, elastic, faults, hangs, replicas, resume, store
+from timetravel.torch.world import (
+    collectives,
+    digests,
+    elastic,
+    faults,
+    hangs,
+    replicas,
+    resume,
+    silent,
+    store,
+)
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.orders import ORDERS_KEY
 from timetravel.torch.world.timing import collective_done_ns, point_to_point_done_ns
@@ -317,7 +327,9 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     reports[str(message["rank"])] = message["params"]
     training_state.collect_shards(state, message, state["ranks"] - len(state["exited"]), ctx)
     digests.step_done(state, message["rank"])
-    resume.note_step(state, str(message["rank"]), message["params"] + message.get("shard_params", []), ctx)
+    digested = message["params"] + message.get("shard_params", [])
+    resume.note_step(state, str(message["rank"]), digested, ctx)
+    silent.note_step(state, str(message["rank"]), digested, ctx)
     if len(reports) < state["ranks"] - len(state["exited"]):
         return
     del state["steps"][step]

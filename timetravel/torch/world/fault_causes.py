@@ -31,6 +31,7 @@ CAUSES: dict[str, tuple[str, ...]] = {
     "hang": ("drop", "partition"),
     "crash": ("crash",),
     "resume_mismatch": ("crash",),
+    "silent_corruption": ("corrupt",),
 }
 """Failure kind -> the fault kinds that can cause it. A straggler or a delay is survivable (the same
 bits, later), so it explains no failure; a mismatch, an exception, ``stuck`` or ``unsupported`` come

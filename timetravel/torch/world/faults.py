@@ -119,12 +119,22 @@ def hit(ctx: Context, record: dict[str, Any], what: str) -> None:
     ctx.log(f"fault {record['id']} ({record['kind']}) on {record['target']}: {what}")
 
 
+DRY_MARK = "silent_reference"
+"""A run whose ``c10d`` node carries this mark is silent_corruption's reference (world/silent.py): its
+``corrupt`` faults fire as they did in the run — same collective, same element and bit choices, same
+hit counts and log lines — but write nothing, so the two runs keep one schedule and differ only in
+the data the faults changed."""
+
+
 def flip_one_bit(ctx: Context, record: dict[str, Any], array: np.ndarray) -> tuple[np.ndarray, str]:
-    """A copy of ``array`` with one bit flipped; the element and bit are choices keyed by the fault id."""
+    """A copy of ``array`` with one bit flipped; the element and bit are choices keyed by the fault id.
+    In silent_corruption's reference run (``DRY_MARK`` on the ``c10d`` node whose handler applies it)
+    the same choices are drawn and ``array`` comes back unchanged."""
     copy = np.array(array, copy=True)
     flat = copy.reshape(-1)
     if flat.size == 0:
         return copy, "nothing to flip (empty tensor)"
+    dry = bool(ctx.state.get(DRY_MARK))
     params = record["params"]
     element = (
         params["element"]
@@ -136,6 +146,8 @@ def flip_one_bit(ctx: Context, record: dict[str, Any], array: np.ndarray) -> tup
     element %= flat.size
     bit %= bits
     before = flat[element].item()
+    if dry:
+        return array, f"element {element} bit {bit}: {before!r} kept (the fault writes nothing in this run)"
     raw = flat[element : element + 1].view(np.uint8)
     raw[bit // 8] ^= np.uint8(1 << (bit % 8))
     return copy, f"element {element} bit {bit}: {before!r} -> {flat[element].item()!r}"

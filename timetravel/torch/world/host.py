@@ -52,6 +52,8 @@ class RankHost:
         self.on_evict: Callable[[RankDriver], None] | None = None
         self.probe: Any = None
         """explain's module probe while one runs (module_probe.Probe), else None."""
+        self.references: dict[str, dict[str, Any]] = {}
+        """Reference runs of the worlds this host ran, by what they are a function of (reference.py)."""
         self.closed = False
 
     # -- a world's driver --------------------------------------------------------------------------

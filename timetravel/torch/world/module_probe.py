@@ -135,7 +135,7 @@ def failure_site(world: World, failure: dict[str, Any]) -> dict[str, Any] | None
     rank = rank_number(failure.get("node"))
     if rank is None or f"r{rank}" not in world.nodes:
         return None
-    if failure.get("kind") == "divergence" and isinstance(failure.get("step"), int):
+    if failure.get("kind") in ("divergence", "silent_corruption") and isinstance(failure.get("step"), int):
         step = int(failure["step"])  # the parameters differ after this step: it went wrong in it
     else:
         step = steps_completed(world, rank) + 1

@@ -88,6 +88,14 @@ PARAMS: tuple[Param, ...] = (
         "the crash (costs one more run of the script, only then)",
     ),
     Param(
+        "detect_silent_corruption",
+        "bool",
+        True,
+        "when corrupt faults acted in a run that otherwise passed, fail when its final parameters differ "
+        "from the same seed's run in which those faults wrote nothing (costs one more run of the script, "
+        "only then)",
+    ),
+    Param(
         "state_every_steps",
         "int",
         1,
@@ -123,7 +131,17 @@ PARAMS: tuple[Param, ...] = (
         "faults",
         "json",
         [],
-        "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json",
+        "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json; or swarm: "
+        "each seed draws 1 to faults_max bit flips (the corruptor swarm)",
+    ),
+    Param("faults_max", "int", 2, "swarm: at most this many bit flips per seed", minimum=0),
+    Param("faults_from", "time", 0, "swarm: the earliest time a flip starts"),
+    Param(
+        "faults_window",
+        "time",
+        10_000_000,
+        "swarm: flips start before this time (set it to about your run's simulated length)",
+        minimum=1,
     ),
     Param(
         "rank_output",

@@ -21,7 +21,7 @@ from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import SNAPSHOT_EVERY_EVENTS_TORCH
-from timetravel.torch.world import c10d, digests, hangs, ranks, resume, store, timing, workdir
+from timetravel.torch.world import c10d, digests, hangs, ranks, resume, silent, store, swarm, timing, workdir
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.faults import parse_faults
 from timetravel.torch.world.host import RankHost
@@ -35,7 +35,9 @@ def build(config: dict[str, Any], seed: int, launch: Launch = NO_LAUNCH) -> Worl
     workdir_sha256 = workdir.source_digest(config["workdir"])
     world = World("torch", config, seed)
     count = config["nproc"] * config["nnodes"]
-    world.faults = parse_faults(config["faults"], count)
+    world.faults = (
+        swarm.draw(world, count) if config["faults"] == "swarm" else parse_faults(config["faults"], count)
+    )
     world.fabric = {**timing.fabric_state(config), "fault_hits": {}}
     for rank in range(count):
         world.add_node(f"r{rank}", "rank", ranks.rank_state(0, 0))
@@ -54,7 +56,9 @@ def on_end(world: World, ctx: Context) -> None:
         hangs.report_hang(world, ctx)
     finally:
         ctx.processes.stop_world(world)
-    resume.check(world, ctx)  # after the ranks ended: it may run the reference (world/resume.py)
+    # after the ranks ended: each may run a reference (world/reference.py)
+    resume.check(world, ctx)
+    silent.check(world, ctx)
 
 
 def summarize(world: World) -> dict[str, Any]:

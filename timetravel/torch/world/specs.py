@@ -165,6 +165,7 @@ def _rank_settings(config: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "detect_divergence",
         "detect_resume_mismatch",
+        "detect_silent_corruption",
         "compile",
         "compute_model",
         "compute_flops_per_s",
