@@ -9,12 +9,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
-from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, record_torchrun
+from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, real_torchrun, record_torchrun
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
@@ -176,29 +175,7 @@ def test_a_script_not_named_on_the_command_line_never_runs() -> None:
 
 def test_the_losses_match_real_torchrun_with_gloo() -> None:
     steps = ["--steps", "6"]
-    # the reference is real gloo on loopback; its rare abort on a loaded machine (SIGABRT in a rank)
-    # is the reference's flake, not the simulator's: it gets three attempts
-    environment = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
-    for _attempt in range(3):
-        real = subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "torch.distributed.run",
-                "--standalone",
-                "--nproc-per-node",
-                "2",
-                str(DDP_MLP),
-                *steps,
-            ],
-            capture_output=True,
-            text=True,
-            timeout=300,
-            cwd=ROOT,
-            env=environment,
-        )
-        if real.returncode == 0:
-            break
+    real = real_torchrun(DDP_MLP, 2, steps)
     assert real.returncode == 0, real.stderr[-2000:]
     simulated = subprocess.run(
         [*TIMETRAVEL, "torchrun", "--nproc-per-node", "2", str(DDP_MLP), *steps],

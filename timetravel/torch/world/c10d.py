@@ -33,6 +33,7 @@ from timetravel.torch.protocol import arrays
 from timetravel.torch.world import (
     collectives,
     digests,
+    duplicates,
     elastic,
     faults,
     hangs,
@@ -384,19 +385,27 @@ def on_store_result(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 
 def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """A rank did something that works here but bites on a real cluster (``fork_after_init``,
+    ``duplicate_batches``: world/duplicates.py): the first of each name is kept for the summary;
+    ``duplicate_batches`` fails the run under ``detect_duplicate_batches=fail``."""
     if not elastic.current(state, event.payload):
         return
-    """A rank did something that works here but bites on a real cluster (``fork_after_init``)."""
     message = event.payload
     warnings = state.setdefault("warnings", {})
     name = str(message["name"])
-    if name not in warnings:
-        warnings[name] = {
-            "first_rank": f"r{message['rank']}",
-            "t_ns": ctx.now,
-            "detail": message.get("detail", ""),
-        }
-        ctx.log(f"warning {name} on r{message['rank']}")
+    if name in warnings:
+        return
+    warnings[name] = {
+        "first_rank": f"r{message['rank']}",
+        "t_ns": ctx.now,
+        "detail": message.get("detail", ""),
+        **{key: message[key] for key in ("ranks", "step") if key in message},
+    }
+    ctx.log(f"warning {name} on r{message['rank']}")
+    if name == duplicates.WARNING and ctx.world.config["detect_duplicate_batches"] == "fail":
+        detail = str(message["detail"])
+        ctx.fail("duplicate_batches", detail, "torch.data.duplicate_batches", node=f"r{message['rank']}")
+        ctx.world.failures[-1].update(ranks=message["ranks"], step=message["step"])
 
 
 HANDLERS = {

@@ -96,6 +96,14 @@ PARAMS: tuple[Param, ...] = (
         "only then)",
     ),
     Param(
+        "detect_duplicate_batches",
+        "str",
+        "warn",
+        "two ranks given the same sampler indices in one optimizer step, or a sampler whose order repeats "
+        "every epoch: warn (in the run's summary), fail, or off",
+        choices=("warn", "fail", "off"),
+    ),
+    Param(
         "state_every_steps",
         "int",
         1,

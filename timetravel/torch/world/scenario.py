@@ -21,7 +21,19 @@ from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import SNAPSHOT_EVERY_EVENTS_TORCH
-from timetravel.torch.world import c10d, digests, hangs, ranks, resume, silent, store, swarm, timing, workdir
+from timetravel.torch.world import (
+    c10d,
+    digests,
+    duplicates,
+    hangs,
+    ranks,
+    resume,
+    silent,
+    store,
+    swarm,
+    timing,
+    workdir,
+)
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.faults import parse_faults
 from timetravel.torch.world.host import RankHost
@@ -66,6 +78,8 @@ def summarize(world: World) -> dict[str, Any]:
     warnings = state.get("warnings", {})
     outside = warnings.get("write_outside_workdir")
     first_write_outside = {"first_write_outside_workdir": outside["detail"]} if outside else {}
+    duplicated = warnings.get(duplicates.WARNING)
+    first_duplicate = {duplicates.WARNING: duplicated["detail"]} if duplicated else {}
     return {
         "ranks": state["ranks"],
         "collectives": state["completed"],
@@ -73,6 +87,7 @@ def summarize(world: World) -> dict[str, Any]:
         "script_sha256": state["script_sha256"][:16],
         "warnings": sorted(warnings),
         **first_write_outside,
+        **first_duplicate,
         "restarts": state["restarts"],
     }
 
