@@ -103,6 +103,7 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
         first = compared.first_divergence
         assert first is not None and first.node == "c10d" and first.t_ns >= FLIP_AT_NS
         assert "all_reduce 0#" in first.reason and "on r1, output tensor 0" in first.reason
+        assert compared.metric_rows[0].name == "loss"  # recorded after lr and the grad norms: listed first
         changed = diff(session, "main", fixed.name, at=report["failure"]["t_ns"], path="nodes/c10d/last/1")
         session.goto(report["failure"]["t_ns"])
         hit_line = next(entry[2] for entry in session.world.log if str(entry[2]).startswith("fault f1"))

@@ -36,6 +36,8 @@ from timetravel.explore.work import ProgressCallback, StopCheck
 CURVE_POINTS_MAX = 10_000
 """Points kept per metric curve (evenly spaced, first and last always kept)."""
 METRICS_MAX = 64
+FIRST_METRIC = "loss"
+"""The metric a compare lists first (and never leaves out): what an engineer looks at first."""
 OUTCOME_UNKNOWN = "unknown"
 OUTCOME_IN_PROGRESS = "in progress"
 MOMENT_DIVERGENCE = "first divergence"
@@ -77,6 +79,7 @@ def metric_curves(session: Session, a: str, b: str) -> dict[str, dict[str, list[
         names: list[str] = []
         for track in tracks.values():
             names += [name for name in track.metric_names() if name not in names]
+        names.sort(key=lambda name: name != FIRST_METRIC)  # stable: the loss first, the rest as recorded
         curves: dict[str, dict[str, list[list[Any]]]] = {}
         for name in names[:METRICS_MAX]:
             curves[name] = {

@@ -12,12 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from timetravel.sim.failure import PUBLIC_FIELDS, failure_fields
+
 
 def public_failure(failure: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The failure fields every result shows: kind, node, t_ns, message, signature."""
+    """The failure as a result shows it: kind, node, t_ns, message, signature and every other field
+    the detector recorded (a run's own record has them; a recording's END frame keeps the five)."""
     if failure is None:
         return None
-    return {key: failure.get(key) for key in ("kind", "node", "t_ns", "message", "signature")}
+    fields = failure_fields(failure)
+    assert fields is not None
+    return {**{key: failure.get(key) for key in PUBLIC_FIELDS}, **fields}
 
 
 @dataclass(frozen=True)

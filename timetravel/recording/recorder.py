@@ -62,6 +62,7 @@ from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
 from timetravel.sim.encoding import PAGE_BYTES
 from timetravel.sim.event import Event
+from timetravel.sim.failure import failure_fields
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
 from timetravel.sim.kernel import (
     CHAIN_BATCH_EVENTS_DEFAULT,
@@ -486,7 +487,7 @@ def record_run(
         "seed": seed,
         "config": config,
         "outcome": result.outcome,
-        "failure": public_failure(result.failure),
+        "failure": failure_fields(result.failure),
         "events": result.events,
         "t_end_ns": result.t_end_ns,
         "state_hash": end["state_hash"],

@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from timetravel.sim.failure import failure_fields
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
 from timetravel.sim.kernel import PauseCallback, Simulation, chain_head
 from timetravel.sim.launch import NO_LAUNCH, Launch
@@ -60,7 +61,7 @@ def run_report(
         "seed": seed,
         "config": config,
         "outcome": result.outcome,
-        "failure": public_failure(result.failure),
+        "failure": failure_fields(result.failure),
         "events": result.events,
         "t_end_ns": result.t_end_ns,
         "state_hash": world.state_hash(),
@@ -75,7 +76,8 @@ def run_report(
 
 
 def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The failure fields a report shows: kind, node, t_ns, message, signature."""
+    """The failure fields every record has (kind, node, t_ns, message, signature): what a recording's
+    frames keep and a replay checks; a report shows every field (:func:`failure_fields`)."""
     if failure is None:
         return None
     return {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
