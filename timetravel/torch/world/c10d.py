@@ -211,9 +211,9 @@ def _finish(
     ctx: Context,
     key: str | None = None,
 ) -> None:
-    """Store what each rank receives (after any result fault) and release it now to a rank that waits,
-    unless the members of group collective ``key`` that must receive the same bits did not (then the
-    run fails ``divergence`` here, with the results stored for a diff to show)."""
+    """Store what each rank receives (after any result fault) and release it now to a rank that waits;
+    then compare what the members of group collective ``key`` received where they must agree (a
+    difference fails the run ``divergence`` here: world/replicas.py)."""
     out_digests = digests.note_results(state, entries, received, t_done, ctx)
     for entry, outputs in zip(entries, received, strict=True):
         rank = entry["rank"]
@@ -225,15 +225,10 @@ def _finish(
             if flight["id"] == entry["id"]:
                 flight["state"] = "completed"
                 flight["t_done_ns"] = t_done
-    if (
-        key is not None
-        and ctx.world.config["detect_divergence"]
-        and replicas.check_received(state, entries, received, out_digests, key, ctx)
-    ):
-        return
-    for entry in entries:
-        if state["waiting"].get(str(entry["rank"])) is not None:
-            _try_release(state, entry["rank"], ctx)
+        if state["waiting"].get(str(rank)) is not None:
+            _try_release(state, rank, ctx)
+    if key is not None and ctx.world.config["detect_divergence"]:
+        replicas.check_received(state, entries, received, out_digests, key, ctx)
 
 
 def _enter_point_to_point(
