@@ -86,17 +86,7 @@ def _help(invocation: Invocation, context: CommandContext) -> HelpResult:
         entries = tuple(HelpEntry(spec.name, spec.usage, spec.summary) for spec in COMMAND_SPECS)
         return HelpResult(entries)
     spec = resolve_command(name)
-    lines = [spec.usage, "", spec.summary]
-    if spec.arguments:
-        lines += ["", "arguments:"] + [f"  {a.name.upper():<12} {a.help}" for a in spec.arguments]
-    if spec.options:
-        lines += ["", "options:"] + [
-            f"  {o.name + ('' if o.is_flag else ' ' + (o.kind or '').upper()):<24} {o.help}"
-            for o in spec.options
-        ]
-    if spec.examples:
-        lines += ["", "examples:"] + [f"  {example}" for example in spec.examples]
-    return HelpResult((HelpEntry(spec.name, spec.usage, spec.summary),), "\n".join(lines))
+    return HelpResult((HelpEntry(spec.name, spec.usage, spec.summary),), spec.help_detail)
 
 
 HANDLERS: dict[str, Handler] = {"help": _help}
