@@ -114,9 +114,31 @@ class _SeedAction(argparse.Action):
         namespace.seed_given = True
 
 
+SETTING_HELP = "set a config key (repeatable; applied after any preset)"
+SCENARIO_MODULE_HELP = "load the scenario from this module (your explicit opt-in to import it)"
+
+
+def add_settings_argument(parser: argparse.ArgumentParser, help_text: str = SETTING_HELP) -> None:
+    """``--set KEY=VALUE``, repeatable, into ``args.settings``: the one spelling every command shares."""
+    parser.add_argument(
+        "--set", dest="settings", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
+def add_scenario_module_argument(
+    parser: argparse.ArgumentParser, help_text: str = SCENARIO_MODULE_HELP
+) -> None:
+    """``--scenario MODULE:ATTR`` into ``args.scenario_target``: the user's opt-in to import a scenario."""
+    parser.add_argument("--scenario", dest="scenario_target", metavar="MODULE:ATTR", help=help_text)
+
+
+def add_scenario_name_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+
+
 def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     """``SCENARIO``, ``--seed`` and ``--set k=v`` as every running command spells them."""
-    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+    add_scenario_name_argument(parser)
     parser.add_argument(
         "--seed",
         type=int,
@@ -125,14 +147,16 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
         help="the root seed that decides every choice (default: the preset's own seed if it has one, else 0)",
     )
     parser.set_defaults(seed_given=False)
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a config key (repeatable; applied after any preset). `timetravel scenarios NAME` lists the keys",
-    )
+    add_settings_argument(parser, f"{SETTING_HELP}. `timetravel scenarios NAME` lists the keys")
+
+
+def add_seed_sweep_arguments(parser: argparse.ArgumentParser, seeds_help: str, settings_help: str) -> None:
+    """``SCENARIO --seeds A:B [--set K=V]... [--scenario MODULE:ATTR]``: a command over many seeds,
+    each run in a worker process (so the opt-in to import a module holds in every worker)."""
+    add_scenario_name_argument(parser)
+    parser.add_argument("--seeds", required=True, metavar="A:B", help=seeds_help)
+    add_settings_argument(parser, settings_help)
+    add_scenario_module_argument(parser, f"{SCENARIO_MODULE_HELP}, in every worker too")
 
 
 def chosen_seed(args: argparse.Namespace, scenario: Scenario, config: dict[str, Any]) -> int:

@@ -21,6 +21,7 @@ from typing import Any
 from timetravel.cli.common import (
     add_recorded_script_arguments,
     add_scenario_arguments,
+    add_scenario_module_argument,
     authorize_named_scripts,
     chosen_seed,
     print_json,
@@ -55,12 +56,7 @@ def register(subparsers: Any) -> None:
         "--branch", metavar="B", default=None, help="with a recording: the branch (default main)"
     )
     add_recorded_script_arguments(parser, executes=False)
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it)",
-    )
+    add_scenario_module_argument(parser)
     parser.add_argument(
         "--json",
         action="store_true",

@@ -9,7 +9,13 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, authorize_named_scripts, print_json, register_user_error
+from timetravel.cli.common import (
+    UsageError,
+    add_seed_sweep_arguments,
+    authorize_named_scripts,
+    print_json,
+    register_user_error,
+)
 from timetravel.farm import (
     DEFAULT_DATABASE,
     FarmWorkerError,
@@ -51,23 +57,10 @@ def register(subparsers: Any) -> None:
             "(`timetravel findings` lists them), 2 on bad input, 130 when interrupted."
         ),
     )
-    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
-    parser.add_argument(
-        "--seeds", required=True, metavar="A:B", help="seeds A (included) to B (excluded); also N or A:B,C:D"
-    )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a config key for every seed (repeatable; applied after any preset)",
-    )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it, in every worker too)",
+    add_seed_sweep_arguments(
+        parser,
+        "seeds A (included) to B (excluded); also N or A:B,C:D",
+        "set a config key for every seed (repeatable; applied after any preset)",
     )
     parser.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
     parser.add_argument(

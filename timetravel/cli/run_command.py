@@ -11,6 +11,7 @@ from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
     add_scenario_arguments,
+    add_scenario_module_argument,
     authorize_named_scripts,
     bounded_int,
     chosen_seed,
@@ -38,12 +39,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--until", metavar="T", help="stop after every event with time <= T (950, 950ms, 1.5s, 120us)"
     )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it)",
-    )
+    add_scenario_module_argument(parser)
     add_determinism_argument(parser)
     parser.add_argument(
         "--record",

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, require_torch
+from timetravel.cli.common import UsageError, add_settings_argument, require_torch
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
@@ -69,13 +69,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a torch scenario setting (repeatable): `timetravel scenarios torch` lists them",
+    add_settings_argument(
+        parser, "a torch scenario setting (repeatable): `timetravel scenarios torch` lists them"
     )
     parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
     parser.add_argument(

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, add_settings_argument, print_json, register_user_error
 from timetravel.farm import (
     DEFAULT_DATABASE,
     FindingsDatabase,
@@ -61,13 +61,9 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"re-run at most N seeds, the lowest first (default {SEEDS_MAX_DEFAULT:,})",
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="re-run with this config key changed (repeatable): prove a fix that is a setting "
+    add_settings_argument(
+        parser,
+        "re-run with this config key changed (repeatable): prove a fix that is a setting "
         "(launch=posix_spawn, bug=none) on every seed of the bucket",
     )
     parser.add_argument(
