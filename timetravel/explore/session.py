@@ -89,7 +89,6 @@ import contextlib
 import gc
 from collections.abc import Iterator
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from timetravel.explore import seek_nodes
@@ -307,9 +306,7 @@ class Session:
     def __enter__(self) -> Session:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- where things are -------------------------------------------------------------------------
