@@ -39,5 +39,5 @@ def append_branch(
     recorder = Recorder(
         scenario, world, path, snapshot_every_events=snapshot_every_events, branch=name, writer=writer
     )
-    end: dict[str, Any] = recorder.finish(recorder.run())
+    _, end = recorder.run_to_end()
     return end

@@ -189,12 +189,7 @@ def record_branch_repro(
         determinism=session.determinism,
         simulation_factory=session.simulation,
     )
-    try:
-        run = recorder.run()
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(run)
+    _, end = recorder.run_to_end()
     if end["failure"] is None or end["failure"]["signature"] != result.signature:
         raise AssertionError(f"the minimized branch recorded as {end['failure']}, not {result.signature}")
     return name

@@ -193,12 +193,7 @@ def _record_with_overrides(
         determinism=session.determinism,
         simulation_factory=session.simulation,
     )
-    try:
-        run = recorder.run()
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(run)
+    _, end = recorder.run_to_end()
     return {"failure": end["failure"], "events": end["events"]}, world
 
 

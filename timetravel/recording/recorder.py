@@ -71,7 +71,7 @@ from timetravel.sim.kernel import (
     chain_digest_after,
     pack_chain_batch,
 )
-from timetravel.sim.runner import build_world, public_failure
+from timetravel.sim.runner import build_world, finished_report, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 from timetravel.snapshot.changes import Changes
@@ -233,6 +233,18 @@ class Recorder:
             pause_every_ns=self.snapshot_quiet_ns or None,
             on_pause=self._on_pause,
         )
+
+    def run_to_end(
+        self, until_ns: int | None = None, max_events: int | None = None
+    ) -> tuple[RunResult, dict[str, Any]]:
+        """:meth:`run`, then :meth:`finish`: the result and the END record. Interrupted by any
+        exception, the recording is closed by :meth:`abort` (what was written stays readable)."""
+        try:
+            result = self.run(until_ns, max_events)
+        except BaseException:
+            self.abort()
+            raise
+        return result, self.finish(result)
 
     def flush(self) -> None:
         """Write every frame so far and flush the file to the OS, waiting for the writer thread (and
@@ -470,28 +482,10 @@ def record_run(
         record_choices=record_choices,
         determinism=determinism,
     )
-    try:
-        result = recorder.run(until_ns=until_ns, max_events=max_events)
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(result)
-    report: dict[str, Any] = {
-        "scenario": scenario.name,
-        "seed": seed,
-        "config": config,
-        "outcome": result.outcome,
-        "failure": public_failure(result.failure),
-        "events": result.events,
-        "t_end_ns": result.t_end_ns,
-        "state_hash": end["state_hash"],
-        "hash_chain": end["hash_chain"],
-        "determinism": recorder.simulation.determinism,
-        "code_fingerprint": code_fingerprint(scenario.build.__module__),
-        "platform_fingerprint": platform_fingerprint(),
-    }
-    if scenario.summarize is not None:
-        report["summary"] = scenario.summarize(world)
+    result, end = recorder.run_to_end(until_ns, max_events)
+    report = finished_report(
+        scenario, config, seed, recorder.simulation, result, end["state_hash"], end["hash_chain"]
+    )
     report["recording"] = {
         "path": str(recorder.path),
         "bytes": recorder.writer.offset,
