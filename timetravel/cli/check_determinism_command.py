@@ -12,13 +12,11 @@ from timetravel.cli.common import (
     add_determinism_argument,
     add_seed_sweep_arguments,
     print_json,
-    register_user_error,
 )
 from timetravel.determinism import (
     PROCESSES_DEFAULT,
     RUNS_PER_SEED_DEFAULT,
     WORKER_TIMEOUT_S_DEFAULT,
-    CheckError,
     RunSpec,
     SeedRangeError,
     check_determinism,
@@ -29,9 +27,6 @@ from timetravel.sim.timefmt import format_time_auto
 EXIT_CONSISTENT = 0
 EXIT_MISMATCH = 1
 PROGRESS_INTERVAL_S = 0.1
-
-register_user_error(SeedRangeError)
-register_user_error(CheckError)
 
 
 def register(subparsers: Any) -> None:

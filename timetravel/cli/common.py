@@ -63,18 +63,12 @@ exception of one of them can only exist once its module is loaded, so ``user_err
 only at the modules already in ``sys.modules``. Listed here rather than registered by the command
 modules, because only the module of the command being run is imported (timetravel.cli), and its
 code may raise an error that another command's module used to register."""
-_REGISTERED_USER_ERRORS: list[type[BaseException]] = [
+_OS_USER_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
     IsADirectoryError,
     PermissionError,
     NotADirectoryError,
-]
-
-
-def register_user_error(error_type: type[BaseException]) -> None:
-    """Let a layer above declare its own "bad input" exception (e.g. a corrupt recording)."""
-    if error_type not in _REGISTERED_USER_ERRORS:
-        _REGISTERED_USER_ERRORS.append(error_type)
+)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -84,7 +78,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         for module, name in _BASE_USER_ERRORS
         if module in sys.modules and hasattr(sys.modules[module], name)
     ]
-    return (*found, *_REGISTERED_USER_ERRORS)
+    return (*found, *_OS_USER_ERRORS)
 
 
 def all_user_errors() -> tuple[type[BaseException], ...]:

@@ -6,11 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, print_json
 from timetravel.farm import (
     DEFAULT_DATABASE,
     FindingsDatabase,
-    FindingsDatabaseError,
     compare_to_baseline,
     list_findings,
 )
@@ -28,8 +27,6 @@ OPENERS = (
     ("timetravel.cli.shell_command", "shell"),
     ("timetravel.cli.inspect_command", "inspect"),
 )
-
-register_user_error(FindingsDatabaseError)
 
 
 def register(subparsers: Any) -> None:

@@ -16,14 +16,12 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from timetravel.cli.common import print_json, register_user_error
+from timetravel.cli.common import print_json
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.session import Session
-from timetravel.explore.work import ExploreError, WorkProgress
-
-register_user_error(ExploreError)
+from timetravel.explore.work import WorkProgress
 
 PROGRESS_BAR_CHARS = 30
 PROGRESS_REDRAW_S = 0.1

@@ -14,22 +14,17 @@ from timetravel.cli.common import (
     add_seed_sweep_arguments,
     authorize_named_scripts,
     print_json,
-    register_user_error,
 )
 from timetravel.farm import (
     DEFAULT_DATABASE,
-    FarmWorkerError,
     FindingsDatabase,
-    FindingsDatabaseError,
     LocalPool,
-    SeedSpecError,
     SweepSummary,
     parse_seeds,
     parse_shard,
     plan_sweep,
     run_sweep,
 )
-from timetravel.farm.dask_executor import DaskSetupError
 from timetravel.farm.local_pool import WORKERS_MAX
 from timetravel.farm.progress import ProgressBar
 from timetravel.farm.record import RECORDINGS_FOLDER_DEFAULT, RECORDINGS_PER_SIGNATURE_DEFAULT, RecordOptions
@@ -39,9 +34,6 @@ EXIT_CLEAN = 0
 EXIT_FAILURES_FOUND = 1
 EXIT_INTERRUPTED = 130
 DASK_LOCAL = "local"
-
-for _error in (SeedSpecError, FindingsDatabaseError, FarmWorkerError, DaskSetupError):
-    register_user_error(_error)
 
 
 def register(subparsers: Any) -> None:

@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, print_json
 from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
@@ -17,13 +17,11 @@ from timetravel.explore.minimize import (
     MAX_SECONDS_DEFAULT,
     MAX_STALL_DEFAULT,
     Budget,
-    NothingToMinimize,
     Progress,
 )
 from timetravel.explore.minimize_run import minimize_run
 from timetravel.recording.files import check_output_path
 
-register_user_error(NothingToMinimize)
 EXIT_INTERRUPTED = 130
 
 

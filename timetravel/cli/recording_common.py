@@ -10,17 +10,12 @@ from dataclasses import dataclass
 from timetravel.cli.common import (
     add_recorded_script_arguments,
     add_scenario_module_argument,
-    register_user_error,
 )
-from timetravel.explore.paths import PathError
 from timetravel.explore.replay import CAUSE_CODE_CHANGED
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
-
-register_user_error(RecordingError)
-register_user_error(PathError)
 
 EXIT_MISMATCH = 1
 ALWAYS_EXECUTES = frozenset({"replay", "branch", "rerun", "fanout", "likelihood", "minimize", "origin"})

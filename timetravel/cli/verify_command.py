@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import UsageError, add_settings_argument, print_json, register_user_error
+from timetravel.cli.common import UsageError, add_settings_argument, print_json
 from timetravel.farm import (
     DEFAULT_DATABASE,
     FindingsDatabase,
@@ -22,8 +22,6 @@ from timetravel.scenarios import load_target
 EXIT_ALL_FIXED = 0
 EXIT_STILL_FAILING = 1
 SEEDS_MAX_DEFAULT = 10_000
-
-register_user_error(BucketNotFoundError)
 
 
 def register(subparsers: Any) -> None:
