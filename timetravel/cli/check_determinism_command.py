@@ -10,6 +10,7 @@ from typing import Any, TextIO
 from timetravel.cli.common import (
     SETTING_HELP,
     add_determinism_argument,
+    add_json_argument,
     add_seed_sweep_arguments,
     print_json,
 )
@@ -65,7 +66,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help=f"wall-clock budget of each worker process (default {WORKER_TIMEOUT_S_DEFAULT:g})",
     )
-    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_json_argument(parser, "print exactly one JSON object")
     parser.set_defaults(func=main)
 
 

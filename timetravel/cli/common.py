@@ -126,6 +126,26 @@ def add_scenario_module_argument(
     parser.add_argument("--scenario", dest="scenario_target", metavar="MODULE:ATTR", help=help_text)
 
 
+JSON_HELP = "print one JSON object"
+
+
+def add_json_argument(parser: argparse.ArgumentParser, help_text: str = JSON_HELP) -> None:
+    """``--json``: the command prints JSON instead of text (``help_text`` says what it holds)."""
+    parser.add_argument("--json", action="store_true", help=help_text)
+
+
+def add_database_argument(parser: argparse.ArgumentParser) -> None:
+    """``--db PATH``: the findings database of a sweep (``args.db``)."""
+    from timetravel.farm import DEFAULT_DATABASE
+
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DATABASE,
+        metavar="PATH",
+        help=f"findings database (default {DEFAULT_DATABASE})",
+    )
+
+
 def add_scenario_name_argument(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import (
+    add_json_argument,
     add_recorded_script_arguments,
     add_scenario_arguments,
     add_scenario_module_argument,
@@ -57,10 +58,8 @@ def register(subparsers: Any) -> None:
     )
     add_recorded_script_arguments(parser, executes=False)
     add_scenario_module_argument(parser)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"scenario", "seed", "faults": [...]} (a recording adds "recording" and "branch")',
+    add_json_argument(
+        parser, 'print {"scenario", "seed", "faults": [...]} (a recording adds "recording" and "branch")'
     )
     parser.set_defaults(func=main)
 

@@ -11,12 +11,13 @@ from typing import Any
 
 from timetravel.cli.common import (
     UsageError,
+    add_database_argument,
+    add_json_argument,
     add_seed_sweep_arguments,
     authorize_named_scripts,
     print_json,
 )
 from timetravel.farm import (
-    DEFAULT_DATABASE,
     FindingsDatabase,
     LocalPool,
     SweepSummary,
@@ -64,12 +65,7 @@ def register(subparsers: Any) -> None:
         "(needs the `cluster` extra)",
     )
     parser.add_argument("--shard", metavar="I/N", help="run only the seeds s with s %% N == I (0 <= I < N)")
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--seed-timeout",
         type=float,
@@ -97,7 +93,7 @@ def register(subparsers: Any) -> None:
         help=f"record at most N seeds of each signature (default {RECORDINGS_PER_SIGNATURE_DEFAULT}; 0: none)",
     )
     parser.add_argument("--no-swarm", action="store_true", help="do not turn on swarm fault schedules")
-    parser.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
+    add_json_argument(parser, "print one JSON summary object on stdout")
     parser.set_defaults(func=main)
 
 

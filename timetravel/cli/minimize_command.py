@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.common import UsageError, add_json_argument, print_json
 from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
@@ -99,10 +99,9 @@ def register(subparsers: Any) -> None:
         help=f"stop after N runs without progress (default {MAX_STALL_DEFAULT})",
     )
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object: signature, faults_before, faults_after, faults_kept, choices_before, "
+    add_json_argument(
+        parser,
+        "print one JSON object: signature, faults_before, faults_after, faults_kept, choices_before, "
         "choices_after, runs, seconds, out, pytest",
     )
     parser.set_defaults(func=main)

@@ -10,6 +10,7 @@ from typing import Any
 from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
+    add_json_argument,
     add_scenario_arguments,
     add_scenario_module_argument,
     authorize_named_scripts,
@@ -65,7 +66,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="with --record: also log every choice drawn (for reruns on changed code; slower)",
     )
-    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_json_argument(parser, "print exactly one JSON object")
     parser.set_defaults(func=main)
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, add_settings_argument, require_torch
+from timetravel.cli.common import UsageError, add_json_argument, add_settings_argument, require_torch
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
@@ -81,11 +81,7 @@ def register(subparsers: Any) -> None:
         help=f"with --record: a snapshot every N events (default {SNAPSHOT_EVERY_EVENTS_TORCH}; a seek "
         "re-executes at most N events from the nearest rank checkpoint)",
     )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object (the keys of run --json); rank output goes to stderr",
-    )
+    add_json_argument(parser, "print one JSON object (the keys of run --json); rank output goes to stderr")
     parser.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
     parser.add_argument(
         "script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments"

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import UsageError, add_settings_argument, print_json
+from timetravel.cli.common import (
+    UsageError,
+    add_database_argument,
+    add_json_argument,
+    add_settings_argument,
+    print_json,
+)
 from timetravel.farm import (
-    DEFAULT_DATABASE,
     FindingsDatabase,
     LocalPool,
     bucket_jobs,
@@ -38,12 +43,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--bucket", required=True, metavar="SIG", help="the signature of the bucket to re-run"
     )
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--scenario",
         metavar="NAME|MODULE:ATTR",
@@ -70,7 +70,7 @@ def register(subparsers: Any) -> None:
         help="a torch bucket: the training script to run (your fixed version, say); a database never names "
         "code to run, so a torch bucket needs it",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
     parser.set_defaults(func=main)
 
 

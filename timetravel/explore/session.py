@@ -88,6 +88,7 @@ import bisect
 import contextlib
 import gc
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -150,7 +151,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class Session:
+class Session(AbstractContextManager["Session"]):
     """A recording opened for seeking. See the module docstring for the API."""
 
     def __init__(self, reader: RecordingReader, scenario: Scenario, branch: str = MAIN_BRANCH) -> None:
@@ -302,9 +303,6 @@ class Session:
         self.info = self._info()
         self._may_share = rule_kept(reader, self.branch)
         self._parked.clear()
-
-    def __enter__(self) -> Session:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()

@@ -10,6 +10,7 @@ open, an unknown branch) raises :class:`CommandError` with one line that says wh
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,7 +25,7 @@ Handler = Callable[[Invocation, "CommandContext"], Any]
 
 
 @dataclass
-class CommandContext:
+class CommandContext(AbstractContextManager["CommandContext"]):
     """What commands run against. ``session`` is None until a recording is open."""
 
     session: Any = None
@@ -69,9 +70,6 @@ class CommandContext:
         if self.session is not None:
             self.session.close()
             self.session = None
-
-    def __enter__(self) -> CommandContext:
-        return self
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
