@@ -223,6 +223,7 @@ def test_the_public_api_is_what_docs_fabric_md_lists() -> None:
         [
             *("BUFFERS_KEY", "DONE_KIND", "EXPECTED_OUTCOMES", "FABRIC_EVENT_KINDS", "FABRIC_PARAMS"),
             *("FABRIC_PARAM_NAMES", "FAULT_KIND", "FAULT_KINDS", "GPU_KEY", "HELD_KIND", "Hooks", "Topology"),
+            "VIEW_STATES",
             *(
                 "add_fault",
                 "edit_fault",

@@ -133,7 +133,7 @@ def _print_schedule(title: str, faults: list[dict[str, Any]], *, hits: bool) -> 
 
 
 def _non_default_params(fault: dict[str, Any]) -> str:
-    from timetravel.fabric.schedule import PARAM_SPECS
+    from timetravel.fabric.fault_kinds import PARAM_SPECS
 
     specs = PARAM_SPECS.get(fault["kind"], {})
     defaults = {name: default for name, (_, default) in specs.items()}

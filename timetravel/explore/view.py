@@ -19,7 +19,7 @@ from timetravel.explore.array_diff import value_kind
 from timetravel.explore.inspect_view import render, resolve, summarize_array
 from timetravel.explore.paths import WORLD_PARTS, Path, parse_path, select, world_tree
 from timetravel.explore.results import ValueEntry
-from timetravel.fabric.schedule import FAULT_KINDS, expected_outcome
+from timetravel.fabric.fault_kinds import FAULT_KINDS, expected_outcome
 from timetravel.sim.encoding import digest
 from timetravel.sim.world import World
 
