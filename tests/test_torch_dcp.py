@@ -8,7 +8,7 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.scenario import authorize_script
 
 SCRIPT = Path(__file__).resolve().parent / "torch_scripts" / "dcp_save_load.py"
 

@@ -12,8 +12,8 @@ from timetravel.scenarios import get_scenario
 from timetravel.sim.context import Context
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch import c10d
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world import c10d
+from timetravel.torch.world.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"

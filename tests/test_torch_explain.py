@@ -31,11 +31,11 @@ from timetravel.explore.explain_torch import failure_site
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.sim.event import Event
-from timetravel.torch import state as training_state
-from timetravel.torch import workdir, world_source
-from timetravel.torch.limits import BATCH_INDICES_MAX
-from timetravel.torch.rank_batches import _plain_indices
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
+from timetravel.torch.rank.batches import _plain_indices
+from timetravel.torch.world import state as training_state
+from timetravel.torch.world import workdir, world_source
+from timetravel.torch.world.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples" / "torch"
@@ -154,7 +154,7 @@ def test_the_probe_starts_at_a_snapshot_before_the_step_and_answers_as_from_the_
 
 
 def test_a_resumed_rank_refuses_the_probe_when_it_may_be_inside_the_step_already() -> None:
-    from timetravel.torch.rank_setup import _install_probe
+    from timetravel.torch.rank.setup import _install_probe
 
     class Posts:
         def __init__(self) -> None:

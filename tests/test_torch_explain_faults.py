@@ -22,7 +22,7 @@ from timetravel.explore.explain import explain
 from timetravel.explore.explain_results import ExplainResult
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.scenario import authorize_script
 from timetravel.tui.adapt import explain_rows
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -11,9 +11,9 @@ import torch
 from timetravel.explore import Session
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch import scenario as torch_scenario
-from timetravel.torch.rank_env.loss_capture import LossCapture, install_loss_capture
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.rank.env.loss_capture import LossCapture, install_loss_capture
+from timetravel.torch.world import scenario as torch_scenario
+from timetravel.torch.world.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"

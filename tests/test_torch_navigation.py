@@ -18,7 +18,7 @@ from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "torch_scripts" / "reads_back_its_file.py"

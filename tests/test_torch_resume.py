@@ -11,8 +11,8 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch import resume
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world import resume
+from timetravel.torch.world.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
 RESUME_DDP = ROOT / "docs" / "examples" / "torch" / "resume_ddp.py"

@@ -20,7 +20,7 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 from timetravel.explore import Session
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.scenario import authorize_script, released
+from timetravel.torch.world.scenario import authorize_script, released
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -155,7 +155,7 @@ def _is_zombie(pid: int) -> bool:
 COLD_SEEK = """
 import json, sys
 from timetravel.explore import Session
-from timetravel.torch.scenario import authorize_script, released
+from timetravel.torch.world.scenario import authorize_script, released
 authorize_script(sys.argv[2])
 with Session.open(sys.argv[1]) as session:
     session.goto_event(int(sys.argv[3]))

@@ -20,7 +20,7 @@ from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.scenario import authorize_script
 
 SCRIPTS = ROOT / "tests" / "torch_scripts"
 

@@ -295,8 +295,8 @@ def test_a_recording_of_a_function_target_never_runs_it_from_the_command_line(
 ) -> None:
     from timetravel.recording import record_run
     from timetravel.scenarios import get_scenario
-    from timetravel.torch import driver
-    from timetravel.torch.scenario import authorize_function
+    from timetravel.torch.world import driver
+    from timetravel.torch.world.scenario import authorize_function
 
     module = tmp_path / "tt_forged_target.py"
     module.write_text(FORGED_FUNCTION.format(marker_env=MARKER_ENV))

@@ -18,9 +18,9 @@ from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, record_torchrun
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch import driver
 from timetravel.torch.api import function_target
-from timetravel.torch.scenario import authorize_function, authorize_script
+from timetravel.torch.world import driver
+from timetravel.torch.world.scenario import authorize_function, authorize_script
 
 
 def run_function(function: Any, **settings: Any) -> tuple[dict[str, Any], World]:
@@ -254,7 +254,7 @@ def test_each_param_group_s_learning_rate_is_a_metric_and_adam_state_is_stored()
 
 
 def test_wrapper_prefixes_are_whole_name_segments_only() -> None:
-    from timetravel.torch.rank_state import strip_prefixes
+    from timetravel.torch.rank.state import strip_prefixes
 
     assert strip_prefixes("module._orig_mod.0.weight") == "0.weight"  # DDP over torch.compile
     assert strip_prefixes("submodule.weight") == "submodule.weight"  # a user's name is not cut

@@ -7,7 +7,7 @@ from pathlib import Path
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.scenario import authorize_script
 
 SCRIPT = Path(__file__).resolve().parent / "torch_scripts" / "store_exchange.py"
 

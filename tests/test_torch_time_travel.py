@@ -23,8 +23,8 @@ from timetravel.explore.rerun import rerun
 from timetravel.explore.search import find_first
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch import world_source
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world import world_source
+from timetravel.torch.world.scenario import authorize_script
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"

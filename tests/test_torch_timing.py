@@ -18,10 +18,10 @@ from timetravel.fabric import collective as fabric_collective
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import ConfigError
-from timetravel.torch import driver
 from timetravel.torch.api import function_target
-from timetravel.torch.scenario import authorize_function
-from timetravel.torch.timing import collective_done_ns, fabric_state, point_to_point_done_ns
+from timetravel.torch.world import driver
+from timetravel.torch.world.scenario import authorize_function
+from timetravel.torch.world.timing import collective_done_ns, fabric_state, point_to_point_done_ns
 
 NS_PER_S = 1_000_000_000
 NVLINK_LATENCY_NS = 3_400

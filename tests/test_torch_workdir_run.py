@@ -14,8 +14,8 @@ import torch
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch.scenario import authorize_script
-from timetravel.torch.workdir import source_digest
+from timetravel.torch.world.scenario import authorize_script
+from timetravel.torch.world.workdir import source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "torch_scripts"
@@ -121,7 +121,7 @@ def test_two_executions_resumed_from_one_checkpoint_each_read_back_their_own_fil
     from timetravel.explore.stepper import stepper_at
     from timetravel.explore.tracks import open_track
     from timetravel.recording import record_run
-    from timetravel.torch import driver
+    from timetravel.torch.world import driver
 
     authorize_script(str(READS_BACK))
     scenario = get_scenario("torch")

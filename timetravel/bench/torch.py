@@ -101,7 +101,7 @@ def _simulated(script: Path, *arguments: str) -> list[str]:
 def _in_process(script: Path, *arguments: str) -> dict[str, Any]:
     from timetravel.scenarios import get_scenario
     from timetravel.sim.runner import run_report
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.scenario import authorize_script
 
     authorize_script(str(script))
     scenario = get_scenario("torch")

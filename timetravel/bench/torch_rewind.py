@@ -54,7 +54,7 @@ SEED = 0
 COLD_SEEK = """
 import json, sys, time
 from timetravel.explore import Session
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.scenario import authorize_script
 authorize_script(sys.argv[2])
 with Session.open(sys.argv[1]) as session:
     started = time.perf_counter()
@@ -66,7 +66,7 @@ with Session.open(sys.argv[1]) as session:
 
 def _config(arguments: str) -> tuple[Any, dict[str, Any]]:
     from timetravel.scenarios import get_scenario
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.scenario import authorize_script
 
     authorize_script(str(GPT_SCRIPT))
     scenario = get_scenario("torch")
@@ -196,7 +196,7 @@ def _slope(replayed: list[int], walls_ms: list[float]) -> tuple[float, float]:
 
 
 def run_rewind_bench(quick: bool = False) -> dict[str, Any]:
-    from timetravel.torch.limits import SNAPSHOT_EVERY_EVENTS_TORCH
+    from timetravel.torch.protocol.limits import SNAPSHOT_EVERY_EVENTS_TORCH
 
     arguments = QUICK_ARGUMENTS if quick else MODEL_ARGUMENTS
     seeks = SEEKS_QUICK if quick else SEEKS

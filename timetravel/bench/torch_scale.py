@@ -62,7 +62,7 @@ def memory_bytes(pid: int) -> tuple[int, int] | None:
 
 
 def _job_pids() -> list[int]:
-    from timetravel.torch import driver
+    from timetravel.torch.world import driver
 
     pids = [os.getpid()]
     zygote = driver.zygote()
@@ -78,7 +78,7 @@ def measure_ranks(ranks: int, steps: int = STEPS) -> dict[str, Any]:
     from timetravel.scenarios import get_scenario
     from timetravel.sim import Simulation
     from timetravel.sim.runner import build_world
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.scenario import authorize_script
 
     authorize_script(str(DDP_SCRIPT))
     scenario = get_scenario("torch")
@@ -123,7 +123,7 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 def run_scale_bench(quick: bool = False) -> dict[str, Any]:
     """The ``torch_ranks_in_16gib`` figures (``quick``: two small N, a smoke test)."""
-    from timetravel.torch import driver
+    from timetravel.torch.world import driver
 
     counts = RANK_COUNTS_QUICK if quick else RANK_COUNTS
     driver.zygote()  # warm: the zygote's start is not a step

@@ -216,7 +216,7 @@ def authorize_named_scripts(
     ``executes`` on a machine without torch stops here in one line, before any rank is started."""
     if scenario_name != "torch":
         return ()
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.scenario import authorize_script
 
     if executes:
         require_torch()
@@ -262,7 +262,7 @@ def add_recorded_script_arguments(parser: argparse.ArgumentParser, *, executes: 
 
 def require_torch() -> None:
     """One line (exit 2) on a machine without torch, instead of a rank zygote that fails to start."""
-    from timetravel.torch.recorded_script import torch_missing_message
+    from timetravel.torch.world.recorded_script import torch_missing_message
 
     missing = torch_missing_message()
     if missing is not None:

@@ -57,7 +57,7 @@ def name_recorded_script(session: Session, use: ScriptUse) -> None:
     if session.scenario.name != "torch":
         return
     from timetravel.sim.scenario import NotAuthorizedError
-    from timetravel.torch import recorded_script
+    from timetravel.torch.world import recorded_script
 
     config = session.info.config
     digest = recorded_script.recorded_digest(session.snapshot_world(0).nodes.get("c10d"))
@@ -79,7 +79,7 @@ def name_recorded_script(session: Session, use: ScriptUse) -> None:
         # the user's code changed, so a re-execution that departs says so (not "determinism_bug")
         session.cause_if_mismatch = CAUSE_CODE_CHANGED
     if use.json:
-        from timetravel.torch.scenario import set_rank_output
+        from timetravel.torch.world.scenario import set_rank_output
 
         set_rank_output(sys.stderr)  # this process ends with the command: nothing to restore
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import UsageError, add_json_argument, add_settings_argument, require_torch
-from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
+from timetravel.torch.protocol.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
 def register(subparsers: Any) -> None:
@@ -119,7 +119,7 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from timetravel.scenarios import get_scenario
     from timetravel.sim.runner import run_report
-    from timetravel.torch import scenario as torch_scenario
+    from timetravel.torch.world import scenario as torch_scenario
 
     settings = torch_settings(args)
     require_torch()
@@ -142,7 +142,7 @@ def main(args: argparse.Namespace) -> int:
         else:
             report, _world = run_report(scenario, config, args.seed)
     finally:
-        from timetravel.torch import driver
+        from timetravel.torch.world import driver
 
         driver.stop_active()
         torch_scenario.set_rank_output(None)

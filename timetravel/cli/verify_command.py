@@ -117,7 +117,7 @@ def _with_script(jobs: list[Any], script: str | None) -> list[Any]:
 
     from timetravel.farm.job import config_hash
     from timetravel.scenarios import get_scenario
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.scenario import authorize_script
 
     if not script:
         raise UsageError(

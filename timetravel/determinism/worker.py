@@ -72,7 +72,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         args.scenario_name, args.scenario_target, tuple(args.settings), args.until, args.determinism
     )
     if args.scenario_name == "torch":  # the parent's command line named these scripts
-        from timetravel.torch.scenario import authorize_script
+        from timetravel.torch.world.scenario import authorize_script
 
         for setting in args.settings:
             if setting.startswith("script="):

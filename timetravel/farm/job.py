@@ -104,7 +104,7 @@ def resolve(scenario_name: str, target: str | None, settings: tuple[str, ...]) -
 def authorize_named_scripts(job: SeedJob) -> None:
     """In a worker: the scripts the planning command line named may run here (a torch sweep)."""
     if job.scripts_named:
-        from timetravel.torch.scenario import authorize_script
+        from timetravel.torch.world.scenario import authorize_script
 
         for path in job.scripts_named:
             authorize_script(path)

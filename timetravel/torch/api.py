@@ -47,8 +47,8 @@ def simulate(function: Callable[..., Any], nproc: int = 2, seed: int = 0, **sett
     """Run ``function`` as ``nproc`` ranks under the World with ``seed`` and torch scenario ``settings``."""
     from timetravel.scenarios import get_scenario
     from timetravel.sim.runner import run_report
-    from timetravel.torch import driver
-    from timetravel.torch.scenario import authorize_function
+    from timetravel.torch.world import driver
+    from timetravel.torch.world.scenario import authorize_function
 
     target = function_target(function)
     authorize_function(target)
