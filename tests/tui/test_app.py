@@ -43,9 +43,17 @@ async def type_command(pilot: Pilot[Any], text: str) -> None:
     await pilot.press("enter")
 
 
-def run_app(path: Path, script: Scenario, size: tuple[int, int] = (100, 30), **open_args: Any) -> None:
+def run_app(
+    path: Path,
+    script: Scenario,
+    size: tuple[int, int] = (100, 30),
+    app_args: dict[str, Any] | None = None,
+    **open_args: Any,
+) -> None:
+    """Open ``path`` in the App (``app_args`` to TimeTravelApp, ``open_args`` to open_context), wait
+    until it settled, then run ``script``."""
     with open_context(path, **open_args) as context:
-        app = TimeTravelApp(Engine(context), path=str(path))
+        app = TimeTravelApp(Engine(context), path=str(path), **(app_args or {}))
 
         async def wrapped(pilot: Pilot[Any]) -> None:
             await settle(pilot)

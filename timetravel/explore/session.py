@@ -60,7 +60,7 @@ them, so explore/ has no import circle — tests/test_layers.py checks it). Keyw
     divergence.first_divergence(session, a, b)                 Divergence | None
     rerun.rerun(session, settings=())      RerunResult: today's code on the recorded inputs
     search.find_first(session, predicate, start_events=0, strategy="auto")   FindResult
-    search.last_change(session, path), search.next_change(session, path)     FindResult: watchpoints
+    watchpoints.last_change(session, path), .next_change(session, path) FindResult: watchpoints
     minimize_run.minimize_run(session, out=None, pytest=None, budget=Budget())   MinimizeResult
     perfetto.export_perfetto(session, path)                    ExportResult
     verify_replay.replay_session(session, progress=None)       ReplayReport: re-execute and verify
