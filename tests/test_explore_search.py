@@ -20,7 +20,8 @@ from branch_writing import append_branch, world_at
 
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
-from timetravel.explore.paths import parse_path, parse_predicate, select, world_tree
+from timetravel.explore.paths import parse_path, select, world_tree
+from timetravel.explore.predicates import parse_predicate
 from timetravel.explore.search import STOP_CANCELLED, STOP_EVENTS_MAX, find_first
 from timetravel.explore.watchpoints import last_change, next_change
 from timetravel.explore.work import WorkProgress

@@ -44,15 +44,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from timetravel.explore.paths import (
-    WORLD_PARTS,
-    Path,
-    Predicate,
-    PredicateResult,
-    parse_predicate,
-    select,
-    world_tree,
-)
+from timetravel.explore.paths import WORLD_PARTS, Path, select, world_tree
+from timetravel.explore.predicates import Predicate, PredicateResult, parse_predicate
 from timetravel.explore.results import FindResult
 from timetravel.explore.stepper import Stepper, recorded_events, walk
 from timetravel.explore.work import ProgressCallback, WorkProgress

@@ -18,7 +18,8 @@ from typing import Any
 
 from timetravel.explore.commands.spec import ALIASES, COMMANDS, ArgumentSpec, CommandSpec, OptionSpec
 from timetravel.explore.fault_changes import parse_fault_edit, parse_fault_spec
-from timetravel.explore.paths import PathError, parse_path, parse_predicate
+from timetravel.explore.paths import PathError, parse_path
+from timetravel.explore.predicates import parse_predicate
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, TimeFormatError, parse_time
 
 LINE_CHARS_MAX = 10_000
