@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from test_explore_minimize_run import JSON_KEYS
 
-from timetravel.explore.minimize import (
+from timetravel.explore.minimize import ddmin, minimize
+from timetravel.explore.minimize_trials import (
     STOP_CANCELLED,
     STOP_FIXPOINT,
     STOP_MAX_RUNS,
@@ -19,8 +20,6 @@ from timetravel.explore.minimize import (
     ChoicePins,
     NothingToMinimize,
     Progress,
-    ddmin,
-    minimize,
 )
 from timetravel.explore.repro import write_pytest
 from timetravel.scenarios import get_scenario

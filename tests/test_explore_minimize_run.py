@@ -19,9 +19,9 @@ from timetravel.bench.minimize import planted_ids
 from timetravel.cli import main as cli_main
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
-from timetravel.explore.minimize import Budget, NothingToMinimize
 from timetravel.explore.minimize_branch import pending_fault_ids
 from timetravel.explore.minimize_run import CHECK_NO_FAULT, CHECK_PASSED, minimize_run
+from timetravel.explore.minimize_trials import Budget, NothingToMinimize
 from timetravel.explore.verify_replay import replay_session
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario

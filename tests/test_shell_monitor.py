@@ -18,7 +18,7 @@ from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 from shell_fakes import FakeEngine
 
-from timetravel.explore.minimize import Progress as MinimizeProgress
+from timetravel.explore.minimize_trials import Progress as MinimizeProgress
 from timetravel.explore.work import WorkProgress
 from timetravel.shell import CommandRunner, Repl, Status
 from timetravel.shell.monitor import STOP_NOTICE, CommandMonitor, ProgressLine, progress_text

@@ -48,7 +48,7 @@ _BASE_USER_ERRORS = (
     ("timetravel.recording.format", "RecordingError"),
     ("timetravel.explore.paths", "PathError"),
     ("timetravel.explore.work", "ExploreError"),
-    ("timetravel.explore.minimize", "NothingToMinimize"),
+    ("timetravel.explore.minimize_trials", "NothingToMinimize"),
     ("timetravel.determinism.checker", "SeedRangeError"),
     ("timetravel.determinism.processes", "CheckError"),
     ("timetravel.farm.verify", "BucketNotFoundError"),

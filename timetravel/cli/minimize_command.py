@@ -12,14 +12,14 @@ from timetravel.cli.common import UsageError, add_json_argument, print_json
 from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
-from timetravel.explore.minimize import (
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.minimize_trials import (
     MAX_RUNS_DEFAULT,
     MAX_SECONDS_DEFAULT,
     MAX_STALL_DEFAULT,
     Budget,
     Progress,
 )
-from timetravel.explore.minimize_run import minimize_run
 from timetravel.recording.files import check_output_path
 
 EXIT_INTERRUPTED = 130

@@ -43,21 +43,14 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.explore.effects import effects_key
-from timetravel.explore.minimize import (
-    RUN_EVENTS_FACTOR,
-    RUN_EVENTS_SLACK,
-    Budget,
-    MinimizeResult,
-    NothingToMinimize,
-    Progress,
-    minimize,
-)
+from timetravel.explore.minimize import RUN_EVENTS_FACTOR, RUN_EVENTS_SLACK, minimize
 from timetravel.explore.minimize_branch import (
     minimize_branch,
     pending_fault_ids,
     record_branch_repro,
     remove_pending_faults,
 )
+from timetravel.explore.minimize_trials import Budget, MinimizeResult, NothingToMinimize, Progress
 from timetravel.explore.repro import write_replay_pytest
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
