@@ -361,7 +361,7 @@ class Session(AbstractContextManager["Session"]):
         it needs to run: ``WorldSource.before_copy``)."""
         self.source.before_copy(self.world)
         store = SnapshotStore(bytes_max=0)
-        from timetravel.snapshot.store import restore
+        from timetravel.snapshot.restore import restore
 
         return restore(store.take(self.world), verify=False)
 
