@@ -45,6 +45,7 @@ from typing import Any
 from timetravel.explore.effects import effects_key
 from timetravel.explore.minimize import RUN_EVENTS_FACTOR, RUN_EVENTS_SLACK, minimize
 from timetravel.explore.minimize_branch import (
+    ForkMinimizer,
     minimize_branch,
     pending_fault_ids,
     record_branch_repro,
@@ -101,23 +102,7 @@ def minimize_run(
         )
     started = time.monotonic()
     header = session.header
-    on_branch = session.branch != MAIN_BRANCH
-    minimizer = None
-    if on_branch:
-        result, minimizer = minimize_branch(
-            session, failure["signature"], budget=budget, progress=progress, should_stop=should_stop
-        )
-    else:
-        result = minimize(
-            session.scenario,
-            dict(header["config"]),
-            int(header["seed"]),
-            session.overrides or None,
-            signature=failure["signature"],
-            budget=budget,
-            progress=progress,
-            should_stop=should_stop,
-        )
+    result, minimizer = _minimize_recorded(session, failure["signature"], budget, progress, should_stop)
     if pytest is not None and out is None:
         out = Path(pytest).with_suffix(".ttr")
     if out is None:
@@ -150,6 +135,31 @@ def minimize_run(
         written = write_replay_pytest(result, pytest, out, start.events, scenario_target, branch=branch)
         result = dataclasses.replace(result, pytest=written)
     return result
+
+
+def _minimize_recorded(
+    session: Session,
+    signature: str,
+    budget: Budget,
+    progress: Callable[[Progress], None] | None,
+    should_stop: Callable[[], bool] | None,
+) -> tuple[MinimizeResult, ForkMinimizer | None]:
+    """The minimized failure of the session's branch: a branch from its fork (with the ForkMinimizer
+    its repro is written from), main from the recorded seed, config and overrides."""
+    if session.branch != MAIN_BRANCH:
+        return minimize_branch(session, signature, budget=budget, progress=progress, should_stop=should_stop)
+    header = session.header
+    result = minimize(
+        session.scenario,
+        dict(header["config"]),
+        int(header["seed"]),
+        session.overrides or None,
+        signature=signature,
+        budget=budget,
+        progress=progress,
+        should_stop=should_stop,
+    )
+    return result, None
 
 
 def repro_snapshot_interval(events: int, recorded_interval: int) -> int:

@@ -197,16 +197,7 @@ class Recorder:
             on_chain_batch=self._on_batch,
             determinism=determinism,
         )
-        header = recording_header(
-            scenario,
-            world,
-            snapshot_every_events=snapshot_every_events,
-            chain_batch_events=self.simulation.chain_batch_events,
-            overrides=overrides,
-            snapshot_quiet_ns=self.snapshot_quiet_ns,
-        )
-        header["determinism"] = self.simulation.determinism
-        self.writer = writer if writer is not None else RecordingWriter.create(path, header)
+        self.writer = writer if writer is not None else RecordingWriter.create(path, self._header(overrides))
         self.path = self.writer.path
         if background_writes is None:
             background_writes = scenario.world_source is not None
@@ -220,6 +211,19 @@ class Recorder:
         if compress_ahead and not background_writes:
             self.writer.compress_ahead()  # zstd on another core, frames still in order (compress_ahead.py)
         self.snapshot()
+
+    def _header(self, overrides: Overrides | None) -> dict[str, Any]:
+        """The header of a new recording of this run."""
+        header = recording_header(
+            self.scenario,
+            self.world,
+            snapshot_every_events=self.snapshot_every_events,
+            chain_batch_events=self.simulation.chain_batch_events,
+            overrides=overrides,
+            snapshot_quiet_ns=self.snapshot_quiet_ns,
+        )
+        header["determinism"] = self.simulation.determinism
+        return header
 
     # -- the run ----------------------------------------------------------------------------------
 
