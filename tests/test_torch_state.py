@@ -19,29 +19,22 @@ from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
 from timetravel.torch.api import function_target
-from timetravel.torch.world import driver
-from timetravel.torch.world.scenario import authorize_function, authorize_script
+from timetravel.torch.world.specs import launch_naming, launch_naming_function
 
 
 def run_function(function: Any, **settings: Any) -> tuple[dict[str, Any], World]:
     target = function_target(function)
-    authorize_function(target)
+    launch = launch_naming_function(target)
     scenario = get_scenario("torch")
     config = scenario.resolve_config({"function": target, "nproc": 2, "rank_output": "quiet", **settings})
-    try:
-        return run_report(scenario, config, 0)
-    finally:
-        driver.stop_active()
+    return run_report(scenario, config, 0, launch=launch)
 
 
 def run_script(script: Path, *settings: str) -> tuple[dict[str, Any], World]:
-    authorize_script(str(script))
+    launch = launch_naming([str(script)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={script}", "nproc=2", "rank_output=quiet", *settings])
-    try:
-        return run_report(scenario, config, 0)
-    finally:
-        driver.stop_active()
+    return run_report(scenario, config, 0, launch=launch)
 
 
 def returns(world: World) -> list[Any]:

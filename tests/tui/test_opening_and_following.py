@@ -14,6 +14,7 @@ from tests.tui.test_app import NEEDLE_FAILURE_NS, run_app, settle
 from timetravel.explore.session import Session
 from timetravel.recording import Recorder
 from timetravel.scenarios import get_scenario
+from timetravel.sim.launch import Launch
 from timetravel.sim.runner import build_world
 from timetravel.tui.app import TimeTravelApp
 from timetravel.tui.model import KernelSpan, RaceEdge
@@ -24,8 +25,10 @@ from timetravel.tui.widgets.streams import rank_order, stream_rows
 WIDE = (160, 48)
 
 
-def open_app(path: Path, script: Any, size: tuple[int, int] = WIDE, **app_args: Any) -> None:
-    run_app(path, script, size, app_args=app_args)
+def open_app(
+    path: Path, script: Any, size: tuple[int, int] = WIDE, launch: Launch | None = None, **app_args: Any
+) -> None:
+    run_app(path, script, size, app_args=app_args, launch=launch)
 
 
 def test_the_debugger_opens_with_the_cursor_at_the_failure(

@@ -14,8 +14,9 @@ from timetravel.cli.common import (
     add_database_argument,
     add_json_argument,
     add_seed_sweep_arguments,
-    authorize_named_scripts,
+    named_scripts,
     print_json,
+    require_torch,
 )
 from timetravel.farm import (
     FindingsDatabase,
@@ -99,6 +100,8 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     _check_numbers(args)
+    if args.scenario == "torch":
+        require_torch()  # a torch sweep on a machine without torch stops here, in one line
     plan = plan_sweep(
         args.scenario,
         args.settings,
@@ -107,7 +110,7 @@ def main(args: argparse.Namespace) -> int:
         scenario_target=args.scenario_target,
         swarm=not args.no_swarm,
         seed_timeout_s=args.seed_timeout,
-        scripts_named=authorize_named_scripts(args.scenario, args.settings),
+        scripts_named=named_scripts(args.scenario, args.settings),
     )
     executor = _executor(args)
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -47,7 +47,7 @@ def execution_refusal(session: Session) -> str | None:
     """Why this torch recording's script may not run here (one line), None when it may."""
     from timetravel.torch.world import module_probe
 
-    return module_probe.execution_refusal(dict(session.header["config"]))
+    return module_probe.execution_refusal(dict(session.header["config"]), session.launch)
 
 
 @dataclass(frozen=True)
@@ -287,9 +287,8 @@ def _probe_run(
     session: Session, rank: int, site: FailureSite, start: int | None, progress: ProgressCallback | None
 ) -> dict[str, Any] | None:
     """Re-execute from snapshot ``start`` (None: #0) to the end with the probe on ``rank``; its answer."""
-    from timetravel.torch.world import module_probe
-
     stepper = Stepper(session, start or 0)
+    source: Any = session.source  # the torch world source (torch/world/world_source.py)
     if progress is not None:
         where = f"#{stepper.events}" if start is not None else "#0"
         progress(
@@ -297,11 +296,11 @@ def _probe_run(
                 "explain", 0, 1, f"module probe: re-executing {site.rank} from {where} to step {site.step}"
             )
         )
-    with module_probe.probing(rank, site.step, stepper.world if start is not None else None) as findings:
+    with source.probing(rank, site.step, stepper.world if start is not None else None) as findings:
         try:
             stepper.advance_observed(stepper.horizon - stepper.events, _ignore)
         finally:
-            module_probe.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
+            source.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
         return findings.get(rank)
 
 

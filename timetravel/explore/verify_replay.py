@@ -189,7 +189,7 @@ def _start_world(session: Session, manifests: list[ManifestInfo]) -> World:
         start = next(info for info in manifests if info.events >= session.fork_events)
         return session.restore_world(start, full_check=True)
     header = session.header
-    world = build_world(session.scenario, dict(header["config"]), int(header["seed"]))
+    world = build_world(session.scenario, dict(header["config"]), int(header["seed"]), session.launch)
     world.branch_key = int(header.get("branch_key", 0))
     return world
 

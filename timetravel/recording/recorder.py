@@ -71,6 +71,7 @@ from timetravel.sim.kernel import (
     chain_digest_after,
     pack_chain_batch,
 )
+from timetravel.sim.launch import Launch
 from timetravel.sim.runner import build_world, finished_report, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
@@ -162,8 +163,10 @@ class Recorder:
         simulation_factory: Callable[..., Simulation] | None = None,
         background_writes: bool | None = None,
         compress_ahead: bool | None = None,
+        launch: Launch | None = None,
     ) -> None:
-        """``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
+        """``launch``: what the user named (sim/launch.py), for the default Simulation of a scenario
+        whose worlds run their code. ``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
         explore engine passes its session's ``simulation``, so that a world source whose worlds own
         external processes runs them; explore/world_source.py). None: ``Simulation(scenario, ...)``.
         ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
@@ -189,7 +192,7 @@ class Recorder:
         self.changes: Changes | None = None
         """What ran since the latest snapshot, gathered as each batch is flushed (snapshot/changes.py)."""
         self.notes: list[str] = []
-        build = simulation_factory or functools.partial(Simulation, scenario)
+        build = simulation_factory or functools.partial(Simulation, scenario, launch=launch)
         self.simulation = build(
             world,
             overrides=overrides,
@@ -465,6 +468,7 @@ def record_run(
     record_choices: bool = False,
     determinism: str | None = None,
     force: bool = False,
+    launch: Launch | None = None,
 ) -> tuple[dict[str, Any], World]:
     """Run one seed while recording it to ``path``; the report has ``run --json``'s fields.
 
@@ -473,9 +477,9 @@ def record_run(
     as ``timetravel run --record`` chooses.
     ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
     replays run under the same mode. ``force``: replace a recording that holds branches
-    (``check_replaceable``)."""
+    (``check_replaceable``). ``launch``: what the user named (sim/launch.py: a torch run's script)."""
     check_replaceable(path, force=force)
-    world = build_world(scenario, config, seed)
+    world = build_world(scenario, config, seed, launch)
     recorder = Recorder(
         scenario,
         world,
@@ -485,6 +489,7 @@ def record_run(
         or SNAPSHOT_EVERY_EVENTS_DEFAULT,
         record_choices=record_choices,
         determinism=determinism,
+        launch=launch,
     )
     result, end = recorder.run_to_end(until_ns, max_events)
     report = finished_report(

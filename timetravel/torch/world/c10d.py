@@ -11,6 +11,11 @@ State (all plain data and numpy arrays, so snapshots and diffs see it):
 * ``last[rank]`` — the rank's last collective: digests and non-finite counts of its inputs and outputs
   (:mod:`timetravel.torch.world.digests`: where a NaN entered).
 
+What c10d decides for the live rank processes — release result N to rank r, kill rank r, restart
+every rank — it records as data, in ``orders`` (orders.py); the rank nodes' side carries the
+orders out after the handler, through the run's host, and removes them (ranks.py ``obeying``).
+c10d never touches a process.
+
 Detectors here: ``collective_mismatch``, ``nan``, ``divergence``, ``exception``/``crash`` (how a rank
 ended) and ``hang`` (:mod:`timetravel.torch.world.hangs`).
 """
@@ -27,6 +32,7 @@ from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.world import collectives, digests, elastic, faults, hangs, resume, store
 from timetravel.torch.world import state as training_state
+from timetravel.torch.world.orders import ORDERS_KEY
 from timetravel.torch.world.timing import collective_done_ns, point_to_point_done_ns
 
 
@@ -112,27 +118,14 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 def _apply_entry_faults(entry: dict[str, Any], ctx: Context) -> bool:
     """Delay, crash, drop or corrupt this rank's entry as its faults say; True when it never arrives."""
-    rank = entry["rank"]
-    for record in faults.active(ctx, "crash", rank):
-        faults.hit(ctx, record, f"killed at {entry['op']}")
-        from timetravel.torch.world.scenario import _driver
-
-        _driver(ctx).kill(rank)
+    fate, record = faults.at_entry(ctx, entry)
+    if fate == "crashed":
+        assert record is not None
+        rank = entry["rank"]
+        ctx.state.setdefault(ORDERS_KEY, []).append(["kill", rank])
         text = f"r{rank} crashed (fault {record['id']}) entering {entry['op']}"
         elastic.rank_failed(ctx.state, ctx, rank, "crash", text, "torch.fault.crash")
-        return True
-    for record in faults.active(ctx, "drop", rank):
-        faults.hit(ctx, record, f"{entry['op']} contribution dropped")
-        return True
-    for record in faults.active(ctx, "delay", rank):
-        faults.hit(ctx, record, f"{entry['op']} delayed {record['params']['delay']} ns")
-        entry["t_ns"] += int(record["params"]["delay"])
-    for record in faults.active(ctx, "corrupt", rank):
-        if not faults.corrupts(record, "contribution", entry["op"], entry["inputs"]):
-            continue
-        entry["inputs"][0], what = faults.flip_one_bit(ctx, record, entry["inputs"][0])
-        faults.hit(ctx, record, f"{entry['op']} contribution: {what}")
-    return False
+    return fate != "arrives"
 
 
 def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> bool:
@@ -154,26 +147,23 @@ def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Con
 
 
 def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
-    heal = faults.partition_heals_at(ctx, state["ops"][key]["members"])
-    if heal is None:
-        state["ops"][key]["held_by_partition"] = True
-        return  # split for ever: nobody completes (the hang detector names who waits)
-    record = state["ops"].pop(key)
+    record = state["ops"][key]
     members = record["members"]
     entries = [record["entries"][str(rank)] for rank in members]
-    disagreement = collectives.check_agreement(entries) or _list_error(entries, len(members))
-    if disagreement is not None:
-        _fail_mismatch(key, disagreement, ctx)
+    done = collectives.complete(entries, len(members), ctx.world.config["reduce_order"])
+    received = None if done.outputs is None else [done.outputs[entry["index"]] for entry in entries]
+    heal, received = faults.at_completion(ctx, members, entries, received)
+    if heal is None:
+        record["held_by_partition"] = True
+        return  # split for ever: nobody completes (the hang detector names who waits)
+    state["ops"].pop(key)
+    if done.disagreement is not None:
+        _fail_mismatch(key, done.disagreement, ctx)
         return
-    order = entries
-    if ctx.world.config["reduce_order"] == "arrival":
-        order = sorted(entries, key=lambda entry: (entry["t_ns"], entry["rank"]))
-    try:
-        received = collectives.outputs(order, len(members))
-    except ValueError as error:
+    if done.unsupported is not None or received is None:
         ctx.fail(
             "unsupported",
-            f"{collectives.describe(entries[0])}: {error}",
+            str(done.unsupported),
             "torch.collective.unsupported",
             node=f"r{entries[0]['rank']}",
         )
@@ -181,23 +171,9 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     entered_ns = [entry["t_ns"] for entry in entries]
     if heal is not False:  # a partition that heals: nobody's data crosses it before then
         entered_ns = [max(time, int(heal)) for time in entered_ns]
-    t_done = collective_done_ns(
-        ctx.world.fabric,
-        entries[0]["op"],
-        members,
-        entered_ns,
-        max(collectives.payload_bytes(entry) for entry in entries),
-    )
-    for entry in entries:
-        _finish(state, entry, received[entry["index"]], t_done, ctx)
+    t_done = collective_done_ns(ctx.world.fabric, entries[0]["op"], members, entered_ns, done.payload_bytes)
+    _finish(state, entries, received, t_done, ctx)
     state["completed"] += 1
-
-
-def _list_error(entries: list[dict[str, Any]], size: int) -> tuple[dict[str, Any], dict[str, Any]] | None:
-    message = collectives.list_shape_errors(entries, size)
-    if message is None:
-        return None
-    return {**entries[0], "problem": message}, entries[0]
 
 
 def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]], ctx: Context) -> None:
@@ -217,27 +193,22 @@ def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]]
 
 
 def _finish(
-    state: dict[str, Any], entry: dict[str, Any], outputs: list[Any], t_done: int, ctx: Context
+    state: dict[str, Any], entries: list[dict[str, Any]], received: list[list[Any]], t_done: int, ctx: Context
 ) -> None:
-    """Store what a rank receives; release it now if it already waits for it."""
-    rank = entry["rank"]
-    for record in faults.active(ctx, "corrupt", rank):
-        if faults.corrupts(record, "result", entry["op"], outputs):
-            outputs = list(outputs)
-            outputs[0], what = faults.flip_one_bit(ctx, record, outputs[0])
-            faults.hit(ctx, record, f"{entry['op']} result: {what}")
-    digests.note_result(state, entry, outputs, t_done, ctx)
-    state["results"][f"{rank}:{entry['id']}"] = {
-        "t_ns": t_done,
-        "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],
-    }
-    for flight in state["flight"][str(rank)]:
-        if flight["id"] == entry["id"]:
-            flight["state"] = "completed"
-            flight["t_done_ns"] = t_done
-    waiting = state["waiting"].get(str(rank))
-    if waiting is not None:
-        _try_release(state, rank, ctx)
+    """Store what each rank receives (after any result fault); release it now to a rank that waits."""
+    digests.note_results(state, entries, received, t_done, ctx)
+    for entry, outputs in zip(entries, received, strict=True):
+        rank = entry["rank"]
+        state["results"][f"{rank}:{entry['id']}"] = {
+            "t_ns": t_done,
+            "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],
+        }
+        for flight in state["flight"][str(rank)]:
+            if flight["id"] == entry["id"]:
+                flight["state"] = "completed"
+                flight["t_done_ns"] = t_done
+        if state["waiting"].get(str(rank)) is not None:
+            _try_release(state, rank, ctx)
 
 
 def _enter_point_to_point(
@@ -264,8 +235,9 @@ def _enter_point_to_point(
     t_done = point_to_point_done_ns(
         ctx.world.fabric, sender["rank"], receiver["rank"], max(sender["t_ns"], receiver["t_ns"]), nbytes
     )
-    _finish(state, sender, [], t_done, ctx)
-    _finish(state, receiver, list(sender["inputs"]), t_done, ctx)
+    _heal, received = faults.at_completion(ctx, None, [sender, receiver], [[], list(sender["inputs"])])
+    assert received is not None
+    _finish(state, [sender, receiver], received, t_done, ctx)
     state["completed"] += 1
 
 
@@ -301,8 +273,6 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
     del state["waiting"][str(rank)]
     results = {key.split(":")[1]: state["results"].pop(key) for key in keys}
     t_release = max([ctx.now, *(result["t_ns"] for result in results.values())])
-    from timetravel.torch.world.scenario import _driver
-
     state["deliveries"][str(rank)] = number = state["deliveries"].get(str(rank), 0) + 1
     message = {
         "kind": "result",
@@ -315,7 +285,7 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
     chain = state["received"].setdefault(str(rank), {})
     chain[str(number)] = xxhash.xxh3_64_hexdigest(chain.get(str(number - 1), "").encode() + pack(message))
     chain.pop(str(number - 2), None)
-    _driver(ctx).offer(rank, number, message)
+    state.setdefault(ORDERS_KEY, []).append(["release", rank, number, message])
     poll = {"incarnation": state["incarnation"], "delivery": number}
     ctx.deliver(t_release, f"r{rank}", "poll", poll)
 

@@ -1,7 +1,7 @@
 """Rank checkpoints, coordinator side: take, resume, measure and discard forked copies of ranks.
 
-The rank side is :mod:`timetravel.torch.rank.checkpoint`. Here, :class:`CheckpointKeeper` (one per
-coordinator process) owns every checkpoint process through a control socket each: a checkpoint
+The rank side is :mod:`timetravel.torch.rank.checkpoint`. Here, :class:`CheckpointKeeper` (one for
+the torch Sessions of a process, owned by world_source.py) owns every checkpoint process through a control socket each: a checkpoint
 lives exactly as long as its socket is open and its process answers, and dies with the zygote
 whatever happens to the coordinator. A :class:`RankCheckpoints` is the set taken at one moment of
 one run — a checkpoint per live rank, plus the ranks that had already ended — and is what the torch
@@ -208,20 +208,3 @@ def _cwd(driver: Any) -> str | None:
     may not be the one the checkpoint was forked in (torch/world_source.py)."""
     directory = getattr(driver, "workdir", None)
     return str(directory.path) if directory is not None else None
-
-
-_keeper: CheckpointKeeper | None = None
-
-
-def keeper() -> CheckpointKeeper:
-    global _keeper
-    if _keeper is None:
-        _keeper = CheckpointKeeper()
-    return _keeper
-
-
-def close_keeper() -> None:
-    global _keeper
-    if _keeper is not None:
-        _keeper.close()
-        _keeper = None

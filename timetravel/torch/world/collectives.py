@@ -9,6 +9,7 @@ in the order the World chose, what each rank receives. Rank-side code flattens t
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -64,6 +65,37 @@ def describe(entry: dict[str, Any]) -> str:
     if len(entry["inputs"]) > 4:
         shapes += f", … {len(entry['inputs'])} tensors"
     return f"{entry['op']}({detail}) {shapes}".rstrip()
+
+
+@dataclass(frozen=True)
+class Completion:
+    """What a collective's complete set of entries yields: each member's outputs (by group index), the
+    bytes the cost model moves, or why it cannot complete (``disagreement``: the odd and the usual
+    entry; ``unsupported``: one line)."""
+
+    outputs: dict[int, list[np.ndarray]] | None
+    payload_bytes: int = 0
+    disagreement: tuple[dict[str, Any], dict[str, Any]] | None = None
+    unsupported: str | None = None
+
+
+def complete(entries: list[dict[str, Any]], size: int, reduce_order: str) -> Completion:
+    """Check that the members agree, then compute what each receives, reducing in ``reduce_order``
+    (canonical: rank order; arrival: the order the contributions reached the reducer)."""
+    problem = list_shape_errors(entries, size)
+    disagreement = check_agreement(entries) or (
+        ({**entries[0], "problem": problem}, entries[0]) if problem else None
+    )
+    if disagreement is not None:
+        return Completion(None, disagreement=disagreement)
+    order = entries
+    if reduce_order == "arrival":
+        order = sorted(entries, key=lambda entry: (entry["t_ns"], entry["rank"]))
+    try:
+        received = outputs(order, size)
+    except ValueError as error:
+        return Completion(None, unsupported=f"{describe(entries[0])}: {error}")
+    return Completion(received, max(payload_bytes(entry) for entry in entries))
 
 
 def outputs(entries_in_order: list[dict[str, Any]], size: int) -> dict[int, list[np.ndarray]]:

@@ -72,6 +72,18 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
         }
 
 
+def note_results(
+    state: dict[str, Any],
+    entries: list[dict[str, Any]],
+    received: list[list[np.ndarray]],
+    t_done: int,
+    ctx: Context,
+) -> None:
+    """A collective completed at ``t_done``: each entry's rank receives its ``received`` outputs."""
+    for entry, outputs in zip(entries, received, strict=True):
+        note_result(state, entry, outputs, t_done, ctx)
+
+
 def note_result(
     state: dict[str, Any], entry: dict[str, Any], outputs: list[np.ndarray], t_done: int, ctx: Context
 ) -> None:

@@ -1,14 +1,15 @@
-"""The second kind of world source: rank processes that run the user's code (coordinator side).
+"""The live rank processes of one world's execution, and the zygote they are forked from (coordinator side).
 
-The World is data; the ranks' Python stacks are not. :class:`RankDriver` is the one small interface
-that owns them — ``start``, ``receive`` (a rank's next call to the World), ``send`` (a collective's
-result), ``stop`` — and the torch scenario's handlers are its only users. Ranks are forked by the
-:mod:`zygote` (one per coordinator process, reused across runs) and connect back over a Unix socket
-in a private temporary folder. Everything here is bounded: start-up and every receive have a wall
-timeout (a rank that never calls the World again is ``stuck``), and ``stop`` kills every rank.
+The World is data; the ranks' Python stacks are not. A :class:`RankDriver` holds one execution's
+rank processes — ``spawn`` (forked by the :class:`Zygote`), ``receive`` (a rank's next call to the
+World), ``offer``/``deliver`` (a collective's result), ``kill``, ``restart``, ``stop`` — and is owned
+by a :class:`~timetravel.torch.world.host.RankHost`, which a run's Simulation or a torch Session's
+world source owns in turn. Ranks connect back over a Unix socket in a private temporary folder.
+Everything here is bounded: start-up and every receive have a wall timeout (a rank that never calls
+the World again is ``stuck``), and ``stop`` kills every rank.
 
-Only one driver is live per process (the kernel runs one simulation at a time); building a new torch
-world stops the previous one, and an ``atexit`` hook stops the last.
+The zygote is a process-wide resource, not run state: one per coordinator process (it imports torch
+once, ~2 s), started on first use and reused by every run and Session; it dies with the process.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import socket
 import subprocess
 import sys
 import tempfile
-from collections.abc import Callable
+import weakref
 from typing import Any, TextIO
 
 from timetravel.torch.protocol import arrays
@@ -42,11 +43,15 @@ class RankStuck(TimeoutError):
 
 
 class Zygote:
-    """``python -m timetravel.torch.rank.zygote``: imports torch once, forks ranks on request."""
+    """``python -P -m timetravel.torch.rank.zygote``: imports torch once, forks ranks on request.
+
+    ``-P``: the working directory is not put on ``sys.path`` (a folder holding another ``timetravel``
+    checkout or a module named like one of torch's would otherwise shadow them); a rank puts its
+    script's folder there, as ``torchrun`` does."""
 
     def __init__(self) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, "-m", "timetravel.torch.rank.zygote"],
+            [sys.executable, "-P", "-m", "timetravel.torch.rank.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
@@ -87,74 +92,17 @@ class Zygote:
             self.process.wait(timeout=5)
 
 
-_zygote: Zygote | None = None
-_live: list[RankDriver] = []
-"""The live drivers, least recently started first: one per world that has ranks. A run has one; a
-Session may execute two worlds in turn (a divergence search steps two branches side by side)."""
-LIVE_DRIVERS_MAX = 4
-on_evict: list[Callable[[RankDriver], None]] = []
-"""Called with a driver about to be stopped to make room (the torch world source checkpoints its
-ranks first, so its world resumes them when it runs again)."""
-in_session = [False]
-"""Set while a torch Session is open (its world source: torch/world_source.py): a new run then leaves
-the other drivers alone (a Session's cursor and its checkpoints' working directories live on)."""
+_zygote: list[Zygote] = []
+"""The process's zygote (at most one; see the module docstring)."""
+_live_drivers: weakref.WeakSet[RankDriver] = weakref.WeakSet()
+"""Every driver not stopped yet, for the exit hook only (their hosts stop them in every other case)."""
 
 
 def zygote() -> Zygote:
-    global _zygote
-    if _zygote is None or not _zygote.alive():
-        _zygote = Zygote()
-    return _zygote
-
-
-def active() -> RankDriver | None:
-    """The most recently started live driver."""
-    return _live[-1] if _live else None
-
-
-def _stop_unreachable() -> None:
-    """Stop the drivers whose World nothing but the driver holds any more (a Session's previous
-    cursor, a finished search's copy): nobody can run them again, so keeping their ranks — or
-    checkpointing them to make room — is waste."""
-    for live in list(_live):
-        if live.world is not None and sys.getrefcount(live.world) <= _ONLY_THE_DRIVER_REFERENCES:
-            live.stop()
-
-
-_ONLY_THE_DRIVER_REFERENCES = 2
-"""``sys.getrefcount`` of a world held only by ``driver.world``: that attribute and the call's argument."""
-
-
-def workdir_in_use(directory: Any) -> bool:
-    """Whether a live driver's ranks run in ``directory`` (one live execution per directory)."""
-    return any(live.workdir is directory for live in _live)
-
-
-def driver_for(world: Any) -> RankDriver | None:
-    """The live driver whose ranks belong to ``world`` (by identity)."""
-    for live in _live:
-        if live.world is world:
-            return live
-    return None
-
-
-_attachments: dict[int, tuple[Any, Callable[[], RankDriver]]] = {}
-"""World id -> (the world, how to bring up its ranks): registered by the torch world source for a
-world whose ranks must come from a checkpoint; consumed when a handler first needs them."""
-ATTACHMENTS_MAX = 256
-
-
-def attach(world: Any, bring_up: Callable[[], RankDriver]) -> None:
-    if len(_attachments) >= ATTACHMENTS_MAX:
-        _attachments.pop(next(iter(_attachments)))
-    _attachments[id(world)] = (world, bring_up)
-
-
-def take_attachment(world: Any) -> Callable[[], RankDriver] | None:
-    entry = _attachments.pop(id(world), None)
-    if entry is None or entry[0] is not world:
-        return None
-    return entry[1]
+    """The process's zygote, started on first use (again if it died)."""
+    if not _zygote or not _zygote[0].alive():
+        _zygote[:] = [Zygote()]
+    return _zygote[0]
 
 
 class RankDriver:
@@ -165,12 +113,13 @@ class RankDriver:
         self.output = output
         self.stuck_timeout_s = stuck_timeout_s
         self.workdir: Any = None
-        """The ranks' private working directory (torch/workdir.py): closed with the driver, unless a
-        Session's checkpoints still need it (the torch world source closes it then)."""
-        self.world: Any = None
-        """The World this driver's ranks belong to (compared by identity, and held so that no other
-        world can take its ``id``: a freed world's id reused by a restored one once handed the
-        restored world ranks 2 events ahead of it)."""
+        """The ranks' private working directory (world/workdir.py): closed with the driver when it
+        ``owns_workdir``; a Session's checkpoints may still need it (the world source closes it then)."""
+        self.owns_workdir = True
+        self.host: Any = None
+        """The RankHost that started this driver (it forgets the driver when it stops)."""
+        self.world_ref: weakref.ref[Any] | None = None
+        """The World this driver's ranks belong to, held weakly (:attr:`world`)."""
         self.pids: dict[int, int] = {}
         self.sockets: dict[int, socket.socket] = {}
         self.delivered: dict[int, int] = {}
@@ -185,18 +134,15 @@ class RankDriver:
         self.listener.bind(self.address)
         self.listener.listen(len(specs))
 
-    def start(self, spawn: bool = True) -> None:
-        """Become a live driver (the oldest stops past LIVE_DRIVERS_MAX); ``spawn=False`` for
-        ranks resumed from checkpoints instead."""
-        _stop_unreachable()
-        while len(_live) >= LIVE_DRIVERS_MAX:
-            oldest = _live[0]
-            for hook in on_evict:
-                hook(oldest)
-            oldest.stop()
-        _live.append(self)
-        if spawn:
-            self._spawn()
+    @property
+    def world(self) -> Any:
+        """The World this driver's ranks belong to (compared by identity; held weakly: a world
+        nothing else holds can never run again, and its host then stops this driver). None once stopped."""
+        return self.world_ref() if self.world_ref is not None else None
+
+    def bind(self, world: Any) -> None:
+        self.world_ref = weakref.ref(world)
+        _live_drivers.add(self)
 
     def accept_resumed(self, ranks: list[int], token: int) -> None:
         """Take the channels of ranks resumed from checkpoint set ``token`` (checkpoints.py)."""
@@ -288,6 +234,21 @@ class RankDriver:
             raise self._stuck(rank)
         return self.inboxes.take(rank)
 
+    def receive_until_blocked(self, rank: int) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """The rank's next messages up to the one that blocks it (a wait, its exit), its output shown
+        here and left out, and how it ended if it did first: ChannelClosed (it died), ProtocolError
+        (a malformed message) or RankStuck (past the watchdog). Meanwhile every channel is read."""
+        messages, ended = self.inboxes.take_until_blocked(rank, self.sockets, self.stuck_timeout_s)
+        kept = []
+        for message in messages:
+            if message.get("kind") == "output":
+                self.emit(rank, message["stream"], message["lines"])
+            else:
+                kept.append(message)
+        if isinstance(ended, TimeoutError) and not isinstance(ended, RankStuck):
+            ended = self._stuck(rank)
+        return kept, ended
+
     def _stuck(self, rank: int) -> RankStuck:
         return RankStuck(f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World")
 
@@ -342,33 +303,22 @@ class RankDriver:
         with contextlib.suppress(OSError):
             self.listener.close()
         shutil.rmtree(self.folder, ignore_errors=True)
-        if self.workdir is not None and not in_session[0]:
-            self.workdir.close()
-        self.world = None
-        if self in _live:
-            _live.remove(self)
-
-
-def stop_active() -> None:
-    """Stop every live driver (a run is over, or a new one starts outside any Session)."""
-    for live in list(_live):
-        live.stop()
-
-
-def stop_world(world: Any) -> None:
-    """Stop the driver of ``world`` (its run ended)."""
-    live = driver_for(world)
-    if live is not None:
-        live.stop()
+        if self.workdir is not None:
+            self.workdir.in_use = False
+            if self.owns_workdir:
+                self.workdir.close()
+        self.world_ref = None
+        _live_drivers.discard(self)
+        if self.host is not None:
+            self.host.forget(self)
 
 
 def _stop_everything() -> None:
-    stop_active()
-    from timetravel.torch.world.checkpoints import close_keeper
-
-    close_keeper()
-    if _zygote is not None:
-        _zygote.close()
+    """At exit: every driver still live, the zygote. (Ranks and the zygote also die with this process.)"""
+    for live in list(_live_drivers):
+        live.stop()
+    for process in _zygote:
+        process.close()
 
 
 atexit.register(_stop_everything)

@@ -3,8 +3,8 @@
 torchrun's agent, on any worker failure, stops all workers and starts them again with
 ``TORCHELASTIC_RESTART_COUNT`` incremented, up to ``--max-restarts`` times; the script resumes from
 its own checkpoint files. Here the ``c10d`` node does the same in the World: it forgets the
-collectives of the failed incarnation, asks the driver for fresh rank processes, and sends every rank
-node a ``restart`` event ``restart_delay`` later. Events of an older incarnation still in the queue
+collectives of the failed incarnation, orders fresh rank processes (as data: the host carries it out
+after the handler), and sends every rank node a ``restart`` event ``restart_delay`` later. Events of an older incarnation still in the queue
 carry its number and are ignored, so nothing of the dead ranks reaches the new ones.
 """
 
@@ -14,6 +14,7 @@ from typing import Any
 
 from timetravel.sim.context import Context
 from timetravel.torch.world import resume
+from timetravel.torch.world.orders import order
 
 RESTARTABLE_KINDS = ("crash", "exception")
 """What torchelastic restarts on: a worker that died or exited non-zero (a raised exception)."""
@@ -32,10 +33,9 @@ def rank_failed(
 
 
 def restart(state: dict[str, Any], ctx: Context, reason: str) -> None:
-    from timetravel.torch.world.scenario import _driver, rank_specs
-
-    live = _driver(ctx)
-    _settle(state, ctx, live)
+    """Forget the failed incarnation's collectives, order fresh rank processes (carried out after the
+    handler: every surviving rank settles at its next wait, then all are forked anew; host.py) and
+    send every rank node a ``restart`` event ``restart_delay`` later."""
     state["restarts"] += 1
     state["incarnation"] += 1
     for key in ("ops", "results", "waiting", "exited", "steps", "delivering"):
@@ -43,27 +43,10 @@ def restart(state: dict[str, Any], ctx: Context, reason: str) -> None:
     state["flight"] = {str(rank): [] for rank in range(state["ranks"])}
     resume.forget(state)
     ctx.log(f"restart {state['restarts']} of {ctx.world.config['max_restarts']}: {reason}")
-    live.restart(rank_specs(ctx.world.config, ctx.world.seed, state["restarts"], cwd=live.workdir.path))
+    order(state, "restart")
     t_ns = ctx.now + ctx.world.config["restart_delay"]
     for rank in range(state["ranks"]):
         ctx.deliver(t_ns, f"r{rank}", "restart", state["incarnation"])
-
-
-def _settle(state: dict[str, Any], ctx: Context, live: Any) -> None:
-    """Before the restart kills them: every surviving rank runs to its next wait on the World.
-
-    A rank whose collective completed has its result (as soon as the World released it) and runs
-    on in wall time — it may be halfway through ``torch.save`` when the restart kills it, and what
-    the restarted ranks then read would depend on the machine's timing. Here each rank is handed every
-    result the World released to it and runs until it blocks again (a wait, its exit or its death),
-    so the files a restart finds are the same on every run, under a Session or not.
-    What such a rank sends after its result is dropped with its incarnation; its output is shown."""
-    for rank in range(state["ranks"]):
-        offered = int(state["deliveries"].get(str(rank), 0))
-        if rank not in live.sockets or offered <= int(ctx.world.nodes[f"r{rank}"]["delivered"]):
-            continue  # gone, or its poll took its last result and it ran to its wait then: blocked
-        live.deliver(rank, offered)
-        live.run_to_next_wait(rank)
 
 
 def current(state: dict[str, Any], message: dict[str, Any]) -> bool:

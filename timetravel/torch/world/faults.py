@@ -149,6 +149,52 @@ def corrupts(record: dict[str, Any], side: str, op: str, tensors: list[Any]) -> 
     return bool(tensors[0].size >= params["numel_min"])
 
 
+def at_entry(ctx: Context, entry: dict[str, Any]) -> tuple[str, dict[str, Any] | None]:
+    """Apply the faults acting on this rank's entry now, in kind order: ``crash`` (its process is
+    killed: ``("crashed", record)``), ``drop`` (it never arrives: ``("dropped", record)``), ``delay``
+    (``entry['t_ns']`` later) and ``corrupt`` of its contribution (one bit of ``entry['inputs'][0]``);
+    ``("arrives", None)`` otherwise."""
+    rank = entry["rank"]
+    for record in active(ctx, "crash", rank):
+        hit(ctx, record, f"killed at {entry['op']}")
+        return "crashed", record
+    for record in active(ctx, "drop", rank):
+        hit(ctx, record, f"{entry['op']} contribution dropped")
+        return "dropped", record
+    for record in active(ctx, "delay", rank):
+        hit(ctx, record, f"{entry['op']} delayed {record['params']['delay']} ns")
+        entry["t_ns"] += int(record["params"]["delay"])
+    for record in active(ctx, "corrupt", rank):
+        if not corrupts(record, "contribution", entry["op"], entry["inputs"]):
+            continue
+        entry["inputs"][0], what = flip_one_bit(ctx, record, entry["inputs"][0])
+        hit(ctx, record, f"{entry['op']} contribution: {what}")
+    return "arrives", None
+
+
+def at_completion(
+    ctx: Context,
+    members: list[int] | None,
+    entries: list[dict[str, Any]],
+    received: list[list[np.ndarray]] | None,
+) -> tuple[int | bool | None, list[list[np.ndarray]] | None]:
+    """At a collective's completion: whether a partition holds it (``members``; None for a send/recv
+    pair, which no partition holds) — False: none, an int: held until then, None: for ever — and
+    each entry's ``received`` outputs after the ``corrupt`` faults on the result side of its rank."""
+    heal = partition_heals_at(ctx, members) if members is not None else False
+    if heal is None or received is None:
+        return heal, received
+    corrupted = []
+    for entry, outputs in zip(entries, received, strict=True):
+        for record in active(ctx, "corrupt", entry["rank"]):
+            if corrupts(record, "result", entry["op"], outputs):
+                outputs = list(outputs)
+                outputs[0], what = flip_one_bit(ctx, record, outputs[0])
+                hit(ctx, record, f"{entry['op']} result: {what}")
+        corrupted.append(outputs)
+    return heal, corrupted
+
+
 def partition_heals_at(ctx: Context, members: list[int]) -> int | bool | None:
     """False if no partition splits ``members`` now; else the heal time (None: never)."""
     for record in ctx.world.faults:

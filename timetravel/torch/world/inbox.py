@@ -29,6 +29,10 @@ BLOCKING_KINDS = ("wait", "exit")
 result) and ``exit`` (its script ended; it lingers until the coordinator closes its channel)."""
 
 
+MESSAGES_PER_POLL_MAX = 1 << 20
+"""Messages one poll reads before the rank must block (metrics and output lines between two calls)."""
+
+
 class Inboxes:
     """Per rank: the messages read from its channel that no poll has taken yet; see the module docstring."""
 
@@ -49,6 +53,27 @@ class Inboxes:
             raise entry
         message: dict[str, Any] = entry
         return message
+
+    def take_until_blocked(
+        self, rank: int, sockets: dict[int, socket.socket], timeout_s: float
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """The rank's next messages, up to the first that blocks it (a wait, its exit), and how the
+        channel ended if it did first (ChannelClosed, ProtocolError; a ``TimeoutError`` when
+        ``timeout_s`` wall seconds pass without its next message). At most MESSAGES_PER_POLL_MAX."""
+        taken: list[dict[str, Any]] = []
+        while len(taken) < MESSAGES_PER_POLL_MAX:
+            if not self.wait_for(rank, sockets, timeout_s):
+                return taken, TimeoutError(rank)
+            try:
+                message = self.take(rank)
+            except (ChannelClosed, ProtocolError) as error:
+                return taken, error
+            taken.append(message)
+            if message.get("kind") in BLOCKING_KINDS:
+                return taken, None
+        return taken, ProtocolError(
+            f"r{rank} sent {MESSAGES_PER_POLL_MAX} messages without waiting on the World"
+        )
 
     def messages(self, rank: int) -> list[dict[str, Any]]:
         """The queued messages of a rank (a checkpoint keeps them for the ranks resumed from it)."""

@@ -7,22 +7,22 @@ batches and the first **module** whose output or gradient went non-finite.
 * :func:`failure_site` reads the first three from the stored recording (no execution): the rank is
   the failure's node; the step is the one in progress on that rank (the steps it completed, from
   ``nodes/c10d/steps_checked`` and the step reports ``c10d`` still holds, + 1; a divergence names
-  its own step); the indices are ``nodes/rN/batch`` (torch/rank_batches.py) when that rank's
+  its own step); the indices are ``nodes/rN/batch`` (torch/rank/batches.py) when that rank's
   DataLoader recorded them for that step.
-* :func:`probing` is the side channel of the fourth: while it is active, the rank it names gets
-  the read-only hooks of torch/rank_probe.py for step S and posts one ``probe`` message;
-  ``scenario.on_poll`` hands it to :func:`note` and never to the World (no event, no state: the
-  re-executed events match the recorded hash chain). The caller (explore/explain_torch.py) runs
-  the re-execution itself, from one of two starts:
+* :class:`Probe` is the side channel of the fourth: while :func:`probing` puts one on the host that
+  runs a re-execution, the rank it names gets the read-only hooks of torch/rank/probe.py for step S
+  and posts one ``probe`` message; the rank node's poll (ranks.py) hands it to :meth:`Probe.note`
+  and never to the World (no event, no state: the re-executed events match the recorded hash
+  chain). The caller (explore/explain_torch.py) runs the re-execution itself, from one of two starts:
 
   - **a snapshot before the step** (``probing(..., world=W)``): W is the re-executed world; when
     the torch world source resumes W's ranks from a checkpoint (or rebuilds them, as a seek does)
-    it calls :func:`on_resume` before handing them anything, which asks the waiting rank to install
-    the hooks (``{"kind": "probe"}``, torch/channel.py). A process that may be inside step S
-    already refuses, and says so in its ``probe`` message. W's ranks are never kept as checkpoints
-    (:func:`is_probed`), so no later seek resumes a probed process;
-  - **#0**: the rank starts with ``settings["probe"] = {"step": S}`` (:func:`settings_for`, read
-    by ``scenario.rank_specs``), a fresh process that read its settings.
+    it calls :meth:`Probe.on_resume` before handing them anything, which asks the waiting rank to
+    install the hooks (``{"kind": "probe"}``, torch/rank/channel.py). A process that may be inside
+    step S already refuses, and says so in its ``probe`` message. W's ranks are never kept as
+    checkpoints (:meth:`Probe.is_probed`), so no later seek resumes a probed process;
+  - **#0**: the rank starts with ``settings["probe"] = {"step": S}`` (:meth:`Probe.start_settings`,
+    read by the host when it makes the rank specs), a fresh process that read its settings.
 """
 
 from __future__ import annotations
@@ -31,100 +31,88 @@ import contextlib
 from collections.abc import Iterator
 from typing import Any
 
+from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
+from timetravel.torch.world.recorded_script import torch_missing_message
+from timetravel.torch.world.specs import script_to_run
 
 PROBE_SETTING = "probe"
-_requested: dict[int, int] = {}
-"""Rank -> the optimizer step its probe watches (empty outside :func:`probing`)."""
-_findings: dict[int, dict[str, Any]] = {}
-"""Rank -> its ``probe`` message's finding, while probing (the first message per rank only)."""
-_target: list[World] = []
-"""The world whose resumed ranks get the probe (empty: the probe starts at #0, by settings)."""
-_asked: set[int] = set()
-"""Ranks of the target world asked to install the probe (once: a second resume is not probed)."""
+
+
+class Probe:
+    """One probe request while it runs: rank ``rank`` gets the hooks for optimizer step ``step`` —
+    when ``world``'s ranks are resumed (:meth:`on_resume`), or, without ``world``, when it starts
+    (:meth:`start_settings`). Held by the host that runs the re-execution (``RankHost.probe``)."""
+
+    def __init__(self, rank: int, step: int, world: World | None = None) -> None:
+        self.rank = rank
+        self.step = step
+        self.world = world
+        self.findings: dict[int, dict[str, Any]] = {}
+        """Rank -> its ``probe`` message's finding (the first message per rank only)."""
+        self.asked = False
+        """Whether the probed rank of ``world`` was asked to install the hooks (once: a second
+        resume is not probed)."""
+
+    def start_settings(self) -> dict[int, dict[str, Any]]:
+        """The extra settings ranks start with (a probe from #0; never while a probe starts from a
+        snapshot, whose rebuilds start ranks that are kept)."""
+        return {self.rank: {PROBE_SETTING: {"step": self.step}}} if self.world is None else {}
+
+    def is_probed(self, world: World) -> bool:
+        """Whether ``world`` is the one this probe re-executes (its ranks must not become checkpoints)."""
+        return self.world is not None and self.world is world
+
+    def on_resume(self, world: World, live: Any) -> None:
+        """``world``'s ranks were resumed into ``live`` and handed nothing yet: if it is the probed
+        world, ask the probed rank, blocked in its wait, to install the hooks."""
+        if not self.is_probed(world) or self.asked:
+            return
+        self.asked = True
+        if self.rank in live.sockets:
+            live.send(self.rank, {"kind": "probe", "step": self.step})
+        else:
+            self.findings[self.rank] = {
+                "step": self.step,
+                "finding": None,
+                "calls": 0,
+                "refused": "its process had ended",
+            }
+
+    def note(self, rank: int, message: dict[str, Any]) -> None:
+        """A rank's ``probe`` message (from the rank node's poll): kept only when it answers this
+        probe (a checkpoint of a probed rank resumed later, outside the probe, is ignored)."""
+        if rank != self.rank or message.get("step") != self.step or rank in self.findings:
+            return
+        finding = message.get("finding")
+        self.findings[rank] = {
+            "step": int(message["step"]),
+            "finding": dict(finding) if isinstance(finding, dict) else None,
+            "calls": int(message.get("calls", 0)),
+            "refused": str(message["refused"]) if message.get("refused") else None,
+        }
 
 
 @contextlib.contextmanager
-def probing(rank: int, step: int, world: World | None = None) -> Iterator[dict[int, dict[str, Any]]]:
-    """While active, rank ``rank`` gets a probe of step ``step`` — when ``world``'s ranks are
-    resumed (:func:`on_resume`), or, without ``world``, when it starts; yields the findings by rank."""
-    _requested.clear()
-    _findings.clear()
-    _target.clear()
-    _asked.clear()
-    _requested[rank] = step
-    if world is not None:
-        _target.append(world)
+def probing(
+    host: Any, rank: int, step: int, world: World | None = None
+) -> Iterator[dict[int, dict[str, Any]]]:
+    """While active, ``host``'s re-execution probes ``rank`` in ``step``; yields the findings by rank."""
+    assert host.probe is None, "one probe at a time per host"
+    probe = Probe(rank, step, world)
+    host.probe = probe
     try:
-        yield _findings
+        yield probe.findings
     finally:
-        _requested.clear()
-        _target.clear()
-        _asked.clear()
+        host.probe = None
 
 
-def settings_for(rank: int) -> dict[str, Any]:
-    """The extra rank settings a rank starts with (a probe from #0, while :func:`probing` names it;
-    never while a probe starts from a snapshot, whose rebuilds start ranks that are kept)."""
-    step = _requested.get(rank)
-    return {PROBE_SETTING: {"step": step}} if step is not None and not _target else {}
-
-
-def is_probed(world: World) -> bool:
-    """Whether ``world`` is the one a probe re-executes (its ranks must not become checkpoints)."""
-    return any(target is world for target in _target)
-
-
-def on_resume(world: World, live: Any) -> None:
-    """The torch world source resumed ``world``'s ranks into ``live`` and has handed them nothing
-    yet: if it is the probed world, ask the probed rank, blocked in its wait, to install the hooks."""
-    if not is_probed(world):
-        return
-    for rank, step in _requested.items():
-        if rank in _asked:
-            continue
-        _asked.add(rank)
-        if rank in live.sockets:
-            live.send(rank, {"kind": "probe", "step": step})
-        else:
-            _findings[rank] = {"step": step, "finding": None, "calls": 0, "refused": "its process had ended"}
-
-
-def end_probe(world: World) -> None:
-    """Stop the probed world's ranks and remove their working directory unless checkpoints share it:
-    no checkpoint holds the probed processes, so nothing else will resume them or read it."""
-    from timetravel.torch.world import driver, world_source
-
-    live = driver.driver_for(world)
-    driver.stop_world(world)
-    shared = world_source._SHARED.directories
-    if live is not None and live.workdir is not None and all(d is not live.workdir for d in shared):
-        live.workdir.close()
-
-
-def note(rank: int, message: dict[str, Any]) -> None:
-    """A rank's ``probe`` message (from ``scenario.on_poll``): kept only when it answers the probe
-    asked (a checkpoint of a probed rank resumed later, outside :func:`probing`, is ignored)."""
-    if _requested.get(rank) != message.get("step") or rank in _findings:
-        return
-    finding = message.get("finding")
-    _findings[rank] = {
-        "step": int(message["step"]),
-        "finding": dict(finding) if isinstance(finding, dict) else None,
-        "calls": int(message.get("calls", 0)),
-        "refused": str(message["refused"]) if message.get("refused") else None,
-    }
-
-
-def execution_refusal(config: dict[str, Any]) -> str | None:
+def execution_refusal(config: dict[str, Any], launch: Launch) -> str | None:
     """Why this recording's ranks may not start here (no ``--script``, a function target, no
     torch), in one line; None when they may."""
-    from timetravel.torch.world import scenario
-    from timetravel.torch.world.recorded_script import torch_missing_message
-
     try:
-        scenario._check_script(config)
+        script_to_run(config, launch)
     except ConfigError as error:  # NotAuthorizedError is one
         return str(error)
     return torch_missing_message()
@@ -174,14 +162,10 @@ def failure_site(world: World, failure: dict[str, Any]) -> dict[str, Any] | None
 
 __all__ = [
     "PROBE_SETTING",
-    "end_probe",
+    "Probe",
     "execution_refusal",
     "failure_site",
-    "is_probed",
-    "note",
-    "on_resume",
     "probing",
     "rank_number",
-    "settings_for",
     "steps_completed",
 ]

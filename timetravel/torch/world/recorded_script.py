@@ -8,10 +8,11 @@ the command line (``--script PATH``), its digest must be the recorded one (or th
 ``--allow-changed-script``; ``rerun`` is about today's code and runs a changed script on purpose),
 and the ranks then run the user's file instead of the recorded path, which may not exist here.
 
-The recorded config is never changed (it is part of the World's hash): the override lives in
-:data:`timetravel.torch.world.scenario.script_paths`, consulted where a rank is started. A recording
-opened without ``--script`` registers a one-line refusal in ``script_refusals`` instead, so that
-the first attempt to execute says what to pass rather than "not named on the command line".
+The recorded config is never changed (it is part of the World's hash): the override lives in the
+Session's :class:`~timetravel.sim.launch.Launch` (``script_files``), consulted where a rank is
+started (specs.py ``script_to_run``). A recording opened without ``--script`` gets a one-line
+refusal in its launch instead, so that the first attempt to execute says what to pass rather than
+"not named on the command line".
 
 This module does not import torch: the command line uses it on machines that have none.
 """
@@ -23,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError
-from timetravel.torch.world import scenario
+from timetravel.torch.world.specs import C10D_NODE, check_script_file, resolved, script_digest
 
 ALLOW_CHANGED_FLAG = "--allow-changed-script"
 DIGEST_SHOWN_CHARS = 12
@@ -80,53 +82,50 @@ def refusal_message(config: dict[str, Any], recorded_sha256: str) -> str:
 
 
 def _recorded_key(config: dict[str, Any]) -> str:
-    return str(Path(str(config.get("script", ""))).resolve())
+    return resolved(str(config.get("script", "")))
 
 
-def refuse_execution(config: dict[str, Any], recorded_sha256: str, message: str = "") -> str:
-    """Remember that this recording's script may not run here (not named, or no torch): any attempt
-    to start its ranks raises the one-line ``message`` (default: what to pass). Returns that line (a
-    command that always executes raises it at once)."""
+def refuse_execution(
+    launch: Launch, config: dict[str, Any], recorded_sha256: str, message: str = ""
+) -> Launch:
+    """``launch`` with this recording's script refused: any attempt to start its ranks raises the
+    one-line ``message`` (default: what to pass). A function target refuses by itself (it was never
+    named in this process)."""
     message = message or refusal_message(config, recorded_sha256)
     if config.get("script") and not config.get("function"):
-        scenario.script_refusals[_recorded_key(config)] = message
-    return message
+        return launch.with_refusal(_recorded_key(config), message)
+    return launch
 
 
 def authorize_recorded_script(
-    config: dict[str, Any], recorded_sha256: str, script_path: str, *, allow_changed: bool = False
-) -> RecordedScript:
-    """Let the ranks of the recording with ``config`` run ``script_path``, the file the user named.
-
-    Raises a one-line error when the recording is not of a script, the file is not a ``.py`` file,
-    or its sha256 differs from the recorded one and ``allow_changed`` is false."""
+    launch: Launch,
+    config: dict[str, Any],
+    recorded_sha256: str,
+    script_path: str,
+    *,
+    allow_changed: bool = False,
+) -> tuple[Launch, RecordedScript]:
+    """``launch`` letting the ranks of the recording with ``config`` run ``script_path``, the file the
+    user named, and what was named. Raises a one-line error when the recording is not of a script,
+    the file is not a ``.py`` file, or its sha256 differs from the recorded one and ``allow_changed``
+    is false."""
     if config.get("function"):
         raise NotAuthorizedError(refusal_message(config, recorded_sha256))
     if not config.get("script"):
         raise ConfigError("the recording names no torch script to run")
-    path = Path(script_path)
-    if not path.is_file():
-        raise ConfigError(f"--script {script_path!r} is not a file")
-    if path.suffix != ".py":
-        raise ConfigError(f"--script {script_path!r} is not a Python file (.py)")
-    if path.stat().st_size > scenario.SCRIPT_BYTES_MAX:
-        raise ConfigError(f"--script {script_path!r} is larger than {scenario.SCRIPT_BYTES_MAX} bytes")
+    check_script_file(Path(script_path), script_path, "--script")
     named = RecordedScript(
         recorded_path=str(config["script"]),
         user_path=script_path,
         recorded_sha256=recorded_sha256,
-        sha256=scenario.script_digest(script_path),
+        sha256=script_digest(script_path),
     )
     if named.changed and not allow_changed:
         raise ScriptChangedError(
             f"the script changed since the recording (recorded sha256 {_short(recorded_sha256)}, "
             f"{script_path} is {_short(named.sha256)}): pass {ALLOW_CHANGED_FLAG} to run it anyway"
         )
-    key = _recorded_key(config)
-    scenario.authorize_script(script_path)
-    scenario.script_refusals.pop(key, None)
-    scenario.script_paths[key] = str(path.resolve())
-    return named
+    return launch.with_script_file(_recorded_key(config), resolved(script_path)), named
 
 
 def torch_missing_message() -> str | None:
@@ -140,21 +139,33 @@ def torch_missing_message() -> str | None:
     )
 
 
+def name_script(session: Any, script_path: str, *, allow_changed: bool = False) -> RecordedScript:
+    """From Python: let ``session`` (a torch recording) re-execute ``script_path``, the file you name;
+    its sha256 must be the recorded one unless ``allow_changed``. The permission lives in
+    ``session.launch`` (sim/launch.py) — no other session or process gets it."""
+    c10d_state = session.snapshot_world(0).nodes[C10D_NODE]
+    session.launch, named = authorize_recorded_script(
+        session.launch,
+        session.header["config"],
+        recorded_digest(c10d_state),
+        script_path,
+        allow_changed=allow_changed,
+    )
+    return named
+
+
 def authorize_for_session(session: Any, script_path: str) -> RecordedScript:
     """What a repro's pytest calls: run today's ``script_path`` for the recording ``session`` opened
     (a changed script is the point of a regression test: it passes once the bug is fixed)."""
-    c10d_state = session.snapshot_world(0).nodes[scenario.C10D_NODE]
-    return authorize_recorded_script(
-        session.header["config"], recorded_digest(c10d_state), script_path, allow_changed=True
-    )
+    return name_script(session, script_path, allow_changed=True)
 
 
-def repro_setup(config: dict[str, Any]) -> tuple[str, str]:
+def repro_setup(config: dict[str, Any], launch: Launch) -> tuple[str, str]:
     """The repro pytest's lines for a torch recording: the module-level ``SCRIPT`` (the file the
     user named with --script when minimizing, else the recorded path) and the call that lets the
     test run it (the ``Scenario.repro_setup`` hook)."""
     recorded = str(config.get("script", ""))
-    named = scenario.script_paths.get(str(Path(recorded).resolve()), recorded) if recorded else ""
+    named = (launch.file_for(resolved(recorded)) or recorded) if recorded else ""
     module_lines = (
         "from timetravel.torch.world.recorded_script import authorize_for_session\n\n"
         f"SCRIPT = {str(Path(named).resolve())!r}\n"

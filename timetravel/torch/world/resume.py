@@ -36,6 +36,7 @@ import xxhash
 
 from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack
+from timetravel.sim.launch import Launch
 from timetravel.sim.world import World
 
 RESUME_STEPS_MAX = 65_536
@@ -116,7 +117,7 @@ def check(world: World, ctx: Context) -> None:
     if not any(history["count"] for history in state.get("resume", {}).values()):
         ctx.log("resume_mismatch: nothing to compare (no optimizer step after the restart)")
         return
-    reference = reference_run(world)
+    reference = reference_run(world, ctx.processes.launch)
     if reference["failure"] is not None:
         ctx.log(f"resume_mismatch: not checked (the run without the crash failed: {reference['failure']})")
         return
@@ -139,8 +140,9 @@ def reference_config(world: World) -> dict[str, Any]:
     return config
 
 
-def reference_run(world: World) -> dict[str, Any]:
-    """Run (or recall) the reference: its failure (None when it passed) and its step history."""
+def reference_run(world: World, launch: Launch) -> dict[str, Any]:
+    """Run (or recall) the reference: its failure (None when it passed) and its step history. It runs
+    what the crashed run ran (``launch``), in a Simulation and rank processes of its own."""
     from timetravel.scenarios import get_scenario
     from timetravel.sim.kernel import Simulation
     from timetravel.sim.runner import build_world
@@ -153,9 +155,9 @@ def reference_run(world: World) -> dict[str, Any]:
     if key in _references:
         return _references[key]
     scenario = get_scenario("torch")
-    reference_world = build_world(scenario, config, world.seed)
+    reference_world = build_world(scenario, config, world.seed, launch)
     reference_world.nodes["c10d"]["resume_reference"] = True
-    result = Simulation(scenario, reference_world).run()
+    result = Simulation(scenario, reference_world, launch=launch).run()
     outcome = {
         "failure": None if result.failure is None else str(result.failure.get("message", "")),
         "history": copy.deepcopy(reference_world.nodes["c10d"].get("resume", {})),

@@ -264,6 +264,8 @@ class WorkingDirectory:
         self._seen: dict[str, _Seen] = {}
         self._content_bytes = 0
         self.closed = False
+        self.in_use = False
+        """Whether a live driver's ranks run here now (one live execution per directory: host.py)."""
 
     @classmethod
     def create(cls, source: str | None = None, store: BlobStore | None = None) -> WorkingDirectory:

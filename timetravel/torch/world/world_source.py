@@ -11,7 +11,7 @@ session's world source for such recordings (explore/world_source.py defines the 
   (``RankDriver.quiesce``), so every rank process is blocked where the World says and can be forked;
 * keeps **checkpoints** — a forked copy of every live rank (checkpoints.py) — at the recording's
   snapshot points it re-executes through, and where the cursor's world is copied (a branch, a
-  fan-out: ``before_copy``), keyed by :func:`scenario.rank_key` (what the processes have been
+  fan-out: ``before_copy``), keyed by :func:`specs.rank_key` (what the processes have been
   handed, which is what they are); beside one at a snapshot point, a copy of the World
   (world_copy.py), which a seek restores instead of decoding the snapshot's arrays;
 * attaches a world to ranks **resumed** from the matching checkpoint when a handler first needs
@@ -30,9 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
+from timetravel.sim.launch import Launch
 from timetravel.sim.world import World
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
-from timetravel.torch.world import checkpoints, driver, module_probe, scenario, workdir, world_copy
+from timetravel.torch.world import checkpoints, workdir, world_copy
+from timetravel.torch.world.driver import RankDriver, RankStartError
+from timetravel.torch.world.host import RankHost
+from timetravel.torch.world.module_probe import probing
+from timetravel.torch.world.specs import C10D_NODE, rank_key, rank_states, released
 
 CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
 CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
@@ -75,9 +80,30 @@ class _Shared:
     users: int = 0
     directories: list[Any] = field(default_factory=list)
     """Working directories checkpoints refer to: closed with the last torch Session."""
+    keeper: checkpoints.CheckpointKeeper | None = None
+    """The control end of every checkpoint process (started with the first checkpoint)."""
+
+    def checkpoints(self) -> checkpoints.CheckpointKeeper:
+        if self.keeper is None:
+            self.keeper = checkpoints.CheckpointKeeper()
+        return self.keeper
+
+    def close(self) -> None:
+        """The last torch Session closed: every checkpoint and working directory goes."""
+        if self.keeper is not None:
+            for kept in self.kept:
+                self.keeper.discard(kept.ranks)
+            self.keeper.close()
+            self.keeper = None
+        self.kept.clear()
+        for directory in self.directories:
+            directory.close()
+        self.directories.clear()
 
 
 _SHARED = _Shared([])
+"""The checkpoints of this process's torch Sessions: a cache found by content (the rank key), shared
+by every Session of the process (a compare's tracks resume the cursor's), closed with the last one."""
 
 
 class _NullOutput:
@@ -120,9 +146,20 @@ class TorchWorlds:
         self.reexecuted_events = 0
         self.refused: str | None = None
         """Why the last checkpoint was refused (threads, shared memory), if one was."""
-        driver.in_session[0] = True
-        driver.on_evict.append(self._evicted)
-        scenario.set_rank_output(_NullOutput())
+        self.host = RankHost(self._launch(), keep_workdirs=True)
+        """The rank processes of this Session's re-executions (host.py), handed to every Simulation
+        it makes; closed with the Session."""
+        self.host.on_evict = self._evicted
+
+    def _launch(self) -> Launch:
+        """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
+        is not shown (it was when the run was recorded) unless the command sends it somewhere."""
+        launch: Launch = self.session.launch
+        return launch if launch.output is not None else launch.with_output(_NullOutput())
+
+    def _host(self) -> RankHost:
+        self.host.launch = self._launch()  # the command names --script after the Session opened
+        return self.host
 
     # -- the seam ----------------------------------------------------------------------------------
 
@@ -149,7 +186,7 @@ class TorchWorlds:
 
     def simulation(self, world: World, **options: Any) -> Simulation:
         self._attach(world)
-        return CheckpointingSimulation(self, self.session.scenario, world, **options)
+        return CheckpointingSimulation(self, self.session.scenario, world, processes=self._host(), **options)
 
     def before_copy(self, world: World) -> None:
         """``world`` is about to be copied (a branch, a fan-out, a divergence search starts from
@@ -157,21 +194,26 @@ class TorchWorlds:
         self.keep(world)
 
     def close(self) -> None:
-        if self._evicted in driver.on_evict:
-            driver.on_evict.remove(self._evicted)
+        self.host.on_evict = None
+        self.host.close()
         self.shared.users -= 1
-        if self.shared.users > 0:  # another Session (a compare's track, the one that opened it) lives on
-            driver.stop_world(self.session.world)
-            return
-        for kept in self.shared.kept:
-            checkpoints.keeper().discard(kept.ranks)
-        self.shared.kept.clear()
-        driver.stop_active()
-        driver.in_session[0] = False
-        for directory in self.shared.directories:
-            directory.close()
-        self.shared.directories.clear()
-        scenario.set_rank_output(None)
+        if self.shared.users == 0:  # no other Session (a compare's track, the one that opened it) lives on
+            self.shared.close()
+
+    # -- explain's module probe (module_probe.py) ------------------------------------------------------
+
+    def probing(self, rank: int, step: int, world: World | None = None) -> Any:
+        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields findings."""
+        return probing(self._host(), rank, step, world)
+
+    def end_probe(self, world: World) -> None:
+        """Stop the probed world's ranks and remove their working directory unless checkpoints share it:
+        no checkpoint holds the probed processes, so nothing else will resume them or read it."""
+        live = self.host.driver_for(world)
+        self.host.stop_world(world)
+        shared = self.shared.directories
+        if live is not None and live.workdir is not None and all(d is not live.workdir for d in shared):
+            live.workdir.close()
 
     def memory(self) -> dict[str, Any]:
         """What the live checkpoints hold: sets, processes, private bytes (USS, measured now: a
@@ -195,14 +237,14 @@ class TorchWorlds:
     # -- attaching a world to its ranks ------------------------------------------------------------
 
     def _attach(self, world: World) -> None:
-        if driver.driver_for(world) is not None:
+        if self.host.driver_for(world) is not None:
             return
-        if all(state["status"] == "new" for state in scenario._rank_states(world)):
+        if all(state["status"] == "new" for state in rank_states(world)):
             return  # nothing ran yet: fresh ranks, started by the first handler that needs them
-        key = scenario.rank_key(world)
-        driver.attach(world, lambda: self._bring_up(world, key))
+        key = rank_key(world)
+        self.host.attach(world, lambda: self._bring_up(world, key))
 
-    def _bring_up(self, world: World, key: str) -> Any:
+    def _bring_up(self, world: World, key: str) -> RankDriver:
         kept = self._find_key(key)
         if kept is None:
             kept = self._rebuild(world, key)
@@ -211,22 +253,21 @@ class TorchWorlds:
             kept = self._rebuild(world, key)
             live = self._resume(world, kept)
             if live is None:
-                raise driver.RankStartError(
-                    f"the ranks rebuilt for #{world.events_processed} could not resume"
-                )
-        module_probe.on_resume(world, live)  # explain's probe: hooks before the ranks run on
+                raise RankStartError(f"the ranks rebuilt for #{world.events_processed} could not resume")
+        if self.host.probe is not None:
+            self.host.probe.on_resume(world, live)  # explain's probe: hooks before the ranks run on
         _hand_over_pending(world, live)
         return live
 
-    def _resume(self, world: World, kept: KeptCheckpoint) -> Any:
+    def _resume(self, world: World, kept: KeptCheckpoint) -> RankDriver | None:
         """A driver for ``world`` with ranks resumed from ``kept`` in its restored files (None: the
         checkpoint died or stopped answering, and is forgotten)."""
         directory = self._free_directory(kept.directory)
         directory.restore(kept.files)
-        live = scenario.new_driver(world, spawn=False, directory=directory)
+        live = self._host().new_driver(world, spawn=False, directory=directory)
         try:
-            checkpoints.keeper().resume(kept.ranks, live)
-        except (checkpoints.CheckpointUnusable, driver.RankStartError):
+            self.shared.checkpoints().resume(kept.ranks, live)
+        except (checkpoints.CheckpointUnusable, RankStartError):
             self._forget(kept)
             live.stop()
             return None
@@ -243,7 +284,7 @@ class TorchWorlds:
             if directory is not origin and directory.store is origin.store and not directory.closed
         ]
         for directory in candidates:
-            if not directory.closed and not driver.workdir_in_use(directory):
+            if not directory.closed and not directory.in_use:
                 return directory
         directory = workdir.WorkingDirectory.create(None, store=origin.store)
         self.shared.directories.append(directory)
@@ -272,42 +313,43 @@ class TorchWorlds:
         if target > start.events:
             simulation.run(max_events=target - start.events)
         self.keep(replayed)
-        driver.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
+        self.host.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
         self.reexecuted_events += replayed.events_processed - start.events
         kept = self._find_key(key)
         if kept is None:
-            raise driver.RankStartError(
+            raise RankStartError(
                 f"re-executing to #{target} did not reach the ranks this world describes "
                 f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
             )
         return kept
 
-    def _evicted(self, live: Any) -> None:
+    def _evicted(self, live: RankDriver) -> None:
         """A driver stops to make room: keep its world's ranks, and resume them when it runs again."""
         world = live.world
         if world is None:
             return
         self.keep(world)
-        key = scenario.rank_key(world)
+        key = rank_key(world)
         if self._find_key(key) is not None:
-            driver.attach(world, lambda: self._bring_up(world, key))
+            self.host.attach(world, lambda: self._bring_up(world, key))
 
     # -- keeping checkpoints -------------------------------------------------------------------------
 
     def keep(self, world: World) -> None:
         """Fork the live ranks of ``world`` now, if they are quiescent and not kept already."""
-        live = driver.driver_for(world)
-        if live is None or world.failures or module_probe.is_probed(world):
+        live = self.host.driver_for(world)
+        probed = self.host.probe is not None and self.host.probe.is_probed(world)
+        if live is None or world.failures or probed:
             return  # a probed process (explain's module hooks) is never resumed by a later seek
-        states = scenario._rank_states(world)
+        states = rank_states(world)
         if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
             return  # a rank stopped mid-poll (stuck, a protocol error): the world has failed
-        key = scenario.rank_key(world)
+        key = rank_key(world)
         if self._find_key(key) is not None:
             return
         waiting = [rank for rank, state in enumerate(states) if state["status"] == "waiting"]
         fresh = [rank for rank, state in enumerate(states) if state["status"] == "new"]
-        if any(live.delivered.get(rank, 0) != scenario.released(world, rank) for rank in waiting):
+        if any(live.delivered.get(rank, 0) != released(world, rank) for rank in waiting):
             self.refused = "a rank's process was not handed what the World released to it"
             return  # the rank key would say more (or less) than the process is: never resume it
         try:
@@ -318,7 +360,7 @@ class TorchWorlds:
             self.refused = f"a rank that ran ahead of the World did not block again: {error}"
             return  # its poll meets the same message or error in the inbox and the channel
         try:
-            ranks = checkpoints.keeper().take(live, waiting, fresh)
+            ranks = self.shared.checkpoints().take(live, waiting, fresh)
         except checkpoints.CheckpointUnusable as error:
             self.refused = str(error)
             return
@@ -369,7 +411,7 @@ class TorchWorlds:
             self._forget(best)
 
     def _forget(self, kept: KeptCheckpoint) -> None:
-        checkpoints.keeper().discard(kept.ranks)
+        self.shared.checkpoints().discard(kept.ranks)
         if kept in self.shared.kept:
             self.shared.kept.remove(kept)
 
@@ -395,11 +437,11 @@ class TorchWorlds:
         return None
 
 
-def _hand_over_pending(world: World, live: Any) -> None:
+def _hand_over_pending(world: World, live: RankDriver) -> None:
     """Results the World released but the ranks' polls have not handed over yet (c10d keeps them):
     sent at once (unless the resumed process has it already), so that the ranks run in parallel."""
-    delivering = world.nodes[scenario.C10D_NODE]["delivering"]
-    for rank, state in enumerate(scenario._rank_states(world)):
+    delivering = world.nodes[C10D_NODE]["delivering"]
+    for rank, state in enumerate(rank_states(world)):
         entry = delivering.get(str(rank))
         if entry is None or entry["number"] <= state["delivered"]:
             continue
