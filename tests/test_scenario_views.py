@@ -35,3 +35,25 @@ def test_a_fabric_scenario_shows_the_fabric_s_slow_and_partitioned_kinds() -> No
     assert fabric.VIEW_STATES == {"partition": "partitioned", "slow": "slow"}
     for name in ("dp_training", "rdma_fork"):
         assert get_scenario(name).view.fault_states == fabric.VIEW_STATES
+
+
+def test_the_torch_scenario_declares_keys_its_ranks_hold_once_they_have_run() -> None:
+    """A torch world's rank states fill in as its ranks run (their optimizer steps): look after a run."""
+    from torch_launch import TEST_SCRIPTS, example_script
+
+    from timetravel.sim.runner import run_report
+    from timetravel.torch.world import faults
+
+    scenario = get_scenario("torch")
+    script = example_script("docs/examples/torch/ddp_mlp.py")
+    config = scenario.resolve_config([f"script={script}", "nproc=2", "args=--steps 2", "rank_output=quiet"])
+    report, world = run_report(scenario, config, 0, launch=TEST_SCRIPTS)
+    assert report["outcome"] == "pass", report["failure"]
+    view = scenario.view
+    ranks = rank_names(world, view)
+    assert ranks == ["r0", "r1"]
+    for field in RANK_KEYS:
+        key = getattr(view, field)
+        assert not key or all(key in world.nodes[rank] for rank in ranks), f"torch: {field} {key!r}"
+    assert world.roles[view.collectives_role] == "collectives"
+    assert set(view.fault_states) <= set(faults.KINDS)
