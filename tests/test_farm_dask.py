@@ -193,3 +193,28 @@ def test_bench_farm_quick_reports_its_figures(capsys: pytest.CaptureFixture[str]
     assert result["bench"] == "farm" and figures["seeds"] == 6
     for key in ("seeds_per_s_1_worker", "seeds_per_s_2_workers", "scaling_2_vs_1", "dask_overhead_ratio"):
         assert figures[key] > 0
+
+
+class _Future:
+    """A stand-in for a Dask future in one of the states the executor meets."""
+
+    def __init__(self, status: str, error: BaseException | None = None) -> None:
+        self.status = status
+        self.error = error
+
+    def exception(self) -> BaseException | None:
+        if self.status == "cancelled":
+            raise RuntimeError("a cancelled future has no exception")
+        return self.error
+
+
+def test_a_task_lost_with_its_worker_is_run_again_not_raised() -> None:
+    """A finished seed whose worker died before its result was fetched comes back ``lost`` with no
+    exception; the sweep ended in "Dask task for seed 0 failed: NoneType: None" (a loaded machine,
+    another seed killing every worker). It is a dropped task, run again like a cancelled one."""
+    from timetravel.farm.dask_executor import dropped
+
+    assert dropped(_Future("lost")) and dropped(_Future("cancelled"))
+    assert dropped(_Future("error", None))
+    assert not dropped(_Future("finished"))
+    assert not dropped(_Future("error", ValueError("the seed's own error")))

@@ -50,6 +50,7 @@ from timetravel.explore.minimize_trials import (
     run_candidate,
 )
 from timetravel.sim.choices import Overrides
+from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, Scenario
 
 CACHE_ENTRIES_MAX = 100_000
@@ -93,6 +94,7 @@ class Minimizer:
         progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        launch: Launch | None = None,
     ) -> None:
         self.scenario = scenario
         self.seed = seed
@@ -113,6 +115,8 @@ class Minimizer:
         self.signature = signature
         self.best = self.original
         self.best_trial: Trial | None = None
+        self.launch = launch
+        """What the user named (sim/launch.py): a torch run's script may run in its trials."""
 
     # -- running candidates ---------------------------------------------------------------------
 
@@ -137,7 +141,7 @@ class Minimizer:
 
     def run_trial(self, candidate: Candidate) -> Trial:
         """Run one candidate from a fresh build (a subclass may start elsewhere: a snapshot)."""
-        return run_candidate(self.scenario, self.seed, candidate, self.events_max)
+        return run_candidate(self.scenario, self.seed, candidate, self.events_max, self.launch)
 
     def reproduces(self, candidate: Candidate) -> bool:
         """Does ``candidate`` fail with the signature? Cached by the candidate's digest."""
@@ -452,8 +456,10 @@ def minimize(
     budget: Budget = BUDGET_DEFAULT,
     progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    launch: Launch | None = None,
 ) -> MinimizeResult:
-    """Minimize the failure of (scenario, config, seed, overrides); see the module docstring."""
+    """Minimize the failure of (scenario, config, seed, overrides); see the module docstring.
+    ``launch``: what the user named (a torch run's script may run in the trials)."""
     minimizer = Minimizer(
         scenario,
         config,
@@ -463,5 +469,6 @@ def minimize(
         budget=budget,
         progress=progress,
         should_stop=should_stop,
+        launch=launch,
     )
     return minimizer.run()

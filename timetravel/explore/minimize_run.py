@@ -163,6 +163,7 @@ def _minimize_recorded(
         budget=budget,
         progress=progress,
         should_stop=should_stop,
+        launch=session.launch,
     )
     return result, None
 

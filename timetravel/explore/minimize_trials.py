@@ -11,6 +11,7 @@ from typing import Any
 
 from timetravel.sim.encoding import digest
 from timetravel.sim.kernel import Simulation
+from timetravel.sim.launch import Launch
 from timetravel.sim.runner import build_world
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
@@ -179,10 +180,13 @@ def run_candidate(
     seed: int,
     candidate: Candidate,
     events_max: int | None = None,
+    launch: Launch | None = None,
 ) -> Trial:
-    """Build and run one candidate, logging its choices (no hash chain: nothing is recorded)."""
-    world = build_world(scenario, copy.deepcopy(candidate.config), seed)
-    return run_world(scenario, world, candidate, events_max, copy.deepcopy(world.faults))
+    """Build and run one candidate, logging its choices (no hash chain: nothing is recorded);
+    ``launch``: what the user named (sim/launch.py: a torch run's script)."""
+    world = build_world(scenario, copy.deepcopy(candidate.config), seed, launch)
+    factory = partial(Simulation, scenario, launch=launch)
+    return run_world(scenario, world, candidate, events_max, copy.deepcopy(world.faults), factory)
 
 
 def run_world(
