@@ -31,7 +31,9 @@ from timetravel.explore.explain import explain
 from timetravel.explore.explain_torch import failure_site
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
+from timetravel.sim.context import Context
 from timetravel.sim.event import Event
+from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
 from timetravel.torch.rank.batches import _plain_indices
 from timetravel.torch.world import state as training_state
@@ -283,15 +285,16 @@ def test_sampler_yields_become_plain_indices_or_nothing() -> None:
 
 def test_a_step_keeps_at_most_the_named_limit_of_indices_and_counts_the_rest() -> None:
     state: dict = {"incarnation": 0}
+    context = Context(World("torch", {"detect_duplicate_batches": "off"}, 0))
     half = BATCH_INDICES_MAX // 2 + 1
     for first in (0, half):
         payload = {"step": 4, "indices": list(range(first, first + half)), "dropped": 0, "incarnation": 0}
-        training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), None)  # type: ignore[arg-type]
+        training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), context)
     assert state["batch"]["step"] == 4 and state["batch"]["batches"] == 2
     assert state["batch"]["indices"] == list(range(BATCH_INDICES_MAX))
     assert state["batch"]["indices_dropped"] == 2 * half - BATCH_INDICES_MAX
     payload = {"step": 5, "indices": [9], "dropped": 3, "incarnation": 0}
-    training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), None)  # type: ignore[arg-type]
+    training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), context)
     assert state["batch"] == {"step": 5, "indices": [9], "batches": 1, "indices_dropped": 3}
 
 
