@@ -48,10 +48,10 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from timetravel.fabric import speedups
 from timetravel.fabric.faults import prepare_rule
 from timetravel.fabric.schedule import fault_site
 from timetravel.fabric.topology import NS_PER_S, Topology
-from timetravel.sim import speedups
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -333,7 +333,7 @@ def tree_completions(
     chunk c arrived before its left child's (what an arrival-order sum depends on).
 
     At 10,000 ranks that is 20,000 reservations a chunk, ~0.13 s a step in Python: the compiled
-    core computes it (sim/_speedups_tree.h, the same integer arithmetic) and hands back None for
+    core computes it (fabric/_speedups_tree.h, the same integer arithmetic) and hands back None for
     anything but plain ints that stay in int64, when :func:`tree_completions_python` runs.
     """
     compiled = speedups.compiled
