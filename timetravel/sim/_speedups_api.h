@@ -58,9 +58,27 @@ set_field(PyObject **field, PyObject *value)
 static inline const KernelApi *
 kernel_api_import(void)
 {
-    const KernelApi *api = (const KernelApi *)PyCapsule_Import(KERNEL_API_CAPSULE, 0);
-    if (api == NULL)
+    /* PyCapsule_Import imports the top package only and reads the rest as attributes: the
+     * kernel's module is imported first, and any failure is an ImportError (the loader's signal
+     * that this extension cannot be used). */
+    PyObject *kernel = PyImport_ImportModule("timetravel.sim._speedups");
+    const KernelApi *api = NULL;
+    if (kernel != NULL) {
+        api = (const KernelApi *)PyCapsule_Import(KERNEL_API_CAPSULE, 0);
+        Py_DECREF(kernel);
+    }
+    if (api == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ImportError)) {
+            PyObject *type, *value, *traceback;
+            PyErr_Fetch(&type, &value, &traceback);
+            PyErr_NormalizeException(&type, &value, &traceback);
+            PyErr_Format(PyExc_ImportError, "the kernel's compiled core has no C interface: %S", value);
+            Py_XDECREF(type);
+            Py_XDECREF(value);
+            Py_XDECREF(traceback);
+        }
         return NULL;
+    }
     if (api->version != KERNEL_API_VERSION) {
         PyErr_Format(PyExc_ImportError, "the kernel's compiled core has C interface %d, this extension needs %d",
                      api->version, KERNEL_API_VERSION);
@@ -70,8 +88,8 @@ kernel_api_import(void)
 }
 
 /* A layer's compiled module from its definition, with the INTERFACE_VERSION its speedups.py
- * requires (sim/speedups.py load_extension: a stale build is not used). For every layer's
- * PyInit__speedups, the kernel's included. */
+ * requires (sim/speedups.py load_extension: a stale build is not used). Every layer's
+ * PyInit__speedups makes its module with it, the kernel's too. */
 static inline PyObject *
 layer_module_create(struct PyModuleDef *definition, int interface_version)
 {
