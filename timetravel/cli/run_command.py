@@ -17,6 +17,7 @@ from timetravel.cli.common import (
     print_json,
     resolve_scenario,
 )
+from timetravel.cli.output import add_force_argument
 from timetravel.recording.files import check_output_path
 from timetravel.sim.runner import reproduce_command, run_report
 from timetravel.sim.timefmt import format_time_auto, parse_time
@@ -58,12 +59,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="with --record: replace an existing recording even if it holds branches (they are lost; "
-        "without --force, recording over such a file is refused)",
-    )
+    add_force_argument(parser)
     parser.add_argument(
         "--record-choices",
         action="store_true",

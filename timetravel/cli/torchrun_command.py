@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import UsageError, require_torch
+from timetravel.cli.output import add_force_argument
 from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
@@ -78,6 +79,7 @@ def register(subparsers: Any) -> None:
         help="a torch scenario setting (repeatable): `timetravel scenarios torch` lists them",
     )
     parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
+    add_force_argument(parser)
     parser.add_argument(
         "--snapshot-every",
         type=int,
@@ -131,6 +133,12 @@ def main(args: argparse.Namespace) -> int:
     from timetravel.torch import scenario as torch_scenario
 
     settings = torch_settings(args)
+    if args.record:
+        from timetravel.recording.files import check_output_path
+        from timetravel.recording.replace import check_replaceable
+
+        check_output_path(args.record)
+        check_replaceable(args.record, force=args.force)  # before any rank starts
     require_torch()
     torch_scenario.authorize_script(args.script)
     scenario = get_scenario("torch")
@@ -146,7 +154,12 @@ def main(args: argparse.Namespace) -> int:
             if args.snapshot_every < SNAPSHOT_EVERY_EVENTS_MIN:
                 raise UsageError(f"--snapshot-every must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
             report, _world = record_run(
-                scenario, config, args.seed, args.record, snapshot_every_events=args.snapshot_every
+                scenario,
+                config,
+                args.seed,
+                args.record,
+                snapshot_every_events=args.snapshot_every,
+                force=args.force,
             )
         else:
             report, _world = run_report(scenario, config, args.seed)

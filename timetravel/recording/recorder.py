@@ -55,8 +55,8 @@ from timetravel.recording.format import (
     RECORDING_SUFFIX,
     RECORDINGS_FOLDER_DEFAULT,
     FrameType,
-    RecordingError,
 )
+from timetravel.recording.replace import check_replaceable
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
@@ -97,7 +97,6 @@ ranks); below it a whole interval re-executes in tens of ms, and on the 16-rank 
 QUIET_SNAPSHOT_FRACTION = 16
 """A quiet snapshot needs at least 1/16 of the interval's events since the previous snapshot, so
 they add at most 16x the snapshots of a run whose gaps are that frequent (a gossip run has none)."""
-BRANCHES_NAMED_MAX = 5
 
 
 def default_recording_path(
@@ -136,6 +135,11 @@ def recording_header(
     }
 
 
+def check_snapshot_interval(snapshot_every_events: int) -> None:
+    if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
+        raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity where the OS tells it)."""
     if hasattr(os, "sched_getaffinity"):
@@ -162,6 +166,7 @@ class Recorder:
         simulation_factory: Callable[..., Simulation] | None = None,
         background_writes: bool | None = None,
         compress_ahead: bool | None = None,
+        replace: bool = False,
     ) -> None:
         """``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
         explore engine passes its session's ``simulation``, so that a world source whose worlds own
@@ -169,9 +174,9 @@ class Recorder:
         ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
         external processes; write_thread.py says why). ``compress_ahead``: with inline writes, compress
         frames on a second thread (None: when the process may use COMPRESS_AHEAD_CORES_MIN cores;
-        compress_ahead.py says why)."""
-        if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
-            raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+        compress_ahead.py says why). ``replace``: record over a file that exists at ``path``
+        (``--force``; recording/replace.py), else one is refused."""
+        check_snapshot_interval(snapshot_every_events)
         self.scenario = scenario
         self.world = world
         self.branch = branch
@@ -206,8 +211,8 @@ class Recorder:
             snapshot_quiet_ns=self.snapshot_quiet_ns,
         )
         header["determinism"] = self.simulation.determinism
-        self.writer = writer if writer is not None else RecordingWriter.create(path, header)
-        self.path = self.writer.path
+        self.writer = writer if writer is not None else RecordingWriter.create(path, header, replace=replace)
+        self.path = self.writer.final_path
         if background_writes is None:
             background_writes = scenario.world_source is not None
         writes = WriteThread if background_writes else InlineWrites
@@ -406,37 +411,6 @@ def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> 
         writer.blob([blob.digest, BLOB_VALUE, 0, None, 0, blob.data])
 
 
-def check_replaceable(path: str | Path, *, force: bool = False) -> None:
-    """Refuse to record over ``path`` when that would lose work: a recording still being written
-    (always), or one that holds branches (unless ``force``: ``run --record --force``).
-
-    Recording replaces the whole file, and branches live in the recording they branch from, so
-    ``run --record`` over a recording someone explored used to delete its branches without a
-    word. A file that is not a readable recording is left to the writer (it is replaced)."""
-    from timetravel.recording.reader import RecordingReader
-
-    target = Path(path)
-    if not target.is_file():
-        return
-    try:
-        reader = RecordingReader.open(target)
-    except RecordingError:
-        return
-    with reader:
-        in_progress = reader.in_progress
-        branches = list(reader.catalog.branches)
-    if in_progress:
-        raise RecordingError(f"{target}: another process is writing this recording (it is in progress)")
-    if branches and not force:
-        shown = ", ".join(branches[:BRANCHES_NAMED_MAX]) + (
-            ", ..." if len(branches) > BRANCHES_NAMED_MAX else ""
-        )
-        raise RecordingError(
-            f"{target} holds {len(branches)} branch{'es' if len(branches) != 1 else ''} ({shown}) that "
-            "recording over it would delete: record to another path, or pass --force to replace it"
-        )
-
-
 def record_run(
     scenario: Scenario,
     config: dict[str, Any],
@@ -456,8 +430,10 @@ def record_run(
     a torch run's is small, each re-executed event may be a training step), else the default —
     as ``timetravel run --record`` chooses.
     ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
-    replays run under the same mode. ``force``: replace a recording that holds branches
-    (``check_replaceable``)."""
+    replays run under the same mode. ``force``: record over a file that exists at ``path``, else it
+    is refused before the world is built (recording/replace.py)."""
+    if snapshot_every_events is not None:
+        check_snapshot_interval(snapshot_every_events)  # a wrong option first, then the file
     check_replaceable(path, force=force)
     world = build_world(scenario, config, seed)
     recorder = Recorder(
@@ -469,6 +445,7 @@ def record_run(
         or SNAPSHOT_EVERY_EVENTS_DEFAULT,
         record_choices=record_choices,
         determinism=determinism,
+        replace=force,
     )
     try:
         result = recorder.run(until_ns=until_ns, max_events=max_events)
