@@ -6,6 +6,7 @@ import argparse
 from typing import Any
 
 from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.output import say
 from timetravel.farm import (
     DEFAULT_DATABASE,
     FindingsDatabase,
@@ -102,7 +103,13 @@ def main(args: argparse.Namespace) -> int:
             )
         bucket = buckets[0]
         jobs = bucket_jobs(
-            database, bucket.scenario, bucket.signature, args.seed_timeout, args.seeds_max, scenario_target
+            database,
+            bucket.scenario,
+            bucket.signature,
+            args.seed_timeout,
+            args.seeds_max,
+            scenario_target,
+            keys_set={setting.partition("=")[0] for setting in args.settings},
         )
     if bucket.scenario == "torch":
         jobs = _with_script(jobs, args.script)
@@ -158,7 +165,7 @@ def _with_settings(jobs: list[Any], settings: list[str]) -> list[Any]:
 
 
 def _print_human(result: Verification) -> None:
-    print(f"{result.signature} ({result.scenario}): {result.seeds:,} seeds re-run on today's code")
+    say(f"{result.signature} ({result.scenario}): {result.seeds:,} seeds re-run on today's code")
     for verdict, label in (
         ("fixed", "fixed"),
         ("still_failing", "still failing"),
@@ -168,6 +175,6 @@ def _print_human(result: Verification) -> None:
         listed = " ".join(str(seed) for seed in seeds[:12]) + (
             " ..." if getattr(result, verdict) > 12 else ""
         )
-        print(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}".rstrip())
+        say(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}".rstrip())
     for signature, count in result.new_signatures.items():
-        print(f"    {count:,} now fail with {signature}")
+        say(f"    {count:,} now fail with {signature}")
