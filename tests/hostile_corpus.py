@@ -259,3 +259,31 @@ class _Delete:
 
 
 _DELETE = _Delete()
+
+
+TERMINAL_ESCAPES = "\x1b]0;PWNED\x07\x1b[2J\x9b31m\u202e"
+"""Retitles the terminal, clears it, a C1 CSI, and a right-to-left override."""
+
+
+def with_terminal_escapes(source: Path, path: Path) -> tuple[Path, str]:
+    """``source`` (a recording with a branch ``b1`` and a failing main) with TERMINAL_ESCAPES in
+    every text a front end shows: the branch's name and changes, the failure's message, node and
+    signature, and a NOTE. Returns the file and the branch's new name."""
+    frames = read_frames(source)
+    name = f"b1{TERMINAL_ESCAPES}"
+    for frame in frames:
+        payload = frame.payload or {}
+        if payload.get("branch") == "b1":
+            payload["branch"] = name
+        if frame.frame_type == FrameType.BRANCH:
+            payload.update(name=name, changes=[f"changed{TERMINAL_ESCAPES}"])
+        failure = payload.get("failure")
+        if isinstance(failure, dict):
+            failure.update(
+                message=f"failed{TERMINAL_ESCAPES}",
+                node=f"{failure['node']}{TERMINAL_ESCAPES}",
+                signature=f"{failure['signature']}{TERMINAL_ESCAPES}",
+            )
+    note = {"branch": "main", "level": "warning", "message": f"note{TERMINAL_ESCAPES}"}
+    frames.insert(first_of(frames, FrameType.END), Frame(FrameType.NOTE, note))
+    return write_frames(path, frames), name

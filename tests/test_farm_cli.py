@@ -108,7 +108,9 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
     assert bucket["earliest"]["seed"] == earliest["seed"] and bucket["earliest"]["t_ns"] == earliest["t_ns"]
     # the database's module path is untrusted: shown apart, never in a command to paste (issue 32 item 7)
     assert bucket["open_command"] == f"timetravel {opener()} recordings/swarmy-{earliest['seed']}.ttr"
-    assert bucket["reproduce_command"] == f"timetravel run swarmy --seed {earliest['seed']} --set faults=swarm"
+    assert (
+        bucket["reproduce_command"] == f"timetravel run swarmy --seed {earliest['seed']} --set faults=swarm"
+    )
     assert bucket["scenario_target"] == "farm_scenarios:SWARMY"
     code, out, _ = farm_cli(capsys, "findings", "--db", db)
     assert "oracle:swarmy.crash_lost_data  (swarmy)" in out

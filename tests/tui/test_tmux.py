@@ -151,3 +151,22 @@ def test_the_used_by_flow_in_a_real_terminal(tmux: Tmux, demo: Path) -> None:
     tmux.keys("q")
     tmux.wait_for("EXITED 0")
 
+
+def test_a_recording_cannot_retitle_or_clear_the_terminal(tmux: Tmux, tmp_path: Path) -> None:
+    """Issue 32 item 8: a branch named ``b1\\x1b]0;PWNED\\x07...`` retitled the terminal from the
+    branch tree. Every widget draws its text escaped (tui/safe_lines.py)."""
+    from tests.hostile_corpus import with_terminal_escapes
+    from timetravel.cli import main
+
+    source = tmp_path / "source.ttr"
+    assert main(["run", "pingpong", "--seed", "3", "--set", "rtt_max=2390ns", "--record", str(source)]) == 1
+    assert main(["branch", str(source), "--at", "10us", "--branch-seed", "3"]) in (0, 1)
+    path, _branch = with_terminal_escapes(source, tmp_path / "escaped.ttr")
+    tmux.start(tui_command(path))
+    tmux.wait_for("pingpong seed 3 · main")
+    tmux.keys("4")
+    screen = tmux.wait_for("└── ▼ b1\\x1b]0;PWNED\\x1b[2J\\x9b31m\\u202e @0.01")
+    assert "pingpong seed 3 · main" in screen  # not cleared
+    assert "PWNED" not in tmux.run("display-message", "-p", "-t", "tt", "#{pane_title}")
+    tmux.keys("q")
+    tmux.wait_for("EXITED 0")

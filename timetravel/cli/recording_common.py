@@ -8,6 +8,7 @@ import sys
 from dataclasses import dataclass
 
 from timetravel.cli.common import add_recorded_script_arguments, register_user_error
+from timetravel.cli.output import warn
 from timetravel.explore.paths import PathError
 from timetravel.explore.replay import CAUSE_CODE_CHANGED
 from timetravel.explore.session import Session
@@ -112,7 +113,7 @@ def open_session(
             f"{refuse_in_progress} once the run has finished"
         )
     for line in session.info.loss:
-        print(f"timetravel: warning: {path}: {line}", file=sys.stderr)
+        warn(path, line)
     try:
         name_recorded_script(session, script or ScriptUse())
     except BaseException:
