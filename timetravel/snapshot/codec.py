@@ -34,6 +34,7 @@ from timetravel.sim.encoding import (
     check_shape,
     dtype_from_name,
     dtype_name,
+    unpackb_bounded,
 )
 from timetravel.snapshot.entries import ArrayEntry, Page
 
@@ -238,16 +239,15 @@ def decode_value_sized(
             raise DecodeError(f"unexpected msgpack extension {code} in a stored value")
         return array_factory(payload)
 
-    hooks: dict[str, Any] = {}
-    length_max = DECODE_CONTAINER_LENGTH_MAX
-    if items_max is not None:
-        budget = ItemBudget(items_max)
-        hooks = {"list_hook": budget.take, "object_hook": budget.take}
-        length_max = min(length_max, items_max)
+    budget = ItemBudget(items_max) if items_max is not None else None
+    length_max = (
+        DECODE_CONTAINER_LENGTH_MAX if items_max is None else min(DECODE_CONTAINER_LENGTH_MAX, items_max)
+    )
     try:
         return (
-            msgpack.unpackb(
+            unpackb_bounded(
                 data,
+                budget=budget,
                 raw=False,
                 strict_map_key=True,
                 ext_hook=ext_hook,
@@ -256,7 +256,6 @@ def decode_value_sized(
                 max_array_len=length_max,
                 max_map_len=length_max,
                 max_ext_len=bytes_max,
-                **hooks,
             ),
             0,
         )
