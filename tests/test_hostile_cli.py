@@ -233,3 +233,37 @@ def test_settings_are_checked_before_anything_runs(tmp_path: Path) -> None:
     results = run_in_a_limited_process([list(argv) for argv in cases], tmp_path)
     for result, message in zip(results, cases.values(), strict=True):
         assert result["stderr"].count("\n") == 1 and message in result["stderr"], result
+
+
+def test_every_output_path_gets_its_missing_folders(
+    tmp_path: Path, recording: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Issue 32 item 12, one rule for every file a command writes: missing folders on the way to it
+    are created (``run --record`` and ``fuzz --db`` did, ``export`` and ``minimize --pytest`` did not)."""
+    monkeypatch.chdir(tmp_path)
+    failing = ["pingpong", "--seed", "3", "--set", "rtt_max=2390ns"]
+    commands = [
+        (["run", *failing, "--record", "a/run.ttr"], "a/run.ttr"),
+        (
+            [
+                "fuzz",
+                *failing[:1],
+                *failing[3:],
+                "--seeds",
+                "0:4",
+                "--db",
+                "b/f.db",
+                "--record-failures",
+                "c/recs",
+            ],
+            "b/f.db",
+        ),
+        (["findings", "merge", "b/f.db", "--db", "d/merged.db"], "d/merged.db"),
+        (["export", str(recording), "--perfetto", "e/trace.json"], "e/trace.json"),
+        (["minimize", "a/run.ttr", "--out", "f/min.ttr", "--pytest", "g/test_min.py"], "g/test_min.py"),
+    ]
+    for argv, made in commands:
+        code = main(argv)
+        assert code in (0, 1), (argv, capsys.readouterr().err)
+        assert (tmp_path / made).is_file(), argv
+    assert list((tmp_path / "c" / "recs").glob("pingpong-*.ttr")) and (tmp_path / "f" / "min.ttr").is_file()

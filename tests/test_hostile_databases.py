@@ -129,3 +129,33 @@ def test_a_setting_from_a_database_may_not_name_a_file(
         )
     assert main([*verify, "--set", "faults=@needle.json"]) == 1  # the user's own file: read
     assert json.loads(capsys.readouterr().out)["still_failing"] == 2
+
+
+def test_an_empty_file_is_not_a_findings_database(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 32 item 12: every command that reads a database refused nothing in an empty file (it
+    listed 0 seeds, or made the file a database); an empty file stays empty and is one line."""
+    import sqlite3
+
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    no_tables = tmp_path / "no-tables.db"
+    sqlite3.connect(no_tables).execute("PRAGMA user_version = 1").connection.close()
+    good = str(tmp_path / "good.db")
+    assert main(["fuzz", *PINGPONG, "--seeds", "0:2", "--db", good, "--workers", "1", "--json"]) in (0, 1)
+    capsys.readouterr()
+    for path, what in ((empty, "an empty file"), (no_tables, "an SQLite file with no tables")):
+        for argv in (
+            ["findings", "--db", str(path)],
+            ["findings", "--db", good, "--baseline", str(path)],
+            ["findings", "merge", str(path), "--db", str(tmp_path / "out.db")],
+            ["verify", "--bucket", "x", "--db", str(path)],
+        ):
+            assert main(argv) == 2, argv
+            assert capsys.readouterr().err == (
+                f"timetravel: error: {path} is {what}, not a findings database (run `timetravel fuzz` first)\n"
+            )
+    assert empty.stat().st_size == 0 and not (tmp_path / "out.db").exists()
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(("empty", "no-tables"))) == [
+        "empty.db",
+        "no-tables.db",
+    ]
