@@ -140,7 +140,10 @@ class RecordingWriter:
         self.path = path
         """The file written: ``final_path``, or its ``.partial`` while it replaces another file."""
         self.final_path = final_path or path
-        """The recording's name once it is closed (``close`` renames ``path`` to it)."""
+        """The recording's name, as the caller gave it."""
+        self.replaces: Path | None = None
+        """The file ``close`` renames ``path`` over once the recording is complete (``final_path``,
+        or the file it links to), when this recording replaces one (``create(replace=True)``)."""
         self.catalog = catalog
         self.offset = file.tell()
         self.page_depths: dict[bytes, int] = {}
@@ -179,12 +182,12 @@ class RecordingWriter:
         target = Path(path)
         check_output_path(target)
         make_parent_folders(target)
-        written = target
+        written, replaces = target, None
         flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
         if replace and os.path.lexists(target):
             check_replaceable(target, force=True)  # never over a recording in progress
-            target = Path(os.path.realpath(target))
-            written = partial_path(target)
+            replaces = Path(os.path.realpath(target))
+            written = partial_path(replaces)
             flags = os.O_RDWR | os.O_CREAT
         try:
             descriptor = os.open(written, flags, 0o666)
@@ -200,6 +203,7 @@ class RecordingWriter:
         file.truncate(0)
         file.write(MAGIC)
         writer = cls(file, written, Catalog(), final_path=target)
+        writer.replaces = replaces
         writer.frame(FrameType.HEADER, header)
         return writer
 
@@ -411,9 +415,9 @@ class RecordingWriter:
             os.fsync(self.file.fileno())
         except OSError as error:
             raise self._failed(error) from None
-        if self.path != self.final_path:  # complete: it replaces the old file now, under its lock
+        if self.replaces is not None:  # complete: it replaces the old file now, under its lock
             try:
-                rename_over(self.path, self.final_path)
+                rename_over(self.path, self.replaces)
             except OSError as error:
                 self.file.close()
                 self.closed = True
@@ -422,7 +426,7 @@ class RecordingWriter:
                     f"{error.strerror} (the complete recording is {self.path})",
                     str(self.final_path),
                 ) from None
-            self.path = self.final_path
+            self.path, self.replaces = self.replaces, None
         self.file.close()
         self.closed = True
 
