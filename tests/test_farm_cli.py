@@ -113,7 +113,7 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
     )
     assert bucket["scenario_target"] == "farm_scenarios:SWARMY"
     code, out, _ = farm_cli(capsys, "findings", "--db", db)
-    assert "oracle:swarmy.crash_lost_data  (swarmy)" in out
+    assert "signature\n\noracle:swarmy.crash_lost_data  (swarmy)" in out  # a blank line before each bucket
     assert "    crash           100%" in out and f"earliest     seed {earliest['seed']}, fails at " in out
 
 
