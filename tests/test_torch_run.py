@@ -20,7 +20,7 @@ from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.specs import launch_naming
 
 SCRIPTS = ROOT / "tests" / "torch_scripts"
 
@@ -30,10 +30,10 @@ def simulate(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> dic
 
 
 def simulate_world(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> tuple[dict, World]:
-    authorize_script(str(script))
+    launch = launch_naming([str(script)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", "rank_output=quiet", *settings])
-    return run_report(scenario, config, seed)
+    return run_report(scenario, config, seed, launch=launch)
 
 
 def test_ddp_training_is_bit_for_bit_repeatable() -> None:

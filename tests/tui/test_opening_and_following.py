@@ -15,6 +15,7 @@ from timetravel.explore.commands import open_context
 from timetravel.explore.session import Session
 from timetravel.recording import Recorder
 from timetravel.scenarios import get_scenario
+from timetravel.sim.launch import Launch
 from timetravel.sim.runner import build_world
 from timetravel.tui.app import TimeTravelApp
 from timetravel.tui.engine import Engine
@@ -26,8 +27,13 @@ from timetravel.tui.widgets.streams import rank_order, stream_rows
 WIDE = (160, 48)
 
 
-def open_app(path: Path, script: Any, size: tuple[int, int] = WIDE, **app_args: Any) -> None:
+def open_app(
+    path: Path, script: Any, size: tuple[int, int] = WIDE, launch: Launch | None = None, **app_args: Any
+) -> None:
+    """Drive the app on ``path``; ``launch``: the scripts a torch recording may re-execute (as --script)."""
     with open_context(path) as context:
+        if launch is not None:
+            context.session.launch = launch
         app = TimeTravelApp(Engine(context), path=str(path), **app_args)
 
         async def wrapped(pilot: Pilot[Any]) -> None:

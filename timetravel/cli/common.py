@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
+    from timetravel.sim.launch import Launch
     from timetravel.sim.scenario import Scenario
 
 SEED_MAX = 2**64 - 1
@@ -168,25 +169,32 @@ def resolve_scenario(name: str, target: str | None = None) -> Scenario:
     return get_scenario(name)
 
 
-def authorize_named_scripts(
-    scenario_name: str, settings: list[str] | tuple[str, ...], *, executes: bool = True
-) -> tuple[str, ...]:
-    """Scripts named with ``--set script=PATH`` on this command line: the user's opt-in to run them.
-
-    A torch run executes its script only when the user named it here; a recording or a findings
-    database that names a script never runs it on its own (docs/torch.md, "Trust"). A command that
-    ``executes`` on a machine without torch stops here in one line, before any rank is started."""
+def named_scripts(scenario_name: str, settings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Scripts named with ``--set script=PATH`` on this command line (a torch run's), else ()."""
     if scenario_name != "torch":
         return ()
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.specs import named_scripts as scripts_in
 
+    return scripts_in(settings)
+
+
+def launch_for(
+    scenario_name: str, settings: list[str] | tuple[str, ...], *, executes: bool = True, output: Any = None
+) -> Launch:
+    """What this command line launches: the scripts named with ``--set script=PATH``, the user's
+    opt-in to run them (sim/launch.py). A torch run executes its script only when the user named it
+    here; a recording or a findings database that names a script never runs it on its own
+    (docs/torch.md, "Trust"). A command that ``executes`` on a machine without torch stops here in one
+    line, before any rank is started."""
+    from timetravel.sim.launch import NO_LAUNCH
+
+    if scenario_name != "torch":
+        return NO_LAUNCH
     if executes:
         require_torch()
+    from timetravel.torch.world.specs import launch_naming
 
-    named = tuple(setting.partition("=")[2] for setting in settings if setting.startswith("script="))
-    for path in named:
-        authorize_script(path)
-    return named
+    return launch_naming(named_scripts(scenario_name, settings), output)
 
 
 SCRIPT_OPTION = "--script"
@@ -224,7 +232,7 @@ def add_recorded_script_arguments(parser: argparse.ArgumentParser, *, executes: 
 
 def require_torch() -> None:
     """One line (exit 2) on a machine without torch, instead of a rank zygote that fails to start."""
-    from timetravel.torch.recorded_script import torch_missing_message
+    from timetravel.torch.world.recorded_script import torch_missing_message
 
     missing = torch_missing_message()
     if missing is not None:

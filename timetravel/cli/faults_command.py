@@ -20,8 +20,8 @@ from typing import Any
 from timetravel.cli.common import (
     add_recorded_script_arguments,
     add_scenario_arguments,
-    authorize_named_scripts,
     chosen_seed,
+    launch_for,
     print_json,
     resolve_scenario,
 )
@@ -80,10 +80,10 @@ def main(args: argparse.Namespace) -> int:
     if args.branch is not None:
         raise ConfigError("--branch applies to a recording (PATH.ttr), not a scenario")
     scenario = resolve_scenario(args.scenario, args.scenario_target)
-    authorize_named_scripts(scenario.name, args.settings, executes=False)
+    launch = launch_for(scenario.name, args.settings, executes=False)
     config = scenario.resolve_config(args.settings)
     seed = chosen_seed(args, scenario, config)
-    world = build_world(scenario, config, seed)
+    world = build_world(scenario, config, seed, launch)
     faults = list(fault_schedule(world))
     if args.json:
         print_json({"scenario": scenario.name, "seed": seed, "faults": faults})

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, authorize_named_scripts, print_json, register_user_error
+from timetravel.cli.common import UsageError, named_scripts, print_json, register_user_error, require_torch
 from timetravel.cli.output import add_force_argument, say
 from timetravel.farm import (
     DEFAULT_DATABASE,
@@ -120,6 +120,8 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     _check_numbers(args)
+    if args.scenario == "torch":
+        require_torch()  # a torch sweep on a machine without torch stops here, in one line
     plan = plan_sweep(
         args.scenario,
         args.settings,
@@ -128,7 +130,7 @@ def main(args: argparse.Namespace) -> int:
         scenario_target=args.scenario_target,
         swarm=not args.no_swarm,
         seed_timeout_s=args.seed_timeout,
-        scripts_named=authorize_named_scripts(args.scenario, args.settings),
+        scripts_named=named_scripts(args.scenario, args.settings),
     )
     executor = _executor(args)
     previous = signal.signal(signal.SIGTERM, _interrupt)

@@ -11,14 +11,15 @@ from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
     add_scenario_arguments,
-    authorize_named_scripts,
     bounded_int,
     chosen_seed,
+    launch_for,
     print_json,
     resolve_scenario,
 )
 from timetravel.cli.output import add_force_argument
 from timetravel.recording.files import check_output_path
+from timetravel.sim.launch import Launch
 from timetravel.sim.runner import reproduce_command, run_report
 from timetravel.sim.timefmt import format_time_auto, parse_time
 
@@ -71,16 +72,16 @@ def register(subparsers: Any) -> None:
 
 def main(args: argparse.Namespace) -> int:
     scenario = resolve_scenario(args.scenario, args.scenario_target)
-    authorize_named_scripts(scenario.name, args.settings)
+    launch = launch_for(scenario.name, args.settings)
     config = scenario.resolve_config(args.settings)
     args.seed = chosen_seed(args, scenario, config)
     until_ns = parse_time(args.until, scenario.display_unit) if args.until else None
     started = time.perf_counter()
     if args.record is not None:
-        report = _record(args, scenario, config, until_ns)
+        report = _record(args, scenario, config, until_ns, launch)
     else:
         report, _world = run_report(
-            scenario, config, args.seed, until_ns=until_ns, determinism=args.determinism
+            scenario, config, args.seed, until_ns=until_ns, determinism=args.determinism, launch=launch
         )
     report["wall_s"] = round(time.perf_counter() - started, 6)
     command = reproduce_command(
@@ -103,7 +104,7 @@ def print_outcome(report: dict[str, Any], command: str, *, as_json: bool) -> int
 
 
 def _record(
-    args: argparse.Namespace, scenario: Any, config: dict[str, Any], until_ns: int | None
+    args: argparse.Namespace, scenario: Any, config: dict[str, Any], until_ns: int | None, launch: Launch
 ) -> dict[str, Any]:
     from timetravel.recording import (
         SNAPSHOT_EVERY_EVENTS_DEFAULT,
@@ -126,6 +127,7 @@ def _record(
             record_choices=args.record_choices,
             determinism=args.determinism,
             force=args.force,
+            launch=launch,
         )
     except (ValueError, RecordingError) as error:
         raise UsageError(str(error)) from None

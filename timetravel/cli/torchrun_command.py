@@ -15,7 +15,7 @@ from typing import Any
 
 from timetravel.cli.common import UsageError, require_torch
 from timetravel.cli.output import add_force_argument
-from timetravel.torch.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
+from timetravel.torch.protocol.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
 def register(subparsers: Any) -> None:
@@ -130,7 +130,7 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
 def main(args: argparse.Namespace) -> int:
     from timetravel.scenarios import get_scenario
     from timetravel.sim.runner import run_report
-    from timetravel.torch import scenario as torch_scenario
+    from timetravel.torch.world.specs import launch_naming
 
     settings = torch_settings(args)
     if args.record:
@@ -140,34 +140,28 @@ def main(args: argparse.Namespace) -> int:
         check_output_path(args.record)
         check_replaceable(args.record, force=args.force)  # before any rank starts
     require_torch()
-    torch_scenario.authorize_script(args.script)
+    # the script named here may run; under --json the ranks' output goes to stderr (stdout is the JSON)
+    launch = launch_naming([args.script], sys.stderr if args.json else None)
     scenario = get_scenario("torch")
     config = scenario.resolve_config(settings)
-    if args.json:
-        torch_scenario.set_rank_output(sys.stderr)
     started = time.perf_counter()
-    try:
-        if args.record:
-            from timetravel.recording import record_run
-            from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_MIN
+    if args.record:
+        from timetravel.recording import record_run
+        from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_MIN
 
-            if args.snapshot_every < SNAPSHOT_EVERY_EVENTS_MIN:
-                raise UsageError(f"--snapshot-every must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
-            report, _world = record_run(
-                scenario,
-                config,
-                args.seed,
-                args.record,
-                snapshot_every_events=args.snapshot_every,
-                force=args.force,
-            )
-        else:
-            report, _world = run_report(scenario, config, args.seed)
-    finally:
-        from timetravel.torch import driver
-
-        driver.stop_active()
-        torch_scenario.set_rank_output(None)
+        if args.snapshot_every < SNAPSHOT_EVERY_EVENTS_MIN:
+            raise UsageError(f"--snapshot-every must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+        report, _world = record_run(
+            scenario,
+            config,
+            args.seed,
+            args.record,
+            snapshot_every_events=args.snapshot_every,
+            launch=launch,
+            force=args.force,
+        )
+    else:
+        report, _world = run_report(scenario, config, args.seed, launch=launch)
     report["wall_s"] = round(time.perf_counter() - started, 6)
     command = "timetravel torchrun " + " ".join(
         [

@@ -65,6 +65,7 @@ from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.files import check_output_path, is_same_file
 from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_MIN, Recorder
 from timetravel.recording.replace import RecordingExistsError, check_replaceable
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.runner import build_world
 
 REPRO_SNAPSHOT_EVERY_EVENTS_MAX = 1024
@@ -144,7 +145,9 @@ def minimize_run(
     else:
         branch = MAIN_BRANCH
         record_repro(session, result, out, interval, force=force)
-    start = repro_start(session.scenario, out, result.signature, result.faults_kept, should_stop, branch)
+    start = repro_start(
+        session.scenario, out, result.signature, result.faults_kept, should_stop, branch, session.launch
+    )
     passes = {
         **result.passes,
         SNAPSHOT_PASS: {"runs": start.runs, "accepted": int(start.events > start.first)},
@@ -161,7 +164,9 @@ def minimize_run(
         repro_branch=branch,
     )
     if pytest is not None:
-        written = write_replay_pytest(result, pytest, out, start.events, scenario_target, branch=branch)
+        written = write_replay_pytest(
+            result, pytest, out, start.events, scenario_target, branch=branch, launch=session.launch
+        )
         result = dataclasses.replace(result, pytest=written)
     return result
 
@@ -214,7 +219,7 @@ def _record_with_overrides(
     force: bool,
 ) -> tuple[dict[str, Any], Any]:
     """Record a run with the minimized run's plain overrides (stored in the header)."""
-    world = build_world(session.scenario, config, int(session.header["seed"]))
+    world = build_world(session.scenario, config, int(session.header["seed"]), session.launch)
     recorder = Recorder(
         session.scenario,
         world,
@@ -241,12 +246,13 @@ def repro_start(
     faults_kept: tuple[str, ...] | list[str],
     should_stop: Callable[[], bool] | None = None,
     branch: str = MAIN_BRANCH,
+    launch: Launch = NO_LAUNCH,
 ) -> ReproStart:
     """Where the repro's pytest starts: the latest snapshot of ``branch`` that still holds nothing
     of the failure (see the module docstring), checked by two runs from it."""
     kept = list(faults_kept)
     runs = 0
-    with Session.open(path, scenario=scenario, branch=branch) as repro:
+    with Session.open(path, scenario=scenario, branch=branch, launch=launch) as repro:
         first = repro.fork_events
         snapshots = repro.snapshots()
         failing_event = repro.end.events

@@ -240,7 +240,7 @@ def changes_of(trace: EventTrace, path: str) -> list[Change]:
 def origin(session: Session, path: str, at: int | str | None = None) -> OriginResult:
     """``origin PATH --at T``: the last event at or before T (default: the cursor) that changed the
     value at ``path``, what it changed it from and to, what that event read, and what caused it."""
-    probe = Session(session.reader, session.scenario, session.branch)
+    probe = Session(session.reader, session.scenario, session.branch, session.launch)
     position = probe.goto(at) if at is not None else probe.goto_event(session.position.events)
     start, at_ns = position.events, probe.world.t_ns
     if not select(world_tree(probe.world), parse_path(path)):

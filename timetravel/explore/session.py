@@ -116,6 +116,7 @@ from timetravel.scenarios import UnknownScenarioError
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
 from timetravel.sim.kernel import Simulation, promote_survivors
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.timefmt import parse_time
 from timetravel.sim.world import World
@@ -154,9 +155,18 @@ def _gc_paused() -> Iterator[None]:
 class Session:
     """A recording opened for seeking. See the module docstring for the API."""
 
-    def __init__(self, reader: RecordingReader, scenario: Scenario, branch: str = MAIN_BRANCH) -> None:
+    def __init__(
+        self,
+        reader: RecordingReader,
+        scenario: Scenario,
+        branch: str = MAIN_BRANCH,
+        launch: Launch = NO_LAUNCH,
+    ) -> None:
         self.reader = reader
         self.scenario = scenario
+        self.launch = launch
+        """What the user named for re-executing this recording (``--script``: sim/launch.py); never
+        read from the recording. A command sets it once it has checked the script's digest."""
         self.header = reader.header
         self.branch = branch
         self.display_unit: str = self.header["display_unit"]
@@ -220,6 +230,7 @@ class Session:
         scenario_target: str | None = None,
         scenario: Scenario | None = None,
         branch: str = MAIN_BRANCH,
+        launch: Launch = NO_LAUNCH,
     ) -> Session:
         """Open a recording. Its scenario: ``scenario`` (an object, from Python), else
         ``scenario_target`` (``module:attr``: the user's opt-in to import), else by registered name."""
@@ -232,7 +243,7 @@ class Session:
                 raise UnknownScenarioError(
                     f"the recording is of scenario {header['scenario']!r}, not {scenario.name!r}"
                 )
-            return cls(reader, scenario, branch)
+            return cls(reader, scenario, branch, launch)
         except BaseException:
             reader.close()
             raise

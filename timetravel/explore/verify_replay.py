@@ -126,7 +126,7 @@ def replay_session(session: Session, progress: Callable[[int, int], None] | None
         start = next(info for info in manifests if info.events >= session.fork_events)
         world = session.restore_world(start, full_check=True)
     else:
-        world = build_world(session.scenario, dict(header["config"]), int(header["seed"]))
+        world = build_world(session.scenario, dict(header["config"]), int(header["seed"]), session.launch)
         world.branch_key = int(header.get("branch_key", 0))
         first = manifests[0]
         if mismatch is None and first.events == 0 and world.state_hash() != first.state_hash:

@@ -28,7 +28,7 @@ from typing import Any
 
 from timetravel.farm.database import FindingsDatabase
 from timetravel.farm.executor import Executor
-from timetravel.farm.job import MESSAGE_CHARS_MAX, SeedJob, authorize_named_scripts, resolve
+from timetravel.farm.job import MESSAGE_CHARS_MAX, SeedJob, job_launch, resolve
 from timetravel.recording import RecordingReader, default_recording_path, record_run
 from timetravel.recording.files import partial_path, rename_over
 from timetravel.recording.replace import check_replaceable, in_progress
@@ -48,7 +48,6 @@ class RecordOptions:
 def record_seed(job: SeedJob) -> dict[str, Any]:
     """In a worker: record the job's seed into ``job.record_path`` and read back what the file says."""
     assert job.record_path is not None
-    authorize_named_scripts(job)
     scenario, _ = resolve(job.scenario, job.scenario_target, job.settings)
     config = scenario.resolve_config(job.settings)
     final = Path(job.record_path)
@@ -64,7 +63,7 @@ def record_seed(job: SeedJob) -> dict[str, Any]:
         check_replaceable(final, force=job.record_force)
         if not in_progress(partial):
             partial.unlink(missing_ok=True)  # what a killed worker left
-        record_run(scenario, config, job.seed, partial)
+        record_run(scenario, config, job.seed, partial, launch=job_launch(job))
         with RecordingReader.open(partial) as reader:
             end = reader.end() or {}
         failure = end.get("failure") or {}

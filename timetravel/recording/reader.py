@@ -42,6 +42,7 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.frame_reader import FrameReader, items_max_for
 from timetravel.recording.schema import schema_for
+from timetravel.recording.structure import structure_warnings
 from timetravel.sim import speedups
 from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack, unpackb_bounded
 from timetravel.sim.event import Event, events_from_lists
@@ -167,8 +168,6 @@ class RecordingReader(FrameReader):
         recording."""
         if self.branch_in_progress(branch):
             return self._describe_progress(branch)
-        from timetravel.recording.structure import structure_warnings
-
         lines = structure_warnings(self)
         if self.truncation is not None and not self.in_progress:
             lines.append(

@@ -71,6 +71,7 @@ from timetravel.sim.kernel import (
     chain_digest_after,
     pack_chain_batch,
 )
+from timetravel.sim.launch import Launch
 from timetravel.sim.runner import build_world, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
@@ -166,9 +167,11 @@ class Recorder:
         simulation_factory: Callable[..., Simulation] | None = None,
         background_writes: bool | None = None,
         compress_ahead: bool | None = None,
+        launch: Launch | None = None,
         replace: bool = False,
     ) -> None:
-        """``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
+        """``launch``: what the user named (sim/launch.py), for the default Simulation of a scenario
+        whose worlds run their code. ``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
         explore engine passes its session's ``simulation``, so that a world source whose worlds own
         external processes runs them; explore/world_source.py). None: ``Simulation(scenario, ...)``.
         ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
@@ -194,7 +197,7 @@ class Recorder:
         self.changes: Changes | None = None
         """What ran since the latest snapshot, gathered as each batch is flushed (snapshot/changes.py)."""
         self.notes: list[str] = []
-        build = simulation_factory or functools.partial(Simulation, scenario)
+        build = simulation_factory or functools.partial(Simulation, scenario, launch=launch)
         self.simulation = build(
             world,
             overrides=overrides,
@@ -423,6 +426,7 @@ def record_run(
     record_choices: bool = False,
     determinism: str | None = None,
     force: bool = False,
+    launch: Launch | None = None,
 ) -> tuple[dict[str, Any], World]:
     """Run one seed while recording it to ``path``; the report has ``run --json``'s fields.
 
@@ -431,11 +435,12 @@ def record_run(
     as ``timetravel run --record`` chooses.
     ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
     replays run under the same mode. ``force``: record over a file that exists at ``path``, else it
-    is refused before the world is built (recording/replace.py)."""
+    is refused before the world is built (recording/replace.py). ``launch``: what the user named
+    (sim/launch.py: a torch run's script)."""
     if snapshot_every_events is not None:
         check_snapshot_interval(snapshot_every_events)  # a wrong option first, then the file
     check_replaceable(path, force=force)
-    world = build_world(scenario, config, seed)
+    world = build_world(scenario, config, seed, launch)
     recorder = Recorder(
         scenario,
         world,
@@ -445,6 +450,7 @@ def record_run(
         or SNAPSHOT_EVERY_EVENTS_DEFAULT,
         record_choices=record_choices,
         determinism=determinism,
+        launch=launch,
         replace=force,
     )
     try:

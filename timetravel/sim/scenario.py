@@ -30,6 +30,7 @@ from timetravel.sim.timefmt import TimeFormatError, parse_time
 if TYPE_CHECKING:
     from timetravel.sim.context import Context, Transport
     from timetravel.sim.event import Event
+    from timetravel.sim.launch import Launch
     from timetravel.sim.world import World
 
 Handler = Callable[[dict[str, Any], "Event", "Context"], None]
@@ -247,7 +248,7 @@ class Scenario:
     """When that first divergence happened in the scenario's own terms, if not at the diverging
     event's time (the torch scenario: the completion time ``t_done`` of the first collective whose
     results differ, later than the event that completed it); None, or returning None: the event's."""
-    repro_setup: Callable[[dict[str, Any]], tuple[str, str]] | None = None
+    repro_setup: Callable[[dict[str, Any], Launch], tuple[str, str]] | None = None
     """For a repro pytest (explore/repro.py): module-level lines and one call inside the opened
     Session that the test needs before it re-executes (the torch scenario names its script)."""
     world_source: Callable[[Any], Any] | None = None
@@ -255,6 +256,16 @@ class Scenario:
     ``world_source(session)`` when a recording of this scenario is opened, it returns the object
     that restores the session's worlds and re-executes them. None (every plain-data scenario): the
     worlds are restored from the recording and re-executed by the kernel."""
+    build_launched: Callable[[dict[str, Any], int, Launch], World] | None = None
+    """For scenarios whose worlds run code the user names (the torch scenario): ``build`` with the
+    user's :class:`~timetravel.sim.launch.Launch`, which says which file runs and whether it may;
+    ``runner.build_world`` calls it when present (``build`` then means "with nothing launched")."""
+    processes: Callable[[Launch], Any] | None = None
+    """For scenarios whose worlds run external processes: ``processes(launch)`` makes the owner of one
+    run's processes (the torch scenario's :class:`~timetravel.torch.world.host.RankHost`), from what
+    the user launched (sim/launch.py). A Simulation given none makes its own and closes it when its
+    run can go no further; a Session's world source hands its own to every Simulation it makes.
+    Handlers reach it as ``ctx.processes`` (None for plain-data scenarios)."""
 
     def __post_init__(self) -> None:
         check_mode(self.determinism)

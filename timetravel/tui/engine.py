@@ -326,7 +326,9 @@ class Engine:
         """The world of ``branch`` at ``moment`` (a ``Session.goto`` target) as the inspector's
         document; the cursor stays where it is."""
         session = self.session
-        with Session.open(session.reader.path, scenario=session.scenario, branch=branch) as other:
+        with Session.open(
+            session.reader.path, scenario=session.scenario, branch=branch, launch=session.launch
+        ) as other:
             other.goto(moment)
             return world_tree(other.world)
 

@@ -209,7 +209,9 @@ def branch_faults(context: CommandContext, branch: str) -> FaultsResult:
     names = [row.name for row in branch_tree(session.reader)]
     if branch not in names:
         raise CommandError(f"faults: no branch {branch!r} (branches: {', '.join(names)})")
-    with Session.open(session.reader.path, scenario=session.scenario, branch=branch) as other:
+    with Session.open(
+        session.reader.path, scenario=session.scenario, branch=branch, launch=session.launch
+    ) as other:
         other.goto("end")
         return FaultsResult(branch, fault_schedule(other.world))
 

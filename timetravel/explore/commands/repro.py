@@ -44,7 +44,7 @@ def _branch_session(context: CommandContext, command: str, branch: str | None) -
     known = branch_names(cursor.reader)
     if branch not in known:
         raise CommandError(f"{command}: no branch {branch!r} (branches: {', '.join(known)})")
-    return Session.open(cursor.reader.path, scenario=cursor.scenario, branch=branch)
+    return Session.open(cursor.reader.path, scenario=cursor.scenario, branch=branch, launch=cursor.launch)
 
 
 def _minimize(invocation: Invocation, context: CommandContext) -> MinimizeResult:

@@ -60,7 +60,9 @@ class CommandContext:
         Session: after a branch was appended to the file, or to switch branches. The cursor
         starts at the branch's beginning; watches stay."""
         old = self.require_session("reopen")
-        new = Session.open(old.reader.path, scenario=old.scenario, branch=branch or old.branch)
+        new = Session.open(
+            old.reader.path, scenario=old.scenario, branch=branch or old.branch, launch=old.launch
+        )
         old.close()
         self.session = new
         self.watch_digests.clear()

@@ -53,7 +53,7 @@ def _find_first(invocation: Invocation, context: CommandContext) -> FindResult:
     session = (
         cursor
         if branch in (None, cursor.branch)
-        else Session.open(cursor.reader.path, scenario=cursor.scenario, branch=branch)
+        else Session.open(cursor.reader.path, scenario=cursor.scenario, branch=branch, launch=cursor.launch)
     )
     try:
         result = _search(invocation, context, session)
