@@ -157,7 +157,10 @@ def _print_findings(findings: Findings) -> None:
 
 
 def _print_bucket(bucket: Bucket) -> None:
-    say("", f"{bucket.signature}  ({bucket.scenario})  {bucket.count:,} seeds, {bucket.share:.1%} of its seeds")
+    say(
+        "",
+        f"{bucket.signature}  ({bucket.scenario})  {bucket.count:,} seeds, {bucket.share:.1%} of its seeds",
+    )
     if bucket.fault_kinds:
         say(f"  {'fault kinds':<12} {'in bucket':>9}  {'all seeds':>9}")
         for kind, stats in list(bucket.fault_kinds.items())[:FAULT_KINDS_SHOWN_MAX]:
@@ -187,7 +190,7 @@ def _print_comparison(comparison: BaselineComparison) -> None:
     say(
         "",
         f"against baseline {comparison.baseline}: {len(comparison.new)} new, {len(comparison.gone)} gone, "
-        f"{comparison.kept} in both"
+        f"{comparison.kept} in both",
     )
     for bucket in comparison.new:
         say(
