@@ -79,6 +79,16 @@ def test_dask_local_pool_and_merged_shards_give_identical_rows(tmp_path: Path) -
     assert merged_rows == local_rows
 
 
+def assert_only_the_stuck_seed_timed_out(plan: Any, executor: Any, database_path: Path, seeds: int) -> None:
+    """Sweep ``plan`` (stuck_seed_plan: seed 2 hangs): seed 2 is recorded as a timeout, killed once,
+    and every other seed passes."""
+    with FindingsDatabase(database_path) as database:
+        summary = run_sweep(plan, database, executor)
+        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
+    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(seeds)}
+    assert summary.killed_for_timeout == 1
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_dask_records_a_stuck_seed_as_timeout_and_restarts_its_worker(
@@ -87,11 +97,7 @@ def test_dask_records_a_stuck_seed_as_timeout_and_restarts_its_worker(
     monkeypatch.setattr(executor_module, "HARD_TIMEOUT_GRACE_S", 0.2)
     plan = stuck_seed_plan(seeds=6)
     executor = dask_executor()
-    with FindingsDatabase(tmp_path / "f.db") as database:
-        summary = run_sweep(plan, database, executor)
-        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
-    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(6)}
-    assert summary.killed_for_timeout == 1
+    assert_only_the_stuck_seed_timed_out(plan, executor, tmp_path / "f.db", seeds=6)
 
 
 @pytest.mark.slow
@@ -114,11 +120,7 @@ def test_a_slow_worker_restart_does_not_time_out_the_seed_queued_behind_the_stuc
         return restart_workers(*arguments, **options)
 
     monkeypatch.setattr(executor.client, "restart_workers", slow_restart)
-    with FindingsDatabase(tmp_path / "f.db") as database:
-        summary = run_sweep(plan, database, executor)
-        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
-    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(5)}
-    assert summary.killed_for_timeout == 1
+    assert_only_the_stuck_seed_timed_out(plan, executor, tmp_path / "f.db", seeds=5)
 
 
 @pytest.mark.slow

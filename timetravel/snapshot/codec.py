@@ -30,11 +30,10 @@ from timetravel.sim.encoding import (
     PACKER_BUFFER_BYTES,
     PAGE_BYTES,
     DecodeError,
-    ItemBudget,
     check_shape,
     dtype_from_name,
     dtype_name,
-    unpackb_bounded,
+    unpack_bounded,
 )
 from timetravel.snapshot.entries import ArrayEntry, Page
 
@@ -239,30 +238,7 @@ def decode_value_sized(
             raise DecodeError(f"unexpected msgpack extension {code} in a stored value")
         return array_factory(payload)
 
-    budget = ItemBudget(items_max) if items_max is not None else None
-    length_max = (
-        DECODE_CONTAINER_LENGTH_MAX if items_max is None else min(DECODE_CONTAINER_LENGTH_MAX, items_max)
-    )
-    try:
-        return (
-            unpackb_bounded(
-                data,
-                budget=budget,
-                raw=False,
-                strict_map_key=True,
-                ext_hook=ext_hook,
-                max_bin_len=bytes_max,
-                max_str_len=bytes_max,
-                max_array_len=length_max,
-                max_map_len=length_max,
-                max_ext_len=bytes_max,
-            ),
-            0,
-        )
-    except DecodeError:
-        raise
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
-        raise DecodeError(f"not valid msgpack: {error}") from error
+    return unpack_bounded(data, ext_hook, bytes_max=bytes_max, items_max=items_max), 0
 
 
 def decode_value_against(
