@@ -171,3 +171,26 @@ def test_an_empty_file_is_not_a_findings_database(tmp_path: Path, capsys: pytest
         "empty.db",
         "no-tables.db",
     ]
+
+
+def test_findings_never_puts_a_script_the_database_names_in_a_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A torch sweep's ``script=PATH`` pasted from ``findings`` would run that file: the commands say
+    ``script=SCRIPT`` and the stored path is shown apart, as untrusted."""
+    db = str(tmp_path / "sent.db")
+    assert main(["fuzz", *PINGPONG, "--seeds", "0:6", "--db", db, "--workers", "1", "--json"]) == 1
+    capsys.readouterr()
+    evil = str(tmp_path / "evil.py")
+    with FindingsDatabase(db, create=False) as database:
+        database.connection.execute("UPDATE sweeps SET settings = ?", (json.dumps([f"script={evil}"]),))
+    assert main(["findings", "--db", db]) == 0
+    listing = capsys.readouterr().out
+    commands = [line for line in listing.splitlines() if "timetravel " in line]
+    assert commands and not any(evil in line for line in commands)
+    assert any("script=SCRIPT" in line for line in commands)
+    assert f"the database says the sweep ran the script '{evil}'" in listing
+    assert main(["findings", "--db", db, "--json"]) == 0
+    [bucket] = json.loads(capsys.readouterr().out)["buckets"]
+    assert bucket["scripts"] == [evil]
+    assert evil not in bucket["open_command"] + bucket["reproduce_command"]

@@ -172,6 +172,11 @@ def _print_bucket(bucket: Bucket) -> None:
             f"  untrusted    the database says its scenario code is {bucket.scenario_target!r}: check that "
             "module before you add --scenario MODULE:ATTR to these commands (that imports it)"
         )
+    for script in bucket.scripts:
+        say(
+            f"  untrusted    the database says the sweep ran the script {script!r}: the commands say "
+            "script=SCRIPT; replace it with the script you mean to run (a database never names code to run)"
+        )
     shown = " ".join(str(seed) for seed in bucket.seeds[:SEEDS_SHOWN_MAX])
     more = " ..." if bucket.count > SEEDS_SHOWN_MAX else ""
     say(f"  seeds        {shown}{more}")
