@@ -1,8 +1,11 @@
-"""Imports go down the layers of DESIGN.md, and each heavy front-end library stays in its layer.
+"""Imports go down the layers of docs/architecture.md, with no circle anywhere, and each heavy
+front-end library stays in its layer.
 
 The rule keeps the kernel readable on its own and lets a farm worker or a headless replay import
-timetravel without Textual, prompt_toolkit or Dask. A lower layer importing a higher one (even
-lazily, inside a function) is a design bug that this test names by file and line.
+timetravel without Textual, prompt_toolkit or Dask. A lower layer importing a higher one, or two
+modules importing each other however far round (even lazily, inside a function, or under
+``if TYPE_CHECKING``), is a design bug that this test names by file and line. The layers are read
+from the picture in docs/architecture.md, so the page and the rule cannot drift apart.
 """
 
 from __future__ import annotations
@@ -13,21 +16,22 @@ from pathlib import Path
 
 PACKAGE = Path(__file__).resolve().parent.parent / "timetravel"
 
-LAYER = {
-    "sim": 0,
-    "fabric": 1,
-    "scenarios": 2,
-    "torch": 2,
-    "snapshot": 3,
-    "recording": 4,
-    "determinism": 5,
-    "explore": 5,
-    "farm": 6,
-    "tui": 6,
-    "shell": 6,
-    "bench": 7,
-    "cli": 7,
-}
+ARCHITECTURE = PACKAGE.parent / "docs" / "architecture.md"
+
+
+def documented_layers(page: str) -> dict[str, int]:
+    """Package -> layer (0 = the lowest) from the first picture of docs/architecture.md: each line
+    that starts with packages (``name/``) is a layer, top first; the packages on a line are peers."""
+    picture = page.split("```", 2)[1]
+    rows = [
+        [word.rstrip("/") for word in itertools.takewhile(lambda word: word.endswith("/"), line.split())]
+        for line in picture.splitlines()
+        if line[:1].isalpha()
+    ]
+    return {name: len(rows) - 1 - index for index, row in enumerate(rows) for name in row}
+
+
+LAYER = documented_layers(ARCHITECTURE.read_text())
 PEERS_THAT_MUST_NOT_MEET = {"farm", "tui", "shell"}
 LIBRARY_HOME = {
     "textual": "tui",
@@ -198,3 +202,74 @@ def test_the_cycle_check_sees_an_import_inside_a_function(tmp_path: Path) -> Non
     assert cycle is not None and set(cycle) == {"pkg.session", "pkg.branching"}
     (package / "session.py").write_text("def fork():\n    return None\n")
     assert import_cycle(import_graph(package, "pkg")) is None
+
+
+# -- everywhere: no circle, lazy imports included ----------------------------------------------------
+
+
+def test_no_module_of_timetravel_imports_a_module_that_imports_it_back() -> None:
+    graph = import_graph(PACKAGE, "timetravel")
+    assert len(graph) > 300, "the graph lost most of the package: is module_names broken?"
+    cycle = import_cycle(graph)
+    assert cycle is None, f"import circle: {describe(graph, cycle)}"
+
+
+def test_the_layers_come_from_the_architecture_page() -> None:
+    assert LAYER["sim"] == 0 and LAYER["cli"] == max(LAYER.values())
+    assert LAYER["torch"] == LAYER["scenarios"] and LAYER["fabric"] == 1
+    packages = sorted(path.name for path in PACKAGE.iterdir() if (path / "__init__.py").is_file())
+    assert sorted(LAYER) == packages, "docs/architecture.md's picture and timetravel/'s packages differ"
+
+
+# -- inside torch/: the rank child and the coordinator never import each other ------------------------
+
+TORCH = PACKAGE / "torch"
+SIDES = {"rank": ("world",), "world": ("rank",), "protocol": ("rank", "world")}
+"""Each part of torch/ and the parts it may never import (the protocol is what both sides speak)."""
+
+
+def side_violations(graph: dict[str, dict[str, int]]) -> list[str]:
+    problems = []
+    for name, edges in sorted(graph.items()):
+        side = name.split(".")[2] if name.count(".") >= 2 else ""
+        for forbidden in SIDES.get(side, ()):
+            prefix = f"timetravel.torch.{forbidden}"
+            problems += [
+                f"{name} (line {line}) imports {target}: torch/{side}/ never imports torch/{forbidden}/"
+                for target, line in sorted(edges.items())
+                if target == prefix or target.startswith(prefix + ".")
+            ]
+    return problems
+
+
+def test_the_rank_side_and_the_coordinator_side_only_share_the_protocol() -> None:
+    graph = import_graph(TORCH, "timetravel.torch")
+    assert {
+        "timetravel.torch.rank.main",
+        "timetravel.torch.world.c10d",
+        "timetravel.torch.protocol.wire",
+    } <= set(graph)
+    assert side_violations(graph) == []
+
+
+def test_a_planted_lazy_import_across_the_sides_or_round_a_circle_fails(tmp_path: Path) -> None:
+    """The checks above would pass vacuously if a lazy import did not count: plant one of each."""
+    package = tmp_path / "torch"
+    for part in ("", "rank", "world", "protocol"):
+        (package / part).mkdir(exist_ok=True)
+        (package / part / "__init__.py").write_text("")
+    (package / "rank" / "main.py").write_text("def run():\n    from timetravel.torch.world import host\n")
+    (package / "world" / "host.py").write_text("from timetravel.torch.protocol import wire\n")
+    (package / "protocol" / "wire.py").write_text("def f():\n    from timetravel.torch.world.host import x\n")
+    graph = import_graph(package, "timetravel.torch")
+    assert side_violations(graph) == [
+        "timetravel.torch.protocol.wire (line 2) imports timetravel.torch.world.host: "
+        "torch/protocol/ never imports torch/world/",
+        "timetravel.torch.rank.main (line 2) imports timetravel.torch.world.host: "
+        "torch/rank/ never imports torch/world/",
+    ]
+    cycle = import_cycle(graph)
+    assert cycle is not None and set(cycle) == {
+        "timetravel.torch.world.host",
+        "timetravel.torch.protocol.wire",
+    }

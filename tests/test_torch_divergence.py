@@ -12,8 +12,8 @@ from timetravel.scenarios import get_scenario
 from timetravel.sim.context import Context
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch import c10d
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world import c10d
+from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -60,7 +60,7 @@ def test_a_flipped_bit_in_one_of_two_replicas_is_reported_as_a_split() -> None:
             "params": {"side": "result", "numel_min": 2},
         }
     ]
-    authorize_script(str(DDP_MLP))
+    launch = launch_naming([str(DDP_MLP)])
     scenario = get_scenario("torch")
     settings = [
         f"script={DDP_MLP}",
@@ -69,7 +69,7 @@ def test_a_flipped_bit_in_one_of_two_replicas_is_reported_as_a_split() -> None:
         "args=--steps 8",
         f"faults={json.dumps(faults)}",
     ]
-    report, world = run_report(scenario, scenario.resolve_config(settings), 0)
+    report, world = run_report(scenario, scenario.resolve_config(settings), 0, launch=launch)
     failure = world.failures[0]
     assert failure["kind"] == "divergence", report["failure"]
     assert failure["split"] == [["r0"], ["r1"]] and failure["node"] == "r1"

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from torch_launch import TEST_SCRIPTS
 
 from timetravel.explore import Session, explain_torch
 from timetravel.explore.branching import branch
@@ -31,11 +32,11 @@ from timetravel.explore.explain_torch import failure_site
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.sim.event import Event
-from timetravel.torch import state as training_state
-from timetravel.torch import workdir, world_source
-from timetravel.torch.limits import BATCH_INDICES_MAX
-from timetravel.torch.rank_batches import _plain_indices
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
+from timetravel.torch.rank.batches import _plain_indices
+from timetravel.torch.world import state as training_state
+from timetravel.torch.world import workdir, world_source
+from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "docs" / "examples" / "torch"
@@ -50,12 +51,12 @@ NAN_STEP_INDEX = 7
 
 
 def record(path: Path, script: Path, ranks: int, args: str) -> dict:
-    authorize_script(str(script))
+    launch = launch_naming([str(script)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         [f"script={script}", f"nproc={ranks}", "rank_output=quiet", f"args={args}"]
     )
-    report, _world = record_run(scenario, config, 3, path, force=True)
+    report, _world = record_run(scenario, config, 3, path, force=True, launch=launch)
     return report
 
 
@@ -80,7 +81,7 @@ def nan_run(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_world_keeps_each_step_s_sampler_indices_per_rank(nan_run: Path) -> None:
-    with Session.open(nan_run) as session:  # stored state: no execution
+    with Session.open(nan_run, launch=TEST_SCRIPTS) as session:  # stored state: no execution
         world = session.snapshot_world(len(session.snapshots()) - 1)
         for rank in range(RANKS):
             batch = world.nodes[f"r{rank}"]["batch"]
@@ -92,7 +93,7 @@ def test_the_world_keeps_each_step_s_sampler_indices_per_rank(nan_run: Path) -> 
 def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_module(nan_run: Path) -> None:
     users = world_source._SHARED.users
     opened = len(workdir._open)
-    with Session.open(nan_run) as session:
+    with Session.open(nan_run, launch=TEST_SCRIPTS) as session:
         directories = len(workdir._open)
         probed = failure_site(session, session.reader.end(session.branch)["failure"])
         # the probed ranks' working directory is removed too; what stays open is the directory of
@@ -137,7 +138,7 @@ def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_mo
 def test_the_probe_starts_at_a_snapshot_before_the_step_and_answers_as_from_the_start(
     nan_run: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    with Session.open(nan_run) as session:
+    with Session.open(nan_run, launch=TEST_SCRIPTS) as session:
         failure = session.reader.end(session.branch)["failure"]
         near = failure_site(session, failure)
         assert near is not None and near.probe == "found", near
@@ -154,7 +155,7 @@ def test_the_probe_starts_at_a_snapshot_before_the_step_and_answers_as_from_the_
 
 
 def test_a_resumed_rank_refuses_the_probe_when_it_may_be_inside_the_step_already() -> None:
-    from timetravel.torch.rank_setup import _install_probe
+    from timetravel.torch.rank.setup import _install_probe
 
     class Posts:
         def __init__(self) -> None:
@@ -173,9 +174,9 @@ def test_a_resumed_rank_refuses_the_probe_when_it_may_be_inside_the_step_already
 def test_explain_probes_a_branch_from_a_snapshot_after_its_fork(nan_run: Path, tmp_path: Path) -> None:
     path = tmp_path / "branched.ttr"
     shutil.copyfile(nan_run, path)
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         made = branch(session, "0.5ms", {"branch_key": 1})  # other compute jitter, the same bug
-    with Session.open(path, branch=made.name) as session:
+    with Session.open(path, branch=made.name, launch=TEST_SCRIPTS) as session:
         result = explain(session)
         fork = session.fork_events
     site = result.site
@@ -246,7 +247,7 @@ def test_without_a_dataloader_explain_says_so_and_still_names_the_module(tmp_pat
     path = tmp_path / "ddp_mlp.ttr"
     report = record(path, DDP_MLP, RANKS, "--steps 9 --bug nan_data")  # batches from a generator
     assert report["outcome"] == "fail", report["failure"]
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         site = explain(session).site
     assert site is not None and (site.rank, site.step) == ("r2", NAN_STEP_INDEX + 1)
     assert site.indices is None
@@ -261,7 +262,7 @@ def test_an_inf_scaled_loss_is_found_at_the_gradient_of_the_last_module_and_no_d
     path = tmp_path / "gpu_style.ttr"
     report = record(path, GPU_STYLE, 2, "--bug nan_scale")
     assert report["outcome"] == "fail" and report["failure"]["kind"] == "nan", report["failure"]
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         site = explain(session).site
     assert site is not None
     assert (site.rank, site.step) == ("r1", 5)  # the script's 0-based step 4

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import TEST_SCRIPTS
 
 from timetravel.explore import Session
 from timetravel.explore.commands.render import render_text
@@ -22,7 +23,7 @@ from timetravel.explore.explain import explain
 from timetravel.explore.explain_results import ExplainResult
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.specs import launch_naming
 from timetravel.tui.adapt import explain_rows
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -37,22 +38,22 @@ FLIP = {
 
 
 def record(path: Path, args: str, faults: list[dict]) -> dict:
-    authorize_script(str(DDP_MLP))
+    launch = launch_naming([str(DDP_MLP)])
     scenario = get_scenario("torch")
     settings = [f"script={DDP_MLP}", f"nproc={RANKS}", "rank_output=quiet", f"args={args}"]
     config = scenario.resolve_config([*settings, f"faults={json.dumps(faults)}"])
-    report, _world = record_run(scenario, config, 3, path, force=True)
+    report, _world = record_run(scenario, config, 3, path, force=True, launch=launch)
     return report
 
 
 def explained(path: Path) -> ExplainResult:
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         return explain(session)
 
 
 def entered(path: Path, event: int) -> dict:
     """The collective the recorded call event #``event`` enters, from the event stream itself."""
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         recorded = session.event(event)
     assert recorded is not None and recorded.kind == "call" and recorded.node == "c10d", recorded
     payload = recorded.payload

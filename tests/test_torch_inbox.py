@@ -1,4 +1,4 @@
-"""The coordinator reads every rank's channel while it waits for one (timetravel/torch/inbox.py).
+"""The coordinator reads every rank's channel while it waits for one (timetravel/torch/world/inbox.py).
 
 Without it a rank sending more than a socket buffer (a gradient bucket, its step's state) blocked in
 ``sendall`` until the World's poll of that rank, and ranks computed one after another. What the World
@@ -16,10 +16,16 @@ import threading
 import numpy as np
 import pytest
 
-from timetravel.torch import arrays
-from timetravel.torch.driver import RankDriver, RankStuck
-from timetravel.torch.inbox import Inboxes
-from timetravel.torch.wire import ChannelClosed, ProtocolError, encode_message, receive_message, send_message
+from timetravel.torch.protocol import arrays
+from timetravel.torch.protocol.wire import (
+    ChannelClosed,
+    ProtocolError,
+    encode_message,
+    receive_message,
+    send_message,
+)
+from timetravel.torch.world.driver import RankDriver, RankStuck
+from timetravel.torch.world.inbox import Inboxes
 
 BIG_BYTES = 6 * 1024 * 1024
 """Larger than any socket buffer: a writer of this blocks until the other side reads."""

@@ -11,9 +11,8 @@ import torch
 from timetravel.explore import Session
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch import scenario as torch_scenario
-from timetravel.torch.rank_env.loss_capture import LossCapture, install_loss_capture
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.rank.env.loss_capture import LossCapture, install_loss_capture
+from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -86,19 +85,15 @@ def test_a_loss_the_script_logs_itself_wins_from_its_first_log() -> None:
 
 
 def test_ddp_mlp_records_a_loss_per_rank_and_step_equal_to_what_it_prints(tmp_path: Path) -> None:
-    authorize_script(str(DDP_MLP))
+    printed = io.StringIO()
+    launch = launch_naming([str(DDP_MLP)], output=printed)
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={DDP_MLP}", "nproc=3", "args=--steps 11"])
-    printed = io.StringIO()
-    torch_scenario.set_rank_output(printed)
-    try:
-        report, _world = record_run(scenario, config, 0, tmp_path / "loss.ttr", force=True)
-    finally:
-        torch_scenario.set_rank_output(None)
+    report, _world = record_run(scenario, config, 0, tmp_path / "loss.ttr", force=True, launch=launch)
     assert report["outcome"] == "pass"
     lines = dict(re.findall(r"\[r0\] step (\d+) loss (\S+)", printed.getvalue()))
     assert set(lines) == {"0", "5", "10"}
-    with Session.open(tmp_path / "loss.ttr") as session:
+    with Session.open(tmp_path / "loss.ttr", launch=launch) as session:
         series = session.metric_series("loss")
         reduced = [value for _t, _node, value in session.metric_series("allreduce/0/0")]
     per_rank = {rank: [value for _t, node, value in series if node == rank] for rank in ("r0", "r1", "r2")}

@@ -13,12 +13,13 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import TEST_SCRIPTS
 
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPT = ROOT / "tests" / "torch_scripts" / "reads_back_its_file.py"
@@ -29,10 +30,12 @@ COLLECTIVES = 2 * STEPS
 @pytest.fixture(scope="module")
 def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     path = tmp_path_factory.mktemp("torch_navigation") / "steps.ttr"
-    authorize_script(str(SCRIPT))
+    launch = launch_naming([str(SCRIPT)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={SCRIPT}", "nproc=2", f"args={STEPS}", "rank_output=quiet"])
-    report, _world = record_run(scenario, config, 5, path, snapshot_every_events=64, force=True)
+    report, _world = record_run(
+        scenario, config, 5, path, snapshot_every_events=64, force=True, launch=launch
+    )
     assert report["outcome"] == "pass", report["failure"]
     return path
 
@@ -53,7 +56,7 @@ def completing_events(session: Session) -> list[int]:
 
 
 def test_step_and_back_by_collective_stand_after_each_completing_event_in_turn(recording: Path) -> None:
-    with Session.open(recording) as session:
+    with Session.open(recording, launch=TEST_SCRIPTS) as session:
         expected = completing_events(session)
         assert len(expected) == COLLECTIVES
         session.goto("start")
@@ -115,16 +118,16 @@ DDP_RANKS = 3
 def test_export_perfetto_of_a_torch_run_has_a_collectives_track_per_rank(tmp_path: Path) -> None:
     from timetravel.explore.perfetto import export_perfetto
 
-    authorize_script(str(DDP_MLP))
+    launch = launch_naming([str(DDP_MLP)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         [f"script={DDP_MLP}", f"nproc={DDP_RANKS}", "rank_output=quiet", f"args=--steps {DDP_STEPS}"]
     )
     path = tmp_path / "ddp.ttr"
-    report, world = record_run(scenario, config, 3, path, force=True)
+    report, world = record_run(scenario, config, 3, path, force=True, launch=launch)
     assert report["outcome"] == "pass", report["failure"]
     completed = world.nodes["c10d"]["completed"]
-    with Session.open(path) as session:
+    with Session.open(path, launch=launch) as session:
         result = export_perfetto(session, tmp_path / "ddp.json")
     document = json.loads((tmp_path / "ddp.json").read_text())
     events = document["traceEvents"]

@@ -11,10 +11,10 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from timetravel.torch.rank_env.clock import RankClock
-from timetravel.torch.rank_env.cuda import install_cuda
-from timetravel.torch.rank_env.cuda_api import Unsupported
-from timetravel.torch.rank_env.cuda_devices import factory_names
+from timetravel.torch.rank.env.clock import RankClock
+from timetravel.torch.rank.env.cuda import install_cuda
+from timetravel.torch.rank.env.cuda_api import Unsupported
+from timetravel.torch.rank.env.cuda_devices import factory_names
 
 MAPPINGS = ("patch", "mode")
 

@@ -12,7 +12,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from timetravel.torch.rank_env.entropy import install_entropy, preserving_entropy_across_fork
+from timetravel.torch.rank.env.entropy import install_entropy, preserving_entropy_across_fork
 
 SEED = b"world-seed-7"
 

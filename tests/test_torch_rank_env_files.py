@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from timetravel.torch.rank_env.files import WRITE_OUTSIDE_WORKDIR, install_file_watch
+from timetravel.torch.rank.env.files import WRITE_OUTSIDE_WORKDIR, install_file_watch
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from timetravel.torch.rank_env import RankClock, install_all, preload
+from timetravel.torch.rank.env import RankClock, install_all, preload
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 
@@ -24,7 +24,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 from timetravel.torch import metric
-from timetravel.torch.rank_env import RankClock, install_all, preload
+from timetravel.torch.rank.env import RankClock, install_all, preload
 
 seed = sys.argv[1].encode()
 clock = RankClock()

@@ -10,7 +10,7 @@ import pytest
 import torch
 from torch.utils.data import DataLoader, Dataset, IterableDataset, get_worker_info
 
-from timetravel.torch.rank_env.loading import install_compile, install_dataloader
+from timetravel.torch.rank.env.loading import install_compile, install_dataloader
 
 
 class Augmented(Dataset[Any]):

@@ -15,8 +15,8 @@ import torch
 
 import timetravel.torch
 from timetravel.torch.metrics import metric
-from timetravel.torch.rank_env.metrics_capture import install_metrics, patch_summary_writer
-from timetravel.torch.rank_env.patching import Patches
+from timetravel.torch.rank.env.metrics_capture import install_metrics, patch_summary_writer
+from timetravel.torch.rank.env.patching import Patches
 
 REPOSITORY_ROOT = Path(__file__).resolve().parent.parent
 
@@ -129,7 +129,7 @@ def test_the_package_imports_without_torch() -> None:
         import timetravel.torch
         from timetravel.torch.metrics import metric
         metric("loss", 1.0)
-        import timetravel.torch.rank_env.clock
+        import timetravel.torch.rank.env.clock
         print("ok")
         """
     )

@@ -12,8 +12,8 @@ from datetime import datetime as imported_datetime
 
 import pytest
 
-from timetravel.torch.rank_env.clock import WALL_EPOCH_NS, ClockError, RankClock
-from timetravel.torch.rank_env.virtual_time import install_time, real_monotonic_ns
+from timetravel.torch.rank.env.clock import WALL_EPOCH_NS, ClockError, RankClock
+from timetravel.torch.rank.env.virtual_time import install_time, real_monotonic_ns
 
 EPOCH_SECONDS = WALL_EPOCH_NS // 1_000_000_000
 

@@ -11,8 +11,8 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch import resume
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world import resume
+from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
 RESUME_DDP = ROOT / "docs" / "examples" / "torch" / "resume_ddp.py"
@@ -22,11 +22,11 @@ CRASH_AT_STEP_5 = json.dumps([{"kind": "crash", "target": "r1", "t_start": 2_000
 
 
 def simulate(script: Path, *settings: str) -> tuple[dict, World]:
-    authorize_script(str(script))
+    launch = launch_naming([str(script)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={script}", "nproc=2", "rank_output=quiet", *settings])
     # later settings win: nproc=3 in ``settings`` overrides the 2 here
-    return run_report(scenario, config, 0)
+    return run_report(scenario, config, 0, launch=launch)
 
 
 def crashed(bug: str, *settings: str) -> tuple[dict, World]:

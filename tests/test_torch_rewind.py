@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import TEST_SCRIPTS
 
 from timetravel.explore import Session
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.scenario import authorize_script, released
+from timetravel.torch.world.specs import launch_naming, released
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -28,12 +29,14 @@ THREADS = ROOT / "tests" / "torch_scripts" / "thread_keeper.py"
 
 
 def record(path: Path, script: Path, args: str, nproc: int = 3, seed: int = 5) -> dict:
-    authorize_script(str(script))
+    launch = launch_naming([str(script)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         [f"script={script}", f"nproc={nproc}", f"args={args}", "rank_output=quiet"]
     )
-    report, world = record_run(scenario, config, seed, path, snapshot_every_events=64, force=True)
+    report, world = record_run(
+        scenario, config, seed, path, snapshot_every_events=64, force=True, launch=launch
+    )
     report["final_hash"] = world.state_hash()
     return report
 
@@ -56,7 +59,7 @@ def hashes_along(session: Session, targets: list[int]) -> dict[int, str]:
 def test_seeks_back_and_forth_resume_checkpoints_bit_for_bit(ddp_recording: tuple[Path, dict]) -> None:
     path, report = ddp_recording
     assert report["outcome"] == "pass"
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         snapshots = {info.events: info.state_hash for info in session.snapshots()}
         forward = hashes_along(session, [70, 140, 200])
         assert session.source.memory()["checkpoints"] >= 3  # 64, 128, 192 (and where seeks stopped)
@@ -80,7 +83,7 @@ def test_ranks_that_ran_ahead_are_forked_blocked_and_a_kept_world_restores_the_r
     """Re-execution sends a result when it is released, so at a snapshot a rank may hold a result its
     poll has not handed over: it is read until it blocks, and what it sent goes into the checkpoint."""
     path, _report = ddp_recording
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         manifests = {info.events: info for info in session.snapshots_info if not info.final}
         target = session.end.events - 1
         session.goto_event(target)  # through every snapshot before it: a checkpoint at each
@@ -113,7 +116,7 @@ def test_ranks_that_ran_ahead_are_forked_blocked_and_a_kept_world_restores_the_r
 
 def test_a_killed_checkpoint_is_rebuilt_by_re_execution(ddp_recording: tuple[Path, dict]) -> None:
     path, _report = ddp_recording
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         expected = hashes_along(session, [100, 180])[180]
         for kept in session.source.shared.kept:
             for checkpoint in kept.ranks.ranks.values():
@@ -126,7 +129,7 @@ def test_a_killed_checkpoint_is_rebuilt_by_re_execution(ddp_recording: tuple[Pat
 
 def test_closing_the_session_leaves_no_process_behind(ddp_recording: tuple[Path, dict]) -> None:
     path, _report = ddp_recording
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         session.goto_event(150)
         pids = [c.pid for kept in session.source.shared.kept for c in kept.ranks.ranks.values()]
         assert pids
@@ -155,9 +158,9 @@ def _is_zombie(pid: int) -> bool:
 COLD_SEEK = """
 import json, sys
 from timetravel.explore import Session
-from timetravel.torch.scenario import authorize_script, released
-authorize_script(sys.argv[2])
-with Session.open(sys.argv[1]) as session:
+from timetravel.torch.world.specs import launch_naming
+launch = launch_naming([sys.argv[2]])
+with Session.open(sys.argv[1], launch=launch) as session:
     session.goto_event(int(sys.argv[3]))
     print(json.dumps({"hash": session.state_hash(), "memory": session.source.memory()}))
 """
@@ -167,7 +170,7 @@ def test_a_new_process_rebuilds_checkpoints_and_reaches_the_same_bits(
     ddp_recording: tuple[Path, dict],
 ) -> None:
     path, _report = ddp_recording
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         session.goto_event(170)
         here = session.state_hash()
     for hash_seed in ("0", "4242"):
@@ -197,7 +200,7 @@ def test_a_rank_that_cannot_be_forked_is_re_executed_instead(
     path = tmp_path / f"{mode}.ttr"
     report = record(path, THREADS, mode, nproc=2)
     assert report["outcome"] == "pass", report["failure"]
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         session.goto("end")
         end = session.position.events
         session.goto_event(end // 2)

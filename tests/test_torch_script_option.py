@@ -295,22 +295,18 @@ def test_a_recording_of_a_function_target_never_runs_it_from_the_command_line(
 ) -> None:
     from timetravel.recording import record_run
     from timetravel.scenarios import get_scenario
-    from timetravel.torch import driver
-    from timetravel.torch.scenario import authorize_function
+    from timetravel.torch.world.specs import launch_naming_function
 
     module = tmp_path / "tt_forged_target.py"
     module.write_text(FORGED_FUNCTION.format(marker_env=MARKER_ENV))
     monkeypatch.syspath_prepend(str(tmp_path))
-    authorize_function("tt_forged_target:train")
+    launch = launch_naming_function("tt_forged_target:train")
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         {"function": "tt_forged_target:train", "nproc": 2, "rank_output": "quiet"}
     )
     recording = tmp_path / "function.ttr"
-    try:
-        report, _world = record_run(scenario, config, 0, recording)
-    finally:
-        driver.stop_active()
+    report, _world = record_run(scenario, config, 0, recording, launch=launch)
     assert report["outcome"] == "pass", report["failure"]
     marker = tmp_path / "ran"
     # the module is importable by the command line's processes: only the opt-in is missing

@@ -18,30 +18,23 @@ from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, record_torchrun
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch import driver
 from timetravel.torch.api import function_target
-from timetravel.torch.scenario import authorize_function, authorize_script
+from timetravel.torch.world.specs import launch_naming, launch_naming_function
 
 
 def run_function(function: Any, **settings: Any) -> tuple[dict[str, Any], World]:
     target = function_target(function)
-    authorize_function(target)
+    launch = launch_naming_function(target)
     scenario = get_scenario("torch")
     config = scenario.resolve_config({"function": target, "nproc": 2, "rank_output": "quiet", **settings})
-    try:
-        return run_report(scenario, config, 0)
-    finally:
-        driver.stop_active()
+    return run_report(scenario, config, 0, launch=launch)
 
 
 def run_script(script: Path, *settings: str) -> tuple[dict[str, Any], World]:
-    authorize_script(str(script))
+    launch = launch_naming([str(script)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={script}", "nproc=2", "rank_output=quiet", *settings])
-    try:
-        return run_report(scenario, config, 0)
-    finally:
-        driver.stop_active()
+    return run_report(scenario, config, 0, launch=launch)
 
 
 def returns(world: World) -> list[Any]:
@@ -254,7 +247,7 @@ def test_each_param_group_s_learning_rate_is_a_metric_and_adam_state_is_stored()
 
 
 def test_wrapper_prefixes_are_whole_name_segments_only() -> None:
-    from timetravel.torch.rank_state import strip_prefixes
+    from timetravel.torch.rank.state import strip_prefixes
 
     assert strip_prefixes("module._orig_mod.0.weight") == "0.weight"  # DDP over torch.compile
     assert strip_prefixes("submodule.weight") == "submodule.weight"  # a user's name is not cut

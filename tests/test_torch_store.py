@@ -7,16 +7,16 @@ from pathlib import Path
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world.specs import launch_naming
 
 SCRIPT = Path(__file__).resolve().parent / "torch_scripts" / "store_exchange.py"
 
 
 def simulate_world(seed: int, *settings: str) -> tuple[dict, World]:
-    authorize_script(str(SCRIPT))
+    launch = launch_naming([str(SCRIPT)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={SCRIPT}", "nproc=3", "rank_output=quiet", *settings])
-    return run_report(scenario, config, seed)
+    return run_report(scenario, config, seed, launch=launch)
 
 
 def test_ranks_exchange_keys_through_the_default_store_in_a_seeded_order() -> None:

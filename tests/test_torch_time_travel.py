@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import TEST_SCRIPTS
 
 from timetravel.explore import Session
 from timetravel.explore.branching import branch
@@ -23,8 +24,8 @@ from timetravel.explore.rerun import rerun
 from timetravel.explore.search import find_first
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch import world_source
-from timetravel.torch.scenario import authorize_script
+from timetravel.torch.world import world_source
+from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -34,10 +35,10 @@ flipped (a tensor of at least 2 elements: not the loss scalar)."""
 
 
 def record(path: Path, *settings: str, seed: int = 3) -> dict:
-    authorize_script(str(DDP_MLP))
+    launch = launch_naming([str(DDP_MLP)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={DDP_MLP}", "nproc=3", "rank_output=quiet", *settings])
-    report, _world = record_run(scenario, config, seed, path, force=True)
+    report, _world = record_run(scenario, config, seed, path, force=True, launch=launch)
     return report
 
 
@@ -52,7 +53,7 @@ def test_a_planted_nan_is_found_where_it_entered_and_the_fix_passes(folder: Path
     assert report["outcome"] == "fail" and report["failure"]["kind"] == "nan"
     failure = report["failure"]
     seq, group = re.search(r"#(\d+) of group (\S+) ", failure["message"]).groups()
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         session.goto(failure["t_ns"] // 2)  # rewind to a time before the NaN: nothing is non-finite yet
         assert not any(record["in_nonfinite"] for record in session.world.nodes["c10d"]["last"].values())
         found = find_first(session, "nodes/c10d/last/*/in_nonfinite > 0")
@@ -92,7 +93,7 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
         and "differs on r1 from the other 2 replicas" in report["failure"]["message"]
     )
     users = world_source._SHARED.users
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         fixed = branch(session, FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
         assert fixed.outcome == "pass", fixed.failure
         compared = compare(session, "main", fixed.name)
@@ -112,7 +113,7 @@ def test_the_first_divergence_is_dated_at_the_completion_of_the_collective_whose
     flipped: tuple[Path, dict],
 ) -> None:
     path, _report = flipped
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         fixed = branch(session, FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
         first = first_divergence(session, "main", fixed.name)
         assert first is not None and first.event_a is not None and first.event_t_ns is not None
@@ -131,7 +132,7 @@ def test_summation_order_from_the_middle_of_a_passing_run_shows_the_ulp_spread(f
     path = folder / "order.ttr"
     report = record(path, "args=--steps 8", seed=5)
     assert report["outcome"] == "pass"
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         middle = report["t_end_ns"] // 2
         arrival = branch(session, middle, {"settings": ["reduce_order=arrival"]})
         assert arrival.outcome == "pass"
@@ -151,9 +152,9 @@ def test_at_a_hang_the_tui_s_ranks_show_whom_they_wait_for(folder: Path) -> None
     report = record(path, "args=--steps 6 --bug skip_collective")
     assert report["outcome"] == "fail" and report["failure"]["kind"] == "hang"
     assert report["failure"]["node"] == "r1"  # the rank that skipped its all_reduce
-    with Session.open(path) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
         session.goto("end")  # the recorded end: the hang, with its flight recorder (no execution)
-        cells = {cell.name: cell for cell in rank_cells_from_world(session.world)}
+        cells = {cell.name: cell for cell in rank_cells_from_world(session.world, session.scenario.view)}
     assert set(cells) == {"r0", "r1", "r2"}
     assert cells["r0"].waiting_on == cells["r2"].waiting_on == "r1"
     assert cells["r1"].waiting_on != "r1"

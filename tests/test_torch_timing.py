@@ -18,10 +18,9 @@ from timetravel.fabric import collective as fabric_collective
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import ConfigError
-from timetravel.torch import driver
 from timetravel.torch.api import function_target
-from timetravel.torch.scenario import authorize_function
-from timetravel.torch.timing import collective_done_ns, fabric_state, point_to_point_done_ns
+from timetravel.torch.world.specs import launch_naming_function
+from timetravel.torch.world.timing import collective_done_ns, fabric_state, point_to_point_done_ns
 
 NS_PER_S = 1_000_000_000
 NVLINK_LATENCY_NS = 3_400
@@ -126,15 +125,12 @@ def test_the_ring_generalised_to_members_and_steps_keeps_dp_training_s_ring() ->
 
 def _flight(function: Any, **settings: Any) -> dict[str, list[dict[str, Any]]]:
     target = function_target(function)
-    authorize_function(target)
+    launch = launch_naming_function(target)
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         {"function": target, "rank_output": "quiet", "compute_jitter": 0, **settings}
     )
-    try:
-        report, world = run_report(scenario, config, 0)
-    finally:
-        driver.stop_active()
+    report, world = run_report(scenario, config, 0, launch=launch)
     assert report["outcome"] == "pass", report["failure"]
     flight = world.nodes["c10d"]["flight"]
     return {

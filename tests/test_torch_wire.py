@@ -1,4 +1,4 @@
-"""The wire between a rank and the coordinator (timetravel/torch/wire.py): tensors' bytes out of band.
+"""The wire between a rank and the coordinator (timetravel/torch/protocol/wire.py): tensors' bytes out of band.
 
 What users rely on: a tensor arrives with the same bits, and large ones cross with no copy on either
 side (the step state of a 1M-parameter model is ~20 MB per rank per step); a malformed or oversized
@@ -16,10 +16,16 @@ import msgpack
 import numpy as np
 import pytest
 
-from timetravel.torch import arrays, wire
-from timetravel.torch.limits import FRAME_BYTES_MIN, FRAMES_MAX, MESSAGE_BYTES_MAX
-from timetravel.torch.wire import MessageReader, ProtocolError, encode_message, receive_message, send_message
-from timetravel.torch.world_copy import immutable
+from timetravel.torch.protocol import arrays, wire
+from timetravel.torch.protocol.limits import FRAME_BYTES_MIN, FRAMES_MAX, MESSAGE_BYTES_MAX
+from timetravel.torch.protocol.wire import (
+    MessageReader,
+    ProtocolError,
+    encode_message,
+    receive_message,
+    send_message,
+)
+from timetravel.torch.world.world_copy import immutable
 
 LARGE = np.arange(300_000, dtype=np.float32)
 """1.2 MB: a frame."""
@@ -242,7 +248,7 @@ def test_a_message_of_more_frames_than_one_sendmsg_takes_arrives_whole() -> None
 def test_tensor_to_wire_views_a_contiguous_tensor_and_the_result_is_read_in_place() -> None:
     import torch
 
-    from timetravel.torch.backend import tensor_to_wire, wire_to_tensor
+    from timetravel.torch.rank.backend import tensor_to_wire, wire_to_tensor
 
     weights = torch.randn(100, 50)
     assert np.shares_memory(tensor_to_wire(weights)["data"], weights.numpy())  # no copy to send

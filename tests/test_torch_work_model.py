@@ -11,7 +11,7 @@ import torch
 import torch.nn.functional as functional
 from test_torch_run import SCRIPTS, simulate_world
 
-from timetravel.torch.rank_env.work_model import WorkMeter, install_work_model
+from timetravel.torch.rank.env.work_model import WorkMeter, install_work_model
 
 KNOWN_WORK = SCRIPTS / "known_work.py"
 GIGAFLOP_PER_S = 1_000_000_000  # 1 flop = 1 ns: the charges below read as flop counts
@@ -74,7 +74,7 @@ def test_backward_owes_twice_the_forward_of_products_that_need_a_gradient(meter:
 
 
 def test_backward_is_charged_when_the_loss_capture_wrapped_autograd_backward(meter: WorkMeter) -> None:
-    from timetravel.torch.rank_env.loss_capture import LossCapture, install_loss_capture
+    from timetravel.torch.rank.env.loss_capture import LossCapture, install_loss_capture
 
     capture = install_loss_capture(LossCapture(lambda *_: None, lambda: 0))
     try:

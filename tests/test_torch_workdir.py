@@ -8,13 +8,13 @@ from pathlib import Path
 import pytest
 
 from timetravel.sim.scenario import ConfigError
-from timetravel.torch import workdir
-from timetravel.torch.workdir import (
+from timetravel.torch.rank.errors import relative_path_hint
+from timetravel.torch.world import workdir
+from timetravel.torch.world.workdir import (
     ManifestEntry,
     WorkdirError,
     WorkingDirectory,
     manifest_digest,
-    relative_path_hint,
     source_digest,
 )
 

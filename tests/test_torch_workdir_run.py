@@ -14,8 +14,8 @@ import torch
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
-from timetravel.torch.scenario import authorize_script
-from timetravel.torch.workdir import source_digest
+from timetravel.torch.world.specs import launch_naming
+from timetravel.torch.world.workdir import source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "torch_scripts"
@@ -25,10 +25,10 @@ COLLECTIVES_PER_STEP = 2  # the gradient's all_reduce and a barrier
 
 
 def simulate_world(script: Path, nproc: int, seed: int, *settings: str) -> tuple[dict, World]:
-    authorize_script(str(script))
+    launch = launch_naming([str(script)])
     scenario = get_scenario("torch")
     config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", "rank_output=quiet", *settings])
-    return run_report(scenario, config, seed)
+    return run_report(scenario, config, seed, launch=launch)
 
 
 def a_checkpoint_at_step(folder: Path, step: int) -> Path:
@@ -121,18 +121,17 @@ def test_two_executions_resumed_from_one_checkpoint_each_read_back_their_own_fil
     from timetravel.explore.stepper import stepper_at
     from timetravel.explore.tracks import open_track
     from timetravel.recording import record_run
-    from timetravel.torch import driver
 
-    authorize_script(str(READS_BACK))
+    launch = launch_naming([str(READS_BACK)])
     scenario = get_scenario("torch")
     flip = {"kind": "corrupt", "target": "r1", "t_start": RESULT_FLIP_AT_NS, "params": {"side": "result"}}
     config = scenario.resolve_config(
         [f"script={READS_BACK}", "nproc=2", "args=6", "rank_output=quiet", f"faults={json.dumps([flip])}"]
     )
     path = tmp_path / "files.ttr"
-    recorded, _ = record_run(scenario, config, 5, path, snapshot_every_events=64, force=True)
+    recorded, _ = record_run(scenario, config, 5, path, snapshot_every_events=64, force=True, launch=launch)
     assert recorded["outcome"] == "pass", recorded["failure"]
-    with Session.open(path) as session:
+    with Session.open(path, launch=launch) as session:
         # two futures from one moment, both resumed from the checkpoint kept there: one without the
         # flip, one with it (a new branch key changes nothing else), so their ranks write different text
         fixed = branch(session, RESULT_FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
@@ -147,8 +146,8 @@ def test_two_executions_resumed_from_one_checkpoint_each_read_back_their_own_fil
         while not (stepper_a.at_end() and stepper_b.at_end()):
             stepper_a.advance(1)
             stepper_b.advance(1)
-            for world in (stepper_a.world, stepper_b.world):
-                live = driver.driver_for(world)
+            for side, world in ((side_a, stepper_a.world), (side_b, stepper_b.world)):
+                live = side.source.host.driver_for(world)
                 if live is not None:
                     directories.add(live.workdir.path)
         stepper_a.finish()

@@ -1,4 +1,4 @@
-"""A World copy kept beside a rank checkpoint (timetravel/torch/world_copy.py): a seek restores from it
+"""A World copy kept beside a rank checkpoint (timetravel/torch/world/world_copy.py): a seek restores from it
 instead of decoding the snapshot, so it must be the same World and share nothing mutable with it."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import numpy as np
 
 from timetravel.sim.context import freeze
 from timetravel.sim.world import World
-from timetravel.torch.world_copy import copy_world, immutable, world_bytes
+from timetravel.torch.world.world_copy import copy_world, immutable, world_bytes
 
 
 def a_world() -> World:

@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
 from textual.pilot import Pilot
+from torch_launch import TEST_SCRIPTS
 
 from tests.test_torch_time_travel import record
 from tests.tui.harness import screen_text
@@ -36,7 +37,7 @@ def hang_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_the_lanes_are_each_rank_s_collectives_and_steps_from_the_recorded_events(
     hang_recording: Path,
 ) -> None:
-    with Session.open(hang_recording) as session:
+    with Session.open(hang_recording, launch=TEST_SCRIPTS) as session:
         ranks, spans, steps = collective_lanes(session)
     assert ranks == ("r0", "r1", "r2")
     assert [(mark.rank, mark.step) for mark in steps if mark.rank == "r0"] == [("r0", 1), ("r0", 2)]
@@ -75,7 +76,7 @@ def test_at_the_hang_the_screen_shows_lanes_loss_flight_recorder_and_the_fail_li
         await settle(pilot)
         assert not app.main.query_one(FlightRecorder).display  # before the hang: no flight recorder
 
-    open_app(hang_recording, script, open_at_failure=True)
+    open_app(hang_recording, script, open_at_failure=True, launch=TEST_SCRIPTS)
 
 
 def test_compare_reference_from_the_command_line_overlays_the_real_run_in_the_compare_screen(
@@ -84,7 +85,7 @@ def test_compare_reference_from_the_command_line_overlays_the_real_run_in_the_co
     from timetravel.tui.widgets import CompareView
     from timetravel.tui.widgets.loss_plot import LossPlot
 
-    with Session.open(hang_recording) as session:
+    with Session.open(hang_recording, launch=TEST_SCRIPTS) as session:
         losses = [value for _t, node, value in session.metric_series("loss") if node == "r0"]
     assert len(losses) == 2  # two optimizer steps before the hang, captured from backward
     reference = tmp_path / "real_run.csv"

@@ -101,14 +101,13 @@ def _simulated(script: Path, *arguments: str) -> list[str]:
 def _in_process(script: Path, *arguments: str) -> dict[str, Any]:
     from timetravel.scenarios import get_scenario
     from timetravel.sim.runner import run_report
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.specs import launch_naming
 
-    authorize_script(str(script))
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         [f"script={script}", f"nproc={RANKS}", f"args={' '.join(arguments)}", "rank_output=quiet"]
     )
-    report, _world = run_report(scenario, config, 0)
+    report, _world = run_report(scenario, config, 0, launch=launch_naming([str(script)]))
     if report["outcome"] != "pass":
         raise RuntimeError(f"bench run failed: {report['failure']}")
     return report

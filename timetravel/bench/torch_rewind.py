@@ -54,9 +54,8 @@ SEED = 0
 COLD_SEEK = """
 import json, sys, time
 from timetravel.explore import Session
-from timetravel.torch.scenario import authorize_script
-authorize_script(sys.argv[2])
-with Session.open(sys.argv[1]) as session:
+from timetravel.torch.world.specs import launch_naming
+with Session.open(sys.argv[1], launch=launch_naming([sys.argv[2]])) as session:
     started = time.perf_counter()
     session.goto_event(int(sys.argv[3]))
     wall_ms = (time.perf_counter() - started) * 1e3
@@ -64,11 +63,15 @@ with Session.open(sys.argv[1]) as session:
 """
 
 
+def _launch() -> Any:
+    from timetravel.torch.world.specs import launch_naming
+
+    return launch_naming([str(GPT_SCRIPT)])
+
+
 def _config(arguments: str) -> tuple[Any, dict[str, Any]]:
     from timetravel.scenarios import get_scenario
-    from timetravel.torch.scenario import authorize_script
 
-    authorize_script(str(GPT_SCRIPT))
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         [f"script={GPT_SCRIPT}", f"nproc={RANKS}", f"args={arguments}", "rank_output=quiet"]
@@ -81,7 +84,7 @@ def _unrecorded_s(arguments: str) -> float:
 
     scenario, config = _config(arguments)
     started = time.perf_counter()
-    report, _world = run_report(scenario, config, SEED)
+    report, _world = run_report(scenario, config, SEED, launch=_launch())
     wall_s = time.perf_counter() - started
     _check(report)
     return wall_s
@@ -92,7 +95,9 @@ def _recorded_s(arguments: str, path: Path, interval: int) -> tuple[float, dict[
 
     scenario, config = _config(arguments)
     started = time.perf_counter()
-    report, _world = record_run(scenario, config, SEED, path, snapshot_every_events=interval, force=True)
+    report, _world = record_run(
+        scenario, config, SEED, path, snapshot_every_events=interval, force=True, launch=_launch()
+    )
     wall_s = time.perf_counter() - started
     _check(report)
     return wall_s, report
@@ -113,7 +118,7 @@ def _seeks(path: Path, seeks: int, *, branch_too: bool) -> dict[str, Any]:
     """One pass over every snapshot, then ``seeks`` random targets; optionally a branch at the middle."""
     from timetravel.explore import Session
 
-    with Session.open(path) as session:
+    with Session.open(path, launch=_launch()) as session:
         snapshots = [info.events for info in session.snapshots()]
         end = session.end.events
         started = time.perf_counter()
@@ -196,7 +201,7 @@ def _slope(replayed: list[int], walls_ms: list[float]) -> tuple[float, float]:
 
 
 def run_rewind_bench(quick: bool = False) -> dict[str, Any]:
-    from timetravel.torch.limits import SNAPSHOT_EVERY_EVENTS_TORCH
+    from timetravel.torch.protocol.limits import SNAPSHOT_EVERY_EVENTS_TORCH
 
     arguments = QUICK_ARGUMENTS if quick else MODEL_ARGUMENTS
     seeks = SEEKS_QUICK if quick else SEEKS

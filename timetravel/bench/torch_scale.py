@@ -61,15 +61,14 @@ def memory_bytes(pid: int) -> tuple[int, int] | None:
     return fields["Pss"], fields.get("Private_Clean", 0) + fields.get("Private_Dirty", 0)
 
 
-def _job_pids() -> list[int]:
-    from timetravel.torch import driver
+def _job_pids(simulation: Any) -> list[int]:
+    from timetravel.torch.world import driver
 
     pids = [os.getpid()]
     zygote = driver.zygote()
     pids.append(zygote.process.pid)
-    active = driver.active()
-    if active is not None:
-        pids.extend(active.pids.values())
+    for live in simulation.processes.drivers:
+        pids.extend(live.pids.values())
     return pids
 
 
@@ -78,26 +77,27 @@ def measure_ranks(ranks: int, steps: int = STEPS) -> dict[str, Any]:
     from timetravel.scenarios import get_scenario
     from timetravel.sim import Simulation
     from timetravel.sim.runner import build_world
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.specs import launch_naming
 
-    authorize_script(str(DDP_SCRIPT))
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         [f"script={DDP_SCRIPT}", f"nproc={ranks}", f"args=--steps {steps}", "rank_output=quiet"]
     )
     peak = {"bytes": 0, "processes": 0, "rank_uss_bytes": 0}
 
-    def sample(_simulation: Any) -> None:
-        sizes = [size for size in map(memory_bytes, _job_pids()) if size is not None]
+    def sample(simulation: Any) -> None:
+        sizes = [size for size in map(memory_bytes, _job_pids(simulation)) if size is not None]
         total = sum(pss for pss, _uss in sizes)
         if len(sizes) >= ranks + 2 and total > peak["bytes"]:
             peak["bytes"] = total
             peak["processes"] = len(sizes)
             peak["rank_uss_bytes"] = sum(uss for _pss, uss in sizes[2:]) // ranks
 
-    world = build_world(scenario, config, 0)
+    launch = launch_naming([str(DDP_SCRIPT)])
+    world = build_world(scenario, config, 0, launch)
     started = time.perf_counter()
-    result = Simulation(scenario, world).run(pause_every_events=SAMPLE_EVERY_EVENTS, on_pause=sample)
+    simulation = Simulation(scenario, world, launch=launch)
+    result = simulation.run(pause_every_events=SAMPLE_EVERY_EVENTS, on_pause=sample)
     wall_s = time.perf_counter() - started
     if result.outcome != "pass":
         raise RuntimeError(f"torch scale run with {ranks} ranks did not pass: {result.failure}")
@@ -123,7 +123,7 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 
 def run_scale_bench(quick: bool = False) -> dict[str, Any]:
     """The ``torch_ranks_in_16gib`` figures (``quick``: two small N, a smoke test)."""
-    from timetravel.torch import driver
+    from timetravel.torch.world import driver
 
     counts = RANK_COUNTS_QUICK if quick else RANK_COUNTS
     driver.zygote()  # warm: the zygote's start is not a step

@@ -13,6 +13,7 @@ import sys
 from typing import TYPE_CHECKING, Any, NoReturn
 
 if TYPE_CHECKING:
+    from timetravel.sim.launch import Launch
     from timetravel.sim.scenario import Scenario
 
 SEED_MAX = 2**64 - 1
@@ -48,7 +49,7 @@ _BASE_USER_ERRORS = (
     ("timetravel.recording.format", "RecordingError"),
     ("timetravel.explore.paths", "PathError"),
     ("timetravel.explore.work", "ExploreError"),
-    ("timetravel.explore.minimize", "NothingToMinimize"),
+    ("timetravel.explore.minimize_trials", "NothingToMinimize"),
     ("timetravel.determinism.checker", "SeedRangeError"),
     ("timetravel.determinism.processes", "CheckError"),
     ("timetravel.farm.verify", "BucketNotFoundError"),
@@ -63,18 +64,12 @@ exception of one of them can only exist once its module is loaded, so ``user_err
 only at the modules already in ``sys.modules``. Listed here rather than registered by the command
 modules, because only the module of the command being run is imported (timetravel.cli), and its
 code may raise an error that another command's module used to register."""
-_REGISTERED_USER_ERRORS: list[type[BaseException]] = [
+_OS_USER_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
     IsADirectoryError,
     PermissionError,
     NotADirectoryError,
-]
-
-
-def register_user_error(error_type: type[BaseException]) -> None:
-    """Let a layer above declare its own "bad input" exception (e.g. a corrupt recording)."""
-    if error_type not in _REGISTERED_USER_ERRORS:
-        _REGISTERED_USER_ERRORS.append(error_type)
+)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -84,7 +79,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         for module, name in _BASE_USER_ERRORS
         if module in sys.modules and hasattr(sys.modules[module], name)
     ]
-    return (*found, *_REGISTERED_USER_ERRORS)
+    return (*found, *_OS_USER_ERRORS)
 
 
 def all_user_errors() -> tuple[type[BaseException], ...]:
@@ -114,9 +109,51 @@ class _SeedAction(argparse.Action):
         namespace.seed_given = True
 
 
+SETTING_HELP = "set a config key (repeatable; applied after any preset)"
+SCENARIO_MODULE_HELP = "load the scenario from this module (your explicit opt-in to import it)"
+
+
+def add_settings_argument(parser: argparse.ArgumentParser, help_text: str = SETTING_HELP) -> None:
+    """``--set KEY=VALUE``, repeatable, into ``args.settings``: the one spelling every command shares."""
+    parser.add_argument(
+        "--set", dest="settings", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
+def add_scenario_module_argument(
+    parser: argparse.ArgumentParser, help_text: str = SCENARIO_MODULE_HELP
+) -> None:
+    """``--scenario MODULE:ATTR`` into ``args.scenario_target``: the user's opt-in to import a scenario."""
+    parser.add_argument("--scenario", dest="scenario_target", metavar="MODULE:ATTR", help=help_text)
+
+
+JSON_HELP = "print one JSON object"
+
+
+def add_json_argument(parser: argparse.ArgumentParser, help_text: str = JSON_HELP) -> None:
+    """``--json``: the command prints JSON instead of text (``help_text`` says what it holds)."""
+    parser.add_argument("--json", action="store_true", help=help_text)
+
+
+def add_database_argument(parser: argparse.ArgumentParser) -> None:
+    """``--db PATH``: the findings database of a sweep (``args.db``)."""
+    from timetravel.farm import DEFAULT_DATABASE
+
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DATABASE,
+        metavar="PATH",
+        help=f"findings database (default {DEFAULT_DATABASE})",
+    )
+
+
+def add_scenario_name_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+
+
 def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     """``SCENARIO``, ``--seed`` and ``--set k=v`` as every running command spells them."""
-    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+    add_scenario_name_argument(parser)
     parser.add_argument(
         "--seed",
         type=int,
@@ -125,14 +162,16 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
         help="the root seed that decides every choice (default: the preset's own seed if it has one, else 0)",
     )
     parser.set_defaults(seed_given=False)
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a config key (repeatable; applied after any preset). `timetravel scenarios NAME` lists the keys",
-    )
+    add_settings_argument(parser, f"{SETTING_HELP}. `timetravel scenarios NAME` lists the keys")
+
+
+def add_seed_sweep_arguments(parser: argparse.ArgumentParser, seeds_help: str, settings_help: str) -> None:
+    """``SCENARIO --seeds A:B [--set K=V]... [--scenario MODULE:ATTR]``: a command over many seeds,
+    each run in a worker process (so the opt-in to import a module holds in every worker)."""
+    add_scenario_name_argument(parser)
+    parser.add_argument("--seeds", required=True, metavar="A:B", help=seeds_help)
+    add_settings_argument(parser, settings_help)
+    add_scenario_module_argument(parser, f"{SCENARIO_MODULE_HELP}, in every worker too")
 
 
 def chosen_seed(args: argparse.Namespace, scenario: Scenario, config: dict[str, Any]) -> int:
@@ -168,25 +207,32 @@ def resolve_scenario(name: str, target: str | None = None) -> Scenario:
     return get_scenario(name)
 
 
-def authorize_named_scripts(
-    scenario_name: str, settings: list[str] | tuple[str, ...], *, executes: bool = True
-) -> tuple[str, ...]:
-    """Scripts named with ``--set script=PATH`` on this command line: the user's opt-in to run them.
-
-    A torch run executes its script only when the user named it here; a recording or a findings
-    database that names a script never runs it on its own (docs/torch.md, "Trust"). A command that
-    ``executes`` on a machine without torch stops here in one line, before any rank is started."""
+def named_scripts(scenario_name: str, settings: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Scripts named with ``--set script=PATH`` on this command line (a torch run's), else ()."""
     if scenario_name != "torch":
         return ()
-    from timetravel.torch.scenario import authorize_script
+    from timetravel.torch.world.specs import named_scripts as scripts_in
 
+    return scripts_in(settings)
+
+
+def launch_for(
+    scenario_name: str, settings: list[str] | tuple[str, ...], *, executes: bool = True, output: Any = None
+) -> Launch:
+    """What this command line launches: the scripts named with ``--set script=PATH``, the user's
+    opt-in to run them (sim/launch.py). A torch run executes its script only when the user named it
+    here; a recording or a findings database that names a script never runs it on its own
+    (docs/torch.md, "Trust"). A command that ``executes`` on a machine without torch stops here in one
+    line, before any rank is started."""
+    from timetravel.sim.launch import NO_LAUNCH
+
+    if scenario_name != "torch":
+        return NO_LAUNCH
     if executes:
         require_torch()
+    from timetravel.torch.world.specs import launch_naming
 
-    named = tuple(setting.partition("=")[2] for setting in settings if setting.startswith("script="))
-    for path in named:
-        authorize_script(path)
-    return named
+    return launch_naming(named_scripts(scenario_name, settings), output)
 
 
 SCRIPT_OPTION = "--script"
@@ -224,7 +270,7 @@ def add_recorded_script_arguments(parser: argparse.ArgumentParser, *, executes: 
 
 def require_torch() -> None:
     """One line (exit 2) on a machine without torch, instead of a rank zygote that fails to start."""
-    from timetravel.torch.recorded_script import torch_missing_message
+    from timetravel.torch.world.recorded_script import torch_missing_message
 
     missing = torch_missing_message()
     if missing is not None:

@@ -7,16 +7,16 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from timetravel.cli.common import add_recorded_script_arguments, register_user_error
-from timetravel.explore.paths import PathError
+from timetravel.cli.common import (
+    add_recorded_script_arguments,
+    add_scenario_module_argument,
+)
+from timetravel.cli.output import warn
 from timetravel.explore.replay import CAUSE_CODE_CHANGED
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
-
-register_user_error(RecordingError)
-register_user_error(PathError)
 
 EXIT_MISMATCH = 1
 ALWAYS_EXECUTES = frozenset({"replay", "branch", "rerun", "fanout", "likelihood", "minimize", "origin"})
@@ -52,37 +52,37 @@ def script_use(args: argparse.Namespace) -> ScriptUse:
 
 
 def name_recorded_script(session: Session, use: ScriptUse) -> None:
-    """Authorize the script the user named for a torch recording (its digest checked), or register
-    the one-line refusal that any re-execution raises; a command that always executes raises it now.
+    """Let the session re-execute the script the user named for a torch recording (its digest
+    checked), or give it the one-line refusal that any re-execution raises; a command that always
+    executes raises it now. Either goes in ``session.launch`` (sim/launch.py), never in a global.
     Any other scenario's recording ignores ``--script``."""
     if session.scenario.name != "torch":
         return
     from timetravel.sim.scenario import NotAuthorizedError
-    from timetravel.torch import recorded_script
+    from timetravel.torch.world import recorded_script
 
     config = session.info.config
     digest = recorded_script.recorded_digest(session.snapshot_world(0).nodes.get("c10d"))
+    if use.json:
+        session.launch = session.launch.with_output(sys.stderr)  # stdout is the command's JSON
     if use.path is None:
-        refusal = recorded_script.refuse_execution(config, digest)
+        refusal = recorded_script.refusal_message(config, digest)
+        session.launch = recorded_script.refuse_execution(session.launch, config, digest, refusal)
         if use.always_executes:
             raise NotAuthorizedError(refusal)
         return
-    named = recorded_script.authorize_recorded_script(
-        config, digest, use.path, allow_changed=use.allow_changed or use.changed_on_purpose
+    session.launch, named = recorded_script.authorize_recorded_script(
+        session.launch, config, digest, use.path, allow_changed=use.allow_changed or use.changed_on_purpose
     )
     missing = recorded_script.torch_missing_message()
     if missing is not None:
-        recorded_script.refuse_execution(config, digest, missing)
+        session.launch = recorded_script.refuse_execution(session.launch, config, digest, missing)
         if use.always_executes:
             raise NotAuthorizedError(missing)
     if named.changed:
         print(f"timetravel: warning: {named.change_note()}", file=sys.stderr)
         # the user's code changed, so a re-execution that departs says so (not "determinism_bug")
         session.cause_if_mismatch = CAUSE_CODE_CHANGED
-    if use.json:
-        from timetravel.torch.scenario import set_rank_output
-
-        set_rank_output(sys.stderr)  # this process ends with the command: nothing to restore
 
 
 def open_session(
@@ -112,7 +112,7 @@ def open_session(
             f"{refuse_in_progress} once the run has finished"
         )
     for line in session.info.loss:
-        print(f"timetravel: warning: {path}: {line}", file=sys.stderr)
+        warn(path, line)
     try:
         name_recorded_script(session, script or ScriptUse())
     except BaseException:
@@ -124,10 +124,8 @@ def open_session(
 def add_scenario_target(parser: argparse.ArgumentParser, *, executes: bool = True) -> None:
     """``--scenario MODULE:ATTR`` and the torch script options every recording command takes."""
     add_recorded_script_arguments(parser, executes=executes)
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the recording's scenario from this module (only needed for scenarios that are "
+    add_scenario_module_argument(
+        parser,
+        "load the recording's scenario from this module (only needed for scenarios that are "
         "neither built in nor installed; a recording never makes timetravel import code by itself)",
     )

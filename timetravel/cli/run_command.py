@@ -10,14 +10,18 @@ from typing import Any
 from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
+    add_json_argument,
     add_scenario_arguments,
-    authorize_named_scripts,
+    add_scenario_module_argument,
     bounded_int,
     chosen_seed,
+    launch_for,
     print_json,
     resolve_scenario,
 )
+from timetravel.cli.output import add_force_argument
 from timetravel.recording.files import check_output_path
+from timetravel.sim.launch import Launch
 from timetravel.sim.runner import reproduce_command, run_report
 from timetravel.sim.timefmt import format_time_auto, parse_time
 
@@ -38,12 +42,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--until", metavar="T", help="stop after every event with time <= T (950, 950ms, 1.5s, 120us)"
     )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it)",
-    )
+    add_scenario_module_argument(parser)
     add_determinism_argument(parser)
     parser.add_argument(
         "--record",
@@ -58,33 +57,28 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="with --record: replace an existing recording even if it holds branches (they are lost; "
-        "without --force, recording over such a file is refused)",
-    )
+    add_force_argument(parser)
     parser.add_argument(
         "--record-choices",
         action="store_true",
         help="with --record: also log every choice drawn (for reruns on changed code; slower)",
     )
-    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_json_argument(parser, "print exactly one JSON object")
     parser.set_defaults(func=main)
 
 
 def main(args: argparse.Namespace) -> int:
     scenario = resolve_scenario(args.scenario, args.scenario_target)
-    authorize_named_scripts(scenario.name, args.settings)
+    launch = launch_for(scenario.name, args.settings)
     config = scenario.resolve_config(args.settings)
     args.seed = chosen_seed(args, scenario, config)
     until_ns = parse_time(args.until, scenario.display_unit) if args.until else None
     started = time.perf_counter()
     if args.record is not None:
-        report = _record(args, scenario, config, until_ns)
+        report = _record(args, scenario, config, until_ns, launch)
     else:
         report, _world = run_report(
-            scenario, config, args.seed, until_ns=until_ns, determinism=args.determinism
+            scenario, config, args.seed, until_ns=until_ns, determinism=args.determinism, launch=launch
         )
     report["wall_s"] = round(time.perf_counter() - started, 6)
     command = reproduce_command(
@@ -107,7 +101,7 @@ def print_outcome(report: dict[str, Any], command: str, *, as_json: bool) -> int
 
 
 def _record(
-    args: argparse.Namespace, scenario: Any, config: dict[str, Any], until_ns: int | None
+    args: argparse.Namespace, scenario: Any, config: dict[str, Any], until_ns: int | None, launch: Launch
 ) -> dict[str, Any]:
     from timetravel.recording import (
         SNAPSHOT_EVERY_EVENTS_DEFAULT,
@@ -130,6 +124,7 @@ def _record(
             record_choices=args.record_choices,
             determinism=args.determinism,
             force=args.force,
+            launch=launch,
         )
     except (ValueError, RecordingError) as error:
         raise UsageError(str(error)) from None

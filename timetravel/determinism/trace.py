@@ -23,6 +23,7 @@ from timetravel.scenarios import UnknownScenarioError, get_scenario, load_target
 from timetravel.sim.encoding import digest, pack
 from timetravel.sim.event import Event
 from timetravel.sim.kernel import CHAIN_BATCH_EVENTS_DEFAULT, STOP_MAX_EVENTS, Simulation, chain_head
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.runner import build_world, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.timefmt import parse_time
@@ -51,6 +52,15 @@ class RunSpec:
                 )
             return scenario
         return get_scenario(self.scenario_name)
+
+    def launch(self) -> Launch:
+        """What the parent's command line launched (sim/launch.py): the scripts it named with
+        ``--set script=PATH`` may run in this process too (a torch run)."""
+        if self.scenario_name != "torch":
+            return NO_LAUNCH
+        from timetravel.torch.world.specs import launch_naming, named_scripts
+
+        return launch_naming(named_scripts(self.settings))
 
     def resolve(self) -> tuple[Scenario, dict[str, Any], int | None]:
         scenario = self.scenario()
@@ -86,8 +96,11 @@ def digest_run(spec: RunSpec, seed: int) -> dict[str, Any]:
     def on_batch(first: int, events: list[Event], digest_after: bytes) -> None:
         digests.append(digest_after.hex())
 
-    world = build_world(scenario, config, seed)
-    simulation = Simulation(scenario, world, determinism=spec.determinism, on_chain_batch=on_batch)
+    launch = spec.launch()
+    world = build_world(scenario, config, seed, launch)
+    simulation = Simulation(
+        scenario, world, determinism=spec.determinism, on_chain_batch=on_batch, launch=launch
+    )
     result = simulation.run(until_ns=until_ns)
     return {
         "seed": seed,
@@ -112,14 +125,20 @@ class TraceSession:
         self.state_world: World | None = None
 
     def _simulation(self, world: World, on_batch: Any = None) -> Simulation:
-        return Simulation(self.scenario, world, determinism=self.spec.determinism, on_chain_batch=on_batch)
+        return Simulation(
+            self.scenario,
+            world,
+            determinism=self.spec.determinism,
+            on_chain_batch=on_batch,
+            launch=self.spec.launch(),
+        )
 
     def open_batch(self, batch: int | None) -> dict[str, Any]:
         """Run to the start of ``batch``, keep the world there, then list the batch's events.
 
         ``batch=None`` keeps the initial world and lists nothing (for a final-state comparison).
         """
-        world = build_world(self.scenario, self.config, self.seed)
+        world = build_world(self.scenario, self.config, self.seed, self.spec.launch())
         if batch is None:
             self.window_world = copy.deepcopy(world)
             return {"digests": [], "records": [], "window_digest": None}

@@ -71,12 +71,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     spec = RunSpec(
         args.scenario_name, args.scenario_target, tuple(args.settings), args.until, args.determinism
     )
-    if args.scenario_name == "torch":  # the parent's command line named these scripts
-        from timetravel.torch.scenario import authorize_script
-
-        for setting in args.settings:
-            if setting.startswith("script="):
-                authorize_script(setting.partition("=")[2])
     if args.mode == "digests":
         for text in (args.seeds or "").split(","):
             if text:

@@ -51,10 +51,12 @@ from timetravel.recording.catalog import ManifestInfo
 from timetravel.scenarios import UnknownScenarioError, get_scenario
 from timetravel.sim.choices import Overrides
 from timetravel.sim.kernel import Simulation
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.runner import build_world
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
-from timetravel.snapshot.store import Snapshot, SnapshotStore, restore
+from timetravel.snapshot.restore import restore
+from timetravel.snapshot.store import Snapshot, SnapshotStore
 
 STEP_EVENTS_MAX = 5_000_000
 """Events stepped side by side before the search gives up (it reports how far it got)."""
@@ -156,9 +158,12 @@ class FreshSide(RunSide):
         overrides: Overrides | None = None,
         determinism: str | None = None,
         simulation_factory: Callable[..., Simulation] | None = None,
+        launch: Launch = NO_LAUNCH,
     ) -> None:
         """``simulation_factory(world, **options)``: how its worlds are re-executed (``rerun`` passes
-        its session's ``simulation``, so the session's world source runs today's code too)."""
+        its session's ``simulation``, so the session's world source runs today's code too);
+        ``launch``: what the user named (its session's: sim/launch.py), for building its first world."""
+        self.launch = launch
         self.name = name
         self.scenario = scenario
         self._simulation_factory = simulation_factory
@@ -170,7 +175,7 @@ class FreshSide(RunSide):
         self._kept: dict[int, Snapshot] = {}
 
     def initial_world(self) -> World:
-        world = build_world(self.scenario, dict(self.config), self.seed)
+        world = build_world(self.scenario, dict(self.config), self.seed, self.launch)
         world.branch_key = self.branch_key
         return world
 

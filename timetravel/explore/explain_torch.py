@@ -4,7 +4,7 @@ The causal chain of :mod:`.explain` follows events; on a torch recording it reac
 NaN entered, which is where the World sees it but not where the user's code made it. This module
 adds the :class:`~timetravel.explore.explain_results.FailureSite`:
 
-* from the stored recording, with no execution (timetravel/torch/module_probe.py): the failing
+* from the stored recording, with no execution (timetravel/torch/world/module_probe.py): the failing
   rank, the optimizer step in progress there and the sampler indices its DataLoader yielded for
   that step's batches (``nodes/rN/batch``);
 * by the **module probe**: the run is re-executed through the Session's world source from the
@@ -45,9 +45,9 @@ def is_torch(session: Session) -> bool:
 
 def execution_refusal(session: Session) -> str | None:
     """Why this torch recording's script may not run here (one line), None when it may."""
-    from timetravel.torch import module_probe
+    from timetravel.torch.world import module_probe
 
-    return module_probe.execution_refusal(dict(session.header["config"]))
+    return module_probe.execution_refusal(dict(session.header["config"]), session.launch)
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,7 @@ def fault_causes(
     (re-executed by ``trace``, which holds the explanation's budget; None when the script may not
     run: the event is then read from the recording, :func:`_recorded_hit`); and when none does, the
     one line that says so and whose the failure is (torch/fault_causes.py decides)."""
-    from timetravel.torch import fault_causes as causes
+    from timetravel.torch.world import fault_causes as causes
 
     world = _end_world(session)
     full = causes.full_failure(world, failure)
@@ -122,7 +122,7 @@ def _recorded_hit(session: Session, fault: dict[str, Any], world: Any) -> EventT
 
     The trace carries what the recording holds (the event, the fault schedule) and nothing a
     re-execution would have seen (reads, changes): the chain's fault link needs no more."""
-    from timetravel.torch import fault_causes as causes
+    from timetravel.torch.world import fault_causes as causes
 
     if fault["t_ns"] is None:
         return None
@@ -193,7 +193,7 @@ def failure_site(
 ) -> FailureSite | None:
     """The site of ``failure`` on this torch branch (None when it names no rank); the module
     probe runs when the script may execute here."""
-    from timetravel.torch import fault_causes, module_probe
+    from timetravel.torch.world import fault_causes, module_probe
 
     world = _end_world(session)
     stored = module_probe.failure_site(world, fault_causes.full_failure(world, failure))
@@ -233,7 +233,7 @@ def _with_probe(
 
 
 def _probe(session: Session, site: FailureSite, progress: ProgressCallback | None) -> FailureSite:
-    from timetravel.torch import module_probe
+    from timetravel.torch.world import module_probe
 
     rank = module_probe.rank_number(site.rank)
     assert rank is not None, site.rank
@@ -269,7 +269,7 @@ def probe_start(session: Session, rank: int, step: int) -> int | None:
     branch) where ``rank`` waits in a collective and has completed at most ``step - 2`` optimizer
     steps — its process, which may have run one result ahead of the World, cannot be in ``step``
     yet, so hooks installed there see all of it. None: no such snapshot (the probe starts at #0)."""
-    from timetravel.torch import module_probe
+    from timetravel.torch.world import module_probe
 
     snapshots = session.snapshots()
     for position in range(len(snapshots) - 1, 0, -1):
@@ -287,9 +287,8 @@ def _probe_run(
     session: Session, rank: int, site: FailureSite, start: int | None, progress: ProgressCallback | None
 ) -> dict[str, Any] | None:
     """Re-execute from snapshot ``start`` (None: #0) to the end with the probe on ``rank``; its answer."""
-    from timetravel.torch import module_probe
-
     stepper = Stepper(session, start or 0)
+    source: Any = session.source  # the torch world source (torch/world/world_source.py)
     if progress is not None:
         where = f"#{stepper.events}" if start is not None else "#0"
         progress(
@@ -297,11 +296,11 @@ def _probe_run(
                 "explain", 0, 1, f"module probe: re-executing {site.rank} from {where} to step {site.step}"
             )
         )
-    with module_probe.probing(rank, site.step, stepper.world if start is not None else None) as findings:
+    with source.probing(rank, site.step, stepper.world if start is not None else None) as findings:
         try:
             stepper.advance_observed(stepper.horizon - stepper.events, _ignore)
         finally:
-            module_probe.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
+            source.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
         return findings.get(rank)
 
 

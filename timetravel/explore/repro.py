@@ -20,8 +20,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.minimize_trials import MinimizeResult
+from timetravel.recording.files import make_parent_folders
 from timetravel.scenarios import UnknownScenarioError, get_scenario
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.timefmt import format_time_auto
 
 _TEMPLATE = '''"""Minimal reproduction of {signature}: {scenario} seed {seed}, written by `timetravel minimize`.
@@ -33,7 +35,7 @@ fixed it passes. Keep it.
 
 import json
 
-from timetravel.explore.minimize import ChoicePins
+from timetravel.explore.minimize_trials import ChoicePins
 from timetravel.scenarios import {loader}
 from timetravel.sim import Simulation
 from timetravel.sim.runner import build_world
@@ -103,6 +105,7 @@ def _summary(result: MinimizeResult) -> str:
 def write_pytest(result: MinimizeResult, path: str | Path, scenario_target: str | None = None) -> str:
     """Write the pytest file and return its path."""
     target = Path(path)
+    make_parent_folders(target)
     target.write_text(pytest_source(result, scenario_target))
     return str(target)
 
@@ -164,12 +167,14 @@ def replay_pytest_source(
     start_events: int,
     scenario_target: str | None = None,
     branch: str = "main",
+    launch: Launch = NO_LAUNCH,
 ) -> str:
     """The text of a pytest file that replays ``recording`` (a path relative to the test file's
-    folder, or absolute) from the snapshot at ``start_events``."""
+    folder, or absolute) from the snapshot at ``start_events``; ``launch``: what the user named
+    (the torch scenario's test runs the script the user named with --script)."""
     summary = _summary(result)
     test_name = "".join(c if c.isalnum() else "_" for c in result.signature).strip("_").lower()
-    setup_module, setup_call = _scenario_setup(result)
+    setup_module, setup_call = _scenario_setup(result, launch)
     source = _REPLAY_TEMPLATE.format(
         setup_module=setup_module,
         setup_call=f"\n        {setup_call}" if setup_call else "",
@@ -192,7 +197,7 @@ def replay_pytest_source(
     return source
 
 
-def _scenario_setup(result: MinimizeResult) -> tuple[str, str]:
+def _scenario_setup(result: MinimizeResult, launch: Launch) -> tuple[str, str]:
     """Module lines and an in-session call a scenario needs before its repro re-executes
     (``Scenario.repro_setup``: the torch scenario names the script the test runs)."""
     try:
@@ -202,7 +207,7 @@ def _scenario_setup(result: MinimizeResult) -> tuple[str, str]:
     setup = getattr(scenario, "repro_setup", None)
     if setup is None:
         return "", ""
-    module_lines, call = setup(result.config)
+    module_lines, call = setup(result.config, launch)
     return f"{module_lines}\n", call
 
 
@@ -214,6 +219,7 @@ def write_replay_pytest(
     scenario_target: str | None = None,
     *,
     branch: str = "main",
+    launch: Launch = NO_LAUNCH,
 ) -> str:
     """Write the pytest file that replays ``recording`` (its ``branch``); it refers to the recording relative to
     its own folder when the recording lies under it (so the two can move together)."""
@@ -224,5 +230,6 @@ def write_replay_pytest(
         reference = str(recording_path.relative_to(folder))
     except ValueError:
         reference = str(recording_path)
-    target.write_text(replay_pytest_source(result, reference, start_events, scenario_target, branch))
+    make_parent_folders(target)
+    target.write_text(replay_pytest_source(result, reference, start_events, scenario_target, branch, launch))
     return str(target)

@@ -136,6 +136,7 @@ def rerun(
         overrides=overrides,
         determinism=session.determinism,
         simulation_factory=session.simulation,
+        launch=session.launch,
     )
     recorded_end = session.reader.end(MAIN_BRANCH) or {}
     main_events = int(recorded_end.get("events", session.end.events))

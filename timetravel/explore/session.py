@@ -60,7 +60,7 @@ them, so explore/ has no import circle — tests/test_layers.py checks it). Keyw
     divergence.first_divergence(session, a, b)                 Divergence | None
     rerun.rerun(session, settings=())      RerunResult: today's code on the recorded inputs
     search.find_first(session, predicate, start_events=0, strategy="auto")   FindResult
-    search.last_change(session, path), search.next_change(session, path)     FindResult: watchpoints
+    watchpoints.last_change(session, path), .next_change(session, path) FindResult: watchpoints
     minimize_run.minimize_run(session, out=None, pytest=None, budget=Budget())   MinimizeResult
     perfetto.export_perfetto(session, path)                    ExportResult
     verify_replay.replay_session(session, progress=None)       ReplayReport: re-execute and verify
@@ -88,8 +88,8 @@ import bisect
 import contextlib
 import gc
 from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from timetravel.explore import seek_nodes
@@ -116,6 +116,7 @@ from timetravel.scenarios import UnknownScenarioError
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
 from timetravel.sim.kernel import Simulation, promote_survivors
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.timefmt import parse_time
 from timetravel.sim.world import World
@@ -151,12 +152,21 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class Session:
+class Session(AbstractContextManager["Session"]):
     """A recording opened for seeking. See the module docstring for the API."""
 
-    def __init__(self, reader: RecordingReader, scenario: Scenario, branch: str = MAIN_BRANCH) -> None:
+    def __init__(
+        self,
+        reader: RecordingReader,
+        scenario: Scenario,
+        branch: str = MAIN_BRANCH,
+        launch: Launch = NO_LAUNCH,
+    ) -> None:
         self.reader = reader
         self.scenario = scenario
+        self.launch = launch
+        """What the user named for re-executing this recording (``--script``: sim/launch.py); never
+        read from the recording. A command sets it once it has checked the script's digest."""
         self.header = reader.header
         self.branch = branch
         self.display_unit: str = self.header["display_unit"]
@@ -220,6 +230,7 @@ class Session:
         scenario_target: str | None = None,
         scenario: Scenario | None = None,
         branch: str = MAIN_BRANCH,
+        launch: Launch = NO_LAUNCH,
     ) -> Session:
         """Open a recording. Its scenario: ``scenario`` (an object, from Python), else
         ``scenario_target`` (``module:attr``: the user's opt-in to import), else by registered name."""
@@ -232,7 +243,7 @@ class Session:
                 raise UnknownScenarioError(
                     f"the recording is of scenario {header['scenario']!r}, not {scenario.name!r}"
                 )
-            return cls(reader, scenario, branch)
+            return cls(reader, scenario, branch, launch)
         except BaseException:
             reader.close()
             raise
@@ -304,12 +315,7 @@ class Session:
         self._may_share = rule_kept(reader, self.branch)
         self._parked.clear()
 
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- where things are -------------------------------------------------------------------------
@@ -366,7 +372,7 @@ class Session:
         it needs to run: ``WorldSource.before_copy``)."""
         self.source.before_copy(self.world)
         store = SnapshotStore(bytes_max=0)
-        from timetravel.snapshot.store import restore
+        from timetravel.snapshot.restore import restore
 
         return restore(store.take(self.world), verify=False)
 

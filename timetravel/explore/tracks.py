@@ -108,7 +108,7 @@ def open_track(session: Session, name: str) -> Session:
     closing would close the reader). Its cursor is its own; its world source ends with
     ``session``'s, or sooner with ``session.release_track(track)`` (:func:`track_on`)."""
     check_branch(session.reader, name)
-    track = Session(session.reader, session.scenario, name)
+    track = Session(session.reader, session.scenario, name, session.launch)
     session.adopt_track(track)
     return track
 

@@ -22,6 +22,7 @@ from timetravel.scenarios import get_scenario, load_target
 from timetravel.sim.encoding import digest
 from timetravel.sim.fingerprint import code_fingerprint
 from timetravel.sim.kernel import Simulation
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
@@ -84,6 +85,8 @@ class SeedJob:
     seed_timeout_s: float | None = None
     record_path: str | None = None
     """When set, the job records the seed into this path instead (farm/record.py)."""
+    record_force: bool = False
+    """With ``record_path``: record over a file that exists there (``fuzz --force``)."""
     scripts_named: tuple[str, ...] = ()
     """Scripts the user named on the command line that planned the sweep (a torch run executes only
     those; a database that names a script never makes a worker run it)."""
@@ -101,18 +104,19 @@ def resolve(scenario_name: str, target: str | None, settings: tuple[str, ...]) -
     return scenario, config_hash(scenario.resolve_config(settings))
 
 
-def authorize_named_scripts(job: SeedJob) -> None:
-    """In a worker: the scripts the planning command line named may run here (a torch sweep)."""
-    if job.scripts_named:
-        from timetravel.torch.scenario import authorize_script
+def job_launch(job: SeedJob) -> Launch:
+    """In a worker: what the planning command line launched (sim/launch.py) — the scripts it named may
+    run here (a torch sweep); a job names nothing else, and a database never makes one."""
+    if not job.scripts_named:
+        return NO_LAUNCH
+    from timetravel.torch.world.specs import launch_naming
 
-        for path in job.scripts_named:
-            authorize_script(path)
+    return launch_naming(job.scripts_named)
 
 
 def run_seed(job: SeedJob) -> dict[str, Any]:
     """Run one seed without recording and return its row (every field of ``ROW_FIELDS``)."""
-    authorize_named_scripts(job)
+    launch = job_launch(job)
     scenario, resolved_hash = resolve(job.scenario, job.scenario_target, job.settings)
     if resolved_hash != job.config_hash:
         raise WorkerMismatchError(
@@ -130,7 +134,12 @@ def run_seed(job: SeedJob) -> dict[str, Any]:
     on_pause = _deadline_hook(started + job.seed_timeout_s) if job.seed_timeout_s else None
     try:
         report, world = run_report(
-            scenario, config, job.seed, pause_every_events=PAUSE_EVERY_EVENTS, on_pause=on_pause
+            scenario,
+            config,
+            job.seed,
+            pause_every_events=PAUSE_EVERY_EVENTS,
+            on_pause=on_pause,
+            launch=launch,
         )
     except SeedTimeoutError as timeout:
         return timeout_row(job, time.perf_counter() - started, timeout.t_ns, timeout.events)

@@ -43,7 +43,8 @@ from timetravel.recording.format import (
 )
 from timetravel.recording.frame_reader import FrameReader, items_max_for
 from timetravel.recording.schema import schema_for
-from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
+from timetravel.recording.structure import structure_warnings
+from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack, unpackb_bounded
 from timetravel.sim.event import Event, events_from_lists
 from timetravel.sim.world import World, queue_digest_from
 from timetravel.snapshot.assemble import (
@@ -167,8 +168,6 @@ class RecordingReader(FrameReader):
         recording."""
         if self.branch_in_progress(branch):
             return self._describe_progress(branch)
-        from timetravel.recording.structure import structure_warnings
-
         lines = structure_warnings(self)
         if self.truncation is not None and not self.in_progress:
             lines.append(
@@ -351,7 +350,7 @@ class RecordingReader(FrameReader):
         if kind != BLOB_ARRAY:
             raise RecordingError(f"{self.path}: blob {digest.hex()} is not an array")
         try:
-            dtype, shape, pages = msgpack.unpackb(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
+            dtype, shape, pages = unpackb_bounded(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
             if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(pages, list):
                 raise DecodeError("array header fields have the wrong types")
             if array_digest_from_pages(dtype, shape, pages) != digest:

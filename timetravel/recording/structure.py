@@ -17,13 +17,21 @@ would call the rest unverified and still say verified. Two checks, both without 
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import Any, Protocol
 
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo
 from timetravel.sim.kernel import CHAIN_DIGEST_INITIAL, chain_digest_after
 
-if TYPE_CHECKING:
-    from timetravel.recording.reader import RecordingReader
+
+class RecordingReader(Protocol):
+    """What the checks read of a recording (recording/reader.py's RecordingReader is one)."""
+
+    catalog: Any
+
+    def where(self, offset: int, *, with_path: bool = ...) -> str: ...
+
+    def events_bytes(self, batch: EventBatchInfo) -> bytes: ...
+
 
 PROBLEMS_SHOWN_MAX = 3
 

@@ -20,7 +20,7 @@ _BUILTINS = {
     "leaky": "timetravel.scenarios.leaky:SCENARIO",
     "dp_training": "timetravel.scenarios.dp_training:SCENARIO",
     "rdma_fork": "timetravel.scenarios.rdma_fork:SCENARIO",
-    "torch": "timetravel.torch.scenario:SCENARIO",
+    "torch": "timetravel.torch.world.scenario:SCENARIO",
 }
 
 

@@ -183,7 +183,7 @@ else:
 class Context(_ContextCore):
     """What a handler may do. See the module docstring."""
 
-    __slots__ = ()
+    __slots__ = ("processes",)
 
     def __init__(
         self,
@@ -203,6 +203,8 @@ class Context(_ContextCore):
         self.event = None
         self.state = {}
         self._stream_bases = {}
+        self.processes: Any = None
+        """The owner of the run's external processes (``Scenario.processes``), None for plain data."""
 
     @property
     def event_kind(self) -> str:

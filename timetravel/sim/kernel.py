@@ -20,6 +20,7 @@ from __future__ import annotations
 import gc
 import heapq
 import traceback
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -32,6 +33,7 @@ from timetravel.sim.context import Context, fixed_latency_transport
 from timetravel.sim.encoding import pack
 from timetravel.sim.event import Event
 from timetravel.sim.failure import make_failure
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import NotAuthorizedError, Scenario
 from timetravel.sim.world import World
 
@@ -89,8 +91,15 @@ class Simulation:
         chain_batch_events: int = CHAIN_BATCH_EVENTS_DEFAULT,
         on_chain_batch: ChainBatchCallback | None = None,
         determinism: str | None = None,
+        launch: Launch | None = None,
+        processes: Any = None,
     ) -> None:
-        """``determinism``: the guard's mode (virtualize, forbid, off); None takes the scenario's."""
+        """``determinism``: the guard's mode (virtualize, forbid, off); None takes the scenario's.
+
+        For a scenario whose worlds run external processes (``Scenario.processes``): ``processes`` is
+        their owner, handed in by whoever owns them (a Session's world source); without it the
+        Simulation makes its own from ``launch`` (what the user named: sim/launch.py), owns it, and
+        closes it when the run can go no further (the queue drained or a failure) or at :meth:`close`."""
         if chain_batch_events < 1:
             raise ValueError("chain_batch_events must be at least 1")
         if not world.chain_digest:
@@ -109,6 +118,15 @@ class Simulation:
             overrides=overrides,
             choice_log=choice_log,
         )
+        self._owns_processes = processes is None and scenario.processes is not None
+        self._closer: weakref.finalize[Any, Any] | None = None
+        if self._owns_processes:
+            assert scenario.processes is not None
+            processes = scenario.processes(launch or NO_LAUNCH)
+            # a Simulation dropped before its run ended (a stepper, a trace window) still ends them
+            self._closer = weakref.finalize(self, processes.close)
+        self.processes = processes
+        self.ctx.processes = processes
         self._tables: dict[str, Any] = {}
         self.determinism = guard.check_mode(scenario.determinism if determinism is None else determinism)
         if self.determinism != guard.MODE_OFF:
@@ -140,6 +158,7 @@ class Simulation:
         until = TIME_NS_MAX if until_ns is None else until_ns
         limit = TIME_NS_MAX if max_events is None else world.events_processed + max_events
         if world.failures:
+            self.close()
             return self._result(STOP_FAILURE)
         was_enabled = gc.isenabled()
         gc.disable()
@@ -161,6 +180,9 @@ class Simulation:
                     break
                 if on_pause is not None:
                     on_pause(self)
+        except BaseException:
+            self.close()  # interrupted (Ctrl-C, a farm's budget): what this Simulation started ends
+            raise
         finally:
             if was_enabled:
                 promote_survivors()
@@ -170,7 +192,15 @@ class Simulation:
             world.t_ns = max(world.t_ns, until)
         if stop == STOP_DRAINED and not world.failures:
             self._end_of_run()
+        if stop == STOP_DRAINED or world.failures:
+            self.close()  # nothing more can run: the processes this Simulation owns end here
         return self._result(STOP_FAILURE if world.failures else stop)
+
+    def close(self) -> None:
+        """End the external processes this Simulation owns (none for plain-data scenarios, and none
+        when they were handed in: their owner ends them). Safe to call twice."""
+        if self._closer is not None:
+            self._closer()
 
     def _guarded_segment(self, limit: int, until: int) -> str | None:
         """One run segment with the guard on for this thread (only handlers run here meanwhile)."""

@@ -12,14 +12,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
-from timetravel.sim.kernel import PauseCallback, Simulation, chain_head
+from timetravel.sim.kernel import PauseCallback, RunResult, Simulation, chain_head
+from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 
 
-def build_world(scenario: Scenario, config: dict[str, Any], seed: int) -> World:
-    """Build the scenario's initial world and check the scenario kept the contract."""
-    world = scenario.build(config, seed)
+def build_world(scenario: Scenario, config: dict[str, Any], seed: int, launch: Launch | None = None) -> World:
+    """Build the scenario's initial world and check the scenario kept the contract. ``launch``: what
+    the user named (sim/launch.py), for a scenario whose worlds run their code."""
+    if scenario.build_launched is not None:
+        world = scenario.build_launched(config, seed, launch or NO_LAUNCH)
+    else:
+        world = scenario.build(config, seed)
     if not isinstance(world, World):
         raise TypeError(f"scenario {scenario.name}: build() returned {type(world).__name__}, not a World")
     world.display_unit = scenario.display_unit
@@ -36,18 +41,38 @@ def run_report(
     determinism: str | None = None,
     pause_every_events: int | None = None,
     on_pause: PauseCallback | None = None,
+    launch: Launch | None = None,
 ) -> tuple[dict[str, Any], World]:
     """Run one seed to the end (or ``until_ns``) and return the report and the final world.
 
     ``determinism`` is the guard's mode (None: the scenario's own, normally virtualize).
     ``on_pause`` (called every ``pause_every_events`` events, outside any handler) lets a caller
     such as the farm watch a wall-clock budget and stop a run by raising; it never changes the run.
+    ``launch``: what the user named on the command line (sim/launch.py; the torch scenario's script).
     """
-    world = build_world(scenario, config, seed)
-    simulation = Simulation(scenario, world, determinism=determinism)
+    world = build_world(scenario, config, seed, launch)
+    simulation = Simulation(scenario, world, determinism=determinism, launch=launch)
     result = simulation.run(
         until_ns=until_ns, max_events=max_events, pause_every_events=pause_every_events, on_pause=on_pause
     )
+    report = finished_report(
+        scenario, config, seed, simulation, result, world.state_hash(), chain_head(world)
+    )
+    return report, world
+
+
+def finished_report(
+    scenario: Scenario,
+    config: dict[str, Any],
+    seed: int,
+    simulation: Simulation,
+    result: RunResult,
+    state_hash: str,
+    hash_chain: str,
+) -> dict[str, Any]:
+    """The report of a finished run (``run --json``'s keys): the one shape of a plain run's
+    report and a recorded run's."""
+    world = simulation.world
     report: dict[str, Any] = {
         "scenario": scenario.name,
         "seed": seed,
@@ -56,15 +81,15 @@ def run_report(
         "failure": public_failure(result.failure),
         "events": result.events,
         "t_end_ns": result.t_end_ns,
-        "state_hash": world.state_hash(),
-        "hash_chain": chain_head(world),
+        "state_hash": state_hash,
+        "hash_chain": hash_chain,
         "determinism": simulation.determinism,
         "code_fingerprint": code_fingerprint(scenario.build.__module__),
         "platform_fingerprint": platform_fingerprint(),
     }
     if scenario.summarize is not None:
         report["summary"] = scenario.summarize(world)
-    return report, world
+    return report
 
 
 def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -80,33 +80,41 @@ def metrics_digest(metrics: dict[str, list[Any]]) -> bytes:
     return merkle_root([(name, series_digest(series)) for name, series in metrics.items()])
 
 
-class World:
-    """The simulation state. Every attribute is plain data; see the module docstring."""
+DATA_SLOTS = (
+    "branch_key",
+    "chain_batch",
+    "chain_digest",
+    "chain_events",
+    "choices",
+    "config",
+    "display_unit",
+    "down",
+    "events_processed",
+    "fabric",
+    "failures",
+    "faults",
+    "log",
+    "log_dropped",
+    "metrics",
+    "nodes",
+    "queue",
+    "roles",
+    "scenario",
+    "seed",
+    "seq",
+    "t_ns",
+)
+"""Every attribute of a World: all of it plain data."""
 
-    __slots__ = (
-        "branch_key",
-        "chain_batch",
-        "chain_digest",
-        "chain_events",
-        "choices",
-        "config",
-        "display_unit",
-        "down",
-        "events_processed",
-        "fabric",
-        "failures",
-        "faults",
-        "log",
-        "log_dropped",
-        "metrics",
-        "nodes",
-        "queue",
-        "roles",
-        "scenario",
-        "seed",
-        "seq",
-        "t_ns",
-    )
+
+class World:
+    """The simulation state. Every attribute is plain data; see the module docstring.
+
+    A World can be referred to weakly (``__weakref__``, not data): the owner of a run's external
+    processes (``Scenario.processes``) keeps which world its processes belong to without keeping the
+    world alive."""
+
+    __slots__ = (*DATA_SLOTS, "__weakref__")
 
     def __init__(self, scenario: str, config: dict[str, Any], seed: int, *, branch_key: int = 0) -> None:
         self.scenario = scenario
@@ -195,13 +203,13 @@ class World:
 
     def to_data(self) -> dict[str, Any]:
         """The whole world as one plain-data dict (for tests, diffs and small recordings)."""
-        return {name: getattr(self, name) for name in self.__slots__}
+        return {name: getattr(self, name) for name in DATA_SLOTS}
 
     @classmethod
     def from_data(cls, data: dict[str, Any]) -> World:
         """Rebuild a World from :meth:`to_data` output (events come back as Event tuples)."""
         world = cls.__new__(cls)
-        for name in cls.__slots__:
+        for name in DATA_SLOTS:
             setattr(world, name, data[name])
         world.queue = [Event(*event) for event in data["queue"]]
         heapq.heapify(world.queue)

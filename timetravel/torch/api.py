@@ -47,17 +47,12 @@ def simulate(function: Callable[..., Any], nproc: int = 2, seed: int = 0, **sett
     """Run ``function`` as ``nproc`` ranks under the World with ``seed`` and torch scenario ``settings``."""
     from timetravel.scenarios import get_scenario
     from timetravel.sim.runner import run_report
-    from timetravel.torch import driver
-    from timetravel.torch.scenario import authorize_function
+    from timetravel.torch.world.specs import launch_naming_function
 
     target = function_target(function)
-    authorize_function(target)
     scenario = get_scenario("torch")
     config = scenario.resolve_config({"function": target, "nproc": nproc, "rank_output": "quiet", **settings})
-    try:
-        report, world = run_report(scenario, config, seed)
-    finally:
-        driver.stop_active()
+    report, world = run_report(scenario, config, seed, launch=launch_naming_function(target))
     returns_by_rank = world.nodes["c10d"].get("returns", {})
     returns = [returns_by_rank.get(str(rank)) for rank in range(config["nproc"] * config["nnodes"])]
     return TorchRun(report["outcome"], report["failure"], returns, seed, report)

@@ -2,7 +2,7 @@
 
 Outside the simulator it does nothing, so a script may call it unconditionally and still run
 under plain ``python`` or real ``torchrun``. Inside a rank, the runtime's
-:func:`timetravel.torch.rank_env.metrics_capture.install_metrics` points it at the World's
+:func:`timetravel.torch.rank.env.metrics_capture.install_metrics` points it at the World's
 metrics. This module imports nothing heavy (no torch): ``value`` may be any number or a
 one-element tensor (anything ``float()`` accepts).
 """

@@ -142,7 +142,9 @@ class RecordingValues:
             return None
         if branch == session.branch:
             return _series(session, metric)
-        with Session.open(session.reader.path, scenario=session.scenario, branch=branch) as other:
+        with Session.open(
+            session.reader.path, scenario=session.scenario, branch=branch, launch=session.launch
+        ) as other:
             return _series(other, metric)
 
 

@@ -7,7 +7,7 @@ cursor there, switching the cursor to ``B`` first when one is named. Long search
 :class:`~timetravel.explore.work.WorkProgress` reports through the context and stop when it asks them to.
 
 (``watch --previous/--next``, in :mod:`timetravel.explore.commands.navigation`, finds changes with
-the same engine: :func:`timetravel.explore.search.last_change` and ``next_change``.)
+the same engine: :func:`timetravel.explore.watchpoints.last_change` and ``next_change``.)
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ def _find_first(invocation: Invocation, context: CommandContext) -> FindResult:
     session = (
         cursor
         if branch in (None, cursor.branch)
-        else Session.open(cursor.reader.path, scenario=cursor.scenario, branch=branch)
+        else Session.open(cursor.reader.path, scenario=cursor.scenario, branch=branch, launch=cursor.launch)
     )
     try:
         result = _search(invocation, context, session)

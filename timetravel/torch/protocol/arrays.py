@@ -1,0 +1,112 @@
+"""Tensors as the coordinator sees them: numpy arrays decoded from the wire, checked before allocation.
+
+The coordinator holds the World and never imports torch; a tensor arrives as
+``{"dtype": "float32", "shape": [4, 8], "data": ...}``, its data ``bytes`` when small and otherwise a
+read-only uint8 array over its frame in the message's buffer (timetravel/torch/protocol/wire.py), which
+:func:`decode` views in place. The byte count must equal what the dtype and shape say before an array
+is made, so a rank cannot make the coordinator allocate more than it sent.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+from timetravel.torch.protocol.limits import FRAME_BYTES_MIN
+
+DTYPES: dict[str, np.dtype[Any]] = {
+    "float32": np.dtype(np.float32),
+    "float64": np.dtype(np.float64),
+    "float16": np.dtype(np.float16),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "int64": np.dtype(np.int64),
+    "int32": np.dtype(np.int32),
+    "int16": np.dtype(np.int16),
+    "int8": np.dtype(np.int8),
+    "uint8": np.dtype(np.uint8),
+    "bool": np.dtype(np.bool_),
+    "complex64": np.dtype(np.complex64),
+    "complex128": np.dtype(np.complex128),
+}
+FLOAT_DTYPES = ("float32", "float64", "float16", "bfloat16", "complex64", "complex128")
+
+
+class TensorFormatError(ValueError):
+    """A tensor on the wire whose dtype, shape or byte count does not add up."""
+
+
+def decode(wire: Any) -> np.ndarray:
+    """The numpy array of a wire tensor (read-only, sharing the message's bytes)."""
+    if not isinstance(wire, dict):
+        raise TensorFormatError("a tensor must be a map of dtype, shape and data")
+    dtype = DTYPES.get(wire.get("dtype"))  # type: ignore[arg-type]
+    if dtype is None:
+        raise TensorFormatError(f"unsupported tensor dtype {wire.get('dtype')!r}")
+    shape = wire.get("shape")
+    if not isinstance(shape, list) or not all(type(size) is int and size >= 0 for size in shape):
+        raise TensorFormatError(f"bad tensor shape {shape!r}")
+    data: Any = wire.get("data")
+    frame = isinstance(data, np.ndarray) and data.dtype == np.uint8 and data.ndim == 1
+    if not isinstance(data, bytes) and not frame:
+        raise TensorFormatError("tensor data must be bytes (or a frame of the message)")
+    expected = math.prod(shape) * dtype.itemsize
+    if expected != len(data):
+        raise TensorFormatError(
+            f"tensor of shape {shape} and dtype {wire['dtype']} needs {expected} bytes, got {len(data)}"
+        )
+    if isinstance(data, bytes):
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
+    array = np.ascontiguousarray(data).view(dtype).reshape(shape)
+    array.flags.writeable = False
+    return array
+
+
+def out_of_band(message: dict[str, Any]) -> dict[str, Any]:
+    """``message`` (a result the World hands a rank) with each large output tensor's bytes as an
+    array over those same bytes, which the wire sends as a frame: the World's own copy (``bytes``, in
+    its hashed state) is neither copied nor changed."""
+    results = message.get("results")
+    if message.get("kind") != "result" or not isinstance(results, dict):
+        return message
+    lifted = {}
+    for work, outputs in results.items():
+        if isinstance(outputs, list):
+            outputs = [_lifted(output) for output in outputs]
+        lifted[work] = outputs
+    return {**message, "results": lifted}
+
+
+def _lifted(wire: Any) -> Any:
+    if not isinstance(wire, dict):
+        return wire
+    data = wire.get("data")
+    if not isinstance(data, bytes) or len(data) < FRAME_BYTES_MIN:
+        return wire
+    return {**wire, "data": np.frombuffer(data, dtype=np.uint8)}
+
+
+def encode(array: np.ndarray, dtype_name: str) -> dict[str, Any]:
+    """The wire form of an array (C order)."""
+    return {"dtype": dtype_name, "shape": list(array.shape), "data": np.ascontiguousarray(array).tobytes()}
+
+
+def dtype_name(array: np.ndarray) -> str:
+    for name, dtype in DTYPES.items():
+        if dtype == array.dtype:
+            return name
+    raise TensorFormatError(f"unsupported numpy dtype {array.dtype}")
+
+
+def nonfinite_count(array: np.ndarray) -> int:
+    """How many elements are NaN or infinite (0 for integer and bool arrays)."""
+    if array.dtype.kind not in "fc" and array.dtype != DTYPES["bfloat16"]:
+        return 0
+    return int(
+        array.size
+        - np.count_nonzero(
+            np.isfinite(array.astype(np.float64) if array.dtype == DTYPES["bfloat16"] else array)
+        )
+    )

@@ -1,0 +1,405 @@
+# mypy: disable-error-code="override, assignment"
+# (torch's stubs give ProcessGroup's pybind methods overloads a Python backend cannot mirror one by one)
+"""The ``timetravel`` torch.distributed backend (rank side): every collective is a call to the World.
+
+:class:`SimulatedProcessGroup` is a Python subclass of ``dist.ProcessGroup``; torch uses such a group
+directly, DDP's C++ reducer included. Each method flattens torch's signature into one of the few
+shapes of :mod:`timetravel.torch.world.collectives`, posts the inputs to the coordinator and returns at once
+with a :class:`SimulatedWork`; ``wait()`` (or ``get_future()``, which DDP calls) asks the coordinator
+for the result, which arrives with the logical time the collective completed on this rank, and copies
+it into the output tensors in place. Tensors cross as raw bytes (:mod:`timetravel.torch.protocol.wire`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch.futures import Future
+
+from timetravel.torch.protocol.arrays import DTYPES
+from timetravel.torch.rank.channel import Channel
+
+BACKEND_NAME = "timetravel"
+_REDUCE_OP_NAMES = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
+_TORCH_DTYPE_NAMES = {getattr(torch, name): name for name in DTYPES}
+_channel: Channel | None = None
+
+
+class UnsupportedCollective(RuntimeError):
+    """An op the simulator does not implement: a clear failure, never a silent wrong answer."""
+
+
+def bind(channel: Channel) -> None:
+    """Attach this rank's channel (called once, before the script runs)."""
+    global _channel
+    _channel = channel
+
+
+def unbind() -> None:
+    """Forget the channel (in a process forked from a rank: only the rank itself speaks to the World)."""
+    global _channel
+    _channel = None
+
+
+def channel() -> Channel:
+    if _channel is None:
+        raise RuntimeError("the timetravel backend is used outside a simulated rank")
+    return _channel
+
+
+def tensor_to_wire(tensor: torch.Tensor) -> dict[str, Any]:
+    """The wire form of a tensor: its data a numpy view of the tensor's own memory (no copy unless it
+    is not contiguous), which the wire sends as a frame or inline (timetravel/torch/protocol/wire.py).
+
+    The view is read while the message is sent, synchronously: the bytes that leave are the tensor's
+    at the moment of the call. A caller that sends later must pass a tensor of its own (a clone)."""
+    tensor = tensor.detach()
+    if tensor.device.type != "cpu":
+        tensor = tensor.cpu()
+    name = _TORCH_DTYPE_NAMES.get(tensor.dtype)
+    if name is None:
+        raise UnsupportedCollective(f"unsupported tensor dtype {tensor.dtype} in a collective")
+    tensor = tensor.contiguous()
+    if name == "bfloat16":
+        data = tensor.view(torch.int16).numpy()
+    elif name == "bool":
+        data = tensor.to(torch.uint8).numpy()
+    else:
+        data = tensor.numpy()
+    return {"dtype": name, "shape": list(tensor.shape), "data": data}
+
+
+def wire_to_tensor(wire: dict[str, Any]) -> torch.Tensor:
+    """A received tensor: over the message's own buffer when its bytes came as a frame (a fresh buffer
+    per message, owned by nobody else), a copy when they came inline (``bytes`` are read-only)."""
+    name = wire["dtype"]
+    data = wire["data"]
+    numpy_dtype = np.dtype(np.int16) if name == "bfloat16" else DTYPES[name]
+    if isinstance(data, np.ndarray) and data.flags.writeable:
+        array = data.view(numpy_dtype)
+    else:
+        array = np.frombuffer(data, dtype=numpy_dtype).copy()
+    tensor = torch.from_numpy(array)
+    if name == "bfloat16":
+        tensor = tensor.view(torch.bfloat16)
+    return tensor.reshape(wire["shape"])
+
+
+class SimulatedWork(dist.Work):
+    """A collective in flight: its result is fetched from the World on the first wait."""
+
+    def __init__(self, work_id: int, deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
+        super().__init__()
+        self.work_id = work_id
+        self._deliver = deliver
+        self._outputs: list[torch.Tensor] | None = None
+
+    def wait(self, timeout: Any = None) -> bool:
+        if self._outputs is None:
+            reply = channel().call({"kind": "wait", "works": [self.work_id]})
+            received = [wire_to_tensor(wire) for wire in reply["results"][str(self.work_id)]]
+            self._outputs = self._deliver(received)
+        return True
+
+    def is_completed(self) -> bool:
+        return self._outputs is not None
+
+    def is_success(self) -> bool:
+        return self._outputs is not None
+
+    def result(self) -> list[torch.Tensor]:
+        self.wait()
+        return list(self._outputs or [])
+
+    def get_future(self) -> Future:
+        self.wait()
+        future: Future = Future()
+        future.set_result(list(self._outputs or []))
+        return future
+
+    def synchronize(self) -> None:
+        self.wait()
+
+
+def _copy_into(targets: list[torch.Tensor]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
+    def deliver(received: list[torch.Tensor]) -> list[torch.Tensor]:
+        for target, value in zip(targets, received, strict=True):
+            with torch.no_grad():
+                target.copy_(value.reshape(target.shape))
+        return targets
+
+    return deliver
+
+
+def _reduce_op(opts: Any) -> str:
+    op = getattr(opts, "reduceOp", None)
+    for name in _REDUCE_OP_NAMES:
+        if op == getattr(dist.ReduceOp, name):
+            if name == "PREMUL_SUM":
+                raise UnsupportedCollective("unsupported reduce op PREMUL_SUM")
+            return name.lower()
+    raise UnsupportedCollective(f"unsupported reduce op {op}")
+
+
+class SimulatedProcessGroup(dist.ProcessGroup):
+    """One process group of one rank; see the module docstring."""
+
+    def __init__(self, rank: int, size: int, timeout: Any = None) -> None:
+        super().__init__(rank, size)  # type: ignore[call-arg]
+        self._group_rank = rank
+        self._size = size
+        self._timeout_ns = int(timeout.total_seconds() * 1e9) if timeout is not None else None
+        self._members: list[int] | None = None
+        self._key: str | None = None
+        self._sequence = 0
+        self._p2p_counts: dict[str, int] = {}
+        self._group_name = ""
+
+    # -- identity ------------------------------------------------------------------------------
+
+    def size(self) -> int:
+        return self._size
+
+    def getBackendName(self) -> str:
+        return BACKEND_NAME
+
+    def _set_group_name(self, name: str) -> None:
+        # ProcessGroup.group_name asks a registered C++ backend; a Python group is its own backend,
+        # so it keeps the name itself (DeviceMesh, FSDP2 and functional collectives look it up)
+        self._group_name = name
+        super()._set_group_name(name)  # type: ignore[arg-type]
+
+    @property
+    def group_name(self) -> str:
+        return self._group_name
+
+    def __repr__(self) -> str:
+        return f"SimulatedProcessGroup(rank={self._group_rank}, size={self._size})"
+
+    def _identity(self) -> tuple[str, list[int]]:
+        if self._key is None:
+            world = dist.distributed_c10d._world
+            self._key = str(world.pg_names.get(self, "0"))
+            try:
+                self._members = list(dist.get_process_group_ranks(self))
+            except (RuntimeError, ValueError, KeyError):
+                self._members = list(range(self._size))
+        assert self._members is not None
+        return self._key, self._members
+
+    # -- the one path every op takes -------------------------------------------------------------
+
+    def _post(
+        self,
+        op: str,
+        inputs: list[torch.Tensor],
+        deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+        **opts: Any,
+    ) -> SimulatedWork:
+        key, members = self._identity()
+        self._sequence += 1
+        message = {"op": op, "group": key, "members": members, "seq": self._sequence, "opts": opts}
+        return self._call(message, inputs, deliver)
+
+    def _call(
+        self,
+        message: dict[str, Any],
+        inputs: list[torch.Tensor],
+        deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+    ) -> SimulatedWork:
+        """Post one call to the World (its inputs as raw bytes) and return its work at once."""
+        rank_channel = channel()
+        work_id = rank_channel.next_work_id()
+        message.update(
+            kind="call",
+            id=work_id,
+            inputs=[tensor_to_wire(tensor) for tensor in inputs],
+            timeout_ns=self._timeout_ns,
+        )
+        rank_channel.post(message)
+        return SimulatedWork(work_id, deliver)
+
+    # -- collectives -----------------------------------------------------------------------------
+
+    def allreduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimulatedWork:
+        return self._post("all_reduce", tensors, _copy_into(tensors), reduce_op=_reduce_op(opts))
+
+    def allreduce_coalesced(self, tensors: list[torch.Tensor], opts: Any = None) -> SimulatedWork:
+        return self.allreduce(tensors, opts)
+
+    def broadcast(self, tensors: list[torch.Tensor], opts: Any = None) -> SimulatedWork:
+        return self._post("broadcast", tensors, _copy_into(tensors), root=int(opts.rootRank))
+
+    def reduce(self, tensors: list[torch.Tensor], opts: Any = None) -> SimulatedWork:
+        root = int(opts.rootRank)
+        targets = tensors if self._group_rank == root else []
+        return self._post("reduce", tensors, _copy_into(targets), reduce_op=_reduce_op(opts), root=root)
+
+    def allgather(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
+    ) -> SimulatedWork:
+        if len(inputs) != 1 or len(output_lists) != 1:
+            return self.allgather_coalesced(output_lists, inputs, opts)
+        return self._post("all_gather", inputs, _copy_into(list(output_lists[0])))
+
+    def allgather_coalesced(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
+    ) -> SimulatedWork:
+        # all_gather of k tensors returns, per source rank, its k tensors in order
+        targets = [
+            output_lists[position][source] for source in range(self._size) for position in range(len(inputs))
+        ]
+        return self._post("all_gather", inputs, _copy_into(targets))
+
+    def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimulatedWork:
+        if output.numel() != input.numel() * self._size:
+            raise ValueError(
+                f"all_gather_into_tensor: output has {output.numel()} elements, expected {input.numel() * self._size}"
+            )
+        return self._post("all_gather", [input], _copy_into(list(output.chunk(self._size))))
+
+    _allgather_base = all_gather_single
+
+    def all_gather_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> SimulatedWork:
+        targets = [
+            outputs[position].chunk(self._size)[source]
+            for source in range(self._size)
+            for position in range(len(inputs))
+        ]
+        return self._post("all_gather", inputs, _copy_into(targets))
+
+    allgather_into_tensor_coalesced = all_gather_single_coalesced
+
+    def reduce_scatter(
+        self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None
+    ) -> SimulatedWork:
+        if len(outputs) != 1:
+            raise UnsupportedCollective("unsupported op reduce_scatter with more than one output tensor")
+        return self._post(
+            "reduce_scatter", list(input_lists[0]), _copy_into(outputs), reduce_op=_reduce_op(opts)
+        )
+
+    def reduce_scatter_single(
+        self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
+    ) -> SimulatedWork:
+        if input.numel() != output.numel() * self._size:
+            raise ValueError(
+                f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
+            )
+        return self._post(
+            "reduce_scatter", list(input.chunk(self._size)), _copy_into([output]), reduce_op=_reduce_op(opts)
+        )
+
+    _reduce_scatter_base = reduce_scatter_single
+
+    def reduce_scatter_single_coalesced(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> SimulatedWork:
+        works = [
+            self.reduce_scatter_single(output, input, opts)
+            for output, input in zip(outputs, inputs, strict=True)
+        ]
+        for work in works[:-1]:
+            work.wait()
+        return works[-1]
+
+    reduce_scatter_tensor_coalesced = reduce_scatter_single_coalesced
+
+    def alltoall(
+        self, outputs: list[torch.Tensor], inputs: list[torch.Tensor], opts: Any = None
+    ) -> SimulatedWork:
+        return self._post("all_to_all", inputs, _copy_into(outputs))
+
+    def all_to_all_single(
+        self,
+        output: torch.Tensor,
+        input: torch.Tensor,
+        output_split_sizes: list[int] | None,
+        input_split_sizes: list[int] | None,
+        opts: Any = None,
+    ) -> SimulatedWork:
+        inputs = _split(input, input_split_sizes, self._size)
+        outputs = _split(output, output_split_sizes, self._size)
+        return self._post("all_to_all", inputs, _copy_into(outputs))
+
+    alltoall_base = all_to_all_single
+
+    def gather(
+        self, output_lists: list[list[torch.Tensor]], inputs: list[torch.Tensor], opts: Any = None
+    ) -> SimulatedWork:
+        root = int(opts.rootRank)
+        targets = list(output_lists[0]) if self._group_rank == root else []
+        return self._post("gather", inputs, _copy_into(targets), root=root)
+
+    def scatter(
+        self, outputs: list[torch.Tensor], input_lists: list[list[torch.Tensor]], opts: Any = None
+    ) -> SimulatedWork:
+        root = int(opts.rootRank)
+        inputs = list(input_lists[0]) if self._group_rank == root else []
+        return self._post("scatter", inputs, _copy_into(outputs), root=root)
+
+    def barrier(self, opts: Any = None) -> SimulatedWork:
+        return self._post("barrier", [], _copy_into([]))
+
+    def monitored_barrier(self, opts: Any = None, wait_all_ranks: bool = False) -> None:
+        self.barrier().wait()
+
+    # -- point to point --------------------------------------------------------------------------
+
+    def send(self, tensors: list[torch.Tensor], dst: int, tag: int = 0) -> SimulatedWork:
+        return self._post_p2p("send", tensors, dst, tag, _copy_into([]))
+
+    def recv(self, tensors: list[torch.Tensor], src: int, tag: int = 0) -> SimulatedWork:
+        return self._post_p2p("recv", [], src, tag, _copy_into(tensors), shapes=tensors)
+
+    def recv_anysource(self, tensors: list[torch.Tensor], tag: int = 0) -> SimulatedWork:
+        raise UnsupportedCollective("unsupported op recv_anysource (recv without src)")
+
+    def _post_p2p(
+        self,
+        op: str,
+        inputs: list[torch.Tensor],
+        peer: int,
+        tag: int,
+        deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+        shapes: list[torch.Tensor] | None = None,
+    ) -> SimulatedWork:
+        key, members = self._identity()
+        me, other = members[self._group_rank], members[peer]
+        source, destination = (me, other) if op == "send" else (other, me)
+        pair = f"{key}:{source}>{destination}:{tag}"
+        self._p2p_counts[pair] = self._p2p_counts.get(pair, 0) + 1
+        message = {
+            "op": op,
+            "group": key,
+            "members": members,
+            "seq": self._p2p_counts[pair],
+            "pair": pair,
+            "peer": other,
+            "expect": [[_TORCH_DTYPE_NAMES.get(t.dtype, str(t.dtype)), list(t.shape)] for t in shapes or []],
+            "opts": {"tag": tag},
+        }
+        return self._call(message, inputs, deliver)
+
+
+def _split(tensor: torch.Tensor, sizes: list[int] | None, parts: int) -> list[torch.Tensor]:
+    if not sizes:
+        return list(tensor.chunk(parts)) if tensor.numel() else [tensor] * parts
+    return list(torch.split(tensor, list(sizes)))
+
+
+def create_group(store: Any, rank: int, size: int, timeout: Any) -> SimulatedProcessGroup:
+    """The creator torch calls for ``init_process_group`` and every ``new_group``."""
+    return SimulatedProcessGroup(rank, size, timeout)
+
+
+def register() -> None:
+    """Register the backend for cpu and cuda (scripts ask for nccl on cuda: they land here too)."""
+    if BACKEND_NAME.upper() not in dist.Backend._plugins:
+        dist.Backend.register_backend(BACKEND_NAME, create_group, devices=["cpu", "cuda"])

@@ -1,0 +1,101 @@
+"""A rank's one connection to the coordinator (rank side; no torch here).
+
+Every call a rank makes to the World goes through :class:`Channel`: it stamps the message with the
+rank's logical time (its clock, which the coordinator sets at every completion), sends it, and for a
+blocking call waits for the reply. Between two calls the rank runs freely — nothing it can observe
+depends on what the other ranks do meanwhile.
+"""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Callable
+from typing import Any
+
+from timetravel.torch.protocol.wire import receive_message, send_message
+
+WORK_CHARGED_KINDS = ("call", "exit")
+"""The messages at which the World charges a rank's compute (scenario: the compute model)."""
+NON_BLOCKING_KINDS = frozenset({"metric", "output", "warning", "step", "probe"})
+"""Messages that do not end the rank's stretch of free running (``before_blocking`` skips them)."""
+
+
+class StopRank(BaseException):
+    """The coordinator ended the run: unwind the script without running its except clauses."""
+
+
+class Channel:
+    def __init__(self, sock: socket.socket, rank: int, clock: Any) -> None:
+        """``clock``: the rank's :class:`~timetravel.torch.rank.env.clock.RankClock` (now_ns, set)."""
+        self.sock = sock
+        self.rank = rank
+        self.clock = clock
+        self.work_count = 0
+        self.work_meter: Any = None
+        """The ``flops`` compute model's meter (:mod:`timetravel.torch.rank.env.work_model`), or None."""
+        self.before_blocking: list[Callable[[], None]] = []
+        """Called before every message other than a metric, output, warning, step or probe (the loss
+        capture sends the last step's loss there: :mod:`timetravel.torch.rank.env.loss_capture`)."""
+        self.on_probe: Callable[[dict[str, Any]], None] | None = None
+        """explain's module probe, asked for while this rank waits (rank/setup.py installs it)."""
+        self.on_checkpoint: Callable[[Channel, dict[str, Any]], None] | None = None
+        """Fork a checkpoint of this process, asked for while it waits (rank/main.py sets it to
+        :func:`timetravel.torch.rank.checkpoint.take`; the channel itself knows nothing of forks)."""
+
+    def post(self, message: dict[str, Any], t_ns: int | None = None) -> None:
+        """Send without waiting (a non-blocking op, output, a metric), stamped with the rank's
+        logical time (or ``t_ns``, an earlier moment of this rank: the coordinator never goes back).
+
+        A call or the rank's exit also carries the compute the rank did since its previous one
+        (``work_ns``) when the ``flops`` compute model meters it: the World charges it."""
+        if self.before_blocking and message.get("kind") not in NON_BLOCKING_KINDS:
+            for hook in self.before_blocking:
+                hook()
+        message["t_ns"] = self.clock.now_ns() if t_ns is None else t_ns
+        if self.work_meter is not None and message.get("kind") in WORK_CHARGED_KINDS:
+            message["work_ns"] = self.work_meter.take_ns()
+        send_message(self.sock, message)
+
+    def call(self, message: dict[str, Any]) -> dict[str, Any]:
+        """Send and wait for the coordinator's reply; the clock moves to the reply's time."""
+        self.post(message)
+        reply = receive_message(self.sock)
+        while reply.get("kind") in ("checkpoint", "probe"):
+            self._while_waiting(reply)  # a quiescent point: fork a copy, or install the probe
+            reply = receive_message(self.sock)
+        if reply.get("kind") == "stop":
+            raise StopRank()
+        self.clock.set(max(self.clock.now_ns(), int(reply["t_ns"])))
+        return reply
+
+    def linger(self) -> None:
+        """After the exit message, wait until the coordinator closes the channel (or kills us).
+
+        The World reads a rank's messages at its ``poll``, and the rank may run ahead of it to its
+        end: a checkpoint taken at that moment must still find a process to fork (it is forked here,
+        and a rank resumed from it lingers in turn). Anything but a checkpoint request ends it."""
+        while True:
+            try:
+                reply = receive_message(self.sock)
+            except (OSError, ValueError):
+                return
+            if reply.get("kind") not in ("checkpoint", "probe"):
+                return
+            self._while_waiting(reply)
+
+    def _while_waiting(self, request: dict[str, Any]) -> None:
+        """A request the coordinator sends a waiting rank: fork a checkpoint, or install explain's
+        module probe (read-only hooks) in this process, which a probe re-execution resumed."""
+        if request.get("kind") == "checkpoint":
+            assert self.on_checkpoint is not None, "a checkpoint asked of a rank that cannot fork one"
+            self.on_checkpoint(self, request)
+        elif self.on_probe is not None:
+            self.on_probe(request)
+        else:  # the script ended, or never set the rank up: nothing to hook
+            self.post(
+                {"kind": "probe", "step": request.get("step"), "finding": None, "refused": "no rank set-up"}
+            )
+
+    def next_work_id(self) -> int:
+        self.work_count += 1
+        return self.work_count

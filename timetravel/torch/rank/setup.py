@@ -1,0 +1,298 @@
+"""What a rank installs before the user's script runs (rank side, imports torch).
+
+* the ``timetravel`` backend, and ``init_process_group`` bent onto it whatever backend and
+  ``init_method`` the script names (gloo, nccl, env://): a rank never opens a TCPStore or a socket to
+  another rank; the script's ``timeout=`` becomes its collectives' hang timeout;
+* one intra-op thread and deterministic algorithms (DESIGN: same inputs, same bits);
+* a global optimizer step hook that reports, after every ``optimizer.step()``, a digest of each
+  parameter by name, so the World checks that data-parallel replicas agree (``divergence``), and the
+  training state (:mod:`timetravel.torch.rank.state`).
+"""
+
+from __future__ import annotations
+
+import functools
+import weakref
+from typing import Any
+
+import torch
+import torch.distributed as dist
+import xxhash
+from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
+
+from timetravel.torch.rank import backend
+from timetravel.torch.rank import state as rank_state
+from timetravel.torch.rank.channel import Channel
+from timetravel.torch.rank.store_client import SimulatedStore
+
+_parameter_names: dict[int, str] = {}
+_parameter_owners: dict[int, Any] = {}
+_module_parents: dict[int, tuple[Any, str]] = {}
+_stores: list[Any] = []
+
+
+def install(spec: dict[str, Any], rank_channel: Channel) -> None:
+    from timetravel.torch.rank.env.install import install_all
+    from timetravel.torch.rank.env.loss_capture import LossCapture, install_loss_capture
+
+    environment = spec["env"]
+    settings = spec["settings"]
+    if settings.get("compute_model") == "flops":
+        from timetravel.torch.rank.env.work_model import WorkMeter
+
+        rank_channel.work_meter = WorkMeter(int(settings["compute_flops_per_s"]))
+    capture = LossCapture(_stamped_sink(rank_channel), rank_channel.clock.now_ns)
+    install_all(
+        rank_channel.clock,
+        seed_bytes=f"{spec['seed']}:{spec.get('restarts', 0)}".encode(),
+        rank=spec["rank"],
+        local_rank=int(environment["LOCAL_RANK"]),
+        local_world_size=int(environment["LOCAL_WORLD_SIZE"]),
+        metrics_sink=_metrics_sink(rank_channel, capture),
+        compile_mode=spec["settings"].get("compile", "eager"),
+        working_directory=spec.get("cwd"),
+        warn=_warning_sink(rank_channel),
+        work_meter=rank_channel.work_meter,
+    )
+    install_loss_capture(capture)
+    rank_channel.before_blocking.append(capture.flush)
+    backend.bind(rank_channel)
+    backend.register()
+    _bend_init_process_group()
+    _remember_parameter_names()
+    _remember_module_parents()
+    _watch_forks(rank_channel)
+    reporter = rank_state.StateReporter(
+        rank_channel,
+        every=int(settings.get("state_every_steps", 1)),
+        bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
+        digests=parameter_digests
+        if settings.get("detect_divergence", True) or settings.get("detect_resume_mismatch", True)
+        else None,
+        names=parameter_name,
+        owners=_parameter_owners,
+        prefix_of=module_prefix,
+        shard_digests=functools.partial(parameter_digests, shards=True)
+        if settings.get("detect_resume_mismatch", True)
+        else None,
+    )
+    rank_state.watch_optimizers(reporter)
+    rank_state.watch_grad_scaler(rank_channel)
+    register_optimizer_step_pre_hook(reporter.before_step)
+    register_optimizer_step_post_hook(reporter.after_step)
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: capture.step_done(reporter.steps))
+    from timetravel.torch.rank.batches import install_batch_indices
+
+    install_batch_indices(rank_channel, lambda: reporter.steps + 1)
+    rank_channel.on_probe = functools.partial(_install_probe, rank_channel, reporter, resumed=True)
+    probe = settings.get("probe")
+    if probe:  # explain re-executes this rank from the start to find the first non-finite module
+        _install_probe(rank_channel, reporter, probe)
+
+
+def _install_probe(
+    rank_channel: Channel, reporter: Any, request: dict[str, Any], resumed: bool = False
+) -> None:
+    """explain's module probe of optimizer step ``request["step"]`` (rank_probe.py): at the start,
+    or asked for while the rank waits in a process a probe re-execution resumed from a checkpoint.
+    Refused (one ``probe`` message saying why) when this process may be inside that step already:
+    its forward hooks would have missed the modules that ran before them."""
+    from timetravel.torch.rank.probe import ModuleProbe
+
+    step = int(request["step"])
+    if resumed and reporter.steps > step - 2:
+        why = f"the rank had completed {reporter.steps} optimizer steps: it may be in step {step} already"
+        rank_channel.post({"kind": "probe", "step": step, "finding": None, "refused": why})
+        return
+    hooks = ModuleProbe(rank_channel, step, lambda: reporter.steps, module_names)
+    hooks.install()
+    register_optimizer_step_post_hook(lambda optimizer, args, kwargs: hooks.step_done())
+
+
+def _metrics_sink(rank_channel: Channel, capture: Any) -> Any:
+    """``timetravel.torch.metric``, SummaryWriter.add_scalar and wandb.log become World metrics
+    (a ``loss`` of the script's own replaces the captured one: ``rank_env.loss_capture``)."""
+
+    def sink(name: str, value: float, step: int | None) -> None:
+        capture.script_metric(name)
+        rank_channel.post({"kind": "metric", "name": name, "value": value, "step": step})
+
+    return sink
+
+
+def _stamped_sink(rank_channel: Channel) -> Any:
+    """The captured loss: a metric stamped with the optimizer step's logical time."""
+
+    def send(name: str, value: float, step: int, t_ns: int) -> None:
+        rank_channel.post({"kind": "metric", "name": name, "value": value, "step": step}, t_ns=t_ns)
+
+    return send
+
+
+def _warning_sink(rank_channel: Channel) -> Any:
+    """A rank-environment warning (``write_outside_workdir``) joins the run's summary warnings."""
+
+    def warn(name: str, detail: str) -> None:
+        rank_channel.post({"kind": "warning", "name": name, "detail": detail[-2000:]})
+
+    return warn
+
+
+def _bend_init_process_group() -> None:
+    original = dist.init_process_group
+
+    @functools.wraps(original)
+    def init_process_group(
+        backend_name: Any = None, init_method: Any = None, timeout: Any = None, **options: Any
+    ) -> None:
+        if dist.is_initialized():
+            raise RuntimeError("trying to initialize the default process group twice!")
+        options.pop("store", None)
+        options.pop("device_id", None)
+        options.setdefault("world_size", int(_environment("WORLD_SIZE")))
+        options.setdefault("rank", int(_environment("RANK")))
+        store = SimulatedStore()
+        _stores.append(store)  # torch's C++ holds the store, not the Python object its methods live on
+        keywords: dict[str, Any] = {"backend": backend.BACKEND_NAME, "store": store, **options}
+        if timeout is not None:
+            keywords["timeout"] = timeout
+        original(**keywords)
+
+    dist.init_process_group = init_process_group  # type: ignore[assignment]
+    dist.distributed_c10d.init_process_group = init_process_group  # type: ignore[assignment]
+
+
+def _watch_forks(rank_channel: Channel) -> None:
+    """Warn ``fork_after_init`` when the rank forks after init_process_group, and cut the child loose.
+
+    A forked child (a DataLoader worker, a multiprocessing fork) must never speak on the rank's
+    channel: it gets its own stdout/stderr on the inherited file descriptors and no channel at all.
+    A real cluster's version of this bug is the second article's: state a fork does not copy."""
+    import os
+    import sys
+    import traceback
+
+    from timetravel.torch.rank.checkpoint import forking
+
+    def before_fork() -> None:
+        if forking[0]:
+            return  # a checkpoint of this rank, not the script's fork
+        if dist.is_initialized():
+            where = "".join(traceback.format_stack(limit=6)[:-1])
+            rank_channel.post({"kind": "warning", "name": "fork_after_init", "detail": where[-2000:]})
+
+    def in_child() -> None:
+        if forking[0]:
+            return
+        backend.unbind()
+        sys.stdout = os.fdopen(os.dup(2), "w", buffering=1)
+        sys.stderr = sys.stdout
+
+    os.register_at_fork(before=before_fork, after_in_child=in_child)
+
+
+def _environment(name: str) -> str:
+    import os
+
+    return os.environ[name]
+
+
+def _remember_parameter_names() -> None:
+    """Record each parameter's name when a module lists it (DDP's prefix stripped; the longest wins)."""
+    original = torch.nn.Module.named_parameters
+
+    @functools.wraps(original)
+    def named_parameters(self: torch.nn.Module, *args: Any, **kwargs: Any) -> Any:
+        for name, parameter in original(self, *args, **kwargs):
+            key = id(parameter)
+            known = _parameter_names.get(key)
+            stripped = rank_state.strip_prefixes(name)
+            # the most qualified name wins: fully_shard(block) lists ``norm1.weight`` before the
+            # optimizer's model.parameters() lists ``blocks.0.norm1.weight``
+            if known is None or (len(stripped) > len(known) and stripped.endswith("." + known)):
+                _parameter_names[key] = stripped
+                _parameter_owners[key] = weakref.ref(self)
+            yield name, parameter
+
+    torch.nn.Module.named_parameters = named_parameters  # type: ignore[method-assign]
+
+
+def parameter_name(parameter: torch.Tensor, group: int, position: int) -> str:
+    """The parameter's name from the outermost module that holds it (``0.weight``, not ``weight``,
+    when the script listed a submodule's parameters: ``{"params": model[0].parameters()}``)."""
+    name = _parameter_names.get(id(parameter))
+    if name is None:
+        return f"param_groups.{group}.{position}"
+    owner = _parameter_owners.get(id(parameter))
+    module = owner() if owner is not None else None
+    return rank_state.strip_prefixes(module_prefix(module) + name) if module is not None else name
+
+
+def module_prefix(module: torch.nn.Module) -> str:
+    """``blocks.0.`` for a module held as ``blocks[0]`` of an outer one ('' for an outermost module)."""
+    path: list[str] = []
+    seen: set[int] = set()
+    while id(module) not in seen and len(path) < 64:
+        seen.add(id(module))
+        parent = _module_parents.get(id(module))
+        holder = parent[0]() if parent is not None else None
+        if parent is None or holder is None:
+            break
+        path.insert(0, parent[1])
+        module = holder
+    return "".join(f"{segment}." for segment in path)
+
+
+def module_names() -> dict[int, str]:
+    """id(module) -> its name from the outermost module, for every module of every model whose
+    parameters a module listed (``0`` for ``model[0]`` under DDP; '' for the outermost)."""
+    names: dict[int, str] = {}
+    roots: dict[int, torch.nn.Module] = {}
+    for owner in list(_parameter_owners.values()):
+        module = owner()
+        if module is not None:
+            roots.setdefault(id(module), module)
+    for root in roots.values():
+        prefix = module_prefix(root)
+        for name, module in root.named_modules():
+            names.setdefault(id(module), rank_state.strip_prefixes(prefix + name))
+    return names
+
+
+def _remember_module_parents() -> None:
+    """Which module holds which submodule under which attribute (set when it is assigned)."""
+    from torch.nn.modules.module import register_module_module_registration_hook
+
+    def hook(module: torch.nn.Module, name: str, submodule: Any) -> None:
+        if isinstance(submodule, torch.nn.Module):
+            _module_parents[id(submodule)] = (weakref.ref(module), name)
+
+    register_module_module_registration_hook(hook)
+
+
+def parameter_digests(optimizer: torch.optim.Optimizer, shards: bool = False) -> list[list[Any]]:
+    """Name, shape, dtype and xxh3-64 of each replicated parameter (a DTensor shard is left out: ranks
+    hold different parts by design); with ``shards``, of each DTensor shard the rank holds instead
+    (what resume_mismatch compares with the same rank of the run without the crash)."""
+    digests = []
+    for group_index, group in enumerate(optimizer.param_groups):
+        for position, parameter in enumerate(group["params"]):
+            placements = getattr(parameter, "placements", ())
+            if any(placement.is_shard() for placement in placements) != shards:
+                continue
+            data = parameter.detach()
+            if hasattr(data, "to_local"):
+                data = data.to_local()
+            if data.device.type != "cpu":
+                data = data.cpu()  # only off the CPU: rank_env's patched .cpu() copies even a CPU tensor
+            data = data.contiguous()
+            raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+            digests.append(
+                [
+                    parameter_name(parameter, group_index, position),
+                    list(data.shape),
+                    str(data.dtype).removeprefix("torch."),
+                    xxhash.xxh3_64_hexdigest(raw.numpy()),  # hashed in place, not copied to bytes
+                ]
+            )
+    return digests

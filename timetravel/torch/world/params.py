@@ -1,0 +1,139 @@
+"""The torch scenario's settings (``--set key=value``, and ``timetravel torchrun``'s options).
+
+One table, read by the scenario (the config a World starts from), by the rank specs (what a rank
+process is told) and by the command line's help.
+"""
+
+from __future__ import annotations
+
+from timetravel.sim.scenario import Param
+from timetravel.torch.protocol.limits import COMPUTE_FLOPS_PER_S_DEFAULT, STUCK_TIMEOUT_S_DEFAULT
+from timetravel.torch.world.timing import FABRIC_TORCH_PARAMS
+
+STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+
+PARAMS: tuple[Param, ...] = (
+    Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
+    Param("function", "str", "", "instead of a script: module:function to run as every rank (Python API)"),
+    Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
+    Param(
+        "workdir",
+        "str",
+        "",
+        "the ranks' private working directory starts as a copy of this directory ('' = empty)",
+    ),
+    Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
+    Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
+    Param(
+        "env_style",
+        "str",
+        "torchrun",
+        "environment given to ranks: torchrun, or slurm (adds SLURM_*)",
+        choices=("torchrun", "slurm"),
+    ),
+    Param(
+        "hang_timeout",
+        "time",
+        600_000_000_000,
+        "a rank waiting this long in a collective is a hang (logical time)",
+    ),
+    Param(
+        "compute_interval", "time", 100_000, "compute charged between two calls to the World (logical time)"
+    ),
+    Param(
+        "compute_model",
+        "str",
+        "fixed",
+        "compute between calls: fixed (compute_interval only) or flops (plus the products' flops at "
+        "compute_flops_per_s; docs/torch.md)",
+        choices=("fixed", "flops"),
+    ),
+    Param(
+        "compute_flops_per_s",
+        "int",
+        COMPUTE_FLOPS_PER_S_DEFAULT,
+        "the simulated GPU's sustained rate under compute_model=flops",
+        minimum=1,
+    ),
+    Param(
+        "compute_jitter",
+        "time",
+        10_000,
+        "bound of the seeded jitter added to each interval (choice torch.compute)",
+    ),
+    Param(
+        "reduce_order",
+        "str",
+        "canonical",
+        "summation order: canonical (rank order) or arrival (the order contributions reach the reducer)",
+        choices=("canonical", "arrival"),
+        branchable=True,
+    ),
+    Param(
+        "compile",
+        "str",
+        "eager",
+        "torch.compile inside ranks: eager (any backend runs eagerly: no compiler in the simulator) or inductor",
+        choices=("eager", "inductor"),
+    ),
+    Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
+    Param(
+        "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
+    ),
+    Param(
+        "detect_resume_mismatch",
+        "bool",
+        True,
+        "after a crash fault and a restart, fail when the run differs from the same seed's run without "
+        "the crash (costs one more run of the script, only then)",
+    ),
+    Param(
+        "state_every_steps",
+        "int",
+        1,
+        "store params, optimizer state and local grads every this many optimizer steps; 0 = off "
+        "(sweeps may pass 0 to go faster)",
+        minimum=0,
+    ),
+    Param(
+        "state_bytes_max",
+        "int",
+        STATE_BYTES_MAX_DEFAULT,
+        "per rank and step: above this many bytes of state only digests are kept (warning state_too_large)",
+        minimum=0,
+    ),
+    Param(
+        "stuck_timeout",
+        "float",
+        STUCK_TIMEOUT_S_DEFAULT,
+        "wall seconds a rank may run without calling the World",
+        minimum=0.1,
+    ),
+    Param(
+        "max_restarts",
+        "int",
+        0,
+        "restart every rank after a crash or exception, this many times (torchelastic --max-restarts)",
+        minimum=0,
+    ),
+    Param(
+        "restart_delay", "time", 1_000_000, "logical time between a failure and the restarted ranks' start"
+    ),
+    Param(
+        "faults",
+        "json",
+        [],
+        "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json",
+    ),
+    Param(
+        "rank_output",
+        "str",
+        "show",
+        "ranks' stdout/stderr: show (prefixed [rN]) or quiet",
+        choices=("show", "quiet"),
+    ),
+    *FABRIC_TORCH_PARAMS,
+)
+
+BRANCHABLE_KEYS = frozenset(param.name for param in PARAMS if param.branchable)
+"""Settings a branch may change mid-run: the World applies them; a rank process never sees them."""

@@ -1,0 +1,491 @@
+"""The torch world source: worlds whose ranks are processes, rewound by fork checkpoints.
+
+A Session re-executes a recording by restoring a World snapshot and running the kernel from it.
+For the ``torch`` scenario that is not enough: the World's rank nodes stand for processes running
+the user's script, and those must be exactly where the snapshot says. :class:`TorchWorlds` is the
+session's world source for such recordings (explore/world_source.py defines the seam): it
+
+* lets every re-execution run its ranks **in parallel** (a result is sent when the World knows it, so
+  a rank may run ahead of the World by one result) and **quiesces** them only where a checkpoint is
+  taken: a rank that ran ahead is read until it blocks again, what it sent kept for its poll
+  (``RankDriver.quiesce``), so every rank process is blocked where the World says and can be forked;
+* keeps **checkpoints** — a forked copy of every live rank (checkpoints.py) — at the recording's
+  snapshot points it re-executes through, and where the cursor's world is copied (a branch, a
+  fan-out: ``before_copy``), keyed by :func:`specs.rank_key` (what the processes have been
+  handed, which is what they are); beside one at a snapshot point, a copy of the World
+  (world_copy.py), which a seek restores instead of decoding the snapshot's arrays;
+* attaches a world to ranks **resumed** from the matching checkpoint when a handler first needs
+  them, or, when none is kept (a recording opened in a new process), **rebuilds** them by
+  deterministic re-execution from the nearest earlier checkpoint or from the start, as rr does;
+* bounds the live checkpoints (``checkpoints_max``, from a byte budget and the measured private
+  memory of the first set) and thins them exponentially towards the past.
+
+It imports nothing from explore/: the Session is passed in and used through its public methods.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
+from timetravel.sim.launch import Launch
+from timetravel.sim.world import World
+from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
+from timetravel.torch.world import checkpoints, workdir, world_copy
+from timetravel.torch.world.driver import RankDriver, RankStartError
+from timetravel.torch.world.host import RankHost
+from timetravel.torch.world.module_probe import probing
+from timetravel.torch.world.specs import C10D_NODE, rank_key, rank_states, released
+
+CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
+CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
+"""Memory all live checkpoints may hold (their processes' private memory and the World copies kept
+beside them): a quarter of the memory available when the first torch Session opens, within these
+bounds (TIMETRAVEL_CHECKPOINT_BYTES sets it). 2 GiB kept 11 of a 1.2M-parameter run's 41 snapshot
+points (40 MiB a rank) and seeks re-executed 270 events on average."""
+CHECKPOINTS_MAX_CEILING = 64
+CHECKPOINTS_MIN = 2
+BOUND_MEASURE_EVERY = 8
+"""Re-derive ``checkpoints_max`` from measured memory every this many checkpoints taken."""
+BOUND_SAMPLE_SETS = 3
+
+
+@dataclass
+class KeptCheckpoint:
+    events: int
+    t_ns: int
+    state_hash: str
+    rank_key: str
+    ranks: checkpoints.RankCheckpoints
+    directory: Any
+    """The ranks' working directory (torch/workdir.py): its path is the resumed processes' cwd."""
+    files: Any
+    """Its files at this moment (a FilesManifest): restored before the ranks resume, so a branch
+    sees the files as they were at its fork point and a script resuming from latest.pt never reads
+    its own future."""
+    world: World | None = None
+    """A copy of the World at this moment when it is one of the recording's snapshots (same event
+    and state hash): a seek restores from it instead of decoding the snapshot (world_copy.py)."""
+    world_bytes: int = 0
+
+
+@dataclass
+class _Shared:
+    kept: list[KeptCheckpoint]
+    checkpoints_max: int | None = None
+    """Derived from the budget and measured memory (None until measured: CHECKPOINTS_MAX_CEILING)."""
+    taken: int = 0
+    users: int = 0
+    directories: list[Any] = field(default_factory=list)
+    """Working directories checkpoints refer to: closed with the last torch Session."""
+    keeper: checkpoints.CheckpointKeeper | None = None
+    """The control end of every checkpoint process (started with the first checkpoint)."""
+
+    def checkpoints(self) -> checkpoints.CheckpointKeeper:
+        if self.keeper is None:
+            self.keeper = checkpoints.CheckpointKeeper()
+        return self.keeper
+
+    def close(self) -> None:
+        """The last torch Session closed: every checkpoint and working directory goes."""
+        if self.keeper is not None:
+            for kept in self.kept:
+                self.keeper.discard(kept.ranks)
+            self.keeper.close()
+            self.keeper = None
+        self.kept.clear()
+        for directory in self.directories:
+            directory.close()
+        self.directories.clear()
+
+
+_SHARED = _Shared([])
+"""The checkpoints of this process's torch Sessions: a cache found by content (the rank key), shared
+by every Session of the process (a compare's tracks resume the cursor's), closed with the last one."""
+
+
+class _NullOutput:
+    """Where re-executed ranks' output goes: it was shown when the run was recorded."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def flush(self) -> None:
+        pass
+
+
+def budget_bytes() -> int:
+    text = os.environ.get("TIMETRAVEL_CHECKPOINT_BYTES", "")
+    if text.isdigit() and int(text) > 0:
+        return int(text)
+    return min(CHECKPOINT_BYTES_BUDGET_MAX, max(CHECKPOINT_BYTES_BUDGET_MIN, _available_bytes() // 4))
+
+
+def _available_bytes() -> int:
+    try:
+        with open("/proc/meminfo", encoding="ascii") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return CHECKPOINT_BYTES_BUDGET_MIN * 4
+
+
+class TorchWorlds:
+    """The world source of a torch recording's Session; see the module docstring."""
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.shared = _SHARED
+        """Checkpoints are shared by every torch Session of this process (the rank key says what a
+        set is, whatever recording or branch asked): a compare's tracks resume the cursor's."""
+        self.shared.users += 1
+        self.reexecuted_events = 0
+        self.refused: str | None = None
+        """Why the last checkpoint was refused (threads, shared memory), if one was."""
+        self.host = RankHost(self._launch(), keep_workdirs=True)
+        """The rank processes of this Session's re-executions (host.py), handed to every Simulation
+        it makes; closed with the Session."""
+        self.host.on_evict = self._evicted
+
+    def _launch(self) -> Launch:
+        """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
+        is not shown (it was when the run was recorded) unless the command sends it somewhere."""
+        launch: Launch = self.session.launch
+        return launch if launch.output is not None else launch.with_output(_NullOutput())
+
+    def _host(self) -> RankHost:
+        self.host.launch = self._launch()  # the command names --script after the Session opened
+        return self.host
+
+    # -- the seam ----------------------------------------------------------------------------------
+
+    def restore(self, manifest: Any, full_check: bool = False) -> World:
+        """The snapshot's World: a copy of the one kept with its checkpoint, or decoded from the file
+        (always, for a ``full_check``, which checks the decoder too)."""
+        kept = None if full_check else self._find(manifest.events, manifest.state_hash)
+        if kept is not None and kept.world is not None:
+            return world_copy.copy_world(kept.world)
+        return self.session.reader.restore(manifest, full_check=full_check)
+
+    def can_start_at(self, manifest: Any) -> bool:
+        """From the start, from a snapshot with a live checkpoint of its ranks, or from a branch's
+        fork snapshot: a seek on a branch must never re-execute across its fork, where the branch's
+        changes (a dropped fault, a setting) took effect; the ranks there are rebuilt from the
+        parent's history if no checkpoint holds them (:meth:`_rebuild`)."""
+        if manifest.events == 0 or self._is_fork(manifest):
+            return True
+        return self._find(manifest.events, manifest.state_hash) is not None
+
+    def _is_fork(self, manifest: Any) -> bool:
+        fork = self.session.fork_events
+        return bool(fork) and manifest.events == fork and not manifest.final
+
+    def simulation(self, world: World, **options: Any) -> Simulation:
+        self._attach(world)
+        return CheckpointingSimulation(self, self.session.scenario, world, processes=self._host(), **options)
+
+    def before_copy(self, world: World) -> None:
+        """``world`` is about to be copied (a branch, a fan-out, a divergence search starts from
+        the cursor): fork its live ranks now, so the copy can resume them after the original moves."""
+        self.keep(world)
+
+    def close(self) -> None:
+        self.host.on_evict = None
+        self.host.close()
+        self.shared.users -= 1
+        if self.shared.users == 0:  # no other Session (a compare's track, the one that opened it) lives on
+            self.shared.close()
+
+    # -- explain's module probe (module_probe.py) ------------------------------------------------------
+
+    def probing(self, rank: int, step: int, world: World | None = None) -> Any:
+        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields findings."""
+        return probing(self._host(), rank, step, world)
+
+    def end_probe(self, world: World) -> None:
+        """Stop the probed world's ranks and remove their working directory unless checkpoints share it:
+        no checkpoint holds the probed processes, so nothing else will resume them or read it."""
+        live = self.host.driver_for(world)
+        self.host.stop_world(world)
+        shared = self.shared.directories
+        if live is not None and live.workdir is not None and all(d is not live.workdir for d in shared):
+            live.workdir.close()
+
+    def memory(self) -> dict[str, Any]:
+        """What the live checkpoints hold: sets, processes, private bytes (USS, measured now: a
+        checkpoint's own pages grow as the live rank writes over what they shared), the bound."""
+        uss = sum(
+            checkpoints.uss_bytes(c.pid) for kept in self.shared.kept for c in kept.ranks.ranks.values()
+        )
+        processes = sum(len(kept.ranks.ranks) for kept in self.shared.kept)
+        return {
+            "checkpoints": len(self.shared.kept),
+            "checkpoints_max": self.shared.checkpoints_max,
+            "processes": processes,
+            "uss_bytes": uss,
+            "uss_bytes_per_process": uss // processes if processes else 0,
+            "world_bytes": sum(kept.world_bytes for kept in self.shared.kept),
+            "budget_bytes": budget_bytes(),
+            "reexecuted_events": self.reexecuted_events,
+            "refused": self.refused,
+        }
+
+    # -- attaching a world to its ranks ------------------------------------------------------------
+
+    def _attach(self, world: World) -> None:
+        if self.host.driver_for(world) is not None:
+            return
+        if all(state["status"] == "new" for state in rank_states(world)):
+            return  # nothing ran yet: fresh ranks, started by the first handler that needs them
+        key = rank_key(world)
+        self.host.attach(world, lambda: self._bring_up(world, key))
+
+    def _bring_up(self, world: World, key: str) -> RankDriver:
+        kept = self._find_key(key)
+        if kept is None:
+            kept = self._rebuild(world, key)
+        live = self._resume(world, kept)
+        if live is None:
+            kept = self._rebuild(world, key)
+            live = self._resume(world, kept)
+            if live is None:
+                raise RankStartError(f"the ranks rebuilt for #{world.events_processed} could not resume")
+        if self.host.probe is not None:
+            self.host.probe.on_resume(world, live)  # explain's probe: hooks before the ranks run on
+        _hand_over_pending(world, live)
+        return live
+
+    def _resume(self, world: World, kept: KeptCheckpoint) -> RankDriver | None:
+        """A driver for ``world`` with ranks resumed from ``kept`` in its restored files (None: the
+        checkpoint died or stopped answering, and is forgotten)."""
+        directory = self._free_directory(kept.directory)
+        directory.restore(kept.files)
+        live = self._host().new_driver(world, spawn=False, directory=directory)
+        try:
+            self.shared.checkpoints().resume(kept.ranks, live)
+        except (checkpoints.CheckpointUnusable, RankStartError):
+            self._forget(kept)
+            live.stop()
+            return None
+        return live
+
+    def _free_directory(self, origin: Any) -> Any:
+        """A working directory no live execution uses, for ranks resumed from a checkpoint taken in
+        ``origin``: ``origin`` itself or another one sharing its blob store when free, else a new one.
+        Two live executions never share one (a divergence search steps two sides resumed from one
+        checkpoint: each side's ranks must read back their own files, not the other side's)."""
+        candidates = [origin] + [
+            directory
+            for directory in self.shared.directories
+            if directory is not origin and directory.store is origin.store and not directory.closed
+        ]
+        for directory in candidates:
+            if not directory.closed and not directory.in_use:
+                return directory
+        directory = workdir.WorkingDirectory.create(None, store=origin.store)
+        self.shared.directories.append(directory)
+        return directory
+
+    def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
+        """Re-execute up to ``world``'s event from the nearest earlier start, and keep a checkpoint
+        there; the replayed world must reach the same rank key, or nothing is resumed.
+
+        On a branch, the history before the fork is the parent's (its config and faults) and the
+        rest the branch's: a target past the fork is re-executed from the fork snapshot, whose ranks
+        are rebuilt first (if no checkpoint holds them) from the parent's history up to the fork."""
+        target = world.events_processed
+        fork = self.session.fork_events
+        if fork and target > fork:
+            start = max(
+                (m for m in self.session.snapshots_info if fork <= m.events <= target and not m.final),
+                key=lambda m: (self._find(m.events, m.state_hash) is not None or self._is_fork(m), m.events),
+            )
+        else:
+            before = [m for m in self.session.snapshots_info if m.events < max(target, 1) and not m.final]
+            usable = [m for m in before if m.events == 0 or self._find(m.events, m.state_hash)]
+            start = max(usable, key=lambda m: m.events)
+        replayed = self.session.reader.restore(start)
+        simulation = self.simulation(replayed, overrides=self.session.overrides_at(start.events))
+        if target > start.events:
+            simulation.run(max_events=target - start.events)
+        self.keep(replayed)
+        self.host.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
+        self.reexecuted_events += replayed.events_processed - start.events
+        kept = self._find_key(key)
+        if kept is None:
+            raise RankStartError(
+                f"re-executing to #{target} did not reach the ranks this world describes "
+                f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
+            )
+        return kept
+
+    def _evicted(self, live: RankDriver) -> None:
+        """A driver stops to make room: keep its world's ranks, and resume them when it runs again."""
+        world = live.world
+        if world is None:
+            return
+        self.keep(world)
+        key = rank_key(world)
+        if self._find_key(key) is not None:
+            self.host.attach(world, lambda: self._bring_up(world, key))
+
+    # -- keeping checkpoints -------------------------------------------------------------------------
+
+    def keep(self, world: World) -> None:
+        """Fork the live ranks of ``world`` now, if they are quiescent and not kept already."""
+        live = self.host.driver_for(world)
+        probed = self.host.probe is not None and self.host.probe.is_probed(world)
+        if live is None or world.failures or probed:
+            return  # a probed process (explain's module hooks) is never resumed by a later seek
+        states = rank_states(world)
+        if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
+            return  # a rank stopped mid-poll (stuck, a protocol error): the world has failed
+        key = rank_key(world)
+        if self._find_key(key) is not None:
+            return
+        waiting = [rank for rank, state in enumerate(states) if state["status"] == "waiting"]
+        fresh = [rank for rank, state in enumerate(states) if state["status"] == "new"]
+        if any(live.delivered.get(rank, 0) != released(world, rank) for rank in waiting):
+            self.refused = "a rank's process was not handed what the World released to it"
+            return  # the rank key would say more (or less) than the process is: never resume it
+        try:
+            for rank in waiting:
+                if live.ahead(rank, states[rank]["delivered"]):
+                    live.quiesce(rank)
+        except (ChannelClosed, ProtocolError, TimeoutError) as error:
+            self.refused = f"a rank that ran ahead of the World did not block again: {error}"
+            return  # its poll meets the same message or error in the inbox and the channel
+        try:
+            ranks = self.shared.checkpoints().take(live, waiting, fresh)
+        except checkpoints.CheckpointUnusable as error:
+            self.refused = str(error)
+            return
+        files = live.workdir.capture()
+        state_hash = world.state_hash()
+        kept = KeptCheckpoint(world.events_processed, world.t_ns, state_hash, key, ranks, live.workdir, files)
+        if self._is_snapshot(world.events_processed, state_hash):
+            kept.world = world_copy.copy_world(world, deduplicate=True)
+            kept.world_bytes = world_copy.world_bytes(kept.world)
+        if all(directory is not live.workdir for directory in self.shared.directories):
+            self.shared.directories.append(live.workdir)
+        self.shared.kept.append(kept)
+        self.shared.taken += 1
+        if self.shared.taken % BOUND_MEASURE_EVERY == 0:
+            self._size_bound()
+        self._thin()
+
+    def _size_bound(self) -> None:
+        """``checkpoints_max`` from the budget and what a set holds *now*: right after the fork a
+        checkpoint owns almost nothing; its private pages grow as the live rank writes (44 MiB a
+        rank for a small model once it has trained on). The mean of the oldest sets is the measure."""
+        oldest = sorted(self.shared.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
+        sizes = [
+            sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) + kept.world_bytes
+            for kept in oldest
+        ]
+        per_set = max(sum(sizes) // max(len(sizes), 1), 1)
+        self.shared.checkpoints_max = max(
+            CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set)
+        )
+
+    def _thin(self) -> None:
+        """Drop checkpoints until the bound holds: keep the newest, and space the rest
+        exponentially towards the past (drop the one whose loss leaves the smallest gap for its age)."""
+        bound = self.shared.checkpoints_max or CHECKPOINTS_MAX_CEILING
+        while len(self.shared.kept) > bound:
+            ordered = sorted(self.shared.kept, key=lambda kept: kept.events)
+            newest = ordered[-1].events
+            best, best_cost = None, None
+            for index in range(len(ordered) - 1):
+                before = ordered[index - 1].events if index else 0
+                after = ordered[index + 1].events
+                age = max(newest - ordered[index].events, 1)
+                cost = (after - before) / age
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = ordered[index], cost
+            assert best is not None
+            self._forget(best)
+
+    def _forget(self, kept: KeptCheckpoint) -> None:
+        self.shared.checkpoints().discard(kept.ranks)
+        if kept in self.shared.kept:
+            self.shared.kept.remove(kept)
+
+    def _is_snapshot(self, events: int, state_hash: str) -> bool:
+        return any(m.events == events and m.state_hash == state_hash for m in self.session.snapshots_info)
+
+    def _find(self, events: int, state_hash: str) -> KeptCheckpoint | None:
+        for kept in self.shared.kept:
+            if kept.events == events and kept.state_hash == state_hash:
+                return self._alive(kept)
+        return None
+
+    def _find_key(self, key: str) -> KeptCheckpoint | None:
+        for kept in self.shared.kept:
+            if kept.rank_key == key:
+                return self._alive(kept)
+        return None
+
+    def _alive(self, kept: KeptCheckpoint) -> KeptCheckpoint | None:
+        if kept.ranks.alive():
+            return kept
+        self._forget(kept)  # killed by the user or the OOM killer: rebuilt by re-execution instead
+        return None
+
+
+def _hand_over_pending(world: World, live: RankDriver) -> None:
+    """Results the World released but the ranks' polls have not handed over yet (c10d keeps them):
+    sent at once (unless the resumed process has it already), so that the ranks run in parallel."""
+    delivering = world.nodes[C10D_NODE]["delivering"]
+    for rank, state in enumerate(rank_states(world)):
+        entry = delivering.get(str(rank))
+        if entry is None or entry["number"] <= state["delivered"]:
+            continue
+        if rank in live.sockets:
+            live.offer(rank, entry["number"], entry["message"])
+        else:  # a rank without a process (it ended): nothing to send, as before it ended
+            live.pending[rank] = (entry["number"], entry["message"])
+
+
+class CheckpointingSimulation(Simulation):
+    """A Simulation that keeps rank checkpoints at the recording's snapshot points it passes and
+    where it stops. Runs that pause (steppers, recorders) keep their own rhythm and no checkpoints."""
+
+    def __init__(self, source: TorchWorlds, *args: Any, **options: Any) -> None:
+        super().__init__(*args, **options)
+        self.source = source
+
+    def run(
+        self,
+        until_ns: int | None = None,
+        max_events: int | None = None,
+        *,
+        pause_every_events: int | None = None,
+        pause_every_ns: int | None = None,
+        on_pause: Any = None,
+    ) -> RunResult:
+        if pause_every_events or pause_every_ns or on_pause is not None:
+            return super().run(
+                until_ns,
+                max_events,
+                pause_every_events=pause_every_events,
+                pause_every_ns=pause_every_ns,
+                on_pause=on_pause,
+            )
+        world = self.world
+        limit = None if max_events is None else world.events_processed + max_events
+        boundaries = sorted({m.events for m in self.source.session.snapshots_info if not m.final})
+        while True:
+            following = [b for b in boundaries if b > world.events_processed and (limit is None or b < limit)]
+            segment_end = following[0] if following else limit
+            budget = None if segment_end is None else segment_end - world.events_processed
+            result = super().run(until_ns, budget)
+            at_boundary = result.stop == STOP_MAX_EVENTS and world.events_processed == segment_end
+            if at_boundary and following:
+                self.source.keep(world)
+                continue
+            return result
