@@ -116,3 +116,23 @@ def test_metric_names_wrap_whole_never_cut() -> None:
     assert lines[1].split()[0] == "loss"
     assert lines[2].split()[0] + lines[3].strip() == first
     assert lines[4].split()[0] + lines[5].strip() == second
+
+
+def test_a_recorded_failure_in_explain_and_compare_json_carries_every_field(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A recording's END frame keeps the five common fields; the rest (a hang's ``waiting_for`` and
+    flight recorder) come from the world the branch ended in (explore/recorded_failure.py)."""
+    recording = tmp_path / "hang.ttr"
+    arguments = ["torchrun", "--nproc-per-node", "3", "--record", str(recording)]
+    arguments += ["--set", "rank_output=quiet", "--set", "hang_timeout=1ms", "--set", f"faults={DROP}"]
+    assert cli_main([*arguments, str(DDP_MLP), "--steps", "4"]) == 1
+    capsys.readouterr()
+    assert cli_main(["compare", str(recording), "main", "main", "--json"]) in (0, 1)
+    compared = json.loads(capsys.readouterr().out)
+    failure = compared["a"]["failure"]
+    assert (failure["kind"], failure["waiting_for"]) == ("hang", ["r2"])
+    assert [row["rank"] for row in failure["flight_recorder"]] == ["r0", "r1", "r2"]
+    assert cli_main(["explain", str(recording), "--json"]) in (0, 1, 2)
+    explained = json.loads(capsys.readouterr().out)
+    assert explained["failure"]["waiting_for"] == ["r2"]

@@ -21,6 +21,7 @@ from timetravel.explore.diff import CHANGES_MAX_DEFAULT
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.divergence import comparable_tree, first_divergence
 from timetravel.explore.paths import parse_path, select
+from timetravel.explore.recorded_failure import recorded_failure
 from timetravel.explore.results import (
     CompareResult,
     DiffCommandResult,
@@ -46,9 +47,13 @@ MOMENT_END = "end (no divergence)"
 
 
 def run_side(session: Session, name: str) -> RunSide:
-    """A branch's name, outcome and failure, from its END frame (``unknown`` without one)."""
+    """A branch's name, outcome and failure, from its END frame (``unknown`` without one), the failure
+    with every field its detector recorded (explore/recorded_failure.py)."""
     end = session.reader.end(check_branch(session.reader, name)) or {}
     failure = end.get("failure")
+    if isinstance(failure, dict):
+        with track_on(session, name) as track:
+            failure = recorded_failure(track, failure)  # every field the detector recorded
     return RunSide(
         name=name,
         outcome=OUTCOME_IN_PROGRESS

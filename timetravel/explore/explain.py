@@ -67,6 +67,7 @@ from timetravel.explore.explain_torch import (
     is_torch,
 )
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
+from timetravel.explore.recorded_failure import recorded_failure
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import Stepper, position_at_or_before
@@ -538,7 +539,7 @@ def explain(
     # the track shares the session's reader, but its world source is its own: a torch source left
     # open kept its checkpoints alive after the session closed
     with track_on(session, name) as track:
-        return _explain_track(track, name, failure, progress, should_stop)
+        return _explain_track(track, name, recorded_failure(track, failure) or failure, progress, should_stop)
 
 
 def _explain_track(
