@@ -50,6 +50,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         local_world_size=int(environment["LOCAL_WORLD_SIZE"]),
         metrics_sink=_metrics_sink(rank_channel, capture),
         compile_mode=spec["settings"].get("compile", "eager"),
+        cuda=spec["settings"].get("cuda", "on") == "on",
         working_directory=spec.get("cwd"),
         warn=_warning_sink(rank_channel),
         work_meter=rank_channel.work_meter,

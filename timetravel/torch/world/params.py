@@ -76,6 +76,14 @@ PARAMS: tuple[Param, ...] = (
         "torch.compile inside ranks: eager (any backend runs eagerly: no compiler in the simulator) or inductor",
         choices=("eager", "inductor"),
     ),
+    Param(
+        "cuda",
+        "str",
+        "on",
+        "CUDA inside ranks: on (torch.cuda serves N devices on CPU tensors) or off (no device, as torch "
+        "sees a CPU-only host: the code path real torchrun takes here; what --against-real uses)",
+        choices=("on", "off"),
+    ),
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(
         "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"

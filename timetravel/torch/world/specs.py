@@ -166,6 +166,7 @@ def _rank_settings(config: dict[str, Any]) -> dict[str, Any]:
         "detect_divergence",
         "detect_resume_mismatch",
         "compile",
+        "cuda",
         "compute_model",
         "compute_flops_per_s",
         "state_every_steps",

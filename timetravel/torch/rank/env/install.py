@@ -6,7 +6,7 @@
    ``torch.empty`` memory NaN instead of whatever the allocator left there;
 2. time — first, so that everything installed later already reads logical time;
 3. entropy — seeds the default generators, which the CUDA generators' initial seed is taken from;
-4. CUDA on CPU; 5. DataLoader workers; 6. torch.compile; 7. metrics, when a sink is given;
+4. CUDA on CPU (unless ``cuda`` is off); 5. DataLoader workers; 6. torch.compile; 7. metrics, when a sink is given;
 8. the file watch, when a working directory and a warning sink are given (writes outside it reported);
 9. the `flops` compute model's counting mode, when a work meter is given (last: it sees the script only).
 
@@ -123,6 +123,7 @@ def install_all(
     local_world_size: int,
     metrics_sink: Sink | None = None,
     compile_mode: str = "eager",
+    cuda: bool = True,
     device_mapping: str = "patch",
     device_spec: DeviceSpec | None = None,
     time_zone: str | None = "UTC",
@@ -131,18 +132,22 @@ def install_all(
     warn: Callable[[str, str], None] | None = None,
     work_meter: WorkMeter | None = None,
 ) -> RankEnvironment:
-    """Install the whole rank environment for rank ``rank`` (``local_rank`` of ``local_world_size``)."""
+    """Install the whole rank environment for rank ``rank`` (``local_rank`` of ``local_world_size``).
+    Without ``cuda`` torch.cuda is left as torch has it (a CPU-only host: no device), so the script
+    takes the code path real torchrun takes on this machine."""
     environment = RankEnvironment(clock)
     steps: list[Any] = [
         lambda: install_torch_settings(deterministic=deterministic_algorithms),
         lambda: install_time(clock, time_zone=time_zone),
         lambda: install_entropy(seed_bytes, rank=rank),
-        lambda: install_cuda(
-            local_rank, local_world_size, clock, spec=device_spec, device_mapping=device_mapping
-        ),
-        install_dataloader,
-        lambda: install_compile(compile_mode),
     ]
+    if cuda:
+        steps.append(
+            lambda: install_cuda(
+                local_rank, local_world_size, clock, spec=device_spec, device_mapping=device_mapping
+            )
+        )
+    steps += [install_dataloader, lambda: install_compile(compile_mode)]
     if metrics_sink is not None:
         steps.append(lambda: install_metrics(metrics_sink))
     if working_directory is not None and warn is not None:
