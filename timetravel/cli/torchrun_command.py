@@ -91,6 +91,22 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="print one JSON object (the keys of run --json); rank output goes to stderr",
     )
+    parser.add_argument(
+        "--against-real",
+        action="store_true",
+        help="run the script under real `torchrun --standalone` (gloo, this machine) and under the "
+        "simulator with cuda=off (real torch here has no CUDA), and compare per rank the loss of each "
+        "optimizer step, the printed losses and the state after each step and at the end: identical, "
+        "within summation order (the largest relative difference named) or differs (the first step and "
+        "tensor named); exit 0 same, 1 differs, 2 a script real torch cannot run here",
+    )
+    parser.add_argument(
+        "--real-timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="with --against-real: wall seconds real torchrun may run before it is ended (default 900)",
+    )
     parser.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
     parser.add_argument(
         "script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments"
@@ -132,6 +148,10 @@ def main(args: argparse.Namespace) -> int:
 
     settings = torch_settings(args)
     require_torch()
+    if args.against_real:
+        from timetravel.cli import against_real_output
+
+        return against_real_output.main(args, args.script)
     # the script named here may run; under --json the ranks' output goes to stderr (stdout is the JSON)
     launch = launch_naming([args.script], sys.stderr if args.json else None)
     scenario = get_scenario("torch")

@@ -81,6 +81,7 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
     sys.stdout = RankOutput(rank_channel, "stdout")
     sys.stderr = RankOutput(rank_channel, "stderr")
     exit_message: dict[str, Any] = {"kind": "exit", "code": 0, "error": None, "error_kind": None}
+    namespace: dict[str, Any] = {}  # the script's globals, alive until the at_script_end hooks ran
     try:
         from timetravel.torch.rank import setup as rank_setup
 
@@ -90,13 +91,16 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
         else:
             sys.argv = [spec["script"], *spec["args"]]
             sys.path.insert(0, os.path.dirname(os.path.abspath(spec["script"])))
-            runpy.run_path(spec["script"], run_name="__main__")
+            namespace = runpy.run_path(spec["script"], run_name="__main__")
     except StopRank:
         return 0
     except SystemExit as exit_request:
         exit_message["code"] = _exit_code(exit_request.code)
     except BaseException as error:  # the script's own failure: reported once, in the failure record
         exit_message.update(describe_error(error))
+    for hook in rank_channel.at_script_end:
+        hook()
+    namespace.clear()
     try:
         _flush_outputs()
         rank_channel.post(exit_message)

@@ -37,6 +37,10 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
 
     environment = spec["env"]
     settings = spec["settings"]
+    if settings.get("capture_dir"):  # --against-real: first, so its file is open before the file watch
+        from timetravel.torch.rank import capture as rank_capture
+
+        rank_channel.at_script_end.append(rank_capture.install(settings["capture_dir"], spec["rank"]).finish)
     if settings.get("compute_model") == "flops":
         from timetravel.torch.rank.env.work_model import WorkMeter
 
