@@ -47,6 +47,11 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "run your torch.distributed training script as N simulated ranks",
     ),
     CommandEntry(
+        "python",
+        _PACKAGE + "torchrun_command",
+        "a script that spawns its own ranks (torch.multiprocessing.spawn): each spawned process a simulated rank",
+    ),
+    CommandEntry(
         "bench", _PACKAGE + "bench_command", "measure speed and memory against reference implementations"
     ),
     CommandEntry(

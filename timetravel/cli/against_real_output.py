@@ -52,6 +52,7 @@ def main(args: argparse.Namespace, script: str) -> int:
     report = against_real(
         script,
         list(args.script_args),
+        module=args.script if args.module else "",
         nproc=args.nproc,
         seed=args.seed,
         settings=tuple(args.settings),

@@ -88,6 +88,10 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
         rank_setup.install(spec, rank_channel)
         if spec.get("function"):
             exit_message["result"] = _plain(_call_function(spec))
+        elif spec.get("module"):  # python -m MODULE: the launch folder first on the path, as python puts it
+            sys.argv = [spec["script"], *spec["args"]]
+            sys.path.insert(0, spec["env"].get("TIMETRAVEL_LAUNCH_DIR", os.getcwd()))
+            namespace = runpy.run_module(spec["module"], run_name="__main__", alter_sys=True)
         else:
             sys.argv = [spec["script"], *spec["args"]]
             sys.path.insert(0, os.path.dirname(os.path.abspath(spec["script"])))

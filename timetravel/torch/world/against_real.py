@@ -88,13 +88,15 @@ def against_real(
     args: list[str],
     *,
     nproc: int,
+    module: str = "",
     seed: int = 0,
     settings: tuple[str, ...] = (),
     workdir: str = "",
     real_timeout_s: float = REAL_TIMEOUT_S_DEFAULT,
     progress: Callable[[str], None] | None = None,
 ) -> dict[str, Any]:
-    """The comparison report (see the module docstring); raises RealRunRefused."""
+    """The comparison report (see the module docstring); raises RealRunRefused. ``script`` is the file
+    the ranks run; with ``module`` it is that module's, run as ``python -m module``."""
     say = progress or (lambda text: None)
     folder = tempfile.mkdtemp(prefix="timetravel-against-real-")
     try:
@@ -104,7 +106,7 @@ def against_real(
         say(f"real torchrun --standalone --nproc-per-node {nproc} (gloo)")
         real = run_real(
             nproc,
-            ("script", os.path.abspath(script)),
+            ("module", module) if module else ("script", os.path.abspath(script)),
             args,
             real_dir,
             workdir_source=workdir or None,
@@ -114,7 +116,15 @@ def against_real(
         real_records = {rank: read_capture(capture_path(real_dir, rank)) for rank in range(nproc)}
         _refuse_if_real_cannot_run(real, real_records)
         say("timetravel torchrun --set cuda=off")
-        report, lines, wall_s = _simulate(script, args, nproc, seed, settings, workdir, simulated_dir)
+        report, lines, wall_s = _simulate(
+            script,
+            args,
+            nproc,
+            seed,
+            (*([f"module={module}"] if module else []), *settings),
+            workdir,
+            simulated_dir,
+        )
         simulated_records = {rank: read_capture(capture_path(simulated_dir, rank)) for rank in range(nproc)}
     finally:
         shutil.rmtree(folder, ignore_errors=True)
@@ -126,7 +136,8 @@ def against_real(
         )
         for rank in range(nproc)
     ]
-    return _report(script, args, nproc, seed, settings, real, report, wall_s, ranks)
+    target = ["-m", module] if module else [script]
+    return _report(target, args, nproc, seed, settings, real, report, wall_s, ranks)
 
 
 def _refuse_if_real_cannot_run(run: RealRun, records: dict[int, list[dict[str, Any]]]) -> None:
@@ -172,7 +183,7 @@ def _simulate(
 
 
 def _report(
-    script: str,
+    target: list[str],
     args: list[str],
     nproc: int,
     seed: int,
@@ -193,12 +204,13 @@ def _report(
         default=0.0,
     )
     return {
-        "script": script,
+        "script": target[-1],
+        "module": len(target) == 2,
         "args": args,
         "nproc": nproc,
         "seed": seed,
         "real": {
-            "command": shlex.join(["torchrun", "--standalone", f"--nproc-per-node={nproc}", script, *args]),
+            "command": shlex.join(["torchrun", "--standalone", f"--nproc-per-node={nproc}", *target, *args]),
             "backend": "gloo",
             "returncode": real.returncode,
             "error": real_error_line,
@@ -208,7 +220,7 @@ def _report(
             "command": shlex.join(
                 ["timetravel", "torchrun", f"--nproc-per-node={nproc}", f"--seed={seed}", "--set", "cuda=off"]
                 + [part for setting in settings for part in ("--set", setting)]
-                + [script, *args]
+                + [*target, *args]
             ),
             "cuda": "off",
             "outcome": simulated["outcome"],

@@ -14,6 +14,12 @@ STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 
 PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
+    Param(
+        "module",
+        "str",
+        "",
+        "run the script as `python -m MODULE` (torchrun -m): `script` is then the module's file",
+    ),
     Param("function", "str", "", "instead of a script: module:function to run as every rank (Python API)"),
     Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
     Param(
@@ -28,8 +34,9 @@ PARAMS: tuple[Param, ...] = (
         "env_style",
         "str",
         "torchrun",
-        "environment given to ranks: torchrun, or slurm (adds SLURM_*)",
-        choices=("torchrun", "slurm"),
+        "environment given to ranks: torchrun, slurm (adds SLURM_*) or python (as `python SCRIPT` has "
+        "it: no torchrun variables; torch.multiprocessing.spawn runs its function as the rank)",
+        choices=("torchrun", "slurm", "python"),
     ),
     Param(
         "hang_timeout",

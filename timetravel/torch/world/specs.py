@@ -84,6 +84,24 @@ def script_to_run(config: dict[str, Any], launch: Launch) -> Path | None:
     return path
 
 
+MODULE_NAME_PARTS_MAX = 32
+
+
+def module_file(name: str, search: Iterable[str]) -> Path:
+    """The file ``python -m NAME`` runs, found without importing anything (no code of the user runs
+    here): ``A/B/C.py`` or the package ``A/B/C/__main__.py`` under the first entry of ``search`` that
+    holds it (regular or namespace packages; zip imports are not looked in)."""
+    parts = name.split(".")
+    if not name or len(parts) > MODULE_NAME_PARTS_MAX or not all(part.isidentifier() for part in parts):
+        raise ConfigError(f"module {name!r} is not a dotted Python module name")
+    for entry in search:
+        base = Path(entry or ".").joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__main__.py"):
+            if candidate.is_file():
+                return candidate
+    raise ConfigError(f"module {name!r} was not found as a .py file on the Python path (python -m {name})")
+
+
 def check_script_file(path: Path, text: str, label: str = "script") -> None:
     """A script must be a ``.py`` file of at most SCRIPT_BYTES_MAX bytes (one line naming ``label``)."""
     if not path.is_file():
@@ -112,9 +130,12 @@ def rank_specs(
     return [
         {
             "rank": rank,
+            "local_rank": rank % config["nproc"],
+            "local_world_size": config["nproc"],
             "env": _environment(base, config, seed, rank, restarts, cwd),
             "script": str(script.resolve()) if script is not None else "",
             "function": config["function"],
+            "module": config["module"],
             "sys_path": [os.path.abspath(entry) for entry in sys.path] if config["function"] else [],
             "cwd": cwd,
             "args": shlex.split(config["args"]),
@@ -126,10 +147,15 @@ def rank_specs(
     ]
 
 
+KEPT_UNDER_PYTHON = ("OMP_NUM_THREADS", "TIMETRAVEL_RANK", "TIMETRAVEL_LAUNCH_DIR", "PWD")
+"""What a rank of ``timetravel python`` has beside the user's environment: none of torchrun's variables."""
+
+
 def _environment(
     base: dict[str, str], config: dict[str, Any], seed: int, rank: int, restarts: int, cwd: str
 ) -> dict[str, str]:
-    """What torchrun (or a Slurm launcher) would put in the rank's environment."""
+    """What torchrun (or a Slurm launcher) would put in the rank's environment; under ``timetravel
+    python`` (env_style python) what ``python SCRIPT`` has, the script's spawn giving each rank its index."""
     ranks = config["nproc"] * config["nnodes"]
     local = rank % config["nproc"]
     env = dict(base)
@@ -151,6 +177,8 @@ def _environment(
         TIMETRAVEL_LAUNCH_DIR=os.getcwd(),
         PWD=cwd,
     )
+    if config["env_style"] == "python":  # `python SCRIPT`: it spawns its own ranks (rank/env/spawn.py)
+        return {**base, **{key: env[key] for key in KEPT_UNDER_PYTHON}, "TIMETRAVEL_LAUNCHER": "python"}
     if config["env_style"] == "slurm":
         env.update(
             SLURM_PROCID=str(rank),
