@@ -150,6 +150,9 @@ def _print_human(report: dict[str, Any]) -> None:
         print(f"outcome: FAIL  {failure['kind']} on {failure['node']} at {format_time_auto(failure['t_ns'])}")
         print(f"  {failure['message']}")
         print(f"  signature {failure['signature']}")
+        if failure["kind"] == "internal":  # the simulator's own traceback: what its developers need
+            for line in str(failure.get("traceback", "")).rstrip().splitlines():
+                print(f"  | {line}")
     for key, value in report.get("summary", {}).items():
         print(f"  {key}: {value}")
     print(f"state_hash {report['state_hash']}  hash_chain {report['hash_chain']}")

@@ -29,6 +29,7 @@ FAILURE_KINDS: dict[str, str] = {
     "stuck": "a rank ran past the wall-clock watchdog without calling the World",
     "unsupported": "the script used something the simulator refuses (named in the message)",
     "resume_mismatch": "a restart after a crash did not resume where the run would have gone on",
+    "internal": "timetravel's own code raised inside a rank (a bug of the simulator, not of the script)",
 }
 """Every kind of failure, with what it means: the one table (``make_failure`` refuses any other kind,
 so a detector that invents one fails its tests; docs/architecture.md lists them)."""

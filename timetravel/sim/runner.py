@@ -75,10 +75,14 @@ def run_report(
 
 
 def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The failure fields a report shows: kind, node, t_ns, message, signature."""
+    """The failure fields a report shows: kind, node, t_ns, message, signature (and an ``internal``
+    failure's traceback: the simulator's own, which its developers need)."""
     if failure is None:
         return None
-    return {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
+    shown = {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
+    if failure["kind"] == "internal" and "traceback" in failure:
+        shown["traceback"] = failure["traceback"]
+    return shown
 
 
 def reproduce_command(

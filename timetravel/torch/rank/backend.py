@@ -22,6 +22,7 @@ from torch.futures import Future
 
 from timetravel.torch.protocol.arrays import DTYPES
 from timetravel.torch.rank.channel import Channel
+from timetravel.torch.rank.errors import the_scripts
 
 BACKEND_NAME = "timetravel"
 _REDUCE_OP_NAMES = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
@@ -31,6 +32,8 @@ _channel: Channel | None = None
 
 class UnsupportedCollective(RuntimeError):
     """An op the simulator does not implement: a clear failure, never a silent wrong answer."""
+
+    failure_kind = "unsupported"
 
 
 def bind(channel: Channel) -> None:
@@ -257,8 +260,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimulatedWork:
         if output.numel() != input.numel() * self._size:
-            raise ValueError(
-                f"all_gather_into_tensor: output has {output.numel()} elements, expected {input.numel() * self._size}"
+            raise the_scripts(
+                ValueError(
+                    f"all_gather_into_tensor: output has {output.numel()} elements, expected {input.numel() * self._size}"
+                )
             )
         return self._post("all_gather", [input], _copy_into(list(output.chunk(self._size))))
 
@@ -289,8 +294,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
     ) -> SimulatedWork:
         if input.numel() != output.numel() * self._size:
-            raise ValueError(
-                f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
+            raise the_scripts(
+                ValueError(
+                    f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
+                )
             )
         return self._post(
             "reduce_scatter", list(input.chunk(self._size)), _copy_into([output]), reduce_op=_reduce_op(opts)

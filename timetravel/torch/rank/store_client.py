@@ -19,6 +19,7 @@ from typing import Any
 import torch.distributed as dist
 
 from timetravel.torch.rank import backend
+from timetravel.torch.rank.errors import the_scripts
 
 STORE_TIMEOUT_DEFAULT = datetime.timedelta(seconds=300)
 """torch's default store timeout (``dist.constants.default_pg_timeout`` is for collectives)."""
@@ -56,7 +57,7 @@ class SimulatedStore(dist.Store):
         reply = rank_channel.call({"kind": "wait", "works": [work_id]})
         outputs = reply["results"][str(work_id)]
         if "error" in outputs:
-            raise dist.DistStoreError(outputs["error"])
+            raise the_scripts(dist.DistStoreError(outputs["error"]))
         return outputs["value"]
 
     def set(self, key: str, value: Any) -> None:

@@ -373,16 +373,32 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     node = f"r{rank}"
     if message.get("error"):
         where = f" at {message['where']}" if message.get("where") else ""
-        kind = "unsupported" if message.get("error_kind") == "unsupported" else "exception"
+        kind = (
+            message.get("error_kind")
+            if message.get("error_kind") in ("unsupported", "internal")
+            else "exception"
+        )
         error_type = str(message["error"]).split(":")[0]
-        text = f"{node} raised {message['error']}{where}"
         traceback = message.get("traceback", "")
+        if kind == "internal":
+            text = f"{INTERNAL_ERROR} in {node}: {message['error']}{where}. {INTERNAL_REQUEST}"
+            elastic.rank_failed(
+                state, ctx, rank, kind, text, f"torch.internal:{error_type}", traceback=traceback
+            )
+            return
+        text = f"{node} raised {message['error']}{where}"
         elastic.rank_failed(state, ctx, rank, kind, text, f"torch.script:{error_type}", traceback=traceback)
         return
     if message["code"] != 0:
         elastic.rank_failed(
             state, ctx, rank, "crash", f"{node} exited with code {message['code']}", "torch.rank.exit_code"
         )
+
+
+INTERNAL_ERROR = "timetravel's own error (a bug of the simulator, not of your script)"
+INTERNAL_REQUEST = (
+    "Please report it to timetravel's developers with the traceback (--json: failure.traceback)"
+)
 
 
 def on_died(state: dict[str, Any], event: Event, ctx: Context) -> None:

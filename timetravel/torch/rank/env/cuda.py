@@ -95,7 +95,9 @@ class RefusedImports:
             if frame.f_code is importlib.util.find_spec.__code__:
                 return None
             frame = frame.f_back  # type: ignore[assignment]
-        raise ModuleNotFoundError(f"unsupported: {top} needs a real GPU", name=fullname)
+        refusal = ModuleNotFoundError(f"unsupported: {top} needs a real GPU", name=fullname)
+        refusal.failure_kind = "unsupported"  # type: ignore[attr-defined]  # rank/errors.py reads it
+        raise refusal
 
     def invalidate_caches(self) -> None:
         return None

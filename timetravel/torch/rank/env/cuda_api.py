@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timetravel.torch.rank.env.clock import RankClock
+from timetravel.torch.rank.errors import the_scripts
 
 NS_PER_MS = 1_000_000
 GIB = 1 << 30
@@ -25,6 +26,8 @@ GIB = 1 << 30
 
 class Unsupported(RuntimeError):
     """A CUDA feature the simulator cannot serve on CPU; the message is ``unsupported: <name> needs a real GPU``."""
+
+    failure_kind = "unsupported"
 
     def __init__(self, name: str) -> None:
         self.feature = name
@@ -147,9 +150,9 @@ class Event:
 
     def elapsed_time(self, end_event: Event) -> float:
         if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            raise the_scripts(RuntimeError("Both events must be created with argument 'enable_timing=True'."))
         if self.recorded_ns is None or end_event.recorded_ns is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            raise the_scripts(RuntimeError("Both events must be recorded before calculating elapsed time."))
         return (end_event.recorded_ns - self.recorded_ns) / NS_PER_MS
 
     def ipc_handle(self) -> Any:
@@ -193,14 +196,16 @@ class SimulatedCuda:
             text = str(device)
             kind, _, number = text.partition(":")
             if kind != "cuda":
-                raise ValueError(f"Expected a cuda device, but got: {text}")
+                raise the_scripts(ValueError(f"Expected a cuda device, but got: {text}"))
             index = int(number) if number else self.current_index
         if index < 0 and optional:
             return self.current_index
         if not 0 <= index < self.local_world_size:
-            raise RuntimeError(
-                f"CUDA error: invalid device ordinal (device {index}; this rank sees "
-                f"{self.local_world_size} simulated GPUs)"
+            raise the_scripts(
+                RuntimeError(
+                    f"CUDA error: invalid device ordinal (device {index}; this rank sees "
+                    f"{self.local_world_size} simulated GPUs)"
+                )
             )
         return index
 

@@ -30,6 +30,7 @@ import inspect
 from typing import Any
 
 from timetravel.torch.rank.env.patching import Patches
+from timetravel.torch.rank.errors import passes_through
 
 
 def is_cuda_device(device: Any) -> bool:
@@ -91,6 +92,7 @@ class TensorMoves:
         self.real_to = torch._C.TensorBase.to
         self.real_type = torch._C.TensorBase.type
 
+    @passes_through
     def to(self, tensor: Any, *args: Any, **kwargs: Any) -> Any:
         names_cuda = is_cuda_device(kwargs.get("device")) or (bool(args) and is_cuda_device(args[0]))
         if not names_cuda:
@@ -102,10 +104,12 @@ class TensorMoves:
         kwargs.setdefault("copy", True)
         return self.real_to(tensor, *args, **kwargs)
 
+    @passes_through
     def cuda(self, tensor: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         memory_format = kwargs.get("memory_format", self.torch.preserve_format)
         return self.real_to(tensor, "cpu", non_blocking=non_blocking, copy=True, memory_format=memory_format)
 
+    @passes_through
     def cpu(self, tensor: Any, memory_format: Any = None) -> Any:
         memory_format = self.torch.preserve_format if memory_format is None else memory_format
         return self.real_to(tensor, "cpu", copy=True, memory_format=memory_format)
@@ -119,6 +123,7 @@ class TensorMoves:
     def record_stream(self, tensor: Any, stream: Any) -> None:
         return None
 
+    @passes_through
     def type(self, tensor: Any, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         if isinstance(dtype, str) and dtype.startswith("torch.cuda."):
             dtype = "torch." + dtype[len("torch.cuda.") :]
@@ -166,6 +171,7 @@ def _forget_builtin(table: dict[int, str], key: int) -> Any:
 
 
 def _method(implementation: Any, name: str) -> Any:
+    @passes_through
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         return implementation(self, *args, **kwargs)
 
@@ -174,6 +180,7 @@ def _method(implementation: Any, name: str) -> Any:
 
 
 def _factory(original: Any) -> Any:
+    @passes_through
     def factory(*args: Any, **kwargs: Any) -> Any:
         if kwargs:
             kwargs = _cpu_kwargs(kwargs)
@@ -241,6 +248,7 @@ def patch_generator(patches: Patches) -> None:
     class Generator(base, metaclass=GeneratorType):  # type: ignore[misc,valid-type]
         __doc__ = base.__doc__
 
+        @passes_through
         def __new__(cls, device: Any = "cpu") -> Any:
             return base(map_device(device))
 
@@ -314,6 +322,7 @@ def patch_parallel(patches: Patches) -> None:
 
     def wrap_ddp(original: Any) -> Any:
         @functools.wraps(original)
+        @passes_through
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             bound = ddp_signature.bind(self, *args, **kwargs)
             bound.arguments.pop("device_ids", None)
