@@ -254,3 +254,13 @@ def test_options_it_cannot_honour_are_refused_before_anything_runs() -> None:
         code, _, stderr = against_real(*option, str(DDP_MLP), timeout=60)
         assert code == 2, option
         assert stderr.count("\n") == 1 and stderr.startswith("timetravel: error: "), stderr
+
+
+def test_the_real_runs_seconds_are_a_progress_line_of_text_alone() -> None:
+    import io
+
+    from timetravel.cli.progress import ProgressLine
+
+    stream = io.StringIO()
+    ProgressLine(stream, enabled=True).update(-1, None, "real torchrun: 12 s")
+    assert stream.getvalue() == "\rreal torchrun: 12 s"

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 
 from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.progress import ProgressLine
 
 EXIT_SAME = 0
 EXIT_DIFFERS = 1
@@ -44,22 +45,28 @@ def main(args: argparse.Namespace, script: str) -> int:
     from timetravel.torch.world.against_real import against_real
 
     check_options(args)
+    line = ProgressLine()
 
     def progress(text: str) -> None:
-        if not text.startswith("real torchrun:"):
+        """A phase on its own line; real torchrun's elapsed seconds on the progress line (a terminal)."""
+        if text.startswith("real torchrun:"):
+            line.update(-1, None, text)
+        else:
+            line.close()
             print(f"against-real: {text} ...", file=sys.stderr, flush=True)
 
-    report = against_real(
-        script,
-        list(args.script_args),
-        module=args.script if args.module else "",
-        nproc=args.nproc,
-        seed=args.seed,
-        settings=tuple(args.settings),
-        workdir=args.workdir,
-        real_timeout_s=args.real_timeout,
-        progress=progress,
-    )
+    with line:
+        report = against_real(
+            script,
+            list(args.script_args),
+            module=args.script if args.module else "",
+            nproc=args.nproc,
+            seed=args.seed,
+            settings=tuple(args.settings),
+            workdir=args.workdir,
+            real_timeout_s=args.real_timeout,
+            progress=progress,
+        )
     report = plain_numbers(report)
     if args.json:
         print_json(report)
