@@ -22,6 +22,7 @@ from torch_launch import ROOT, TEST_SCRIPTS
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.torch.world import fidelity
+from timetravel.torch.world.against_real import first_difference
 
 SCRIPTS = ROOT / "tests" / "torch_scripts"
 DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
@@ -129,6 +130,9 @@ def test_a_real_difference_names_the_first_step_and_tensor() -> None:
     assert result["state"]["first_difference"]["at"] == "step 2"
     assert result["state"]["first_difference"]["tensor"] == "b"
     assert result["losses"]["verdict"] == "identical"
+    same = fidelity.compare_rank(0, {"records": real, "lines": []}, {"records": real, "lines": []})
+    assert first_difference([same, result]) == {"rank": 1, "part": "state", "at": "step 2", "tensor": "b"}
+    assert first_difference([same]) is None
 
 
 def test_another_shape_or_a_missing_step_differs() -> None:
@@ -184,6 +188,7 @@ def test_unseeded_randomness_names_the_first_step_that_differs() -> None:
     code, report, stderr = against_real(str(SCRIPTS / "unseeded.py"))
     assert code == 1, stderr
     assert report["verdict"] == "differs"
+    assert report["first_difference"] == {"rank": 0, "part": "state", "at": "step 1", "tensor": "weight"}
     for rank in report["ranks"]:
         assert rank["losses"]["first_difference"]["step"] == 1
         assert rank["state"]["first_difference"]["at"] == "step 1"

@@ -110,7 +110,18 @@ def print_text(report: dict[str, Any]) -> None:
     verdict = VERDICT_WORDS[report["verdict"]]
     if report["verdict"] == "summation_order":
         verdict += f" (largest relative difference {_number(report['max_rel_diff'])})"
+    if report["verdict"] == "differs":
+        verdict += _first_difference(report)
     print(f"verdict: {verdict}")
+
+
+def _first_difference(report: dict[str, Any]) -> str:
+    first = report["first_difference"]
+    if first is None:
+        return ": the outcomes" if not report["outcomes_agree"] else ""
+    tensor = f", tensor {first['tensor']}" if first.get("tensor") else ""
+    what = "the loss of " if first["part"] == "losses" else ""
+    return f": first at {what}{first['at']}{tensor} on r{first['rank']}"
 
 
 def _part(part: dict[str, Any], key: str, unit: str) -> str:

@@ -233,4 +233,20 @@ def _report(
         "ranks": ranks,
         "verdict": verdict,
         "max_rel_diff": largest,
+        "first_difference": first_difference(ranks),
     }
+
+
+def first_difference(ranks: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """Where the run first differs beyond summation order: the first such rank's state (step and
+    tensor), else its step losses, else its printed losses; None when nothing does."""
+    for rank in ranks:
+        for part in ("state", "losses", "printed_losses"):
+            where = rank[part]["first_difference"]
+            if rank[part]["verdict"] != "differs" or where is None:
+                continue
+            at = where.get("at") or (
+                f"step {where['step']}" if "step" in where else f"printed loss {where['number']}"
+            )
+            return {"rank": rank["rank"], "part": part, "at": at, "tensor": where.get("tensor")}
+    return None
