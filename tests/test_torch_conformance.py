@@ -35,6 +35,8 @@ IDIOMS = (
     "idiom_ddp_compile.py",
     "idiom_accelerator.py",
     "idiom_scalar_param.py",
+    "idiom_amp.py",
+    "idiom_dataloader_workers.py",
 )
 INIT_FORMS = (
     "none",
