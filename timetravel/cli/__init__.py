@@ -49,7 +49,7 @@ COMMANDS: tuple[CommandEntry, ...] = (
     CommandEntry(
         "python",
         _PACKAGE + "torchrun_command",
-        "a script that spawns its own ranks (torch.multiprocessing.spawn): each spawned process a simulated rank",
+        "run a script that starts its own ranks (torch.multiprocessing.spawn): each one simulated",
     ),
     CommandEntry(
         "bench", _PACKAGE + "bench_command", "measure speed and memory against reference implementations"
