@@ -3,10 +3,13 @@ compatibility table). Every test here failed before the fix it checks."""
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
+import pytest
 import torch
 from torch_recordings import ROOT, TIMETRAVEL
 
@@ -17,6 +20,7 @@ from timetravel.torch.rank.env.cuda import install_cuda
 from timetravel.torch.world.specs import launch_naming
 
 SCRIPTS = ROOT / "tests" / "torch_scripts"
+REAL_TORCHRUN = [sys.executable, "-m", "torch.distributed.run", "--standalone"]
 
 
 def simulate(script: Path, nproc: int = 2, *settings: str) -> dict[str, Any]:
@@ -34,6 +38,18 @@ def torchrun(
         text=True,
         timeout=300,
         cwd=ROOT,
+    )
+
+
+def real_torchrun(script: Path, *arguments: str, nproc: int = 2) -> subprocess.CompletedProcess[str]:
+    """The reference: real torchrun --standalone with gloo on loopback."""
+    return subprocess.run(
+        [*REAL_TORCHRUN, "--nproc-per-node", str(nproc), str(script), *arguments],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=ROOT,
+        env={**os.environ, "GLOO_SOCKET_IFNAME": "lo"},
     )
 
 
@@ -82,3 +98,108 @@ def test_a_simulator_bug_in_a_rank_is_an_internal_failure_with_its_traceback() -
     text = result.stdout
     assert "outcome: FAIL  internal on r" in text
     assert "  | Traceback (most recent call last):" in text
+
+
+# -- every spelling of init_process_group lands on the simulator, as torch takes it (item 1) ----------
+
+INIT_FORMS_CPU = [
+    "no arguments: backend undefined all_reduce 3.0",
+    "positional: backend gloo all_reduce 3.0",
+    "keyword: backend gloo all_reduce 3.0",
+    "upper case: backend gloo all_reduce 3.0",
+    "per device: backend cpu:gloo all_reduce 3.0",
+    "pg_options: backend gloo all_reduce 3.0",
+    "timeout: backend gloo all_reduce 3.0",
+    "rank and world_size: backend gloo all_reduce 3.0",
+    "env://: backend gloo all_reduce 3.0",
+    "tcp://: backend gloo all_reduce 3.0",
+    "file://: backend gloo all_reduce 3.0",
+    "store=: backend gloo all_reduce 3.0",
+    "init_device_mesh: backend undefined all_reduce 3.0",
+]
+INIT_REFUSALS_CPU = [
+    "twice: ValueError: trying to initialize the default process group twice!",
+    "store and init_method: AssertionError: Cannot specify both init_method and store.",
+    "device_id cpu: ValueError: init_process_group device_id parameter must be an accelerator with an index",
+    "bad pairing: ValueError: Invalid device:backend pairing:                                      cpu:gloo:x."
+    " The custom backend string argument is invalid: cpu:gloo:x.",
+    "unknown backend: AssertionError: Unknown backend type carrier_pigeon",
+    "tcp:// without rank: ValueError: Error initializing torch.distributed using tcp:// rendezvous: rank parameter"
+    " missing",
+    "timeout in seconds: TypeError: Expected timeout argument to be of type datetime.timedelta, got 30",
+]
+"""What real torchrun --standalone with gloo prints for each form (tests/torch_scripts/init_forms.py cpu)."""
+INIT_FORMS_GPU = [
+    "nccl: backend nccl all_reduce 3.0",
+    "keyword nccl: backend nccl all_reduce 3.0",
+    "cpu and cuda: backend cpu:gloo,cuda:nccl all_reduce 3.0",
+    "device_id index: backend nccl all_reduce 3.0",
+    "device_id cuda: backend nccl all_reduce 3.0",
+]
+INIT_REFUSALS_GPU = [
+    "device_id out of range: ValueError: device_id cuda:7 is out of range. Please use a device index less than"
+    " the number of accelerators available: 2.",
+    "device_id without index: ValueError: Please use a device_id with index.",
+]
+"""What a CUDA build accepts and refuses besides (torch 2.13's init_process_group, read in its source)."""
+
+
+def rank_lines(output: str, rank: int = 0) -> list[str]:
+    prefix = f"[r{rank}] "
+    return [line[len(prefix) :] for line in output.splitlines() if line.startswith(prefix) and ": " in line]
+
+
+def test_every_form_of_init_process_group_reaches_the_simulator_as_torch_takes_it() -> None:
+    result = torchrun(SCRIPTS / "init_forms.py", "gpu", options=("--set", "stuck_timeout=30"))
+    assert result.returncode == 0, result.stdout[-3000:]
+    lines = [line for line in rank_lines(result.stdout) if "Warning" not in line and not line.startswith(" ")]
+    expected = INIT_FORMS_CPU + INIT_FORMS_GPU + INIT_REFUSALS_CPU + INIT_REFUSALS_GPU
+    assert lines == expected
+    summary = result.stdout[result.stdout.index("outcome:") :]
+    assert (
+        f"collectives: {2 * (len(INIT_FORMS_CPU) + len(INIT_FORMS_GPU))}" in summary
+    )  # none outside the World
+
+
+def test_the_script_s_own_tcpstore_is_the_world_s_store() -> None:
+    script = SCRIPTS / "init_forms.py"
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config(
+        [f"script={script}", "nproc=2", "rank_output=quiet", "args=cpu store=", "stuck_timeout=30"]
+    )
+    report, world = run_report(scenario, config, 0, launch=launch_naming([str(script)]))
+    assert report["outcome"] == "pass", report["failure"]
+    assert {key: world.nodes["store"]["keys"][key] for key in ("own/0", "own/1")} == {
+        "own/0": b"from 0",
+        "own/1": b"from 1",
+    }
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_real_torchrun_prints_the_same_for_every_form_it_can_run() -> None:
+    for expected in INIT_FORMS_CPU + INIT_REFUSALS_CPU:
+        form = expected.partition(": ")[0]
+        result = real_torchrun(SCRIPTS / "init_forms.py", "cpu", form)
+        assert expected in result.stdout, result.stdout[-2000:]  # ranks' lines may interleave: no split
+
+
+# -- timeout= is the hang timeout, reported at its deadline with its number (item 2) ------------------
+
+
+def test_a_rank_later_than_the_script_s_timeout_is_a_hang_at_that_timeout() -> None:
+    failure = simulate(SCRIPTS / "late_rank.py", 2, "args=5 20")["failure"]
+    assert failure["kind"] == "hang"
+    assert failure["message"].startswith("r0 waited 5 s in all_reduce")
+    assert 5_000_000_000 <= failure["t_ns"] < 5_001_000_000  # at its deadline, not when r1 turns up
+
+
+def test_a_long_timeout_of_the_script_s_lets_a_late_rank_through() -> None:
+    report = simulate(SCRIPTS / "late_rank.py", 2, "args=1800 1000")  # 30 minutes: not the run's 600 s
+    assert report["outcome"] == "pass", report["failure"]
+
+
+def test_without_a_timeout_the_run_s_hang_timeout_is_the_one_number_reported() -> None:
+    failure = simulate(SCRIPTS / "late_rank.py", 2, "args=none 1000")["failure"]
+    assert failure["kind"] == "hang" and failure["message"].startswith("r0 waited 600 s in all_reduce")
+    assert 600_000_000_000 <= failure["t_ns"] < 600_001_000_000

@@ -261,8 +261,15 @@ def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
     message = event.payload
     rank = message["rank"]
     _delivered(state, rank)
-    state["waiting"][str(rank)] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    waiting: dict[str, Any] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    if message.get("timeout_ns") is not None:  # the script's timeout= for this group (or this wait)
+        waiting["timeout_ns"] = int(message["timeout_ns"])
+    if message.get("store"):  # a store call: its own timeout answers it (world/store.py)
+        waiting["store"] = True
+    state["waiting"][str(rank)] = waiting
     _try_release(state, rank, ctx)
+    if str(rank) in state["waiting"]:
+        hangs.arm_deadline(state, ctx)
 
 
 def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
@@ -446,4 +453,5 @@ HANDLERS = {
     "died": on_died,
     "warning": on_warning,
     "store_result": on_store_result,
+    "deadline": hangs.on_deadline,
 }

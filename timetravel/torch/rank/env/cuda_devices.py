@@ -343,20 +343,9 @@ def patch_parallel(patches: Patches) -> None:
 
     patches.wrap(torch.nn.parallel.DataParallel, "__init__", wrap_data_parallel)
     try:
-        from torch.distributed import device_mesh, distributed_c10d
+        from torch.distributed import device_mesh
     except ImportError:  # pragma: no cover - a torch built without distributed
         return
-
-    def wrap_init_process_group(original: Any) -> Any:
-        @functools.wraps(original)
-        def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            if is_cuda_device(kwargs.get("device_id")):
-                kwargs["device_id"] = None  # binds a CUDA device to the group: no meaning on CPU
-            return original(*args, **kwargs)
-
-        return init_process_group
-
-    patches.wrap(distributed_c10d, "init_process_group", wrap_init_process_group)
 
     def wrap_mesh(original: Any) -> Any:
         @functools.wraps(original)
