@@ -203,3 +203,108 @@ def test_without_a_timeout_the_run_s_hang_timeout_is_the_one_number_reported() -
     failure = simulate(SCRIPTS / "late_rank.py", 2, "args=none 1000")["failure"]
     assert failure["kind"] == "hang" and failure["message"].startswith("r0 waited 600 s in all_reduce")
     assert 600_000_000_000 <= failure["t_ns"] < 600_001_000_000
+
+
+# -- the meta device keeps its meaning; only cuda is mapped (item 3) -----------------------------------
+
+
+def _meta_initialised(device: str) -> tuple[tuple[str, str], list[torch.Tensor], torch.Tensor]:
+    """The meta-device idiom (FSDP2's): build on meta, then to_empty and initialise on the device."""
+    torch.manual_seed(0)
+    with torch.device("meta"):
+        model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+        made = torch.zeros(3)
+    devices = (model[0].weight.device.type, made.device.type)
+    model.to_empty(device=device)
+    for layer in model:
+        layer.reset_parameters()  # type: ignore[operator]
+    return devices, [parameter.detach().clone() for parameter in model.parameters()], torch.get_rng_state()
+
+
+def test_the_meta_device_keeps_its_meaning_and_initialises_as_torch_does() -> None:
+    expected = _meta_initialised("cpu")  # torch as it is, on this CPU host
+    with install_cuda(0, 2, RankClock()):
+        devices, parameters, rng_state = _meta_initialised("cuda")
+        with torch.device("cuda"):  # only cuda is mapped: CPU tensors
+            mapped = (torch.nn.Linear(2, 2).weight.device.type, torch.zeros(2).device.type)
+    assert devices == expected[0] == ("meta", "meta")
+    assert all(torch.equal(got, want) for got, want in zip(parameters, expected[1], strict=True))
+    assert torch.equal(rng_state, expected[2])  # building on meta drew nothing from the generator
+    assert mapped == ("cpu", "cpu")
+
+
+# -- torch.accelerator agrees with the simulated torch.cuda (item 4) ----------------------------------
+
+
+def test_torch_accelerator_answers_as_a_gpu_node_s() -> None:
+    with install_cuda(1, 2, RankClock()):
+        answers = (
+            torch.accelerator.is_available(),
+            torch.accelerator.device_count(),
+            torch.accelerator.current_accelerator(),
+            torch.accelerator.current_device_index(),
+        )
+        torch.accelerator.set_device_index(torch.device("cuda", 1))
+        current = (torch.accelerator.current_device_index(), torch.cuda.current_device())
+        with pytest.raises(ValueError, match="cpu doesn't match the current accelerator cuda"):
+            torch.accelerator.set_device_index("cpu")  # torch's own check, against the mapped answer
+        capturing = torch.accelerator.current_stream().is_capturing()
+    assert answers == (True, 2, torch.device("cuda"), 0)
+    assert current == (1, 1) and capturing is False
+    assert torch.accelerator.current_accelerator() is None  # uninstalled: this host has no accelerator
+
+
+def test_a_script_that_asks_only_torch_accelerator_trains() -> None:
+    report = simulate(SCRIPTS / "accelerator_only.py")
+    assert report["outcome"] == "pass", report["failure"]
+    assert report["summary"]["optimizer_steps"] == 3 and report["summary"]["collectives"] > 0
+
+
+# -- every device spelling (item 5) -------------------------------------------------------------------
+
+
+def test_every_spelling_of_a_cuda_device_moves_modules_and_tensors() -> None:
+    module_moves = {
+        "to(1)": lambda module: module.to(1),
+        "to(torch.device(1))": lambda module: module.to(torch.device(1)),
+        "to(device=1)": lambda module: module.to(device=1),
+        "to(1, torch.float64)": lambda module: module.to(1, torch.float64),
+        "to('cuda:1')": lambda module: module.to("cuda:1"),
+        "to(torch.device('cuda', 1))": lambda module: module.to(torch.device("cuda", 1)),
+        "cuda(1)": lambda module: module.cuda(1),
+    }
+    tensor_moves = {
+        "to(1)": lambda tensor: tensor.to(1),
+        "to(torch.device(1))": lambda tensor: tensor.to(torch.device(1)),
+        "to(device=1, non_blocking=True)": lambda tensor: tensor.to(device=1, non_blocking=True),
+        "cuda(non_blocking=True)": lambda tensor: tensor.cuda(non_blocking=True),
+        "pin_memory()": lambda tensor: tensor.pin_memory(),
+        "zeros(device=torch.device(1))": lambda tensor: torch.zeros(2, device=torch.device(1)),
+        "zeros(device=1)": lambda tensor: torch.zeros(2, device=1),
+        "tensor(device='cuda:1')": lambda tensor: torch.tensor([1.0, 2.0], device="cuda:1"),
+        "empty(pin_memory=True)": lambda tensor: torch.empty(2, pin_memory=True),
+    }
+    with install_cuda(1, 2, RankClock()):
+        modules = {name: move(torch.nn.Linear(2, 2)) for name, move in module_moves.items()}
+        tensors = {name: move(torch.ones(2)) for name, move in tensor_moves.items()}
+        device = (torch.device(1), isinstance(torch.device("cpu"), torch.device), isinstance(0, torch.device))
+    assert {name: module.weight.device.type for name, module in modules.items()} == dict.fromkeys(
+        module_moves, "cpu"
+    )
+    assert modules["to(1, torch.float64)"].weight.dtype == torch.float64
+    assert {name: tensor.device.type for name, tensor in tensors.items()} == dict.fromkeys(
+        tensor_moves, "cpu"
+    )
+    assert device == (torch.device("cuda", 1), True, False)
+
+
+def test_a_refused_cuda_class_is_still_a_class_for_annotations() -> None:
+    from timetravel.torch.rank.env.cuda_api import Unsupported
+
+    with install_cuda(0, 2, RankClock()):
+        annotation = torch.cuda.CUDAGraph | None  # transformers' Trainer module does this at import
+        with pytest.raises(Unsupported, match="torch.cuda.CUDAGraph needs a real GPU"):
+            torch.cuda.CUDAGraph()
+        with pytest.raises(Unsupported, match="torch.accelerator.Graph needs a real GPU"):
+            torch.accelerator.Graph()
+    assert annotation is not None

@@ -165,6 +165,7 @@ def install_cuda(
         if module is not None:
             _mirror(patches, module, torch.cuda)
     cuda_accelerator.patch_accelerator(patches, cuda)
+    cuda_devices.patch_device_type(patches)
     cuda_devices.patch_generator(patches)
     cuda_devices.patch_amp(patches)
     cuda_devices.patch_load(patches)
