@@ -303,8 +303,8 @@ def test_a_refused_cuda_class_is_still_a_class_for_annotations() -> None:
 
     with install_cuda(0, 2, RankClock()):
         annotation = torch.cuda.CUDAGraph | None  # transformers' Trainer module does this at import
-        with pytest.raises(Unsupported, match="torch.cuda.CUDAGraph needs a real GPU"):
+        with pytest.raises(Unsupported, match=r"torch\.cuda\.CUDAGraph needs a real GPU"):
             torch.cuda.CUDAGraph()
-        with pytest.raises(Unsupported, match="torch.accelerator.Graph needs a real GPU"):
+        with pytest.raises(Unsupported, match=r"torch\.accelerator\.Graph needs a real GPU"):
             torch.accelerator.Graph()
     assert annotation is not None
