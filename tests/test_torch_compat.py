@@ -146,13 +146,13 @@ INIT_REFUSALS_GPU = [
 
 def rank_lines(output: str, rank: int = 0) -> list[str]:
     prefix = f"[r{rank}] "
-    return [line[len(prefix) :] for line in output.splitlines() if line.startswith(prefix) and ": " in line]
+    return [line[len(prefix) :] for line in output.splitlines() if line.startswith(prefix)]
 
 
 def test_every_form_of_init_process_group_reaches_the_simulator_as_torch_takes_it() -> None:
     result = torchrun(SCRIPTS / "init_forms.py", "gpu", options=("--set", "stuck_timeout=30"))
     assert result.returncode == 0, result.stdout[-3000:]
-    lines = [line for line in rank_lines(result.stdout) if "Warning" not in line and not line.startswith(" ")]
+    lines = [line for line in rank_lines(result.stdout) if ": " in line and "Warning" not in line]
     expected = INIT_FORMS_CPU + INIT_FORMS_GPU + INIT_REFUSALS_CPU + INIT_REFUSALS_GPU
     assert lines == expected
     summary = result.stdout[result.stdout.index("outcome:") :]
@@ -308,3 +308,49 @@ def test_a_refused_cuda_class_is_still_a_class_for_annotations() -> None:
         with pytest.raises(Unsupported, match=r"torch\.accelerator\.Graph needs a real GPU"):
             torch.accelerator.Graph()
     assert annotation is not None
+
+
+# -- a 0-dim parameter (item 6) -------------------------------------------------------------------------
+
+SCALAR_PARAMETER_REAL = [
+    "step 0 slope 1.3561712503433228 intercept 0.15619036555290222",
+    "step 1 slope 1.4562973976135254 intercept 0.21698619425296783",
+    "step 2 slope 2.050813913345337 intercept 0.3812463581562042",
+]
+"""Rank 0's lines under real torchrun --standalone with gloo."""
+
+
+def test_a_zero_dimensional_parameter_trains_as_under_real_torchrun() -> None:
+    result = torchrun(SCRIPTS / "scalar_parameter.py")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert [line for line in rank_lines(result.stdout) if "slope" in line] == SCALAR_PARAMETER_REAL
+    assert "optimizer_steps: 3" in result.stdout
+
+
+# -- the nan detector counts only data that can reach a result (item 7) -----------------------------
+
+
+def test_receive_buffers_made_with_torch_empty_feed_nothing() -> None:
+    report = simulate(SCRIPTS / "receive_buffers.py", 2, "args=receive")
+    assert report["outcome"] == "pass", report["failure"]
+
+
+def test_a_nan_a_broadcast_s_root_sends_or_a_reduce_gets_is_still_found() -> None:
+    root = simulate(SCRIPTS / "receive_buffers.py", 2, "args=root_nan")["failure"]
+    reduced = simulate(SCRIPTS / "receive_buffers.py", 2, "args=reduce_nan")["failure"]
+    assert (root["kind"], root["node"]) == ("nan", "r0") and "into broadcast" in root["message"]
+    assert (reduced["kind"], reduced["node"]) == ("nan", "r1") and "into reduce" in reduced["message"]
+
+
+# -- tied weights are recorded under every name state_dict gives them (item 10) -----------------------
+
+
+def test_a_tied_weight_is_in_the_recorded_params_under_both_names() -> None:
+    script = SCRIPTS / "tied_weights.py"
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={script}", "nproc=2", "rank_output=quiet"])
+    report, world = run_report(scenario, config, 0, launch=launch_naming([str(script)]))
+    assert report["outcome"] == "pass", report["failure"]
+    params = world.nodes["r0"]["params"]
+    assert sorted(params) == ["lm_head.weight", "wte.weight"]
+    assert params["lm_head.weight"].tobytes() == params["wte.weight"].tobytes()

@@ -259,8 +259,8 @@ def parameter_digests(optimizer: torch.optim.Optimizer, shards: bool = False) ->
                 data = data.to_local()
             if data.device.type != "cpu":
                 data = data.cpu()  # only off the CPU: rank_env's patched .cpu() copies even a CPU tensor
-            data = data.contiguous()
-            raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+            flat = data.reshape(-1)  # a 0-dim parameter (nn.Parameter(torch.tensor(1.0))) has no byte view
+            raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
             digests.append(
                 [
                     parameter_name(parameter, group_index, position),
