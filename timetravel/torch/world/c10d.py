@@ -98,8 +98,9 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if op in ("send", "recv")
         else f"{message['group']}#{message['seq']}"
     )
-    digests.note_entry(state, entry, key, message["group"], message["seq"])
-    if ctx.world.config["detect_nan"] and _fails_on_nonfinite(entry, message, ctx):
+    nonfinite = digests.note_entry(state, entry, key, message["group"], message["seq"])
+    if ctx.world.config["detect_nan"] and nonfinite:
+        _fail_nonfinite(entry, message, nonfinite[0], ctx)
         return
     hangs.check_deadlines(state, ctx)
     if op in ("send", "recv"):
@@ -128,22 +129,20 @@ def _apply_entry_faults(entry: dict[str, Any], ctx: Context) -> bool:
     return fate != "arrives"
 
 
-def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> bool:
-    for position, array in enumerate(entry["inputs"]):
-        count = arrays.nonfinite_count(array)
-        if count:
-            ctx.fail(
-                "nan",
-                f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
-                f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
-                "torch.collective.nonfinite",
-                node=f"r{entry['rank']}",
-            )
-            ctx.world.failures[-1].update(
-                op=entry["op"], seq=message["seq"], group=message["group"], tensor=position
-            )
-            return True
-    return False
+def _fail_nonfinite(
+    entry: dict[str, Any], message: dict[str, Any], first: tuple[int, int], ctx: Context
+) -> None:
+    """The rank fed a NaN or Inf that can reach a result (digests.reaches_a_result): tensor ``first``."""
+    position, count = first
+    array = entry["inputs"][position]
+    ctx.fail(
+        "nan",
+        f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
+        f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
+        "torch.collective.nonfinite",
+        node=f"r{entry['rank']}",
+    )
+    ctx.world.failures[-1].update(op=entry["op"], seq=message["seq"], group=message["group"], tensor=position)
 
 
 def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
@@ -261,8 +260,15 @@ def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
     message = event.payload
     rank = message["rank"]
     _delivered(state, rank)
-    state["waiting"][str(rank)] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    waiting: dict[str, Any] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    if message.get("timeout_ns") is not None:  # the script's timeout= for this group (or this wait)
+        waiting["timeout_ns"] = int(message["timeout_ns"])
+    if message.get("store"):  # a store call: its own timeout answers it (world/store.py)
+        waiting["store"] = True
+    state["waiting"][str(rank)] = waiting
     _try_release(state, rank, ctx)
+    if str(rank) in state["waiting"]:
+        hangs.arm_deadline(state, ctx)
 
 
 def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
@@ -446,4 +452,5 @@ HANDLERS = {
     "died": on_died,
     "warning": on_warning,
     "store_result": on_store_result,
+    "deadline": hangs.on_deadline,
 }

@@ -28,7 +28,7 @@ import importlib.util
 import sys
 from typing import Any
 
-from timetravel.torch.rank.env import cuda_api, cuda_devices
+from timetravel.torch.rank.env import cuda_accelerator, cuda_api, cuda_devices
 from timetravel.torch.rank.env.clock import RankClock
 from timetravel.torch.rank.env.cuda_api import DeviceSpec, SimulatedCuda, Unsupported
 from timetravel.torch.rank.env.patching import Installation, Patches
@@ -150,7 +150,9 @@ def install_cuda(
         patches.replace(torch.cuda, name, cuda_api.nothing)
     for name in cuda_api.REFUSED_CUDA_NAMES:
         if hasattr(torch.cuda, name):
-            patches.replace(torch.cuda, name, cuda_api.refused(name))
+            patches.replace(
+                torch.cuda, name, cuda_api.refused(name, isinstance(getattr(torch.cuda, name), type))
+            )
     patches.replace(torch.cuda, "Stream", cuda_api.Stream)
     patches.replace(torch.cuda, "Event", cuda_api.Event)
     patches.replace(torch.cuda, "device", _device_context(cuda))
@@ -162,6 +164,8 @@ def install_cuda(
         module = sys.modules.get(module_name)
         if module is not None:
             _mirror(patches, module, torch.cuda)
+    cuda_accelerator.patch_accelerator(patches, cuda)
+    cuda_devices.patch_device_type(patches)
     cuda_devices.patch_generator(patches)
     cuda_devices.patch_amp(patches)
     cuda_devices.patch_load(patches)

@@ -100,6 +100,9 @@ class Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:
+        return False  # no CUDA graph is ever captured (torch.optim asks before every Adam step)
+
     def synchronize(self) -> None:
         return None
 
@@ -379,11 +382,20 @@ def deactivate(cuda: SimulatedCuda) -> None:
     _INSTANCE.remove(cuda)
 
 
-def refused(name: str) -> Any:
-    """A stand-in for ``torch.cuda.<name>`` that raises :class:`Unsupported` when called or built."""
+def refused(name: str, is_class: bool = False, owner: str = "torch.cuda") -> Any:
+    """A stand-in for ``<owner>.<name>`` that raises :class:`Unsupported` when called or built: a class
+    for a class (so ``torch.cuda.CUDAGraph | None`` in an annotation still works), else a function."""
+    if is_class:
+
+        class Refused:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                raise Unsupported(f"{owner}.{name}")
+
+        Refused.__name__ = Refused.__qualname__ = name
+        return Refused
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise Unsupported(f"torch.cuda.{name}")
+        raise Unsupported(f"{owner}.{name}")
 
     refuse.__name__ = name
     return refuse

@@ -161,6 +161,75 @@ def patch_tensors(patches: Patches) -> None:
             table[id(wrapper)] = op  # TorchScript resolves the wrapper to the same aten op
             patches.on_undo(_forget_builtin(table, id(wrapper)))
     patches.wrap(torch, "set_default_device", _default_device)
+    patches.wrap(torch.nn.Module, "to", _module_to)
+
+
+def _module_to(original: Any) -> Any:
+    """``Module.to(0)``, ``.to(torch.device(0))``, ``.to(device=local_rank)``: torch's ``Module.to``
+    parses an index as the C++ accelerator's device, which a CPU build has none of."""
+
+    @passes_through
+    def to(self: Any, *args: Any, **kwargs: Any) -> Any:
+        if args and is_cuda_device(args[0]):
+            args = ("cpu", *args[1:])
+        if is_cuda_device(kwargs.get("device")):
+            kwargs = {**kwargs, "device": "cpu"}
+        return original(self, *args, **kwargs)
+
+    return to
+
+
+def patch_device_type(patches: Patches) -> None:
+    """``torch.device(0)`` is ``cuda:0``, as in a CUDA build (a CPU build's C++ refuses an index: no
+    accelerator), and ``with torch.device("cuda")`` / ``set_default_device("cuda")`` make CPU tensors
+    while ``with torch.device("meta")`` keeps its meaning.
+
+    ``torch.device`` becomes a class whose construction returns a real ``torch.device`` and whose
+    metaclass keeps ``isinstance(d, torch.device)`` true for every device (as :func:`patch_generator`
+    does for generators). Only the name ``torch.device`` is replaced: torch's own aliases stay."""
+    import torch
+    import torch.utils._device as device_context
+
+    real = torch.device
+
+    class DeviceType(type):
+        def __instancecheck__(cls, instance: Any) -> bool:
+            return isinstance(instance, real)
+
+        def __subclasscheck__(cls, subclass: type) -> bool:
+            return issubclass(subclass, real)
+
+        # torch's own code compares its type with the name (torch.fx: ``obj != torch.device``)
+        def __eq__(cls, other: object) -> bool:
+            return other is cls or other is real
+
+        def __ne__(cls, other: object) -> bool:
+            return not (other is cls or other is real)
+
+        def __hash__(cls) -> int:
+            return hash(real)
+
+    class device(metaclass=DeviceType):  # torch's name
+        __doc__ = real.__doc__
+
+        @passes_through
+        def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+            if len(args) == 1 and not kwargs and isinstance(args[0], int) and not isinstance(args[0], bool):
+                return real("cuda", args[0])
+            return real(*args, **kwargs)
+
+    device.__module__ = "torch"
+    patches.replace(torch, "device", device, aliases=False)
+    device_context._device_constructors()  # torch's own factories, cached before they are wrapped
+
+    def wrap_context(original: Any) -> Any:
+        @functools.wraps(original)
+        def __init__(self: Any, device: Any) -> None:
+            original(self, map_device(device))
+
+        return __init__
+
+    patches.wrap(device_context.DeviceContext, "__init__", wrap_context)
 
 
 def _forget_builtin(table: dict[int, str], key: int) -> Any:
@@ -343,20 +412,9 @@ def patch_parallel(patches: Patches) -> None:
 
     patches.wrap(torch.nn.parallel.DataParallel, "__init__", wrap_data_parallel)
     try:
-        from torch.distributed import device_mesh, distributed_c10d
+        from torch.distributed import device_mesh
     except ImportError:  # pragma: no cover - a torch built without distributed
         return
-
-    def wrap_init_process_group(original: Any) -> Any:
-        @functools.wraps(original)
-        def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            if is_cuda_device(kwargs.get("device_id")):
-                kwargs["device_id"] = None  # binds a CUDA device to the group: no meaning on CPU
-            return original(*args, **kwargs)
-
-        return init_process_group
-
-    patches.wrap(distributed_c10d, "init_process_group", wrap_init_process_group)
 
     def wrap_mesh(original: Any) -> Any:
         @functools.wraps(original)
