@@ -67,7 +67,8 @@ def test_python_makes_each_spawned_process_a_simulated_rank(run_cli: Callable) -
     result = run_cli("python", "--nproc-per-node", "2", "--json", str(SCRIPTS / "spawn_ddp.py"), "3")
     assert result.returncode == 0, result.stdout + result.stderr
     report = json.loads(result.stdout)
-    assert report["summary"]["optimizer_steps"] == 6  # 3 on each of the 2 spawned ranks
+    assert report["summary"]["optimizer_steps"] == 3  # the job's steps (each of the 2 spawned ranks made 3)
+    assert report["summary"]["collectives"] > 0
     assert "[r1] rank 1 step 2 loss" in result.stderr
 
 
@@ -76,7 +77,7 @@ def test_python_on_a_cpu_host_spawns_with_gloo_as_real_python_does(run_cli: Call
         "python", "--nproc-per-node", "2", "--set", "cuda=off", "--json", str(SCRIPTS / "spawn_ddp.py"), "2"
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert json.loads(result.stdout)["summary"]["optimizer_steps"] == 4
+    assert json.loads(result.stdout)["summary"]["optimizer_steps"] == 2
 
 
 def test_python_says_when_the_script_spawns_another_number_of_processes(run_cli: Callable) -> None:
