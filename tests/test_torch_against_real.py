@@ -269,3 +269,17 @@ def test_the_real_runs_seconds_are_a_progress_line_of_text_alone() -> None:
     stream = io.StringIO()
     ProgressLine(stream, enabled=True).update(-1, None, "real torchrun: 12 s")
     assert stream.getvalue() == "\rreal torchrun: 12 s"
+
+
+def test_real_torchrun_crashing_after_every_script_returned_is_not_the_scripts_failure() -> None:
+    from timetravel.torch.world.against_real import real_error
+    from timetravel.torch.world.real_torchrun import RealRun
+
+    # gloo's teardown at exit aborts a rank now and then ("terminate called without an active
+    # exception"): torchrun exits 1 though every script returned
+    crashed = RealRun(returncode=1, wall_s=1.0, stderr={0: ["terminate called without an active exception"]})
+    returned = {rank: [{"kind": "end", "ended": "returned", "tensors": []}] for rank in (0, 1)}
+    assert real_error(crashed, returned) is None
+    raised = {0: returned[0], 1: [{"kind": "end", "ended": "raised ValueError", "tensors": []}]}
+    crashed.stderr[1] = ["Traceback (most recent call last):", "ValueError: bad batch"]
+    assert real_error(crashed, raised) == "r1: ValueError: bad batch"

@@ -91,6 +91,8 @@ def print_text(report: dict[str, Any]) -> None:
     real, simulated = report["real"], report["simulator"]
     print(f"against real torchrun: {' '.join([report['script'], *report['args']])}, {report['nproc']} ranks")
     real_outcome = "exit 0" if real["error"] is None else f"FAIL {real['error']}"
+    if real["teardown"]:
+        real_outcome = f"scripts returned; {real['teardown']}"
     print(f"  real:      {real['command']} (backend gloo): {real_outcome} in {real['wall_s']:.1f} s")
     simulated_outcome = "pass" if simulated["failure"] is None else f"FAIL {simulated['failure']}"
     print(f"  simulator: {simulated['command']}: {simulated_outcome} in {simulated['wall_s']:.1f} s")

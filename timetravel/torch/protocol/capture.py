@@ -6,8 +6,9 @@ each a 4-byte little-endian length and a msgpack map (never pickle), appended as
 
 * ``{"kind": "step", "step": k, "loss": float | None, "tensors": [...]}`` after optimizer step ``k``
   (1, 2, …): the loss the rank called ``backward()`` on since the previous step, and the state;
-* ``{"kind": "end", "tensors": [...]}`` when the script returned or raised, with the state of the
-  modules that were still alive (none when the script's ``main()`` let its model go).
+* ``{"kind": "end", "ended": "returned" | "exit N" | "raised Type", "tensors": [...]}`` when the
+  script returned or raised, with the state of the modules that were still alive (none when the
+  script's ``main()`` let its model go).
 
 A tensor is ``{"name", "dtype", "shape", "digest", "data"}``: its state_dict name (DDP's ``module.``
 and compile's ``_orig_mod.`` left out), the xxh3-64 of its bytes (a DTensor's local shard), and those

@@ -87,13 +87,14 @@ class Capture:
         ]
         self._write({"kind": "step", "step": self.steps, "loss": self.loss, "tensors": tensors})
 
-    def finish(self) -> None:
-        """The script returned or raised: the ``end`` record (state of the modules still alive)."""
+    def finish(self, ended: str = "returned") -> None:
+        """The script returned or raised: the ``end`` record (state of the modules still alive, and how
+        the script ended: ``returned``, ``exit N`` or ``raised Type``)."""
         if self.descriptor < 0:
             return
         roots = [root for root in (ref() for ref in self.roots) if root is not None]
         try:
-            self._write({"kind": "end", "tensors": self._state(roots)})
+            self._write({"kind": "end", "ended": ended, "tensors": self._state(roots)})
         finally:
             os.close(self.descriptor)
             self.descriptor = -1

@@ -28,6 +28,7 @@ def main(argv: list[str]) -> None:
     capture = rank_capture.install(capture_dir, int(os.environ["RANK"]))
     sys.argv = [target, *args]
     namespace: dict[str, object] = {}  # held until the end record has read the modules left alive
+    ended = "returned"
     try:
         if kind == "module":
             sys.path[0] = os.getcwd()
@@ -35,8 +36,14 @@ def main(argv: list[str]) -> None:
         else:
             sys.path[0] = os.path.dirname(os.path.abspath(target))
             namespace = runpy.run_path(target, run_name="__main__")
+    except SystemExit as request:
+        ended = "returned" if request.code in (None, 0) else f"exit {request.code}"
+        raise
+    except BaseException as error:
+        ended = f"raised {type(error).__name__}"
+        raise
     finally:
-        capture.finish()
+        capture.finish(ended)
         namespace.clear()
 
 

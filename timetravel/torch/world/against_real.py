@@ -69,11 +69,22 @@ class RankLines(io.TextIOBase):
             self.echo.flush()
 
 
-def real_error(run: RealRun) -> str | None:
-    """The line that says why real torchrun failed: the first rank's last exception line."""
+def scripts_returned(records: dict[int, list[dict[str, Any]]]) -> bool:
+    """Whether every rank's script ran to its end (returned, or exited 0): its end record says so."""
+    return all(
+        any(record["kind"] == "end" and record.get("ended") == "returned" for record in rank_records)
+        for rank_records in records.values()
+    )
+
+
+def real_error(run: RealRun, records: dict[int, list[dict[str, Any]]] | None = None) -> str | None:
+    """The line that says why real torchrun failed: the first rank's last exception line. None when it
+    passed, or when every rank's script returned and only the teardown after it failed (gloo's, at
+    exit, now and then: SIGABRT "terminate called without an active exception"), which is no result
+    of the script's (``teardown`` in the report says so)."""
     if run.timed_out:
         return "real torchrun did not finish in time (ended)"
-    if run.returncode == 0:
+    if run.returncode == 0 or (records is not None and scripts_returned(records)):
         return None
     for rank in sorted(run.stderr):
         for line in reversed(run.stderr[rank]):
@@ -137,11 +148,11 @@ def against_real(
         for rank in range(nproc)
     ]
     target = ["-m", module] if module else [script]
-    return _report(target, args, nproc, seed, settings, real, report, wall_s, ranks)
+    return _report(target, args, nproc, seed, settings, real, real_records, report, wall_s, ranks)
 
 
 def _refuse_if_real_cannot_run(run: RealRun, records: dict[int, list[dict[str, Any]]]) -> None:
-    error = real_error(run)
+    error = real_error(run, records)
     if error is None:
         return
     stepped = any(record["kind"] == "step" for rank_records in records.values() for record in rank_records)
@@ -189,12 +200,13 @@ def _report(
     seed: int,
     settings: tuple[str, ...],
     real: RealRun,
+    real_records: dict[int, list[dict[str, Any]]],
     simulated: dict[str, Any],
     simulated_wall_s: float,
     ranks: list[dict[str, Any]],
 ) -> dict[str, Any]:
     failure = simulated["failure"]
-    real_error_line = real_error(real)
+    real_error_line = real_error(real, real_records)
     outcomes_agree = (real_error_line is None) == (failure is None)
     verdict = fidelity.worst([rank["verdict"] for rank in ranks])
     if not outcomes_agree:
@@ -214,6 +226,9 @@ def _report(
             "backend": "gloo",
             "returncode": real.returncode,
             "error": real_error_line,
+            "teardown": None
+            if real.returncode == 0 or real_error_line is not None
+            else f"torchrun exited {real.returncode} after every rank's script returned (a crash at exit)",
             "wall_s": real.wall_s,
         },
         "simulator": {
