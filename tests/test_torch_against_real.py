@@ -283,3 +283,15 @@ def test_real_torchrun_crashing_after_every_script_returned_is_not_the_scripts_f
     raised = {0: returned[0], 1: [{"kind": "end", "ended": "raised ValueError", "tensors": []}]}
     crashed.stderr[1] = ["Traceback (most recent call last):", "ValueError: bad batch"]
     assert real_error(crashed, raised) == "r1: ValueError: bad batch"
+
+
+def test_nccl_is_refused_as_this_hosts_torch_refuses_it_when_cuda_is_off() -> None:
+    for backend in ("nccl", "cpu:gloo,cuda:nccl"):
+        served = simulate(SCRIPTS / "nccl_backend.py", f"args={backend}")
+        assert served["outcome"] == "pass", served["failure"]
+        unserved = simulate(SCRIPTS / "nccl_backend.py", f"args={backend}", "cuda=off")
+        assert unserved["failure"]["kind"] == "exception", unserved["failure"]
+        assert (
+            "RuntimeError: Distributed package doesn't have NCCL built in" in unserved["failure"]["message"]
+        )
+        assert unserved["failure"]["node"] == "r0"

@@ -42,12 +42,18 @@ NCCL_TIMEOUT_DEFAULT = datetime.timedelta(minutes=10)
 
 
 def lands(requested: Any) -> bool:
-    """Whether a group asked for with backend ``requested`` is the simulator's (see the docstring)."""
+    """Whether a group asked for with backend ``requested`` is the simulator's (see the docstring).
+    ``nccl`` is only while torch.cuda serves devices: with ``--set cuda=off`` torch is a CPU-only host's,
+    and a group asking for nccl gets that host's answer (torch's "Distributed package doesn't have NCCL
+    built in"), as under real torchrun there."""
+    import torch
+
+    landing = LANDING_BACKENDS if torch.cuda.is_available() else ("undefined", "gloo")
     text = str(requested).lower()
     if ":" not in text:
-        return text in LANDING_BACKENDS
+        return text in landing
     pairs = [pair.split(":") for pair in text.split(",")]
-    return all(len(pair) == 2 and pair[1] in LANDING_BACKENDS[1:] for pair in pairs)
+    return all(len(pair) == 2 and pair[1] in landing[1:] for pair in pairs)
 
 
 class ProcessGroupDoors:
@@ -108,6 +114,10 @@ class ProcessGroupDoors:
             bound = signature.bind(*args, **kwargs)
             requested = str(bound.arguments.get("backend"))
             if not lands(requested):
+                if "nccl" in requested.lower() and lands(requested.lower().replace("nccl", "gloo")):
+                    # nccl without CUDA (cuda=off): torch's own refusal, before a gloo part connects
+                    bound.arguments["backend"] = "nccl"
+                    return original(*bound.args, **bound.kwargs)
                 return original(*args, **kwargs)
             config = distributed_c10d.BackendConfig(dist.Backend(requested))  # torch's checks of the string
             device_id = bound.arguments.get("device_id")
