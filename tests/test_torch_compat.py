@@ -354,3 +354,19 @@ def test_a_tied_weight_is_in_the_recorded_params_under_both_names() -> None:
     params = world.nodes["r0"]["params"]
     assert sorted(params) == ["lm_head.weight", "wte.weight"]
     assert params["lm_head.weight"].tobytes() == params["wte.weight"].tobytes()
+
+
+# -- a run that never called a collective says so (item 12) -------------------------------------------
+
+
+def test_a_run_with_no_collective_and_no_step_warns_that_it_was_never_distributed() -> None:
+    report = simulate(SCRIPTS / "never_distributed.py")
+    assert report["outcome"] == "pass"
+    assert "no_collectives" in report["summary"]["warnings"]
+    result = torchrun(SCRIPTS / "never_distributed.py")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "no_collectives: no rank called a collective: is this script distributed?" in result.stdout
+    assert (
+        "no_collectives"
+        not in simulate(SCRIPTS / "receive_buffers.py", 2, "args=receive")["summary"]["warnings"]
+    )
