@@ -370,3 +370,45 @@ def test_a_run_with_no_collective_and_no_step_warns_that_it_was_never_distribute
         "no_collectives"
         not in simulate(SCRIPTS / "receive_buffers.py", 2, "args=receive")["summary"]["warnings"]
     )
+
+
+# -- what real torch refuses, the simulator refuses, with torch's message (item 11) ---------------------
+
+DDP_OF_A_CPU_MODULE = (
+    "ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+    "single-device/multiple-device GPU modules or CPU modules, but got device_ids [0], output_device None, "
+    "and module parameters {device(type='cpu')}."
+)
+"""Real torchrun's message for DistributedDataParallel(nn.Linear(2, 2), device_ids=[0]) (rank 0)."""
+
+
+def test_ddp_refuses_device_ids_for_a_module_never_put_on_cuda_as_torch_does() -> None:
+    failure = simulate(SCRIPTS / "ddp_device_ids.py", 2, "args=cpu")["failure"]
+    assert failure["kind"] == "exception"
+    assert failure["message"].startswith(f"r0 raised {DDP_OF_A_CPU_MODULE} at ")
+
+
+def test_ddp_takes_device_ids_for_a_module_put_on_cuda_every_way() -> None:
+    result = torchrun(SCRIPTS / "ddp_device_ids.py", "placed")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert [line for line in rank_lines(result.stdout) if line.endswith("taken")] == [
+        "to(index): taken",
+        "cuda(): taken",
+        "device=: taken",
+        "with torch.device: taken",
+        "meta, to_empty: taken",
+    ]
+
+
+def test_what_was_put_on_cuda_is_remembered_and_only_that() -> None:
+    with install_cuda(0, 2, RankClock()) as installation:
+        placements = installation.state.placements
+        moved, kept = torch.ones(2).cuda(), torch.ones(2)
+        with torch.device("cuda"):
+            made = torch.zeros(2)
+        after = torch.zeros(2)
+        module = torch.nn.Linear(2, 2).to(0)
+        answers = [placements.holds_tensor(tensor) for tensor in (moved, kept, made, after)]
+        holds = (placements.holds_module(module), placements.holds_module(torch.nn.Linear(2, 2)))
+    assert answers == [True, False, True, False]
+    assert holds == (True, False)
