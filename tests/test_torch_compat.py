@@ -412,3 +412,21 @@ def test_what_was_put_on_cuda_is_remembered_and_only_that() -> None:
         holds = (placements.holds_module(module), placements.holds_module(torch.nn.Linear(2, 2)))
     assert answers == [True, False, True, False]
     assert holds == (True, False)
+
+
+# -- accelerate's debug-mode check raises its own exception (item 8) ----------------------------------
+
+
+def test_accelerate_s_debug_mode_finds_a_shape_mismatch_with_its_own_exception() -> None:
+    result = torchrun(SCRIPTS / "accelerate_debug_check.py")
+    assert result.returncode == 0, result.stdout[-3000:]
+    mismatch = (
+        "Cannot apply desired operation due to shape mismatches. All shapes across devices must be valid."
+    )
+    assert [line for line in rank_lines(result.stdout) if "Exception" in line or "no exception" in line] == [
+        f"gather: DistributedOperationException {mismatch}",
+        "pad_across_processes: DistributedOperationException Error found while calling "
+        "`accelerate.utils.operations.pad_across_processes`. Please see the earlier error for more details.",
+        f"reduce: DistributedOperationException {mismatch}",
+        f"broadcast: DistributedOperationException {mismatch}",
+    ]

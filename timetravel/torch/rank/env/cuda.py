@@ -28,7 +28,13 @@ import importlib.util
 import sys
 from typing import Any
 
-from timetravel.torch.rank.env import cuda_accelerator, cuda_api, cuda_devices, cuda_placements
+from timetravel.torch.rank.env import (
+    cuda_accelerator,
+    cuda_api,
+    cuda_devices,
+    cuda_libraries,
+    cuda_placements,
+)
 from timetravel.torch.rank.env.clock import RankClock
 from timetravel.torch.rank.env.cuda_api import DeviceSpec, SimulatedCuda, Unsupported
 from timetravel.torch.rank.env.patching import Installation, Patches
@@ -171,6 +177,7 @@ def install_cuda(
     cuda_devices.patch_amp(patches)
     cuda_devices.patch_load(patches)
     cuda_devices.patch_parallel(patches, cuda.placements)
+    cuda_libraries.patch_libraries(patches, cuda)
     finder = RefusedImports(refused_modules)
     sys.meta_path.insert(0, finder)
     patches.on_undo(lambda: sys.meta_path.remove(finder))
