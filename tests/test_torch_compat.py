@@ -430,3 +430,36 @@ def test_accelerate_s_debug_mode_finds_a_shape_mismatch_with_its_own_exception()
         f"reduce: DistributedOperationException {mismatch}",
         f"broadcast: DistributedOperationException {mismatch}",
     ]
+
+
+# -- the environment torchrun gives a rank (found beside item 1) --------------------------------------
+
+TORCHRUN_ENVIRONMENT = {
+    "GROUP_RANK": "0",
+    "GROUP_WORLD_SIZE": "1",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "localhost",
+    "OMP_NUM_THREADS": "1",
+    "RANK": "1",
+    "ROLE_NAME": "default",
+    "ROLE_RANK": "1",
+    "ROLE_WORLD_SIZE": "2",
+    "TORCHELASTIC_MAX_RESTARTS": "0",
+    "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "WORLD_SIZE": "2",
+}
+"""What real torchrun --standalone --nproc-per-node 2 gives rank 1 (MASTER_PORT, TORCHELASTIC_RUN_ID and
+TORCHELASTIC_ERROR_FILE vary from run to run)."""
+
+
+def test_a_rank_gets_the_environment_torchrun_gives_it() -> None:
+    from timetravel.torch.world.specs import rank_specs
+
+    config = get_scenario("torch").resolve_config(["script=x.py", "nproc=2"])
+    environment = rank_specs(config, 0, 0, cwd="/tmp", script=None)[1]["env"]
+    assert {key: environment.get(key) for key in TORCHRUN_ENVIRONMENT} == TORCHRUN_ENVIRONMENT
+    assert {"MASTER_PORT", "TORCHELASTIC_RUN_ID"} <= set(environment)
