@@ -8,7 +8,7 @@ PYTEST_TIMEOUT ?= 300
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard timetravel/sim/_speedups*.[ch])
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard timetravel/*/_speedups*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'

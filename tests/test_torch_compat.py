@@ -354,3 +354,112 @@ def test_a_tied_weight_is_in_the_recorded_params_under_both_names() -> None:
     params = world.nodes["r0"]["params"]
     assert sorted(params) == ["lm_head.weight", "wte.weight"]
     assert params["lm_head.weight"].tobytes() == params["wte.weight"].tobytes()
+
+
+# -- a run that never called a collective says so (item 12) -------------------------------------------
+
+
+def test_a_run_with_no_collective_and_no_step_warns_that_it_was_never_distributed() -> None:
+    report = simulate(SCRIPTS / "never_distributed.py")
+    assert report["outcome"] == "pass"
+    assert "no_collectives" in report["summary"]["warnings"]
+    result = torchrun(SCRIPTS / "never_distributed.py")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert "no_collectives: no rank called a collective: is this script distributed?" in result.stdout
+    assert (
+        "no_collectives"
+        not in simulate(SCRIPTS / "receive_buffers.py", 2, "args=receive")["summary"]["warnings"]
+    )
+
+
+# -- what real torch refuses, the simulator refuses, with torch's message (item 11) ---------------------
+
+DDP_OF_A_CPU_MODULE = (
+    "ValueError: DistributedDataParallel device_ids and output_device arguments only work with "
+    "single-device/multiple-device GPU modules or CPU modules, but got device_ids [0], output_device None, "
+    "and module parameters {device(type='cpu')}."
+)
+"""Real torchrun's message for DistributedDataParallel(nn.Linear(2, 2), device_ids=[0]) (rank 0)."""
+
+
+def test_ddp_refuses_device_ids_for_a_module_never_put_on_cuda_as_torch_does() -> None:
+    failure = simulate(SCRIPTS / "ddp_device_ids.py", 2, "args=cpu")["failure"]
+    assert failure["kind"] == "exception"
+    assert failure["message"].startswith(f"r0 raised {DDP_OF_A_CPU_MODULE} at ")
+
+
+def test_ddp_takes_device_ids_for_a_module_put_on_cuda_every_way() -> None:
+    result = torchrun(SCRIPTS / "ddp_device_ids.py", "placed")
+    assert result.returncode == 0, result.stdout[-2000:]
+    assert [line for line in rank_lines(result.stdout) if line.endswith("taken")] == [
+        "to(index): taken",
+        "cuda(): taken",
+        "device=: taken",
+        "with torch.device: taken",
+        "meta, to_empty: taken",
+    ]
+
+
+def test_what_was_put_on_cuda_is_remembered_and_only_that() -> None:
+    with install_cuda(0, 2, RankClock()) as installation:
+        placements = installation.state.placements
+        moved, kept = torch.ones(2).cuda(), torch.ones(2)
+        with torch.device("cuda"):
+            made = torch.zeros(2)
+        after = torch.zeros(2)
+        module = torch.nn.Linear(2, 2).to(0)
+        answers = [placements.holds_tensor(tensor) for tensor in (moved, kept, made, after)]
+        holds = (placements.holds_module(module), placements.holds_module(torch.nn.Linear(2, 2)))
+    assert answers == [True, False, True, False]
+    assert holds == (True, False)
+
+
+# -- accelerate's debug-mode check raises its own exception (item 8) ----------------------------------
+
+
+def test_accelerate_s_debug_mode_finds_a_shape_mismatch_with_its_own_exception() -> None:
+    result = torchrun(SCRIPTS / "accelerate_debug_check.py")
+    assert result.returncode == 0, result.stdout[-3000:]
+    mismatch = (
+        "Cannot apply desired operation due to shape mismatches. All shapes across devices must be valid."
+    )
+    assert [line for line in rank_lines(result.stdout) if "Exception" in line or "no exception" in line] == [
+        f"gather: DistributedOperationException {mismatch}",
+        "pad_across_processes: DistributedOperationException Error found while calling "
+        "`accelerate.utils.operations.pad_across_processes`. Please see the earlier error for more details.",
+        f"reduce: DistributedOperationException {mismatch}",
+        f"broadcast: DistributedOperationException {mismatch}",
+    ]
+
+
+# -- the environment torchrun gives a rank (found beside item 1) --------------------------------------
+
+TORCHRUN_ENVIRONMENT = {
+    "GROUP_RANK": "0",
+    "GROUP_WORLD_SIZE": "1",
+    "LOCAL_RANK": "1",
+    "LOCAL_WORLD_SIZE": "2",
+    "MASTER_ADDR": "localhost",
+    "OMP_NUM_THREADS": "1",
+    "RANK": "1",
+    "ROLE_NAME": "default",
+    "ROLE_RANK": "1",
+    "ROLE_WORLD_SIZE": "2",
+    "TORCHELASTIC_MAX_RESTARTS": "0",
+    "TORCHELASTIC_RESTART_COUNT": "0",
+    "TORCHELASTIC_SIGNALS_TO_HANDLE": "SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+    "TORCHELASTIC_USE_AGENT_STORE": "True",
+    "TORCH_NCCL_ASYNC_ERROR_HANDLING": "1",
+    "WORLD_SIZE": "2",
+}
+"""What real torchrun --standalone --nproc-per-node 2 gives rank 1 (MASTER_PORT, TORCHELASTIC_RUN_ID and
+TORCHELASTIC_ERROR_FILE vary from run to run)."""
+
+
+def test_a_rank_gets_the_environment_torchrun_gives_it() -> None:
+    from timetravel.torch.world.specs import rank_specs
+
+    config = get_scenario("torch").resolve_config(["script=x.py", "nproc=2"])
+    environment = rank_specs(config, 0, 0, cwd="/tmp", script=None)[1]["env"]
+    assert {key: environment.get(key) for key in TORCHRUN_ENVIRONMENT} == TORCHRUN_ENVIRONMENT
+    assert {"MASTER_PORT", "TORCHELASTIC_RUN_ID"} <= set(environment)

@@ -50,7 +50,7 @@ def check_kernel(
 ) -> None:
     """Check a starting kernel's accesses against earlier ones and record them; fail on the first race.
 
-    The pure-Python reference of the compiled core's ``check_kernel`` (sim/_speedups_gpu.h), which
+    The pure-Python reference of fabric's compiled ``check_kernel`` (fabric/_speedups_gpu_race.h), which
     runs at every kernel start of every rank (40,000 times a step at 10,000 ranks).
     """
     access = gpu["access"]

@@ -444,6 +444,22 @@ def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
         ctx.log(f"warning {name} on r{message['rank']}")
 
 
+NO_COLLECTIVES = "no_collectives"
+NO_COLLECTIVES_DETAIL = "no rank called a collective: is this script distributed?"
+
+
+def warn_if_never_distributed(state: dict[str, Any], ctx: Context) -> None:
+    """At the end of a run that passed: no rank completed a collective or an optimizer step (a GPU
+    script that took its no-GPU branch, a script that never called init_process_group's users)."""
+    if state["completed"] == 0 and state["steps_checked"] == 0:
+        state.setdefault("warnings", {})[NO_COLLECTIVES] = {
+            "first_rank": None,
+            "t_ns": ctx.now,
+            "detail": NO_COLLECTIVES_DETAIL,
+        }
+        ctx.log(f"warning {NO_COLLECTIVES}: {NO_COLLECTIVES_DETAIL}")
+
+
 HANDLERS = {
     "call": on_call,
     "wait": on_wait,

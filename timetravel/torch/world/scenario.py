@@ -55,6 +55,8 @@ def on_end(world: World, ctx: Context) -> None:
     finally:
         ctx.processes.stop_world(world)
     resume.check(world, ctx)  # after the ranks ended: it may run the reference (world/resume.py)
+    if not world.failures:
+        c10d.warn_if_never_distributed(world.nodes[C10D_NODE], ctx)
 
 
 def summarize(world: World) -> dict[str, Any]:
@@ -62,6 +64,8 @@ def summarize(world: World) -> dict[str, Any]:
     warnings = state.get("warnings", {})
     outside = warnings.get("write_outside_workdir")
     first_write_outside = {"first_write_outside_workdir": outside["detail"]} if outside else {}
+    never = warnings.get(c10d.NO_COLLECTIVES)
+    never_distributed = {c10d.NO_COLLECTIVES: never["detail"]} if never else {}
     return {
         "ranks": state["ranks"],
         "collectives": state["completed"],
@@ -69,6 +73,7 @@ def summarize(world: World) -> dict[str, Any]:
         "script_sha256": state["script_sha256"][:16],
         "warnings": sorted(warnings),
         **first_write_outside,
+        **never_distributed,
         "restarts": state["restarts"],
     }
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from timetravel.torch.rank.env.clock import RankClock
+from timetravel.torch.rank.env.cuda_placements import Placements
 from timetravel.torch.rank.errors import the_scripts
 
 NS_PER_MS = 1_000_000
@@ -186,6 +187,7 @@ class SimulatedCuda:
         self.current_streams = list(self.default_streams)
         self.seeds = [0] * local_world_size
         self.rng_states: list[Any] = [None] * local_world_size
+        self.placements = Placements()  # what the script put on a CUDA device (cuda_placements.py)
 
     # -- devices ---------------------------------------------------------------------------
 
