@@ -245,6 +245,7 @@ def test_ctrl_c_during_the_real_run_leaves_no_process(tmp_path: Path) -> None:
     assert processes_naming(str(tmp_path)) == []
 
 
+@pytest.mark.slow
 def test_a_real_run_over_its_time_is_ended_and_refused(tmp_path: Path) -> None:
     code, _, stderr = against_real(
         "--real-timeout", "15", str(SCRIPTS / "sleeps_after_init.py"), "600", env={"TMPDIR": str(tmp_path)}
