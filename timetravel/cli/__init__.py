@@ -47,6 +47,11 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "run your torch.distributed training script as N simulated ranks",
     ),
     CommandEntry(
+        "python",
+        _PACKAGE + "torchrun_command",
+        "run a script that starts its own ranks (torch.multiprocessing.spawn): each one simulated",
+    ),
+    CommandEntry(
         "bench", _PACKAGE + "bench_command", "measure speed and memory against reference implementations"
     ),
     CommandEntry(

@@ -145,6 +145,9 @@ def _print_human(report: dict[str, Any]) -> None:
         print(f"  signature {failure['signature']}")
         for line in flight_recorder_lines(failure.get("flight_recorder")):
             print(f"  {line}")
+        if failure["kind"] == "internal":  # the simulator's own traceback: what its developers need
+            for line in str(failure.get("traceback", "")).rstrip().splitlines():
+                print(f"  | {line}")
     for key, value in report.get("summary", {}).items():
         print(f"  {key}: {value}")
     print(f"state_hash {report['state_hash']}  hash_chain {report['hash_chain']}")

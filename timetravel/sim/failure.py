@@ -32,6 +32,7 @@ FAILURE_KINDS: dict[str, str] = {
     "resume_mismatch": "a restart after a crash did not resume where the run would have gone on",
     "silent_corruption": "a fault changed the run's final parameters and no detector noticed",
     "duplicate_batches": "ranks trained on the same samples in one step, or every epoch in one order",
+    "internal": "timetravel's own code raised inside a rank (a bug of the simulator, not of the script)",
 }
 """Every kind of failure, with what it means: the one table (``make_failure`` refuses any other kind,
 so a detector that invents one fails its tests; docs/architecture.md lists them)."""

@@ -98,7 +98,10 @@ def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:
     frames keep and a replay checks; a report shows every field (:func:`failure_fields`)."""
     if failure is None:
         return None
-    return {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
+    shown = {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
+    if failure["kind"] == "internal" and "traceback" in failure:
+        shown["traceback"] = failure["traceback"]
+    return shown
 
 
 def reproduce_command(

@@ -12,6 +12,7 @@ it into the output tensors in place. Tensors cross as raw bytes (:mod:`timetrave
 
 from __future__ import annotations
 
+import datetime
 from collections.abc import Callable
 from typing import Any
 
@@ -22,6 +23,7 @@ from torch.futures import Future
 
 from timetravel.torch.protocol.arrays import DTYPES
 from timetravel.torch.rank.channel import Channel
+from timetravel.torch.rank.errors import the_scripts
 
 BACKEND_NAME = "timetravel"
 _REDUCE_OP_NAMES = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
@@ -31,6 +33,8 @@ _channel: Channel | None = None
 
 class UnsupportedCollective(RuntimeError):
     """An op the simulator does not implement: a clear failure, never a silent wrong answer."""
+
+    failure_kind = "unsupported"
 
 
 def bind(channel: Channel) -> None:
@@ -90,17 +94,30 @@ def wire_to_tensor(wire: dict[str, Any]) -> torch.Tensor:
 
 
 class SimulatedWork(dist.Work):
-    """A collective in flight: its result is fetched from the World on the first wait."""
+    """A collective in flight: its result is fetched from the World on the first wait.
 
-    def __init__(self, work_id: int, deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
+    The wait carries the hang timeout the script gave (``work.wait(timeout)``, else its group's
+    ``timeout=``); without one the World applies the run's ``hang_timeout``."""
+
+    def __init__(
+        self,
+        work_id: int,
+        deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+        timeout_ns: int | None = None,
+    ) -> None:
         super().__init__()
         self.work_id = work_id
         self._deliver = deliver
         self._outputs: list[torch.Tensor] | None = None
+        self._timeout_ns = timeout_ns
 
     def wait(self, timeout: Any = None) -> bool:
         if self._outputs is None:
-            reply = channel().call({"kind": "wait", "works": [self.work_id]})
+            request: dict[str, Any] = {"kind": "wait", "works": [self.work_id]}
+            timeout_ns = _nanoseconds(timeout) or self._timeout_ns  # torch's timedelta(0): the group's
+            if timeout_ns:
+                request["timeout_ns"] = timeout_ns
+            reply = channel().call(request)
             received = [wire_to_tensor(wire) for wire in reply["results"][str(self.work_id)]]
             self._outputs = self._deliver(received)
         return True
@@ -123,6 +140,13 @@ class SimulatedWork(dist.Work):
 
     def synchronize(self) -> None:
         self.wait()
+
+
+def _nanoseconds(timeout: Any) -> int | None:
+    """A torch timeout (a timedelta) in integer nanoseconds; None for none."""
+    if timeout is None:
+        return None
+    return int(timeout // datetime.timedelta(microseconds=1)) * 1000
 
 
 def _copy_into(targets: list[torch.Tensor]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
@@ -152,7 +176,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)  # type: ignore[call-arg]
         self._group_rank = rank
         self._size = size
-        self._timeout_ns = int(timeout.total_seconds() * 1e9) if timeout is not None else None
+        self._timeout_ns = _nanoseconds(timeout)
         self._members: list[int] | None = None
         self._key: str | None = None
         self._sequence = 0
@@ -221,7 +245,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
             timeout_ns=self._timeout_ns,
         )
         rank_channel.post(message)
-        return SimulatedWork(work_id, deliver)
+        return SimulatedWork(work_id, deliver, self._timeout_ns)
 
     # -- collectives -----------------------------------------------------------------------------
 
@@ -257,8 +281,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimulatedWork:
         if output.numel() != input.numel() * self._size:
-            raise ValueError(
-                f"all_gather_into_tensor: output has {output.numel()} elements, expected {input.numel() * self._size}"
+            raise the_scripts(
+                ValueError(
+                    f"all_gather_into_tensor: output has {output.numel()} elements, expected {input.numel() * self._size}"
+                )
             )
         return self._post("all_gather", [input], _copy_into(list(output.chunk(self._size))))
 
@@ -289,8 +315,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
     ) -> SimulatedWork:
         if input.numel() != output.numel() * self._size:
-            raise ValueError(
-                f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
+            raise the_scripts(
+                ValueError(
+                    f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
+                )
             )
         return self._post(
             "reduce_scatter", list(input.chunk(self._size)), _copy_into([output]), reduce_op=_reduce_op(opts)
@@ -392,14 +420,3 @@ def _split(tensor: torch.Tensor, sizes: list[int] | None, parts: int) -> list[to
     if not sizes:
         return list(tensor.chunk(parts)) if tensor.numel() else [tensor] * parts
     return list(torch.split(tensor, list(sizes)))
-
-
-def create_group(store: Any, rank: int, size: int, timeout: Any) -> SimulatedProcessGroup:
-    """The creator torch calls for ``init_process_group`` and every ``new_group``."""
-    return SimulatedProcessGroup(rank, size, timeout)
-
-
-def register() -> None:
-    """Register the backend for cpu and cuda (scripts ask for nccl on cuda: they land here too)."""
-    if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, create_group, devices=["cpu", "cuda"])

@@ -38,6 +38,9 @@ class Channel:
         capture sends the last step's loss there: :mod:`timetravel.torch.rank.env.loss_capture`)."""
         self.on_probe: Callable[[dict[str, Any]], None] | None = None
         """explain's module probe, asked for while this rank waits (rank/setup.py installs it)."""
+        self.at_script_end: list[Callable[[], None]] = []
+        """Called when the script returned or raised, before the exit message (``--against-real``'s
+        capture writes its last record there)."""
         self.on_checkpoint: Callable[[Channel, dict[str, Any]], None] | None = None
         """Fork a checkpoint of this process, asked for while it waits (rank/main.py sets it to
         :func:`timetravel.torch.rank.checkpoint.take`; the channel itself knows nothing of forks)."""

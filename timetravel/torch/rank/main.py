@@ -81,22 +81,30 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
     sys.stdout = RankOutput(rank_channel, "stdout")
     sys.stderr = RankOutput(rank_channel, "stderr")
     exit_message: dict[str, Any] = {"kind": "exit", "code": 0, "error": None, "error_kind": None}
+    namespace: dict[str, Any] = {}  # the script's globals, alive until the at_script_end hooks ran
     try:
         from timetravel.torch.rank import setup as rank_setup
 
         rank_setup.install(spec, rank_channel)
         if spec.get("function"):
             exit_message["result"] = _plain(_call_function(spec))
+        elif spec.get("module"):  # python -m MODULE: the launch folder first on the path, as python puts it
+            sys.argv = [spec["script"], *spec["args"]]
+            sys.path.insert(0, spec["env"].get("TIMETRAVEL_LAUNCH_DIR", os.getcwd()))
+            namespace = runpy.run_module(spec["module"], run_name="__main__", alter_sys=True)
         else:
             sys.argv = [spec["script"], *spec["args"]]
             sys.path.insert(0, os.path.dirname(os.path.abspath(spec["script"])))
-            runpy.run_path(spec["script"], run_name="__main__")
+            namespace = runpy.run_path(spec["script"], run_name="__main__")
     except StopRank:
         return 0
     except SystemExit as exit_request:
         exit_message["code"] = _exit_code(exit_request.code)
     except BaseException as error:  # the script's own failure: reported once, in the failure record
         exit_message.update(describe_error(error))
+    for hook in rank_channel.at_script_end:
+        hook()
+    namespace.clear()
     try:
         _flush_outputs()
         rank_channel.post(exit_message)

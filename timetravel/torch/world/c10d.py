@@ -109,8 +109,9 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if op in ("send", "recv")
         else f"{message['group']}#{message['seq']}"
     )
-    digests.note_entry(state, entry, key, message["group"], message["seq"])
-    if ctx.world.config["detect_nan"] and _fails_on_nonfinite(entry, message, ctx):
+    nonfinite = digests.note_entry(state, entry, key, message["group"], message["seq"])
+    if ctx.world.config["detect_nan"] and nonfinite:
+        _fail_nonfinite(entry, message, nonfinite[0], ctx)
         return
     hangs.check_deadlines(state, ctx)
     if op in ("send", "recv"):
@@ -139,22 +140,20 @@ def _apply_entry_faults(entry: dict[str, Any], ctx: Context) -> bool:
     return fate != "arrives"
 
 
-def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> bool:
-    for position, array in enumerate(entry["inputs"]):
-        count = arrays.nonfinite_count(array)
-        if count:
-            ctx.fail(
-                "nan",
-                f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
-                f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
-                "torch.collective.nonfinite",
-                node=f"r{entry['rank']}",
-            )
-            ctx.world.failures[-1].update(
-                op=entry["op"], seq=message["seq"], group=message["group"], tensor=position
-            )
-            return True
-    return False
+def _fail_nonfinite(
+    entry: dict[str, Any], message: dict[str, Any], first: tuple[int, int], ctx: Context
+) -> None:
+    """The rank fed a NaN or Inf that can reach a result (digests.reaches_a_result): tensor ``first``."""
+    position, count = first
+    array = entry["inputs"][position]
+    ctx.fail(
+        "nan",
+        f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
+        f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
+        "torch.collective.nonfinite",
+        node=f"r{entry['rank']}",
+    )
+    ctx.world.failures[-1].update(op=entry["op"], seq=message["seq"], group=message["group"], tensor=position)
 
 
 def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
@@ -281,8 +280,15 @@ def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
     message = event.payload
     rank = message["rank"]
     _delivered(state, rank)
-    state["waiting"][str(rank)] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    waiting: dict[str, Any] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    if message.get("timeout_ns") is not None:  # the script's timeout= for this group (or this wait)
+        waiting["timeout_ns"] = int(message["timeout_ns"])
+    if message.get("store"):  # a store call: its own timeout answers it (world/store.py)
+        waiting["store"] = True
+    state["waiting"][str(rank)] = waiting
     _try_release(state, rank, ctx)
+    if str(rank) in state["waiting"]:
+        hangs.arm_deadline(state, ctx)
 
 
 def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
@@ -346,16 +352,32 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     node = f"r{rank}"
     if message.get("error"):
         where = f" at {message['where']}" if message.get("where") else ""
-        kind = "unsupported" if message.get("error_kind") == "unsupported" else "exception"
+        kind = (
+            message.get("error_kind")
+            if message.get("error_kind") in ("unsupported", "internal")
+            else "exception"
+        )
         error_type = str(message["error"]).split(":")[0]
-        text = f"{node} raised {message['error']}{where}"
         traceback = message.get("traceback", "")
+        if kind == "internal":
+            text = f"{INTERNAL_ERROR} in {node}: {message['error']}{where}. {INTERNAL_REQUEST}"
+            elastic.rank_failed(
+                state, ctx, rank, kind, text, f"torch.internal:{error_type}", traceback=traceback
+            )
+            return
+        text = f"{node} raised {message['error']}{where}"
         elastic.rank_failed(state, ctx, rank, kind, text, f"torch.script:{error_type}", traceback=traceback)
         return
     if message["code"] != 0:
         elastic.rank_failed(
             state, ctx, rank, "crash", f"{node} exited with code {message['code']}", "torch.rank.exit_code"
         )
+
+
+INTERNAL_ERROR = "timetravel's own error (a bug of the simulator, not of your script)"
+INTERNAL_REQUEST = (
+    "Please report it to timetravel's developers with the traceback (--json: failure.traceback)"
+)
 
 
 def on_died(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -403,6 +425,22 @@ def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
         ctx.world.failures[-1].update(ranks=message["ranks"], step=message["step"])
 
 
+NO_COLLECTIVES = "no_collectives"
+NO_COLLECTIVES_DETAIL = "no rank called a collective: is this script distributed?"
+
+
+def warn_if_never_distributed(state: dict[str, Any], ctx: Context) -> None:
+    """At the end of a run that passed: no rank completed a collective or an optimizer step (a GPU
+    script that took its no-GPU branch, a script that never called init_process_group's users)."""
+    if state["completed"] == 0 and state["steps_checked"] == 0:
+        state.setdefault("warnings", {})[NO_COLLECTIVES] = {
+            "first_rank": None,
+            "t_ns": ctx.now,
+            "detail": NO_COLLECTIVES_DETAIL,
+        }
+        ctx.log(f"warning {NO_COLLECTIVES}: {NO_COLLECTIVES_DETAIL}")
+
+
 HANDLERS = {
     "call": on_call,
     "wait": on_wait,
@@ -411,4 +449,5 @@ HANDLERS = {
     "died": on_died,
     "warning": on_warning,
     "store_result": on_store_result,
+    "deadline": hangs.on_deadline,
 }

@@ -40,12 +40,27 @@ def _nonfinite(tensors: list[np.ndarray]) -> int:
     return sum(arrays.nonfinite_count(array) for array in tensors)
 
 
-def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: Any, seq: Any) -> None:
-    """A rank entered collective ``key`` with ``entry['inputs']``: its last-collective record starts."""
+def reaches_a_result(entry: dict[str, Any]) -> bool:
+    """Whether the rank's inputs can reach any rank's result: not a broadcast's from a rank other than
+    its root (a receive buffer, often ``torch.empty``: NaN under deterministic algorithms)."""
+    return entry["op"] != "broadcast" or entry["opts"].get("root") == entry["index"]
+
+
+def note_entry(
+    state: dict[str, Any], entry: dict[str, Any], key: str, group: Any, seq: Any
+) -> list[tuple[int, int]]:
+    """A rank entered collective ``key`` with ``entry['inputs']``: its last-collective record starts.
+    Returns (tensor position, non-finite count) of each input that reaches a result and holds one."""
     rank = str(entry["rank"])
     last = state.setdefault("last", {})
     previous = last.get(rank, {})
-    in_nonfinite = _nonfinite(entry["inputs"])
+    counts = (
+        [(position, arrays.nonfinite_count(array)) for position, array in enumerate(entry["inputs"])]
+        if reaches_a_result(entry)
+        else []
+    )
+    counts = [(position, count) for position, count in counts if count]
+    in_nonfinite = sum(count for _, count in counts)
     last[rank] = {
         "key": key,
         "id": entry["id"],
@@ -70,6 +85,7 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
             "t_ns": entry["t_ns"],
             "count": in_nonfinite,
         }
+    return counts
 
 
 def note_results(

@@ -98,7 +98,7 @@ class RankHost:
             restarts,
             cwd=directory.path,
             script=script,
-            extra_settings=self._probe_settings(),
+            extra_settings=self._probe_settings(config),
         )
         live = RankDriver(specs, output=self._output(config), stuck_timeout_s=config["stuck_timeout"])
         live.workdir = directory
@@ -113,8 +113,15 @@ class RankHost:
             return None
         return self.launch.output if self.launch.output is not None else sys.stdout
 
-    def _probe_settings(self) -> dict[int, dict[str, Any]]:
-        return self.probe.start_settings() if self.probe is not None else {}
+    def _probe_settings(self, config: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        """Per rank, what this execution's ranks are told beside the world's config: explain's probe,
+        and the launch's own process settings (the capture folder of ``--against-real``)."""
+        probe = self.probe.start_settings() if self.probe is not None else {}
+        launched = dict(self.launch.process_settings)
+        if not launched:
+            return probe
+        ranks = config["nproc"] * config["nnodes"]
+        return {rank: {**launched, **probe.get(rank, {})} for rank in range(ranks)}
 
     def start(self, live: RankDriver, *, spawn: bool) -> None:
         """Make ``live`` one of this host's drivers: drivers of worlds nobody holds stop, then the

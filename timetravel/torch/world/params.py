@@ -14,6 +14,12 @@ STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 
 PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
+    Param(
+        "module",
+        "str",
+        "",
+        "run the script as `python -m MODULE` (torchrun -m): `script` is then the module's file",
+    ),
     Param("function", "str", "", "instead of a script: module:function to run as every rank (Python API)"),
     Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
     Param(
@@ -28,8 +34,9 @@ PARAMS: tuple[Param, ...] = (
         "env_style",
         "str",
         "torchrun",
-        "environment given to ranks: torchrun, or slurm (adds SLURM_*)",
-        choices=("torchrun", "slurm"),
+        "environment given to ranks: torchrun, slurm (adds SLURM_*) or python (as `python SCRIPT` has "
+        "it: no torchrun variables; torch.multiprocessing.spawn runs its function as the rank)",
+        choices=("torchrun", "slurm", "python"),
     ),
     Param(
         "hang_timeout",
@@ -75,6 +82,14 @@ PARAMS: tuple[Param, ...] = (
         "eager",
         "torch.compile inside ranks: eager (any backend runs eagerly: no compiler in the simulator) or inductor",
         choices=("eager", "inductor"),
+    ),
+    Param(
+        "cuda",
+        "str",
+        "on",
+        "CUDA inside ranks: on (torch.cuda serves N devices on CPU tensors) or off (no device, as torch "
+        "sees a CPU-only host: the code path real torchrun takes here; what --against-real uses)",
+        choices=("on", "off"),
     ),
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(

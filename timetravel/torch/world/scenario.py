@@ -71,6 +71,8 @@ def on_end(world: World, ctx: Context) -> None:
     # after the ranks ended: each may run a reference (world/reference.py)
     resume.check(world, ctx)
     silent.check(world, ctx)
+    if not world.failures:
+        c10d.warn_if_never_distributed(world.nodes[C10D_NODE], ctx)
 
 
 def summarize(world: World) -> dict[str, Any]:
@@ -80,6 +82,8 @@ def summarize(world: World) -> dict[str, Any]:
     first_write_outside = {"first_write_outside_workdir": outside["detail"]} if outside else {}
     duplicated = warnings.get(duplicates.WARNING)
     first_duplicate = {duplicates.WARNING: duplicated["detail"]} if duplicated else {}
+    never = warnings.get(c10d.NO_COLLECTIVES)
+    never_distributed = {c10d.NO_COLLECTIVES: never["detail"]} if never else {}
     return {
         "ranks": state["ranks"],
         "collectives": state["completed"],
@@ -88,6 +92,7 @@ def summarize(world: World) -> dict[str, Any]:
         "warnings": sorted(warnings),
         **first_write_outside,
         **first_duplicate,
+        **never_distributed,
         "restarts": state["restarts"],
     }
 
