@@ -12,6 +12,7 @@ from typing import Any
 
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
+from timetravel.explore.commands.render_memory import uninitialised_lines
 from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.explore.reference import overlay_lines
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
@@ -371,6 +372,8 @@ def site_lines(site: x.FailureSite) -> list[str]:
         lines.append(f"  first non-finite module: {site.probe_note}")
     else:
         lines.append(f"  first non-finite module: {module_text(site.module)}")
+    if site.uninitialised is not None:
+        lines += uninitialised_lines(site.uninitialised)
     return lines
 
 

@@ -92,17 +92,26 @@ def wire_to_tensor(wire: dict[str, Any]) -> torch.Tensor:
 class SimulatedWork(dist.Work):
     """A collective in flight: its result is fetched from the World on the first wait."""
 
-    def __init__(self, work_id: int, deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
+    def __init__(
+        self,
+        work_id: int,
+        deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+        message: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.work_id = work_id
         self._deliver = deliver
         self._outputs: list[torch.Tensor] | None = None
+        self._message = message or {}
 
     def wait(self, timeout: Any = None) -> bool:
         if self._outputs is None:
-            reply = channel().call({"kind": "wait", "works": [self.work_id]})
+            rank_channel = channel()
+            reply = rank_channel.call({"kind": "wait", "works": [self.work_id]})
             received = [wire_to_tensor(wire) for wire in reply["results"][str(self.work_id)]]
             self._outputs = self._deliver(received)
+            for observe in rank_channel.result_observers:
+                observe(self._message, self._outputs)
         return True
 
     def is_completed(self) -> bool:
@@ -214,6 +223,8 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         """Post one call to the World (its inputs as raw bytes) and return its work at once."""
         rank_channel = channel()
         work_id = rank_channel.next_work_id()
+        for observe in list(rank_channel.call_observers):
+            observe(message, inputs)
         message.update(
             kind="call",
             id=work_id,
@@ -221,7 +232,8 @@ class SimulatedProcessGroup(dist.ProcessGroup):
             timeout_ns=self._timeout_ns,
         )
         rank_channel.post(message)
-        return SimulatedWork(work_id, deliver)
+        described: dict[str, Any] = {key: message[key] for key in ("op", "group", "seq") if key in message}
+        return SimulatedWork(work_id, deliver, described)
 
     # -- collectives -----------------------------------------------------------------------------
 

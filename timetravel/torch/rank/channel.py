@@ -38,6 +38,12 @@ class Channel:
         capture sends the last step's loss there: :mod:`timetravel.torch.rank.env.loss_capture`)."""
         self.on_probe: Callable[[dict[str, Any]], None] | None = None
         """explain's module probe, asked for while this rank waits (rank/setup.py installs it)."""
+        self.call_observers: list[Callable[[dict[str, Any], list[Any]], None]] = []
+        """Called with each collective's call message and input tensors before it is posted (explain's
+        watches read them; rank/backend.py). They only read: what the World receives is unchanged."""
+        self.result_observers: list[Callable[[dict[str, Any], list[Any]], None]] = []
+        """Called with each collective's call message and the tensors it wrote once its result arrived
+        (``diff --ops`` hashes them as ops of their own)."""
         self.on_checkpoint: Callable[[Channel, dict[str, Any]], None] | None = None
         """Fork a checkpoint of this process, asked for while it waits (rank/main.py sets it to
         :func:`timetravel.torch.rank.checkpoint.take`; the channel itself knows nothing of forks)."""

@@ -107,6 +107,15 @@ def _install_probe(
     hooks = ModuleProbe(rank_channel, step, lambda: reporter.steps, module_names)
     hooks.install()
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: hooks.step_done())
+    if request.get("init") and not resumed:  # from the start: which parameters were never written
+        from timetravel.torch.rank.init_watch import InitWatch
+
+        InitWatch(rank_channel, step, parameter_fqn).install()
+
+
+def parameter_fqn(module: torch.nn.Module, name: str) -> str:
+    """A parameter's name from the outermost module that holds it (``blocks.0.fc1.weight``)."""
+    return rank_state.strip_prefixes(module_prefix(module) + name)
 
 
 def _metrics_sink(rank_channel: Channel, capture: Any) -> Any:

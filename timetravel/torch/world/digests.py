@@ -46,6 +46,8 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
     last = state.setdefault("last", {})
     previous = last.get(rank, {})
     in_nonfinite = _nonfinite(entry["inputs"])
+    if in_nonfinite:  # the nan detector reads it once every member entered (only where there is one)
+        entry["nonfinite"] = _first_nonfinite_tensor(entry["inputs"], in_nonfinite)
     last[rank] = {
         "key": key,
         "id": entry["id"],
@@ -70,6 +72,48 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
             "t_ns": entry["t_ns"],
             "count": in_nonfinite,
         }
+
+
+def _first_nonfinite_tensor(tensors: list[np.ndarray], count: int) -> dict[str, Any]:
+    """Where an entry's non-finite values are: their count, and the first tensor holding any."""
+    for position, array in enumerate(tensors):
+        if arrays.nonfinite_count(array):
+            return {"count": count, "tensor": position, "dtype": str(array.dtype), "shape": list(array.shape)}
+    raise AssertionError("an entry with non-finite values holds a tensor with some")
+
+
+def fail_nonfinite(entries: list[dict[str, Any]], key: str, group: Any, seq: Any, ctx: Context) -> None:
+    """The ``nan`` detector: these entries of collective ``key`` (every member that entered it) hold
+    non-finite values. Every such rank is named, in rank order, and the lowest is the failure's
+    node, so the rank named does not depend on which one arrived first (the seed's arrival order)."""
+    fed = sorted((entry for entry in entries if "nonfinite" in entry), key=lambda entry: int(entry["rank"]))
+    assert fed, "a nan failure names at least one rank that fed non-finite values"
+    first = fed[0]
+    where = f"{first['op']} #{seq} of group {group}"
+    parts = [
+        f"r{entry['rank']} {entry['nonfinite']['count']} in tensor {entry['nonfinite']['tensor']} "
+        f"({entry['nonfinite']['dtype']}{entry['nonfinite']['shape']})"
+        for entry in fed
+    ]
+    if len(fed) == 1:
+        info = first["nonfinite"]
+        message = (
+            f"r{first['rank']} fed {info['count']} non-finite value(s) into {where} "
+            f"(tensor {info['tensor']}, {info['dtype']}{info['shape']})"
+        )
+    else:
+        names = ", ".join(f"r{entry['rank']}" for entry in fed[:-1]) + f" and r{fed[-1]['rank']}"
+        message = f"{names} fed non-finite values into {where}: {', '.join(parts)}"
+    ctx.fail("nan", message, "torch.collective.nonfinite", node=f"r{first['rank']}")
+    ctx.world.failures[-1].update(
+        op=first["op"],
+        seq=seq,
+        group=group,
+        collective=key,
+        tensor=first["nonfinite"]["tensor"],
+        ranks=[f"r{entry['rank']}" for entry in fed],
+        nonfinite={f"r{entry['rank']}": entry["nonfinite"]["count"] for entry in fed},
+    )
 
 
 def note_results(

@@ -202,9 +202,9 @@ class TorchWorlds:
 
     # -- explain's module probe (module_probe.py) ------------------------------------------------------
 
-    def probing(self, rank: int, step: int, world: World | None = None) -> Any:
-        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields findings."""
-        return probing(self._host(), rank, step, world)
+    def probing(self, rank: int, step: int, world: World | None = None, *, init: bool = False) -> Any:
+        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields the probe."""
+        return probing(self._host(), rank, step, world, init=init)
 
     def end_probe(self, world: World) -> None:
         """Stop the probed world's ranks and remove their working directory unless checkpoints share it:
