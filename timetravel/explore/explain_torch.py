@@ -24,7 +24,7 @@ says so in one line and keeps what the recording knows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -313,16 +313,21 @@ def probe_start(session: Session, rank: int, step: int) -> int | None:
     yet, so hooks installed there see all of it. None: no such snapshot (the probe starts at #0)."""
     from timetravel.torch.world import module_probe
 
-    snapshots = session.snapshots()
-    for position in range(len(snapshots) - 1, 0, -1):
-        snapshot = snapshots[position]
-        if snapshot.final or snapshot.events < session.fork_events:
-            continue
-        world = session.snapshot_world(position)
+    for position, world in resumable_worlds(session):
         state = world.nodes.get(f"r{rank}", {})
         if state.get("status") == "waiting" and module_probe.steps_completed(world, rank) <= step - 2:
             return position
     return None
+
+
+def resumable_worlds(session: Session) -> Iterator[tuple[int, Any]]:
+    """(position, world) of the session's snapshots a re-execution may start from, latest first: not
+    the run's end, not before a branch's fork (before it, its parent's history runs)."""
+    snapshots = session.snapshots()
+    for position in range(len(snapshots) - 1, 0, -1):
+        snapshot = snapshots[position]
+        if not snapshot.final and snapshot.events >= session.fork_events:
+            yield position, session.snapshot_world(position)
 
 
 def _probe_run(
@@ -356,4 +361,12 @@ def _ignore(_event: Any) -> None:
     """The probe's run pauses after every event (so no checkpoint of a probed rank is kept)."""
 
 
-__all__ = ["FaultCause", "execution_refusal", "failure_site", "fault_causes", "is_torch", "nan_entry_event"]
+__all__ = [
+    "FaultCause",
+    "execution_refusal",
+    "failure_site",
+    "fault_causes",
+    "is_torch",
+    "nan_entry_event",
+    "resumable_worlds",
+]

@@ -13,6 +13,7 @@ from typing import Any
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.commands.render_memory import uninitialised_lines
+from timetravel.explore.commands.render_ops import ops_lines
 from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.explore.reference import overlay_lines
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
@@ -242,6 +243,8 @@ def _diff(result: r.DiffCommandResult, unit: str) -> list[str]:
         lines.append(f"  ... and {result.omitted} more")
     if not result.paths and not result.omitted:
         lines.append("  no differences")
+    if result.ops is not None:
+        lines += ops_lines(result.ops, unit)
     return lines
 
 

@@ -69,8 +69,9 @@ class Probe:
         return {self.rank: {PROBE_SETTING: {"step": self.step, "init": self.init}}}
 
     def is_probed(self, world: World) -> bool:
-        """Whether ``world`` is the one this probe re-executes (its ranks must not become checkpoints)."""
-        return self.world is not None and self.world is world
+        """Whether ``world``'s ranks must not become checkpoints: it is the world this probe
+        re-executes, or any while ranks start probed (from #0)."""
+        return self.world is None or self.world is world
 
     def on_resume(self, world: World, live: Any) -> None:
         """``world``'s ranks were resumed into ``live`` and handed nothing yet: if it is the probed
