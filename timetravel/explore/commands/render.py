@@ -275,8 +275,15 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
     ]
     lines += [f"  {name} {before} -> {after}" for name, (before, after) in result.params_changed.items()]
     lines.append(f"  {failure_text(result.failure, unit)}")
+    if result.identity:
+        kept = ", ".join(f"{key} {value}" for key, value in result.identity.items())
+        lines.append(f"  the same failure: {kept} (as the recording's)")
     on_branch = f" (branch {result.repro_branch})" if result.repro_branch != "main" else ""
-    lines += [f"  wrote {result.out}{on_branch}"] if result.out else []
+    if result.out:
+        sizes = (
+            f": {result.out_bytes:,} bytes (the input: {result.input_bytes:,})" if result.input_bytes else ""
+        )
+        lines.append(f"  wrote {result.out}{on_branch}{sizes}")
     lines += [f"  wrote {result.pytest}"] if result.pytest else []
     if result.out:
         lines.append(

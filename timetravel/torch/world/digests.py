@@ -27,6 +27,7 @@ import xxhash
 from timetravel.sim.context import Context
 from timetravel.torch.protocol import arrays
 from timetravel.torch.world import resume
+from timetravel.torch.world.state import steps_completed_in
 
 
 def tensor_digests(tensors: list[np.ndarray]) -> list[str]:
@@ -85,7 +86,8 @@ def _first_nonfinite_tensor(tensors: list[np.ndarray], count: int) -> dict[str, 
 def fail_nonfinite(entries: list[dict[str, Any]], key: str, group: Any, seq: Any, ctx: Context) -> None:
     """The ``nan`` detector: these entries of collective ``key`` (every member that entered it) hold
     non-finite values. Every such rank is named, in rank order, and the lowest is the failure's
-    node, so the rank named does not depend on which one arrived first (the seed's arrival order)."""
+    node, so the rank named does not depend on which one arrived first (the seed's arrival order).
+    ``step`` is the optimizer step in progress on that rank (1 for the first)."""
     fed = sorted((entry for entry in entries if "nonfinite" in entry), key=lambda entry: int(entry["rank"]))
     assert fed, "a nan failure names at least one rank that fed non-finite values"
     first = fed[0]
@@ -106,6 +108,7 @@ def fail_nonfinite(entries: list[dict[str, Any]], key: str, group: Any, seq: Any
         message = f"{names} fed non-finite values into {where}: {', '.join(parts)}"
     ctx.fail("nan", message, "torch.collective.nonfinite", node=f"r{first['rank']}")
     ctx.world.failures[-1].update(
+        step=steps_completed_in(ctx.world.nodes["c10d"], int(first["rank"])) + 1,
         op=first["op"],
         seq=seq,
         group=group,

@@ -36,6 +36,7 @@ from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
 from timetravel.torch.world.recorded_script import torch_missing_message
 from timetravel.torch.world.specs import script_to_run
+from timetravel.torch.world.state import steps_completed_in
 
 PROBE_SETTING = "probe"
 
@@ -144,9 +145,7 @@ def rank_number(node: Any) -> int | None:
 def steps_completed(world: World, rank: int) -> int:
     """Optimizer steps ``rank`` completed: every rank's (``steps_checked``) or a later one it
     reported while a peer had not yet (``c10d``'s pending step reports)."""
-    c10d_state = world.nodes["c10d"]
-    reported = [int(step) for step, reports in c10d_state.get("steps", {}).items() if str(rank) in reports]
-    return max([int(c10d_state.get("steps_checked", 0)), *reported])
+    return steps_completed_in(world.nodes["c10d"], rank)
 
 
 def failure_site(world: World, failure: dict[str, Any]) -> dict[str, Any] | None:

@@ -22,7 +22,14 @@ PARAMS: tuple[Param, ...] = (
         "",
         "the ranks' private working directory starts as a copy of this directory ('' = empty)",
     ),
-    Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
+    Param(
+        "nproc",
+        "int",
+        2,
+        "ranks per host (torchrun --nproc-per-node); minimize lowers it, keeping the ranks a failure involves",
+        minimum=1,
+        shrinkable=True,
+    ),
     Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
     Param(
         "env_style",

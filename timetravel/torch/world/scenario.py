@@ -21,7 +21,7 @@ from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario, ScenarioView
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import SNAPSHOT_EVERY_EVENTS_TORCH
-from timetravel.torch.world import c10d, digests, hangs, ranks, resume, store, timing, workdir
+from timetravel.torch.world import c10d, digests, hangs, minimizing, ranks, resume, store, timing, workdir
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.faults import parse_faults
 from timetravel.torch.world.host import RankHost
@@ -117,6 +117,9 @@ SCENARIO = Scenario(
     ),
     describe_divergence=digests.describe_divergence,
     divergence_t_ns=digests.divergence_t_ns,
+    failure_identity=minimizing.failure_identity,
+    past_failure=minimizing.past_failure,
+    size_floor=minimizing.size_floor,
     repro_setup=_repro_setup,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
 )

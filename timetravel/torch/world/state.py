@@ -36,6 +36,13 @@ from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
 
 
+def steps_completed_in(c10d_state: dict[str, Any], rank: int) -> int:
+    """Optimizer steps ``rank`` completed, from the ``c10d`` node's state: every rank's
+    (``steps_checked``) or a later one it reported while a peer had not yet (the pending reports)."""
+    reported = [int(step) for step, reports in c10d_state.get("steps", {}).items() if str(rank) in reports]
+    return max([int(c10d_state.get("steps_checked", 0)), *reported])
+
+
 def on_step_message(state: dict[str, Any], message: dict[str, Any], t_ns: int, ctx: Context) -> None:
     """On the rank's node, from ``on_poll``: keep the state, store it at ``t_ns``; digests go on."""
     payload = message.pop("state", None)
