@@ -326,3 +326,31 @@ def test_kept_events_and_their_payloads_leave_the_collectors_reach_unchanged() -
     assert gc.is_tracked(other) and gc.is_tracked(other[1])
     with pytest.raises(TypeError):
         untrack_events(tuple(events))
+
+
+def test_nesting_deeper_than_the_limit_is_refused_by_both_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32 item 9: nesting is a limit checked while decoding. Lists DECODE_DEPTH_MAX deep
+    decode, one more is one DecodeError, whichever decoder runs (the compiled one hands anything
+    deeper than PLAIN_DEPTH_MAX back to msgpack's path, which refuses past the limit)."""
+    from timetravel.sim.encoding import DECODE_DEPTH_MAX
+
+    outcomes = []
+    for depth in (DECODE_DEPTH_MAX - 8, DECODE_DEPTH_MAX, DECODE_DEPTH_MAX + 1, 1000, 100_000):
+        data = b"\x91" * depth + b"\x07"
+        for use_compiled in (False, True):
+            with monkeypatch.context() as patch:
+                if not use_compiled:
+                    patch.setattr(codec, "_decode_plain", None)
+                try:
+                    decoded = codec.decode_value_sized(data, None, bytes_max=BYTES_MAX, items_max=10**6)[0]
+                    for _level in range(depth):
+                        decoded = decoded[0]
+                    outcomes.append((depth, decoded))
+                except DecodeError as error:
+                    outcomes.append((depth, str(error)))
+    assert outcomes[0::2] == outcomes[1::2]
+    assert [outcome for _depth, outcome in outcomes[0::2]] == [
+        7,
+        7,
+        *[f"nested more than {DECODE_DEPTH_MAX} deep"] * 3,
+    ]

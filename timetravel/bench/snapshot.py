@@ -82,7 +82,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
 
 def _overhead(scenario: Scenario, config: dict[str, Any], path: Path) -> float:
     plain, recorded = alternating_best(
-        lambda: run_report(scenario, config, 1), lambda: record_run(scenario, config, 1, path)
+        lambda: run_report(scenario, config, 1), lambda: record_run(scenario, config, 1, path, force=True)
     )
     return round(recorded / plain, 3)
 

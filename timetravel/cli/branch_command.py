@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
 from timetravel.cli.common import add_settings_argument, print_json
 from timetravel.cli.futures_common import add_common, run_engine
+from timetravel.cli.output import say, warn
 from timetravel.explore.branch_tree import branch_tree
 from timetravel.explore.branching import BranchChanges, branch
 from timetravel.explore.commands.render import render_text
@@ -94,15 +94,12 @@ def _branches(args: argparse.Namespace) -> int:
     Session restored the first snapshot, which on the demo decoded bfloat16 arrays: ~1 s)."""
     with RecordingReader.open(args.path) as reader:
         for line in reader.describe_loss(MAIN_BRANCH):
-            print(f"timetravel: warning: {args.path}: {line}", file=sys.stderr)
+            warn(args.path, line)
         result = BranchesResult(branch_tree(reader))
         unit = str(reader.header.get("display_unit") or "ms")
     if args.json:
         print_json(result.to_data())
         return 0
-    for line in render_text(result, unit):
-        print(line)
-    for row in result.branches:
-        if row.changes:
-            print(f"    {row.name}: {'; '.join(row.changes)}")
+    say(*render_text(result, unit))
+    say(*(f"    {row.name}: {'; '.join(row.changes)}" for row in result.branches if row.changes))
     return 0

@@ -14,7 +14,6 @@ shows its own schedule.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ from timetravel.cli.common import (
     print_json,
     resolve_scenario,
 )
+from timetravel.cli.output import say, warn
 from timetravel.cli.recording_common import name_recorded_script, script_use
 from timetravel.explore.commands.binding import open_context
 from timetravel.explore.view import fault_schedule
@@ -94,7 +94,7 @@ def _recording(args: argparse.Namespace) -> int:
     with open_context(args.scenario, scenario_target=args.scenario_target, branch=branch) as context:
         session = context.session
         for line in session.info.loss:
-            print(f"timetravel: warning: {args.scenario}: {line}", file=sys.stderr)
+            warn(args.scenario, line)
         name_recorded_script(session, script_use(args))
         session.goto("end")
         faults = list(fault_schedule(session.world))
@@ -116,20 +116,20 @@ def _recording(args: argparse.Namespace) -> int:
 
 def _print_schedule(title: str, faults: list[dict[str, Any]], *, hits: bool) -> None:
     if not faults:
-        print(f"{title}: no faults")
+        say(f"{title}: no faults")
         return
-    print(f"{title}: {len(faults)} faults")
+    say(f"{title}: {len(faults)} faults")
     for fault in faults:
         end = format_time_auto(fault["t_end"]) if fault.get("t_end") is not None else "never"
         window = f"{format_time_auto(fault['t_start'])} .. {end}"
         acted = f"  hits {fault.get('hits', 0)}" if hits else ""
-        print(
+        say(
             f"  {fault['id']:<4} {fault['kind']:<10} {fault['target']!s:<8} {window:<28} "
             f"{fault.get('expected', '')}{acted}"
         )
         shown = _non_default_params(fault)
         if shown:
-            print(f"       {shown}")
+            say(f"       {shown}")
 
 
 def _non_default_params(fault: dict[str, Any]) -> str:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import IO, Any
 
 from timetravel.cli.common import add_json_argument, print_json
+from timetravel.cli.output import say
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.replay import ReplayDivergence
@@ -77,7 +78,7 @@ def run_engine(
         try:
             result = work(session, bar)
         except ReplayDivergence as divergence:
-            print(f"timetravel: error: {divergence}", file=sys.stderr)
+            say(f"timetravel: error: {divergence}", file=sys.stderr)
             return EXIT_MISMATCH
         finally:
             if bar is not None:
@@ -85,9 +86,7 @@ def run_engine(
         if args.json:
             print_json(result.to_data())
             return 0
-        for line in render_text(result, session.display_unit):
-            print(line)
+        say(*render_text(result, session.display_unit))
         if extra_lines is not None:
-            for line in extra_lines(session, result):
-                print(line)
+            say(*extra_lines(session, result))
     return 0

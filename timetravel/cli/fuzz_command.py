@@ -18,6 +18,7 @@ from timetravel.cli.common import (
     print_json,
     require_torch,
 )
+from timetravel.cli.output import add_force_argument, say
 from timetravel.farm import (
     FindingsDatabase,
     LocalPool,
@@ -93,6 +94,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"record at most N seeds of each signature (default {RECORDINGS_PER_SIGNATURE_DEFAULT}; 0: none)",
     )
+    add_force_argument(parser)
     parser.add_argument("--no-swarm", action="store_true", help="do not turn on swarm fault schedules")
     add_json_argument(parser, "print one JSON summary object on stdout")
     parser.set_defaults(func=main)
@@ -122,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
                 executor,
                 time_budget_s=args.time_budget,
                 progress=ProgressBar.for_terminal,
-                record=RecordOptions(Path(args.record_failures), args.recordings_per_signature),
+                record=RecordOptions(Path(args.record_failures), args.recordings_per_signature, args.force),
                 recording_pool=lambda: LocalPool(args.workers),
             )
     finally:
@@ -186,43 +188,43 @@ def _executor(args: argparse.Namespace) -> Any:
 def _print_human(summary: SweepSummary) -> None:
     where = f"{summary.workers} {summary.executor} worker{'s' if summary.workers != 1 else ''}"
     shard = f", shard {summary.shard}" if summary.shard != "0/1" else ""
-    print(
+    say(
         f"{summary.scenario}: ran {summary.ran:,} seeds of {summary.seeds}{shard} on {where} in "
         f"{summary.wall_s:.2f} s ({summary.seeds_per_s:,.1f} seeds/s); {summary.already_done:,} were done already"
     )
     if summary.settings:
-        print(f"settings: {' '.join('--set ' + setting for setting in summary.settings)}")
+        say(f"settings: {' '.join('--set ' + setting for setting in summary.settings)}")
     if summary.stopped == STOP_TIME_BUDGET:
-        print(f"time budget reached: {summary.remaining:,} seeds left; run the same command to continue")
+        say(f"time budget reached: {summary.remaining:,} seeds left; run the same command to continue")
     outcomes = ", ".join(f"{count:,} {outcome}" for outcome, count in summary.outcomes.items())
-    print(f"this run: {outcomes or 'nothing to do'}")
+    say(f"this run: {outcomes or 'nothing to do'}")
     done = summary.seeds_in_sweep - summary.remaining
-    print(f"sweep: {summary.failing:,} of {done:,} seeds fail")
+    say(f"sweep: {summary.failing:,} of {done:,} seeds fail")
     for signature, count in summary.signatures.items():
-        print(f"  {count:>8,}  {signature}")
+        say(f"  {count:>8,}  {signature}")
     if summary.worker_deaths or summary.killed_for_timeout:
-        print(
+        say(
             f"workers: {summary.worker_deaths} died ({summary.retries} seeds retried), "
             f"{summary.killed_for_timeout} killed past --seed-timeout"
         )
     if summary.other_code_rows:
-        print(
+        say(
             f"note: {summary.other_code_rows:,} rows were run by other code; "
             "`timetravel verify --bucket SIG` re-runs a bucket on this code"
         )
     _print_recordings(summary)
     if summary.failing:
-        print(f"details: timetravel findings --db {summary.db}")
+        say(f"details: timetravel findings --db {summary.db}")
 
 
 def _print_recordings(summary: SweepSummary) -> None:
     verified = [entry for entry in summary.recordings if entry["verified"]]
     if verified:
-        print(
+        say(
             f"recorded {len(verified)} failing seed{'s' if len(verified) != 1 else ''}, each checked to fail the same way:"
         )
         for entry in verified:
-            print(f"  {entry['path']}  {entry['signature']}")
+            say(f"  {entry['path']}  {entry['signature']}")
     for entry in summary.recordings:
         if not entry["verified"]:
-            print(f"  seed {entry['seed']}: NOT recorded: {entry['problem']}")
+            say(f"  seed {entry['seed']}: NOT recorded: {entry['problem']}")

@@ -11,6 +11,7 @@ from timetravel.cli.common import (
     add_recorded_script_arguments,
     add_scenario_module_argument,
 )
+from timetravel.cli.output import warn
 from timetravel.explore.replay import CAUSE_CODE_CHANGED
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -111,7 +112,7 @@ def open_session(
             f"{refuse_in_progress} once the run has finished"
         )
     for line in session.info.loss:
-        print(f"timetravel: warning: {path}: {line}", file=sys.stderr)
+        warn(path, line)
     try:
         name_recorded_script(session, script or ScriptUse())
     except BaseException:

@@ -19,6 +19,7 @@ from timetravel.cli.common import (
     print_json,
     resolve_scenario,
 )
+from timetravel.cli.output import add_force_argument
 from timetravel.recording.files import check_output_path
 from timetravel.sim.launch import Launch
 from timetravel.sim.runner import reproduce_command, run_report
@@ -56,12 +57,7 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="with --record: replace an existing recording even if it holds branches (they are lost; "
-        "without --force, recording over such a file is refused)",
-    )
+    add_force_argument(parser)
     parser.add_argument(
         "--record-choices",
         action="store_true",

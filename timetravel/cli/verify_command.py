@@ -12,6 +12,7 @@ from timetravel.cli.common import (
     add_settings_argument,
     print_json,
 )
+from timetravel.cli.output import say
 from timetravel.farm import (
     FindingsDatabase,
     LocalPool,
@@ -96,7 +97,13 @@ def main(args: argparse.Namespace) -> int:
             )
         bucket = buckets[0]
         jobs = bucket_jobs(
-            database, bucket.scenario, bucket.signature, args.seed_timeout, args.seeds_max, scenario_target
+            database,
+            bucket.scenario,
+            bucket.signature,
+            args.seed_timeout,
+            args.seeds_max,
+            scenario_target,
+            keys_set={setting.partition("=")[0] for setting in args.settings},
         )
     if bucket.scenario == "torch":
         jobs = _with_script(jobs, args.script)
@@ -150,7 +157,7 @@ def _with_settings(jobs: list[Any], settings: list[str]) -> list[Any]:
 
 
 def _print_human(result: Verification) -> None:
-    print(f"{result.signature} ({result.scenario}): {result.seeds:,} seeds re-run on today's code")
+    say(f"{result.signature} ({result.scenario}): {result.seeds:,} seeds re-run on today's code")
     for verdict, label in (
         ("fixed", "fixed"),
         ("still_failing", "still failing"),
@@ -160,6 +167,6 @@ def _print_human(result: Verification) -> None:
         listed = " ".join(str(seed) for seed in seeds[:12]) + (
             " ..." if getattr(result, verdict) > 12 else ""
         )
-        print(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}".rstrip())
+        say(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}".rstrip())
     for signature, count in result.new_signatures.items():
-        print(f"    {count:,} now fail with {signature}")
+        say(f"    {count:,} now fail with {signature}")

@@ -44,7 +44,7 @@ from timetravel.recording.frame_reader import FrameReader, items_max_for
 from timetravel.recording.schema import schema_for
 from timetravel.recording.structure import structure_warnings
 from timetravel.sim import speedups
-from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
+from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack, unpackb_bounded
 from timetravel.sim.event import Event, events_from_lists
 from timetravel.sim.world import World, queue_digest_from
 from timetravel.snapshot.assemble import (
@@ -350,7 +350,7 @@ class RecordingReader(FrameReader):
         if kind != BLOB_ARRAY:
             raise RecordingError(f"{self.path}: blob {digest.hex()} is not an array")
         try:
-            dtype, shape, pages = msgpack.unpackb(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
+            dtype, shape, pages = unpackb_bounded(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
             if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(pages, list):
                 raise DecodeError("array header fields have the wrong types")
             if array_digest_from_pages(dtype, shape, pages) != digest:

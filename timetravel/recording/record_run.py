@@ -1,20 +1,19 @@
-"""Recording one run to a new file: where it goes by default, the refusal to record over work,
-and ``record_run`` (the :class:`~timetravel.recording.recorder.Recorder` it drives)."""
+"""Recording one run to a new file: where it goes by default, and ``record_run`` (the
+:class:`~timetravel.recording.recorder.Recorder` it drives); recording over a file that exists is
+refused unless ``force`` (recording/replace.py)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from timetravel.recording.format import RECORDING_SUFFIX, RECORDINGS_FOLDER_DEFAULT, RecordingError
-from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_DEFAULT, Recorder
+from timetravel.recording.format import RECORDING_SUFFIX, RECORDINGS_FOLDER_DEFAULT
+from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_DEFAULT, Recorder, check_snapshot_interval
+from timetravel.recording.replace import check_replaceable
 from timetravel.sim.launch import Launch
 from timetravel.sim.runner import build_world, finished_report
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
-
-BRANCHES_NAMED_MAX = 5
-"""Branches a refusal to record over a recording names (the rest are counted)."""
 
 
 def default_recording_path(
@@ -22,37 +21,6 @@ def default_recording_path(
 ) -> Path:
     """``recordings/<scenario>-<seed>.ttr``."""
     return Path(folder) / f"{scenario_name}-{seed}{RECORDING_SUFFIX}"
-
-
-def check_replaceable(path: str | Path, *, force: bool = False) -> None:
-    """Refuse to record over ``path`` when that would lose work: a recording still being written
-    (always), or one that holds branches (unless ``force``: ``run --record --force``).
-
-    Recording replaces the whole file, and branches live in the recording they branch from, so
-    ``run --record`` over a recording someone explored used to delete its branches without a
-    word. A file that is not a readable recording is left to the writer (it is replaced)."""
-    from timetravel.recording.reader import RecordingReader
-
-    target = Path(path)
-    if not target.is_file():
-        return
-    try:
-        reader = RecordingReader.open(target)
-    except RecordingError:
-        return
-    with reader:
-        in_progress = reader.in_progress
-        branches = list(reader.catalog.branches)
-    if in_progress:
-        raise RecordingError(f"{target}: another process is writing this recording (it is in progress)")
-    if branches and not force:
-        shown = ", ".join(branches[:BRANCHES_NAMED_MAX]) + (
-            ", ..." if len(branches) > BRANCHES_NAMED_MAX else ""
-        )
-        raise RecordingError(
-            f"{target} holds {len(branches)} branch{'es' if len(branches) != 1 else ''} ({shown}) that "
-            "recording over it would delete: record to another path, or pass --force to replace it"
-        )
 
 
 def record_run(
@@ -75,8 +43,11 @@ def record_run(
     a torch run's is small, each re-executed event may be a training step), else the default —
     as ``timetravel run --record`` chooses.
     ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
-    replays run under the same mode. ``force``: replace a recording that holds branches
-    (``check_replaceable``). ``launch``: what the user named (sim/launch.py: a torch run's script)."""
+    replays run under the same mode. ``force``: record over a file that exists at ``path``, else it
+    is refused before the world is built (recording/replace.py). ``launch``: what the user named
+    (sim/launch.py: a torch run's script)."""
+    if snapshot_every_events is not None:
+        check_snapshot_interval(snapshot_every_events)  # a wrong option first, then the file
     check_replaceable(path, force=force)
     world = build_world(scenario, config, seed, launch)
     recorder = Recorder(
@@ -89,6 +60,7 @@ def record_run(
         record_choices=record_choices,
         determinism=determinism,
         launch=launch,
+        replace=force,
     )
     result, end = recorder.run_to_end(until_ns, max_events)
     report = finished_report(

@@ -126,6 +126,11 @@ def recording_header(
     }
 
 
+def check_snapshot_interval(snapshot_every_events: int) -> None:
+    if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
+        raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity where the OS tells it)."""
     if hasattr(os, "sched_getaffinity"):
@@ -153,6 +158,7 @@ class Recorder:
         background_writes: bool | None = None,
         compress_ahead: bool | None = None,
         launch: Launch | None = None,
+        replace: bool = False,
     ) -> None:
         """``launch``: what the user named (sim/launch.py), for the default Simulation of a scenario
         whose worlds run their code. ``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
@@ -161,9 +167,9 @@ class Recorder:
         ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
         external processes; write_thread.py says why). ``compress_ahead``: with inline writes, compress
         frames on a second thread (None: when the process may use COMPRESS_AHEAD_CORES_MIN cores;
-        compress_ahead.py says why)."""
-        if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
-            raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+        compress_ahead.py says why). ``replace``: record over a file that exists at ``path``
+        (``--force``; recording/replace.py), else one is refused."""
+        check_snapshot_interval(snapshot_every_events)
         self.scenario = scenario
         self.world = world
         self.branch = branch
@@ -189,8 +195,12 @@ class Recorder:
             on_chain_batch=self._on_batch,
             determinism=determinism,
         )
-        self.writer = writer if writer is not None else RecordingWriter.create(path, self._header(overrides))
-        self.path = self.writer.path
+        self.writer = (
+            writer
+            if writer is not None
+            else RecordingWriter.create(path, self._header(overrides), replace=replace)
+        )
+        self.path = self.writer.final_path
         if background_writes is None:
             background_writes = scenario.world_source is not None
         writes = WriteThread if background_writes else InlineWrites

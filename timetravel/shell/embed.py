@@ -34,6 +34,7 @@ from timetravel.shell.completion import complete
 from timetravel.shell.language import LanguageEngine, recording_engine
 from timetravel.shell.prompt import prompt_text
 from timetravel.shell.render import RenderContext, render
+from timetravel.shell.render.safe_console import terminal_safe_console
 from timetravel.shell.script import split_commands
 from timetravel.sim.scenario import Scenario
 
@@ -44,7 +45,7 @@ class Shell(AbstractContextManager["Shell"]):
     def __init__(self, context: CommandContext, console: Console | None = None) -> None:
         self.context = context
         self.engine: LanguageEngine = recording_engine(context)
-        self.console = console if console is not None else Console()
+        self.console = terminal_safe_console(console if console is not None else Console())
         self.last: object = None
         """The result of the last command run."""
 

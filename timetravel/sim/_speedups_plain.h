@@ -147,7 +147,7 @@ untrack_events(PyObject *module, PyObject *events)
  * UTF-8 bytes, cached arrays are found without a Python call, repeated containers are decoded
  * once, and ``untrack`` builds the containers outside the cyclic collector's lists (what untrack()
  * above does afterwards, without the second walk). */
-#define PLAIN_DEPTH_MAX 512
+#define PLAIN_DEPTH_MAX 120 /* DECODE_DEPTH_MAX (sim/encoding.py) - PLAIN_MEMO_DEPTH_MAX */
 #define PLAIN_STR_CACHED_BYTES_MAX 32
 #define PLAIN_STR_CACHE_SLOTS 4096 /* a power of two */
 #define PLAIN_MEMO_SPAN_MIN 4
@@ -155,8 +155,9 @@ untrack_events(PyObject *module, PyObject *events)
 #define PLAIN_MEMO_ENTRIES_MAX 200000
 #define PLAIN_MEMO_DEPTH_MAX 8
 /* Containers are memoized only this near the top: one decoded at depth d holds at most
- * PLAIN_DEPTH_MAX - d levels, so met again at depth <= 8 it nests at most 520 deep, well inside
- * msgpack's own limit of 1024 (a value msgpack would refuse is never built from the memo). */
+ * PLAIN_DEPTH_MAX - d levels, so met again at depth <= 8 it nests at most 128 deep, the
+ * DECODE_DEPTH_MAX the msgpack path allows (a value that path would refuse is never built from
+ * the memo); a deeper value is handed back, and that path refuses it. */
 
 typedef struct {
     PyObject *str; /* a reference, or NULL */

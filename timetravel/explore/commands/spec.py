@@ -359,6 +359,7 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
             _branch_option("the failing branch to minimize (default: the cursor's)"),
             OptionSpec("--out", "file", "write the repro recording here (.ttr)"),
             OptionSpec("--pytest", "file", "write a standalone pytest file that replays it"),
+            OptionSpec("--force", None, "write over repro files that exist (else they are refused)"),
             OptionSpec("--max-runs", "count", "stop after this many runs"),
             OptionSpec("--max-seconds", "seconds", "stop after this much wall time"),
             OptionSpec("--max-stall", "count", "stop after this many runs without progress"),

@@ -24,6 +24,7 @@ from textual.widgets.tree import TreeNode
 
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import BranchInfo
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import exact_time
 
 PICKS_MAX = 2
@@ -31,7 +32,7 @@ ROOT_BRANCH = "main"
 OUTCOME_GLYPHS = {"pass": "✔", "fail": "✖", "running": "…", "cancelled": "⊘", "unknown": "?"}
 
 
-class BranchTree(Tree[str]):
+class BranchTree(TerminalSafeLines, Tree[str]):
     """The tree of runs and branches. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

@@ -26,6 +26,7 @@ from textual.widgets import DataTable, Static
 from timetravel.explore.commands.render import event_refs
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import BranchInfo, CompareData
+from timetravel.tui.safe_lines import SafeDataTable, SafeStatic
 from timetravel.tui.timefmt import exact_time
 from timetravel.tui.widgets.branch_tree import OUTCOME_GLYPHS
 from timetravel.tui.widgets.loss_plot import LossPlot
@@ -84,8 +85,8 @@ class CompareView(Widget):
         self.set_reactive(CompareView.data, data)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="compare-header")
-        table: DataTable[Text] = DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield SafeStatic(id="compare-header")
+        table = SafeDataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         yield table
         yield LossPlot()
 

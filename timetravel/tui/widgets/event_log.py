@@ -27,6 +27,7 @@ from textual.strip import Strip
 
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import EventRow, EventSource
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import fixed_time
 
 NODE_COLUMNS_MAX = 12
@@ -34,7 +35,7 @@ KIND_COLUMNS_MAX = 14
 FAULT_KINDS = ("fault",)
 
 
-class EventLog(ScrollView, can_focus=True):
+class EventLog(TerminalSafeLines, ScrollView, can_focus=True):
     """A virtualized log of events. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

@@ -21,10 +21,11 @@ from textual.widget import Widget
 
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import FlightRow
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import exact_time
 
 
-class FlightRecorder(Widget):
+class FlightRecorder(TerminalSafeLines, Widget):
     """A hang's flight recorder, a row a rank. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

@@ -29,6 +29,7 @@ from textual.widgets.tree import TreeNode
 
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.describe import array_rows, children, describe, is_container, lookup, path_text
+from timetravel.tui.safe_lines import TerminalSafeLines
 
 CHILDREN_SHOWN_MAX = 256
 """Bound on the children one expansion creates; bigger containers are split into groups of this size."""
@@ -53,7 +54,7 @@ def split_path(text: str) -> list[str]:
     return [part for part in text.strip().strip("/").split("/") if part]
 
 
-class StateInspector(Tree[Entry]):
+class StateInspector(TerminalSafeLines, Tree[Entry]):
     """A lazily expanded tree of the world. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

@@ -22,6 +22,7 @@ from textual.widget import Widget
 from timetravel.tui.charts import column_values, hold_gaps, plot_rows, value_range
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.describe import number_text
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import short_time
 
 GUTTER_COLUMNS = 7
@@ -31,7 +32,7 @@ STYLES = {1: "a", 2: "b", 3: "both", 4: "reference", 5: "agree", 6: "agree", 7: 
 Points = tuple[tuple[int, float], ...]
 
 
-class LossPlot(Widget):
+class LossPlot(TerminalSafeLines, Widget):
     """Two loss curves on one plot. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

@@ -28,12 +28,13 @@ from timetravel.tui import rank_layout
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import RANK_STATES, RankCell
 from timetravel.tui.rank_layout import MODE_TITLES, MODES, VALUE_WIDTHS, GridItem, RankColumns
+from timetravel.tui.safe_lines import TerminalSafeLines
 
 WIDE_DETAIL_COLUMNS = 70
 """From this content width the selected rank's detail fits one line; narrower grids give it two."""
 
 
-class RankGrid(Widget, can_focus=True):
+class RankGrid(TerminalSafeLines, Widget, can_focus=True):
     """Every rank as a cell. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

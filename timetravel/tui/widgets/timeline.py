@@ -36,6 +36,7 @@ from timetravel.tui.charts import column_values, curve_array, hold_gaps, nice_st
 from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.lane_text import lane_line, lane_rows
 from timetravel.tui.model import MARK_KINDS, TimelineData, TimeMark
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import exact_time, short_time
 
 GUTTER_COLUMNS = 6
@@ -67,7 +68,7 @@ class Axis:
         return min((t_ns - self.start_ns) * self.columns // span, self.columns - 1)
 
 
-class Timeline(Widget, can_focus=True):
+class Timeline(TerminalSafeLines, Widget, can_focus=True):
     """The run's logical time axis with the cursor. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
