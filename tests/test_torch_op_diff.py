@@ -151,3 +151,19 @@ def test_an_arrival_order_branch_differs_first_at_the_reduction_whose_sum_change
     assert first.op == "c10d::all_reduce" and first.max_ulp is not None and first.max_ulp > 0
     # every rank received the same changed sum at the same time: r0 is listed first
     assert first.rank == "r0"
+
+
+def test_the_tui_compare_screen_carries_the_ops_lines() -> None:
+    from timetravel.explore.op_diff import OpDifference, OpsDiff
+    from timetravel.explore.results import DiffCommandResult
+    from timetravel.tui.adapt import diff_data
+
+    op = OpDifference(
+        "r1", 3, "0 (backward)", "c10d::all_reduce", 0, ((577,),), ("float32",), 1_197_178, 18, 18
+    )
+    found = OpsDiff(3, (op,), 96, 1, 0, 75)
+    data = diff_data(DiffCommandResult("main", "b1", 0, (), 0, None, ops=found), (), "ms")
+    assert data.ops[0].startswith("first differing ops, optimizer step 3 re-executed on both branches")
+    assert (
+        data.ops[1] == "  r1 step 3 at 1.197178ms  0 (backward)  c10d::all_reduce #0  float32[577]: differs"
+    )
