@@ -153,7 +153,12 @@ def test_the_probe_starts_at_a_snapshot_before_the_step_and_answers_as_from_the_
         monkeypatch.setattr(explain_torch, "probe_start", lambda *_args: None)
         from_start = failure_site(session, failure)
     assert from_start is not None and from_start.probe_from == 0
-    assert dataclasses.replace(near, probe_from=0) == from_start  # the same rank, step and module
+    # from #0 the probe also watched the parameters from their allocation: every one was initialised
+    memory = from_start.uninitialised or {}
+    assert memory["report"]["uninitialised_count"] == 0 and memory["report"]["parameters"] == 4
+    assert near.uninitialised is None  # a resumed process cannot tell: its parameters exist already
+    same = dataclasses.replace(near, probe_from=0, uninitialised=from_start.uninitialised)
+    assert same == from_start  # the same rank, step and module
 
 
 def test_a_resumed_rank_refuses_the_probe_when_it_may_be_inside_the_step_already() -> None:

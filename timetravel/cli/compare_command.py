@@ -102,6 +102,15 @@ def _register_diff(subparsers: Any) -> None:
         help="with --at: also find and report the first divergence (always done without --at)",
     )
     parser.add_argument(
+        "--ops",
+        action="store_true",
+        help=(
+            "a torch run (with --script): re-execute the first step in which the branches differ on both, "
+            "every rank's torch ops hashed as they run, and list in execution order the first ops whose "
+            "outputs differ (rank, step, module, op, shapes, max abs and ULP difference; --json: ops)"
+        ),
+    )
+    parser.add_argument(
         "--max",
         type=bounded_int(1, 1_000_000),
         default=CHANGES_MAX_DEFAULT,
@@ -176,6 +185,7 @@ def _diff(args: argparse.Namespace) -> int:
             with_divergence=args.first_divergence,
             changes_max=max(args.max, 0),
             progress=progress,
+            ops=args.ops,
         ),
     )
 

@@ -15,6 +15,7 @@ allowed) narrows the diff to what it selects on either side.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from timetravel.explore.diff import CHANGES_MAX_DEFAULT
@@ -150,19 +151,27 @@ def diff(
     changes_max: int = CHANGES_MAX_DEFAULT,
     progress: ProgressCallback | None = None,
     should_stop: StopCheck | None = None,
+    ops: bool = False,
 ) -> DiffCommandResult:
     """The state diff of branches ``a`` and ``b`` at one moment (see the module docstring).
 
     ``with_divergence`` also runs the divergence search when ``at`` is given (it always runs
     without ``at``, to find the moment); the result carries it, or None when it did not run.
+    ``ops`` (a torch run): also the first torch ops whose outputs differ, from both branches'
+    re-executed step (:mod:`.op_diff`).
     """
     parse_path(path)
     check_branch(session.reader, a)
     check_branch(session.reader, b)
     divergence: Divergence | None = None
-    if at is None or with_divergence:
+    if at is None or with_divergence or ops:
         divergence = first_divergence(session, a, b, progress=progress, should_stop=should_stop)
-    return _diff_at(session, a, b, at, path, divergence, changes_max, metric_curves(session, a, b))
+    result = _diff_at(session, a, b, at, path, divergence, changes_max, metric_curves(session, a, b))
+    if not ops:
+        return result
+    from timetravel.explore.op_diff import first_differing_ops
+
+    return dataclasses.replace(result, ops=first_differing_ops(session, a, b, divergence, progress))
 
 
 def _diff_at(

@@ -65,6 +65,7 @@ from timetravel.explore.explain_torch import (
     failure_site,
     fault_causes,
     is_torch,
+    nan_entry_event,
 )
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.recorded_failure import recorded_failure
@@ -186,6 +187,10 @@ class _Explainer:
                 self.onset(node, end + 1)
             return
         node = failure.get("node")
+        entry = nan_entry_event(self.track, failure) if self.torch and failure.get("kind") == "nan" else None
+        if entry is not None and entry != detector.number:
+            self.message(self.trace(entry), node)  # the node's own call into the collective, not the last
+            return  # member's whose arrival let the detector see every input
         sender = self.seqs.scheduled_by(detector.event.seq)
         reporter = self.trace(sender).event.dst if sender is not None else None
         if node and node not in (detector.event.dst, reporter) and self.onset(node, detector.number):

@@ -423,9 +423,11 @@ class DiffCommandResult:
     """Both branches' metric curves, as in CompareResult (the TUI's loss pane after ``diff`` alone)."""
     moment: str = ""
     """Which moment ``at_ns`` is: ``first divergence``, ``--at`` or ``end`` (no divergence)."""
+    ops: Any = None
+    """With ``--ops`` (a torch run): the first differing ops, an :class:`~timetravel.explore.op_diff.OpsDiff`."""
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data = {
             "a": self.a,
             "b": self.b,
             "at_ns": self.at_ns,
@@ -434,6 +436,10 @@ class DiffCommandResult:
             "omitted": self.omitted,
             "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
         }
+        if self.ops is not None:
+            data["ops"] = [op.to_data() for op in self.ops.ops]
+            data["ops_trace"] = self.ops.to_data()
+        return data
 
 
 @dataclass(frozen=True)

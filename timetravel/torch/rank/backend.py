@@ -104,22 +104,27 @@ class SimulatedWork(dist.Work):
         work_id: int,
         deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
         timeout_ns: int | None = None,
+        message: dict[str, Any] | None = None,
     ) -> None:
         super().__init__()
         self.work_id = work_id
         self._deliver = deliver
         self._outputs: list[torch.Tensor] | None = None
         self._timeout_ns = timeout_ns
+        self._message = message or {}
 
     def wait(self, timeout: Any = None) -> bool:
         if self._outputs is None:
+            rank_channel = channel()
             request: dict[str, Any] = {"kind": "wait", "works": [self.work_id]}
             timeout_ns = _nanoseconds(timeout) or self._timeout_ns  # torch's timedelta(0): the group's
             if timeout_ns:
                 request["timeout_ns"] = timeout_ns
-            reply = channel().call(request)
+            reply = rank_channel.call(request)
             received = [wire_to_tensor(wire) for wire in reply["results"][str(self.work_id)]]
             self._outputs = self._deliver(received)
+            for observe in rank_channel.result_observers:
+                observe(self._message, self._outputs)
         return True
 
     def is_completed(self) -> bool:
@@ -238,6 +243,8 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         """Post one call to the World (its inputs as raw bytes) and return its work at once."""
         rank_channel = channel()
         work_id = rank_channel.next_work_id()
+        for observe in list(rank_channel.call_observers):
+            observe(message, inputs)
         message.update(
             kind="call",
             id=work_id,
@@ -245,7 +252,8 @@ class SimulatedProcessGroup(dist.ProcessGroup):
             timeout_ns=self._timeout_ns,
         )
         rank_channel.post(message)
-        return SimulatedWork(work_id, deliver, self._timeout_ns)
+        described: dict[str, Any] = {key: message[key] for key in ("op", "group", "seq") if key in message}
+        return SimulatedWork(work_id, deliver, self._timeout_ns, described)
 
     # -- collectives -----------------------------------------------------------------------------
 

@@ -41,6 +41,12 @@ class Channel:
         self.at_script_end: list[Callable[[], None]] = []
         """Called when the script returned or raised, before the exit message (``--against-real``'s
         capture writes its last record there)."""
+        self.call_observers: list[Callable[[dict[str, Any], list[Any]], None]] = []
+        """Called with each collective's call message and input tensors before it is posted (explain's
+        watches read them; rank/backend.py). They only read: what the World receives is unchanged."""
+        self.result_observers: list[Callable[[dict[str, Any], list[Any]], None]] = []
+        """Called with each collective's call message and the tensors it wrote once its result arrived
+        (``diff --ops`` hashes them as ops of their own)."""
         self.on_checkpoint: Callable[[Channel, dict[str, Any]], None] | None = None
         """Fork a checkpoint of this process, asked for while it waits (rank/main.py sets it to
         :func:`timetravel.torch.rank.checkpoint.take`; the channel itself knows nothing of forks)."""

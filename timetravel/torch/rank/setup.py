@@ -111,13 +111,35 @@ def _install_probe(
     from timetravel.torch.rank.probe import ModuleProbe
 
     step = int(request["step"])
-    if resumed and reporter.steps > step - 2:
+    ops = request.get("ops")
+    # a whole step's hooks need a process that cannot be inside it yet; diff --ops may also start now,
+    # mid-step, on both branches at one event (then it needs a process not past the step)
+    latest = step - 1 if isinstance(ops, dict) and ops.get("whole_step") is False else step - 2
+    if resumed and reporter.steps > latest:
         why = f"the rank had completed {reporter.steps} optimizer steps: it may be in step {step} already"
+        if latest == step - 1:
+            why = f"the rank had completed {reporter.steps} optimizer steps: step {step} is over"
         rank_channel.post({"kind": "probe", "step": step, "finding": None, "refused": why})
+        return
+    if isinstance(ops, dict):  # diff --ops: hash every op of the step (rank/op_trace.py)
+        from timetravel.torch.rank.op_trace import OpTrace
+
+        trace = OpTrace(rank_channel, step, lambda: reporter.steps, module_names, ops.get("capture"))
+        trace.install()
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: trace.step_done())
         return
     hooks = ModuleProbe(rank_channel, step, lambda: reporter.steps, module_names)
     hooks.install()
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: hooks.step_done())
+    if request.get("init") and not resumed:  # from the start: which parameters were never written
+        from timetravel.torch.rank.init_watch import InitWatch
+
+        InitWatch(rank_channel, step, parameter_fqn).install()
+
+
+def parameter_fqn(module: torch.nn.Module, name: str) -> str:
+    """A parameter's name from the outermost module that holds it (``blocks.0.fc1.weight``)."""
+    return rank_state.strip_prefixes(module_prefix(module) + name)
 
 
 def _metrics_sink(rank_channel: Channel, capture: Any) -> Any:

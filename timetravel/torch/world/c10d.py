@@ -109,10 +109,7 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         if op in ("send", "recv")
         else f"{message['group']}#{message['seq']}"
     )
-    nonfinite = digests.note_entry(state, entry, key, message["group"], message["seq"])
-    if ctx.world.config["detect_nan"] and nonfinite:
-        _fail_nonfinite(entry, message, nonfinite[0], ctx)
-        return
+    digests.note_entry(state, entry, key, message["group"], message["seq"])
     hangs.check_deadlines(state, ctx)
     if op in ("send", "recv"):
         _enter_point_to_point(state, entry, message, ctx)
@@ -124,7 +121,7 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     record = state["ops"].setdefault(key, {"members": members, "entries": {}, "group": message["group"]})
     record["entries"][str(rank)] = entry
     hangs.flight_enter(state, rank, key, entry)
-    if len(record["entries"]) == len(members):
+    if len(record["entries"]) == len(members) and not _fails_on_nonfinite(record, key, ctx):
         _complete(state, key, ctx)
 
 
@@ -140,20 +137,16 @@ def _apply_entry_faults(entry: dict[str, Any], ctx: Context) -> bool:
     return fate != "arrives"
 
 
-def _fail_nonfinite(
-    entry: dict[str, Any], message: dict[str, Any], first: tuple[int, int], ctx: Context
-) -> None:
-    """The rank fed a NaN or Inf that can reach a result (digests.reaches_a_result): tensor ``first``."""
-    position, count = first
-    array = entry["inputs"][position]
-    ctx.fail(
-        "nan",
-        f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
-        f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
-        "torch.collective.nonfinite",
-        node=f"r{entry['rank']}",
-    )
-    ctx.world.failures[-1].update(op=entry["op"], seq=message["seq"], group=message["group"], tensor=position)
+def _fails_on_nonfinite(record: dict[str, Any], key: str, ctx: Context) -> bool:
+    """The ``nan`` detector, once every member entered collective ``key``: a NaN or Inf in any
+    member's input fails the run naming every rank that fed one (digests.fail_nonfinite), not only
+    the first to arrive. A collective that never completes is told as a nan by the hang check."""
+    entries = list(record["entries"].values())
+    if not ctx.world.config["detect_nan"] or not any("nonfinite" in entry for entry in entries):
+        return False
+    _group, _, seq = key.rpartition("#")
+    digests.fail_nonfinite(entries, key, record["group"], int(seq) if seq.isdigit() else seq, ctx)
+    return True
 
 
 def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
@@ -237,7 +230,7 @@ def _enter_point_to_point(
     record = state["ops"].setdefault(key, {"members": [], "entries": {}, "group": message["group"]})
     record["entries"][entry["op"]] = entry
     hangs.flight_enter(state, entry["rank"], key, entry)
-    if len(record["entries"]) < 2:
+    if len(record["entries"]) < 2 or _fails_on_nonfinite(record, key, ctx):
         return
     state["ops"].pop(key)
     sender, receiver = record["entries"]["send"], record["entries"]["recv"]

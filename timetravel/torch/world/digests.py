@@ -26,7 +26,7 @@ import xxhash
 
 from timetravel.sim.context import Context
 from timetravel.torch.protocol import arrays
-from timetravel.torch.world import resume
+from timetravel.torch.world import replicas, resume
 
 
 def tensor_digests(tensors: list[np.ndarray]) -> list[str]:
@@ -61,6 +61,8 @@ def note_entry(
     )
     counts = [(position, count) for position, count in counts if count]
     in_nonfinite = sum(count for _, count in counts)
+    if counts:  # the nan detector reads it once every member entered (only where there is one)
+        entry["nonfinite"] = _first_nonfinite_tensor(entry["inputs"], counts)
     last[rank] = {
         "key": key,
         "id": entry["id"],
@@ -86,6 +88,50 @@ def note_entry(
             "count": in_nonfinite,
         }
     return counts
+
+
+def _first_nonfinite_tensor(tensors: list[np.ndarray], counts: list[tuple[int, int]]) -> dict[str, Any]:
+    """Where an entry's non-finite values are: their count, and the first tensor holding any."""
+    position = counts[0][0]
+    array = tensors[position]
+    total = sum(count for _, count in counts)
+    return {"count": total, "tensor": position, "dtype": str(array.dtype), "shape": list(array.shape)}
+
+
+def fail_nonfinite(entries: list[dict[str, Any]], key: str, group: Any, seq: Any, ctx: Context) -> None:
+    """The ``nan`` detector: these entries of collective ``key`` (every member that entered it) hold
+    non-finite values. Every such rank is named, in rank order, and the lowest is the failure's
+    node, so the rank named does not depend on which one arrived first (the seed's arrival order).
+    ``step`` is the optimizer step in progress on that rank (1 for the first)."""
+    fed = sorted((entry for entry in entries if "nonfinite" in entry), key=lambda entry: int(entry["rank"]))
+    assert fed, "a nan failure names at least one rank that fed non-finite values"
+    first = fed[0]
+    where = f"{first['op']} #{seq} of group {group}"
+    parts = [
+        f"r{entry['rank']} {entry['nonfinite']['count']} in tensor {entry['nonfinite']['tensor']} "
+        f"({entry['nonfinite']['dtype']}{entry['nonfinite']['shape']})"
+        for entry in fed
+    ]
+    if len(fed) == 1:
+        info = first["nonfinite"]
+        message = (
+            f"r{first['rank']} fed {info['count']} non-finite value(s) into {where} "
+            f"(tensor {info['tensor']}, {info['dtype']}{info['shape']})"
+        )
+    else:
+        names = ", ".join(f"r{entry['rank']}" for entry in fed[:-1]) + f" and r{fed[-1]['rank']}"
+        message = f"{names} fed non-finite values into {where}: {', '.join(parts)}"
+    ctx.fail("nan", message, "torch.collective.nonfinite", node=f"r{first['rank']}")
+    ctx.world.failures[-1].update(
+        step=replicas.steps_completed(ctx.world.nodes["c10d"], int(first["rank"])) + 1,
+        op=first["op"],
+        seq=seq,
+        group=group,
+        collective=key,
+        tensor=first["nonfinite"]["tensor"],
+        ranks=[f"r{entry['rank']}" for entry in fed],
+        nonfinite={f"r{entry['rank']}": entry["nonfinite"]["count"] for entry in fed},
+    )
 
 
 def note_results(

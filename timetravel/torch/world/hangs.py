@@ -15,7 +15,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.timefmt import format_time_auto
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import FLIGHT_RECORDER_ENTRIES
-from timetravel.torch.world import collectives
+from timetravel.torch.world import collectives, digests
 from timetravel.torch.world.specs import C10D_NODE
 
 
@@ -87,6 +87,8 @@ def report_hang(world: World, ctx: Context) -> None:
 
 
 def fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> None:
+    if _fails_on_pending_nonfinite(state, ctx, t_ns):
+        return
     pending = pending_for(state, rank)
     if (
         pending is None
@@ -121,6 +123,28 @@ def fail_hang(state: dict[str, Any], ctx: Context, rank: int, t_ns: int) -> None
 def _seconds(t_ns: int) -> str:
     """``600 s`` for whole seconds, else the time as the rest of the output shows it (``2.5s``)."""
     return f"{t_ns // 1_000_000_000} s" if t_ns % 1_000_000_000 == 0 else format_time_auto(t_ns)
+
+
+def _fails_on_pending_nonfinite(state: dict[str, Any], ctx: Context, t_ns: int) -> bool:
+    """A collective that never completes but into which a rank fed a NaN or Inf is a ``nan``, as it
+    would have been had every member entered (the nan detector waits for all of them to name them
+    all): the earliest such collective, naming the ranks that entered it."""
+    if not ctx.world.config["detect_nan"]:
+        return False
+    held = [
+        (min(entry["t_ns"] for entry in record["entries"].values()), key, record)
+        for key, record in state["ops"].items()
+        if any("nonfinite" in entry for entry in record["entries"].values())
+    ]
+    if not held:
+        return False
+    _t_ns, key, record = min(held, key=lambda item: (item[0], item[1]))
+    _group, _, seq = key.rpartition("#")
+    ctx.now = max(ctx.now, t_ns)
+    digests.fail_nonfinite(
+        list(record["entries"].values()), key, record["group"], int(seq) if seq.isdigit() else seq, ctx
+    )
+    return True
 
 
 def _described_by_another(state: dict[str, Any], rank: int) -> tuple[int, dict[str, Any] | None]:

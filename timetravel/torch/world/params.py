@@ -28,7 +28,14 @@ PARAMS: tuple[Param, ...] = (
         "",
         "the ranks' private working directory starts as a copy of this directory ('' = empty)",
     ),
-    Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
+    Param(
+        "nproc",
+        "int",
+        2,
+        "ranks per host (torchrun --nproc-per-node); minimize lowers it, keeping the ranks a failure involves",
+        minimum=1,
+        shrinkable=True,
+    ),
     Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
     Param(
         "env_style",
@@ -93,7 +100,10 @@ PARAMS: tuple[Param, ...] = (
     ),
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(
-        "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
+        "detect_divergence",
+        "bool",
+        True,
+        "fail when replicas receive different results from a collective, or their parameters differ after a step",
     ),
     Param(
         "detect_resume_mismatch",

@@ -26,6 +26,7 @@ from timetravel.torch.world import (
     digests,
     duplicates,
     hangs,
+    minimizing,
     ranks,
     resume,
     silent,
@@ -141,6 +142,9 @@ SCENARIO = Scenario(
     ),
     describe_divergence=digests.describe_divergence,
     divergence_t_ns=digests.divergence_t_ns,
+    failure_identity=minimizing.failure_identity,
+    past_failure=minimizing.past_failure,
+    size_floor=minimizing.size_floor,
     repro_setup=_repro_setup,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
 )
