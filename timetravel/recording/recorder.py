@@ -72,7 +72,7 @@ from timetravel.sim.kernel import (
     pack_chain_batch,
 )
 from timetravel.sim.launch import Launch
-from timetravel.sim.runner import build_world, public_failure
+from timetravel.sim.runner import build_world, processes_summary, public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 from timetravel.snapshot.changes import Changes
@@ -496,7 +496,7 @@ def record_run(
         "platform_fingerprint": platform_fingerprint(),
     }
     if scenario.summarize is not None:
-        report["summary"] = scenario.summarize(world)
+        report["summary"] = {**scenario.summarize(world), **processes_summary(recorder.simulation)}
     report["recording"] = {
         "path": str(recorder.path),
         "bytes": recorder.writer.offset,

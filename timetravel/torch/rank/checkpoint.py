@@ -5,7 +5,8 @@ copy-on-write snapshot of all of them: ``os.fork()`` at a quiescent point — th
 ``wait`` for the World's next result, nothing in flight — freezes a copy that can be resumed later,
 as often as needed, and trains on to the same bits (the coordinator hands it the same results).
 
-Three processes take part, and killing one never takes another with it:
+Three processes take part, each the leader of a session of its own (the coordinator ends a rank with
+its session: rank/process.py), and killing one never takes another with it:
 
 * the **live rank** receives ``{"kind": "checkpoint"}`` while it waits, forks, and goes on waiting;
 * the **checkpoint** (its child) closes the rank's channel, connects to the coordinator's
@@ -37,7 +38,7 @@ import socket
 from typing import Any
 
 from timetravel.torch.protocol.wire import ChannelClosed, receive_message, send_message
-from timetravel.torch.rank.process import die_with_parent
+from timetravel.torch.rank.process import die_with_parent, lead_own_session
 
 forking = [0]
 """Depth of checkpoint forks in progress: at-fork hooks (fork_after_init) leave them alone."""
@@ -160,6 +161,7 @@ def _serve(channel: Any, request: dict[str, Any]) -> None:
     it was forked from has ended and the zygote (a child subreaper) has adopted it, the zygote
     itself (``PR_SET_PDEATHSIG``, set as soon as the adoption is seen)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # resumed ranks are reaped automatically
+    lead_own_session()  # not the rank's: the rank's session ends with the rank, a checkpoint outlives it
     _children.clear()
     with contextlib.suppress(OSError):
         channel.sock.close()
@@ -182,6 +184,7 @@ def _serve(channel: Any, request: dict[str, Any]) -> None:
         if _fork() == 0:
             control.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            lead_own_session()  # a rank: what it starts is ended with it
             _reconnect(channel, command)
             return
 

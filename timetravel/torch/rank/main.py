@@ -25,7 +25,7 @@ from timetravel.torch.rank.channel import Channel, StopRank
 from timetravel.torch.rank.checkpoint import remember_zygote
 from timetravel.torch.rank.checkpoint import take as take_checkpoint
 from timetravel.torch.rank.errors import describe_error
-from timetravel.torch.rank.process import die_with_parent
+from timetravel.torch.rank.process import die_with_parent, lead_own_session
 
 
 class RankOutput(io.TextIOBase):
@@ -60,6 +60,8 @@ def run_rank(spec: dict[str, Any]) -> None:
     """Run the script as rank ``spec['rank']`` and exit the process; see the module docstring."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the zygote's handler
+    lead_own_session()  # what the script starts is ended with the rank (world/driver.py)
     die_with_parent()
     remember_zygote(os.getppid())
     os.environ.clear()

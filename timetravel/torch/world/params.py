@@ -11,6 +11,10 @@ from timetravel.torch.protocol.limits import COMPUTE_FLOPS_PER_S_DEFAULT, STUCK_
 from timetravel.torch.world.timing import FABRIC_TORCH_PARAMS
 
 STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+PYTHON_HASH_SEED_DEFAULT = 0
+"""Every rank's ``PYTHONHASHSEED`` unless the run sets another: 0, as if hash randomization were off."""
+PYTHON_HASH_SEED_MAX = 4_294_967_295
+"""The largest ``PYTHONHASHSEED`` Python accepts."""
 
 PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
@@ -124,6 +128,15 @@ PARAMS: tuple[Param, ...] = (
         "json",
         [],
         "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json",
+    ),
+    Param(
+        "python_hash_seed",
+        "int",
+        PYTHON_HASH_SEED_DEFAULT,
+        "every rank's PYTHONHASHSEED (the order of a set of strings), whatever the caller's: a fixed "
+        "hash secret makes a run the same under any shell",
+        minimum=0,
+        maximum=PYTHON_HASH_SEED_MAX,
     ),
     Param(
         "rank_output",

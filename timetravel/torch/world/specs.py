@@ -27,7 +27,7 @@ from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import NPROC_MAX
-from timetravel.torch.world.params import BRANCHABLE_KEYS
+from timetravel.torch.world.params import BRANCHABLE_KEYS, PYTHON_HASH_SEED_DEFAULT
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
 C10D_NODE = "c10d"
@@ -150,6 +150,7 @@ def _environment(
         TIMETRAVEL_RANK=str(rank),
         TIMETRAVEL_LAUNCH_DIR=os.getcwd(),
         PWD=cwd,
+        PYTHONHASHSEED=str(config.get("python_hash_seed", PYTHON_HASH_SEED_DEFAULT)),  # the zygote's
     )
     if config["env_style"] == "slurm":
         env.update(
