@@ -35,8 +35,9 @@ def start_torchrun(
     mark: str, arguments: list[str], output: Path, *, cwd: Path = ROOT
 ) -> subprocess.Popen[bytes]:
     """`python -m timetravel torchrun ARGUMENTS` with ``mark`` in its environment and its output (both
-    streams) in the file ``output``: a pipe would be held open by a process the run leaves behind."""
-    environment = {**os.environ, MARK: mark, "PYTHONPATH": str(ROOT)}
+    streams) in the file ``output``: a pipe would be held open by a process the run leaves behind.
+    With faulthandler on: a SIGABRT prints the stacks of its threads there (a test's view of a hang)."""
+    environment = {**os.environ, MARK: mark, "PYTHONPATH": str(ROOT), "PYTHONFAULTHANDLER": "1"}
     with output.open("wb") as sink:
         return subprocess.Popen(
             [sys.executable, "-m", "timetravel", "torchrun", *arguments],

@@ -17,6 +17,7 @@ import runpy
 import signal
 import socket
 import sys
+import threading
 from typing import Any
 
 from timetravel.torch.protocol.limits import OUTPUT_LINE_CHARS_MAX
@@ -35,21 +36,26 @@ class RankOutput(io.TextIOBase):
         self._channel = rank_channel
         self._stream = stream
         self._pending = ""
+        self._lock = threading.Lock()  # a script's threads print too
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        self._pending += text
-        if "\n" in self._pending:
-            complete, _, self._pending = self._pending.rpartition("\n")
+        with self._lock:
+            self._pending += text
+            complete = None
+            if "\n" in self._pending:
+                complete, _, self._pending = self._pending.rpartition("\n")
+        if complete is not None:
             self._send(complete)
         return len(text)
 
     def flush(self) -> None:
-        if self._pending:
-            self._send(self._pending)
-            self._pending = ""
+        with self._lock:
+            pending, self._pending = self._pending, ""
+        if pending:
+            self._send(pending)
 
     def _send(self, text: str) -> None:
         lines = [line[:OUTPUT_LINE_CHARS_MAX] for line in text.split("\n")]

@@ -40,8 +40,10 @@ class SimulatedStore(dist.Store):
     def __init__(self, timeout: datetime.timedelta = STORE_TIMEOUT_DEFAULT) -> None:
         super().__init__()
         self._timeout_ns = _nanoseconds(timeout)
+        self._maker = backend.Maker()
 
     def _call(self, op: str, timeout_ns: int | None = None, **arguments: Any) -> Any:
+        self._maker.check(f"store.{op}")
         rank_channel = backend.channel()
         work_id = rank_channel.next_work_id()
         rank_channel.post(
