@@ -38,7 +38,8 @@ import socket
 from typing import Any
 
 from timetravel.torch.protocol.wire import ChannelClosed, receive_message, send_message
-from timetravel.torch.rank.process import die_with_parent, lead_own_session
+from timetravel.torch.rank.env.identity import adopt_this_process
+from timetravel.torch.rank.process import die_with_parent, lead_own_session, real_parent_pid, real_pid
 
 forking = [0]
 """Depth of checkpoint forks in progress: at-fork hooks (fork_after_init) leave them alone."""
@@ -165,7 +166,7 @@ def _serve(channel: Any, request: dict[str, Any]) -> None:
     _children.clear()
     with contextlib.suppress(OSError):
         channel.sock.close()
-    hello = {"kind": "checkpoint", "rank": channel.rank, "token": request["token"], "pid": os.getpid()}
+    hello = {"kind": "checkpoint", "rank": channel.rank, "token": request["token"], "pid": real_pid()}
     control = _tell_keeper(request, hello)
     if control is None:
         os._exit(0)
@@ -194,12 +195,12 @@ LIFELINE_CHECK_S = 1.0
 
 
 def _check_lifeline(adopted: bool) -> bool:
-    parent = os.getppid()
+    parent = real_parent_pid()
     if parent == 1:
         os._exit(0)  # no zygote to adopt us: it died, and so must we
     if not adopted and _zygote_pid[0] and parent == _zygote_pid[0]:
         die_with_parent()
-        if os.getppid() != _zygote_pid[0]:
+        if real_parent_pid() != _zygote_pid[0]:
             os._exit(0)
         return True
     return adopted
@@ -216,7 +217,8 @@ def _reconnect(channel: Any, command: dict[str, Any]) -> None:
     except OSError:
         os._exit(0)
     channel.sock = sock
+    adopt_this_process()  # os.getpid() names this process now: the rank's logical pid
     send_message(
         sock,
-        {"kind": "hello", "rank": channel.rank, "pid": os.getpid(), "t_ns": 0, "resumed": command["token"]},
+        {"kind": "hello", "rank": channel.rank, "pid": real_pid(), "t_ns": 0, "resumed": command["token"]},
     )

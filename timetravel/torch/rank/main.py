@@ -26,7 +26,7 @@ from timetravel.torch.rank.channel import Channel, StopRank
 from timetravel.torch.rank.checkpoint import remember_zygote
 from timetravel.torch.rank.checkpoint import take as take_checkpoint
 from timetravel.torch.rank.errors import describe_error
-from timetravel.torch.rank.process import die_with_parent, lead_own_session
+from timetravel.torch.rank.process import die_with_parent, lead_own_session, real_parent_pid, real_pid
 
 
 class RankOutput(io.TextIOBase):
@@ -69,7 +69,7 @@ def run_rank(spec: dict[str, Any]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the zygote's handler
     lead_own_session()  # what the script starts is ended with the rank (world/driver.py)
     die_with_parent()
-    remember_zygote(os.getppid())
+    remember_zygote(real_parent_pid())
     os.environ.clear()
     os.environ.update(spec["env"])
     if spec.get("cwd"):
@@ -80,7 +80,7 @@ def run_rank(spec: dict[str, Any]) -> None:
 
     rank_channel = Channel(sock, spec["rank"], RankClock(0))
     rank_channel.on_checkpoint = take_checkpoint
-    send_message(sock, {"kind": "hello", "rank": spec["rank"], "pid": os.getpid(), "t_ns": 0})
+    send_message(sock, {"kind": "hello", "rank": spec["rank"], "pid": real_pid(), "t_ns": 0})
     code = _run_script(spec, rank_channel)
     os._exit(code)
 

@@ -14,6 +14,9 @@ import time
 
 from timetravel.torch.protocol.processes import process_table
 
+real_pid = os.getpid
+"""This process's real pid (the rank environment makes ``os.getpid`` logical: env/identity.py)."""
+real_parent_pid = os.getppid
 _PR_SET_PDEATHSIG = 1
 _PR_SET_CHILD_SUBREAPER = 36
 END_ROUNDS_MAX = 200
@@ -56,7 +59,7 @@ def end_descendants() -> int:
 
     This process must be a child subreaper (:func:`become_subreaper`): the orphans of what it
     kills become its children, so the next round finds them."""
-    me = os.getpid()
+    me = real_pid()
     ended: set[int] = set()
     for _ in range(END_ROUNDS_MAX):
         victims = _descendants(me)
