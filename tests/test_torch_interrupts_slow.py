@@ -63,7 +63,7 @@ def test_torchrun_record_stopped_at_seeded_moments_leaves_a_readable_file_and_no
         problem = _stop_once(signal_number, moment, tmp_path / f"{index}")
         if problem is not None:
             problems.append(f"at {moment:.2f} s: {problem}")
-    assert problems == []
+    assert not problems, "\n\n".join(problems)
 
 
 def _wait(process: subprocess.Popen[bytes]) -> int | None:

@@ -28,6 +28,7 @@ FAILURE_KINDS: dict[str, str] = {
     # the user's torch code (torch/)
     "stuck": "a rank ran past the wall-clock watchdog without calling the World",
     "unsupported": "the script used something the simulator refuses (named in the message)",
+    "oom": "a rank allocated more memory than its limit (the torch setting rank_memory_max)",
     "resume_mismatch": "a restart after a crash did not resume where the run would have gone on",
 }
 """Every kind of failure, with what it means: the one table (``make_failure`` refuses any other kind,

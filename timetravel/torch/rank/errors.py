@@ -37,11 +37,27 @@ def relative_path_hint(error: BaseException) -> str:
     return RELATIVE_PATH_HINT
 
 
-def describe_error(error: BaseException) -> dict[str, Any]:
+ALLOCATOR_FAILURES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+"""torch's CPU allocator's messages when an allocation fails (a RuntimeError, not a MemoryError)."""
+
+
+def error_kind(error: BaseException) -> str:
+    """``unsupported`` (something the simulator refuses), ``oom`` (an allocation past the rank's
+    memory limit: world/memory.py) or ``exception`` (the script's own)."""
     from timetravel.torch.rank.backend import UnsupportedCollective
 
+    if isinstance(error, UnsupportedCollective):
+        return "unsupported"
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return "oom"
+    if isinstance(error, RuntimeError) and any(text in str(error) for text in ALLOCATOR_FAILURES):
+        return "oom"
+    return "exception"
+
+
+def describe_error(error: BaseException) -> dict[str, Any]:
     text = "".join(traceback.format_exception(type(error), error, error.__traceback__))
-    kind = "unsupported" if isinstance(error, UnsupportedCollective) else "exception"
+    kind = error_kind(error)
     hint = relative_path_hint(error)
     return {
         "code": 1,

@@ -26,7 +26,13 @@ from timetravel.torch.rank.channel import Channel, StopRank
 from timetravel.torch.rank.checkpoint import remember_zygote
 from timetravel.torch.rank.checkpoint import take as take_checkpoint
 from timetravel.torch.rank.errors import describe_error
-from timetravel.torch.rank.process import die_with_parent, lead_own_session, real_parent_pid, real_pid
+from timetravel.torch.rank.process import (
+    die_with_parent,
+    lead_own_session,
+    limit_memory,
+    real_parent_pid,
+    real_pid,
+)
 
 
 class RankOutput(io.TextIOBase):
@@ -69,6 +75,7 @@ def run_rank(spec: dict[str, Any]) -> None:
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the zygote's handler
     lead_own_session()  # what the script starts is ended with the rank (world/driver.py)
     die_with_parent()
+    limit_memory(spec.get("memory_max_bytes"))  # past it: an oom failure, not an exhausted host
     remember_zygote(real_parent_pid())
     os.environ.clear()
     os.environ.update(spec["env"])

@@ -47,6 +47,17 @@ def _prctl(option: int, value: int) -> None:
         pass
 
 
+def limit_memory(data_bytes: int | None) -> None:
+    """Cap this process's data segment (heap and anonymous mappings: ``RLIMIT_DATA``) at ``data_bytes``
+    (None: no cap). An allocation past it fails, as a ``MemoryError`` or torch's allocator error
+    (world/memory.py says why)."""
+    if data_bytes is None:
+        return
+    import resource
+
+    resource.setrlimit(resource.RLIMIT_DATA, (data_bytes, data_bytes))
+
+
 def lead_own_session() -> None:
     """Make this process (a rank, a checkpoint, a resumed rank) the leader of a new session: what it
     starts stays in the session (ended with it), and the terminal's Ctrl-C never reaches it."""

@@ -361,6 +361,10 @@ def _fail_divergence(step: str, described: str, name: str, groups: list[list[str
     )
 
 
+RANK_ERROR_KINDS = ("unsupported", "oom")
+"""How a rank's exception may be told apart from the script's own (rank/errors.py ``error_kind``)."""
+
+
 def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if not elastic.current(state, event.payload):
         return
@@ -373,9 +377,11 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     node = f"r{rank}"
     if message.get("error"):
         where = f" at {message['where']}" if message.get("where") else ""
-        kind = "unsupported" if message.get("error_kind") == "unsupported" else "exception"
+        kind = message.get("error_kind") if message.get("error_kind") in RANK_ERROR_KINDS else "exception"
         error_type = str(message["error"]).split(":")[0]
         text = f"{node} raised {message['error']}{where}"
+        if kind == "oom":
+            text = f"{node} ran out of memory (its limit: the setting rank_memory_max): {message['error']}{where}"
         traceback = message.get("traceback", "")
         elastic.rank_failed(state, ctx, rank, kind, text, f"torch.script:{error_type}", traceback=traceback)
         return

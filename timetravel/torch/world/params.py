@@ -130,6 +130,13 @@ PARAMS: tuple[Param, ...] = (
         "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json",
     ),
     Param(
+        "rank_memory_max",
+        "str",
+        "auto",
+        "the most memory one rank may allocate (its data segment): auto (3/4 of the machine divided among "
+        "the ranks), off, or a size (8GiB, 512M); past it the run fails oom naming the rank",
+    ),
+    Param(
         "python_hash_seed",
         "int",
         PYTHON_HASH_SEED_DEFAULT,

@@ -27,6 +27,7 @@ from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import NPROC_MAX
+from timetravel.torch.world.memory import check_memory_setting, rank_memory_bytes
 from timetravel.torch.world.params import BRANCHABLE_KEYS, PYTHON_HASH_SEED_DEFAULT
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
@@ -48,6 +49,7 @@ def check_config(config: dict[str, Any]) -> None:
     ranks = config["nproc"] * config["nnodes"]
     if ranks > NPROC_MAX:
         raise ConfigError(f"{ranks} ranks is above the limit {NPROC_MAX}")
+    check_memory_setting(config.get("rank_memory_max", "auto"))
     if config["function"]:
         return
     if not config["script"]:
@@ -106,6 +108,7 @@ def rank_specs(
     """What each forked rank is told: its environment, argv, settings and working directory ``cwd``
     (plain data). ``extra_settings``: per rank, settings added for one execution (explain's probe)."""
     ranks = config["nproc"] * config["nnodes"]
+    memory_max_bytes = rank_memory_bytes(config.get("rank_memory_max", "auto"), ranks)
     base = {
         key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "TORCHELASTIC_"))
     }
@@ -120,6 +123,7 @@ def rank_specs(
             "args": shlex.split(config["args"]),
             "seed": seed,
             "restarts": restarts,
+            "memory_max_bytes": memory_max_bytes,
             "settings": {**_rank_settings(config), **(extra_settings or {}).get(rank, {})},
         }
         for rank in range(ranks)
