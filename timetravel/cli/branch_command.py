@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import print_json
+from timetravel.cli.common import add_settings_argument, print_json
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.explore.branch_tree import branch_tree
 from timetravel.explore.branching import BranchChanges, branch
@@ -52,14 +52,7 @@ def _register_branch(subparsers: Any) -> None:
     parser.add_argument(
         "--edit-fault", action="append", default=[], metavar="ID:K=V", help="change a fault (repeatable)"
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="change a branchable config key (repeatable)",
-    )
+    add_settings_argument(parser, "change a branchable config key (repeatable)")
     parser.add_argument("--name", metavar="NAME", help="the branch's name (default: the next free bN)")
     parser.set_defaults(func=_branch)
 

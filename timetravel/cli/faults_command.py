@@ -19,8 +19,10 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import (
+    add_json_argument,
     add_recorded_script_arguments,
     add_scenario_arguments,
+    add_scenario_module_argument,
     chosen_seed,
     launch_for,
     print_json,
@@ -55,16 +57,9 @@ def register(subparsers: Any) -> None:
         "--branch", metavar="B", default=None, help="with a recording: the branch (default main)"
     )
     add_recorded_script_arguments(parser, executes=False)
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"scenario", "seed", "faults": [...]} (a recording adds "recording" and "branch")',
+    add_scenario_module_argument(parser)
+    add_json_argument(
+        parser, 'print {"scenario", "seed", "faults": [...]} (a recording adds "recording" and "branch")'
     )
     parser.set_defaults(func=main)
 
@@ -138,7 +133,7 @@ def _print_schedule(title: str, faults: list[dict[str, Any]], *, hits: bool) -> 
 
 
 def _non_default_params(fault: dict[str, Any]) -> str:
-    from timetravel.fabric.schedule import PARAM_SPECS
+    from timetravel.fabric.fault_kinds import PARAM_SPECS
 
     specs = PARAM_SPECS.get(fault["kind"], {})
     defaults = {name: default for name, (_, default) in specs.items()}

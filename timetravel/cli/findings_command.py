@@ -6,11 +6,9 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, add_database_argument, add_json_argument, print_json
 from timetravel.farm import (
-    DEFAULT_DATABASE,
     FindingsDatabase,
-    FindingsDatabaseError,
     compare_to_baseline,
     list_findings,
 )
@@ -28,8 +26,6 @@ OPENERS = (
     ("timetravel.cli.shell_command", "shell"),
     ("timetravel.cli.inspect_command", "inspect"),
 )
-
-register_user_error(FindingsDatabaseError)
 
 
 def register(subparsers: Any) -> None:
@@ -50,16 +46,11 @@ def register(subparsers: Any) -> None:
         metavar="merge INPUT.db",
         help="`merge` followed by the databases to merge into --db",
     )
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--baseline", metavar="OLD.db", help="exit 1 when a signature appears that OLD.db lacks"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
     parser.set_defaults(func=main)
 
 

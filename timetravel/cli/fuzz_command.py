@@ -9,21 +9,24 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, named_scripts, print_json, register_user_error, require_torch
+from timetravel.cli.common import (
+    UsageError,
+    add_database_argument,
+    add_json_argument,
+    add_seed_sweep_arguments,
+    named_scripts,
+    print_json,
+    require_torch,
+)
 from timetravel.farm import (
-    DEFAULT_DATABASE,
-    FarmWorkerError,
     FindingsDatabase,
-    FindingsDatabaseError,
     LocalPool,
-    SeedSpecError,
     SweepSummary,
     parse_seeds,
     parse_shard,
     plan_sweep,
     run_sweep,
 )
-from timetravel.farm.dask_executor import DaskSetupError
 from timetravel.farm.local_pool import WORKERS_MAX
 from timetravel.farm.progress import ProgressBar
 from timetravel.farm.record import RECORDINGS_FOLDER_DEFAULT, RECORDINGS_PER_SIGNATURE_DEFAULT, RecordOptions
@@ -33,9 +36,6 @@ EXIT_CLEAN = 0
 EXIT_FAILURES_FOUND = 1
 EXIT_INTERRUPTED = 130
 DASK_LOCAL = "local"
-
-for _error in (SeedSpecError, FindingsDatabaseError, FarmWorkerError, DaskSetupError):
-    register_user_error(_error)
 
 
 def register(subparsers: Any) -> None:
@@ -51,23 +51,10 @@ def register(subparsers: Any) -> None:
             "(`timetravel findings` lists them), 2 on bad input, 130 when interrupted."
         ),
     )
-    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
-    parser.add_argument(
-        "--seeds", required=True, metavar="A:B", help="seeds A (included) to B (excluded); also N or A:B,C:D"
-    )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a config key for every seed (repeatable; applied after any preset)",
-    )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it, in every worker too)",
+    add_seed_sweep_arguments(
+        parser,
+        "seeds A (included) to B (excluded); also N or A:B,C:D",
+        "set a config key for every seed (repeatable; applied after any preset)",
     )
     parser.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
     parser.add_argument(
@@ -79,12 +66,7 @@ def register(subparsers: Any) -> None:
         "(needs the `cluster` extra)",
     )
     parser.add_argument("--shard", metavar="I/N", help="run only the seeds s with s %% N == I (0 <= I < N)")
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--seed-timeout",
         type=float,
@@ -112,7 +94,7 @@ def register(subparsers: Any) -> None:
         help=f"record at most N seeds of each signature (default {RECORDINGS_PER_SIGNATURE_DEFAULT}; 0: none)",
     )
     parser.add_argument("--no-swarm", action="store_true", help="do not turn on swarm fault schedules")
-    parser.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
+    add_json_argument(parser, "print one JSON summary object on stdout")
     parser.set_defaults(func=main)
 
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import bounded_int, print_json
+from timetravel.cli.common import add_json_argument, bounded_int, print_json
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.inspect_view import SUMMARY_DEPTH_DEFAULT, render, resolve, summarize
 from timetravel.explore.replay import ReplayDivergence
@@ -36,9 +36,7 @@ def register(subparsers: Any) -> None:
         help="levels of nested data to show (default 3)",
     )
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json", action="store_true", help="print one JSON object: at_ns, events, state_hash, path, value"
-    )
+    add_json_argument(parser, "print one JSON object: at_ns, events, state_hash, path, value")
     parser.set_defaults(func=main)
 
 

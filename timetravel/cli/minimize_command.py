@@ -8,22 +8,20 @@ import sys
 import threading
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, add_json_argument, print_json
 from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
-from timetravel.explore.minimize import (
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.minimize_trials import (
     MAX_RUNS_DEFAULT,
     MAX_SECONDS_DEFAULT,
     MAX_STALL_DEFAULT,
     Budget,
-    NothingToMinimize,
     Progress,
 )
-from timetravel.explore.minimize_run import minimize_run
 from timetravel.recording.files import check_output_path
 
-register_user_error(NothingToMinimize)
 EXIT_INTERRUPTED = 130
 
 
@@ -101,10 +99,9 @@ def register(subparsers: Any) -> None:
         help=f"stop after N runs without progress (default {MAX_STALL_DEFAULT})",
     )
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object: signature, faults_before, faults_after, faults_kept, choices_before, "
+    add_json_argument(
+        parser,
+        "print one JSON object: signature, faults_before, faults_after, faults_kept, choices_before, "
         "choices_after, runs, seconds, out, pytest",
     )
     parser.set_defaults(func=main)

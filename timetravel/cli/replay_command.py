@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import print_json
+from timetravel.cli.common import add_json_argument, print_json
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.verify_replay import replay_session
 
@@ -25,10 +25,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", metavar="PATH", help="a .ttr recording")
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object: events, verified, first_mismatch, cause, batches_checked, ...",
+    add_json_argument(
+        parser, "print one JSON object: events, verified, first_mismatch, cause, batches_checked, ..."
     )
     parser.set_defaults(func=main)
 

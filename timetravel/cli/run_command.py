@@ -10,7 +10,9 @@ from typing import Any
 from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
+    add_json_argument,
     add_scenario_arguments,
+    add_scenario_module_argument,
     bounded_int,
     chosen_seed,
     launch_for,
@@ -39,12 +41,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--until", metavar="T", help="stop after every event with time <= T (950, 950ms, 1.5s, 120us)"
     )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it)",
-    )
+    add_scenario_module_argument(parser)
     add_determinism_argument(parser)
     parser.add_argument(
         "--record",
@@ -70,7 +67,7 @@ def register(subparsers: Any) -> None:
         action="store_true",
         help="with --record: also log every choice drawn (for reruns on changed code; slower)",
     )
-    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_json_argument(parser, "print exactly one JSON object")
     parser.set_defaults(func=main)
 
 

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, require_torch
+from timetravel.cli.common import UsageError, add_json_argument, add_settings_argument, require_torch
 from timetravel.torch.protocol.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
@@ -69,13 +69,8 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a torch scenario setting (repeatable): `timetravel scenarios torch` lists them",
+    add_settings_argument(
+        parser, "a torch scenario setting (repeatable): `timetravel scenarios torch` lists them"
     )
     parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
     parser.add_argument(
@@ -86,11 +81,7 @@ def register(subparsers: Any) -> None:
         help=f"with --record: a snapshot every N events (default {SNAPSHOT_EVERY_EVENTS_TORCH}; a seek "
         "re-executes at most N events from the nearest rank checkpoint)",
     )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object (the keys of run --json); rank output goes to stderr",
-    )
+    add_json_argument(parser, "print one JSON object (the keys of run --json); rank output goes to stderr")
     parser.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
     parser.add_argument(
         "script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments"

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.common import UsageError, add_json_argument, print_json
 from timetravel.cli.recording_common import add_scenario_target, name_recorded_script, script_use
 from timetravel.explore.commands import open_context, parse_moment
 from timetravel.explore.navigate import branch_failure
@@ -48,7 +48,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--headless", action="store_true", help="print the summary instead of opening the debugger"
     )
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_json_argument(parser, "print the summary as one JSON object")
     parser.set_defaults(func=main)
 
 

@@ -5,9 +5,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import (
+    UsageError,
+    add_database_argument,
+    add_json_argument,
+    add_settings_argument,
+    print_json,
+)
 from timetravel.farm import (
-    DEFAULT_DATABASE,
     FindingsDatabase,
     LocalPool,
     bucket_jobs,
@@ -22,8 +27,6 @@ from timetravel.scenarios import load_target
 EXIT_ALL_FIXED = 0
 EXIT_STILL_FAILING = 1
 SEEDS_MAX_DEFAULT = 10_000
-
-register_user_error(BucketNotFoundError)
 
 
 def register(subparsers: Any) -> None:
@@ -40,12 +43,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--bucket", required=True, metavar="SIG", help="the signature of the bucket to re-run"
     )
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--scenario",
         metavar="NAME|MODULE:ATTR",
@@ -61,13 +59,9 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"re-run at most N seeds, the lowest first (default {SEEDS_MAX_DEFAULT:,})",
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="re-run with this config key changed (repeatable): prove a fix that is a setting "
+    add_settings_argument(
+        parser,
+        "re-run with this config key changed (repeatable): prove a fix that is a setting "
         "(launch=posix_spawn, bug=none) on every seed of the bucket",
     )
     parser.add_argument(
@@ -76,7 +70,7 @@ def register(subparsers: Any) -> None:
         help="a torch bucket: the training script to run (your fixed version, say); a database never names "
         "code to run, so a torch bucket needs it",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
     parser.set_defaults(func=main)
 
 

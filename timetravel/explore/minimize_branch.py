@@ -27,16 +27,8 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from timetravel.explore.minimize import (
-    FAULTS_KEY,
-    Budget,
-    Candidate,
-    Minimizer,
-    MinimizeResult,
-    Progress,
-    Trial,
-    run_world,
-)
+from timetravel.explore.minimize import FAULTS_KEY, Minimizer
+from timetravel.explore.minimize_trials import Budget, Candidate, MinimizeResult, Progress, Trial, run_world
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import position_at_or_before
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -189,12 +181,7 @@ def record_branch_repro(
         determinism=session.determinism,
         simulation_factory=session.simulation,
     )
-    try:
-        run = recorder.run()
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(run)
+    _, end = recorder.run_to_end()
     if end["failure"] is None or end["failure"]["signature"] != result.signature:
         raise AssertionError(f"the minimized branch recorded as {end['failure']}, not {result.signature}")
     return name

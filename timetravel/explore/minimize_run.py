@@ -43,21 +43,15 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.explore.effects import effects_key
-from timetravel.explore.minimize import (
-    RUN_EVENTS_FACTOR,
-    RUN_EVENTS_SLACK,
-    Budget,
-    MinimizeResult,
-    NothingToMinimize,
-    Progress,
-    minimize,
-)
+from timetravel.explore.minimize import RUN_EVENTS_FACTOR, RUN_EVENTS_SLACK, minimize
 from timetravel.explore.minimize_branch import (
+    ForkMinimizer,
     minimize_branch,
     pending_fault_ids,
     record_branch_repro,
     remove_pending_faults,
 )
+from timetravel.explore.minimize_trials import Budget, MinimizeResult, NothingToMinimize, Progress
 from timetravel.explore.repro import write_replay_pytest
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -109,23 +103,7 @@ def minimize_run(
         )
     started = time.monotonic()
     header = session.header
-    on_branch = session.branch != MAIN_BRANCH
-    minimizer = None
-    if on_branch:
-        result, minimizer = minimize_branch(
-            session, failure["signature"], budget=budget, progress=progress, should_stop=should_stop
-        )
-    else:
-        result = minimize(
-            session.scenario,
-            dict(header["config"]),
-            int(header["seed"]),
-            session.overrides or None,
-            signature=failure["signature"],
-            budget=budget,
-            progress=progress,
-            should_stop=should_stop,
-        )
+    result, minimizer = _minimize_recorded(session, failure["signature"], budget, progress, should_stop)
     if pytest is not None and out is None:
         out = Path(pytest).with_suffix(".ttr")
     if out is None:
@@ -164,6 +142,32 @@ def minimize_run(
     return result
 
 
+def _minimize_recorded(
+    session: Session,
+    signature: str,
+    budget: Budget,
+    progress: Callable[[Progress], None] | None,
+    should_stop: Callable[[], bool] | None,
+) -> tuple[MinimizeResult, ForkMinimizer | None]:
+    """The minimized failure of the session's branch: a branch from its fork (with the ForkMinimizer
+    its repro is written from), main from the recorded seed, config and overrides."""
+    if session.branch != MAIN_BRANCH:
+        return minimize_branch(session, signature, budget=budget, progress=progress, should_stop=should_stop)
+    header = session.header
+    result = minimize(
+        session.scenario,
+        dict(header["config"]),
+        int(header["seed"]),
+        session.overrides or None,
+        signature=signature,
+        budget=budget,
+        progress=progress,
+        should_stop=should_stop,
+        launch=session.launch,
+    )
+    return result, None
+
+
 def repro_snapshot_interval(events: int, recorded_interval: int) -> int:
     """About REPRO_SNAPSHOTS snapshots over the minimized run, within the recorder's limits."""
     ceiling = min(recorded_interval or REPRO_SNAPSHOT_EVERY_EVENTS_MAX, REPRO_SNAPSHOT_EVERY_EVENTS_MAX)
@@ -198,12 +202,7 @@ def _record_with_overrides(
         determinism=session.determinism,
         simulation_factory=session.simulation,
     )
-    try:
-        run = recorder.run()
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(run)
+    _, end = recorder.run_to_end()
     return {"failure": end["failure"], "events": end["events"]}, world
 
 

@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.scenarios import UnknownScenarioError, get_scenario
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.timefmt import format_time_auto
@@ -34,7 +34,7 @@ fixed it passes. Keep it.
 
 import json
 
-from timetravel.explore.minimize import ChoicePins
+from timetravel.explore.minimize_trials import ChoicePins
 from timetravel.scenarios import {loader}
 from timetravel.sim import Simulation
 from timetravel.sim.runner import build_world

@@ -48,6 +48,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from timetravel.fabric.fault_kinds import FOLDED_KINDS, acts_once
 from timetravel.fabric.faults import prepare_rule
 from timetravel.fabric.schedule import fault_site
 from timetravel.fabric.topology import NS_PER_S, Topology
@@ -60,9 +61,6 @@ if TYPE_CHECKING:
     from timetravel.sim.world import World
 
 COLLECTIVES_KEY = "collectives"
-FOLDED_KINDS = ("partition", "drop", "duplicate", "reorder", "delay", "corrupt")
-"""Fault kinds that act on messages, folded into a collective (slow acts through the link table and
-the GPU, crash through the scenario)."""
 OPEN_COLLECTIVES_MAX = 64
 """Collectives open at once (a job has one or two; more is a runaway bug, reported as such)."""
 
@@ -530,7 +528,7 @@ def fault_effects(
         record
         for record in world.faults
         if record["kind"] in FOLDED_KINDS
-        and not (record["kind"] == "corrupt" and record["params"].get("buffer") is not None)
+        and not acts_once(record)
         and record["t_start"] <= last_ns
         and (record["t_end"] is None or record["t_end"] >= first_ns)
     ]

@@ -28,7 +28,7 @@ from timetravel.farm.database import FindingsDatabase
 from timetravel.farm.executor import Executor
 from timetravel.farm.job import MESSAGE_CHARS_MAX, SeedJob, job_launch, resolve
 from timetravel.recording import RecordingReader, default_recording_path, record_run
-from timetravel.recording.recorder import check_replaceable
+from timetravel.recording.record_run import check_replaceable
 
 RECORDINGS_FOLDER_DEFAULT = "recordings"
 RECORDINGS_PER_SIGNATURE_DEFAULT = 5

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.sim import Context, Event, Param, Scenario, World, choose_world
+from timetravel.sim import Context, Event, Param, Scenario, ScenarioView, World, choose_world
 
 PERIOD_NS = 4_000_000
 TIMEOUT_NS = 1_000_000
@@ -290,4 +290,5 @@ SCENARIO = Scenario(
     },
     transport=transport,
     summarize=summarize,
+    view=ScenarioView(rank_role="worker", fault_states={"slow": "slow"}),
 )

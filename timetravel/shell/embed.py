@@ -22,8 +22,8 @@ already been drawn; :attr:`Shell.last` keeps it, and :meth:`Shell.run` returns i
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -38,7 +38,7 @@ from timetravel.shell.script import split_commands
 from timetravel.sim.scenario import Scenario
 
 
-class Shell:
+class Shell(AbstractContextManager["Shell"]):
     """The shell's commands over one open recording, for Python callers (see the module docstring)."""
 
     def __init__(self, context: CommandContext, console: Console | None = None) -> None:
@@ -106,12 +106,7 @@ class Shell:
     def close(self) -> None:
         self.context.close()
 
-    def __enter__(self) -> Shell:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

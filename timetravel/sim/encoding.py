@@ -15,6 +15,7 @@ compute the same digest from pages it already holds, and a snapshot's Merkle roo
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -203,6 +204,15 @@ def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX, items_max: int | N
     ``items_max``: also cap the containers and container entries decoded (untrusted input)."""
     if len(data) > bytes_max:
         raise DecodeError(f"encoded value of {len(data)} bytes exceeds the limit of {bytes_max}")
+    return unpack_bounded(data, _ext_hook, bytes_max=bytes_max, items_max=items_max)
+
+
+def unpack_bounded(
+    data: bytes, ext_hook: Callable[[int, bytes], Any], *, bytes_max: int, items_max: int | None = None
+) -> Any:
+    """msgpack with every string, bytes and extension capped at ``bytes_max`` and every container at
+    ``DECODE_CONTAINER_LENGTH_MAX`` (and ``items_max`` in all, when given); anything wrong, an error
+    of ``ext_hook`` included, is a DecodeError."""
     hooks: dict[str, Any] = {}
     length_max = DECODE_CONTAINER_LENGTH_MAX
     if items_max is not None:
@@ -214,7 +224,7 @@ def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX, items_max: int | N
             data,
             raw=False,
             strict_map_key=True,
-            ext_hook=_ext_hook,
+            ext_hook=ext_hook,
             max_bin_len=bytes_max,
             max_str_len=bytes_max,
             max_array_len=length_max,
@@ -224,7 +234,7 @@ def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX, items_max: int | N
         )
     except DecodeError:
         raise
-    except (ValueError, TypeError, msgpack.UnpackException) as error:
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise DecodeError(f"not valid msgpack: {error}") from error
 
 

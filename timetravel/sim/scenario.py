@@ -140,6 +140,46 @@ def _parse_json_value(text: str) -> Any:
     return stripped
 
 
+FAULT_VIEW_STATES = ("slow", "partitioned")
+"""The conditions a fault's target can be shown in (the TUI's rank states with a fault behind them)."""
+
+
+@dataclass(frozen=True)
+class ScenarioView:
+    """What a front end reads in this scenario's worlds (the TUI's rank grid and timeline), declared by
+    the scenario: the TUI looks up these keys and nothing else. Each ``*_key`` is a key of a rank's
+    node state, ``""`` where the scenario keeps no such value (the grid then shows none)."""
+
+    rank_role: str = ""
+    """The role of the nodes the rank grid shows; "": the role most nodes have (every node when no
+    role is shared)."""
+    step_key: str = ""
+    """A rank's progress as a count: its training step, round, messages received."""
+    collective_seq_key: str = ""
+    """How many collectives the rank has entered."""
+    progress_key: str = ""
+    """When the rank last made progress (integer ns)."""
+    weight_key: str = ""
+    """A numpy array of the rank's weights: a rank whose weights differ from the majority's is diverged."""
+    status_key: str = ""
+    """A rank state the scenario sets itself (one of the TUI's rank states, e.g. ``crashed``)."""
+    waiting_key: str = ""
+    """Whom the rank waits on, as text (``r2,r3``)."""
+    collectives_role: str = ""
+    """The role of a node that keeps each rank's last collective as ``last/<rank index>/seq``, for a
+    scenario whose rank nodes keep no count of their own (the torch scenario's ``c10d``)."""
+    loss_metric: str = "loss"
+    """The metric drawn along the timeline."""
+    fault_states: Mapping[str, str] = field(default_factory=dict)
+    """Fault kind -> the condition its target is shown in while a fault of that kind is active
+    (``FAULT_VIEW_STATES``); a scenario on the fabric passes ``fabric.VIEW_STATES``."""
+
+    def __post_init__(self) -> None:
+        unknown = [state for state in self.fault_states.values() if state not in FAULT_VIEW_STATES]
+        if unknown:
+            raise ValueError(f"fault_states: {unknown[0]!r} is not one of {', '.join(FAULT_VIEW_STATES)}")
+
+
 @dataclass(frozen=True)
 class Scenario:
     """A built-in or user world. See the module docstring and docs/writing-a-scenario.md."""
@@ -195,6 +235,9 @@ class Scenario:
     run can go no further; a Session's world source hands its own to every Simulation it makes.
     Handlers reach it as ``ctx.processes`` (None for plain-data scenarios). An owner may have
     ``summary() -> dict``: what a run's summary says of its processes (``runner.processes_summary``)."""
+    view: ScenarioView = field(default_factory=ScenarioView)
+    """What a front end shows of its worlds: the rank nodes, their step, weights and status keys, the
+    fault kinds that make a rank look slow or partitioned (:class:`ScenarioView`)."""
 
     def __post_init__(self) -> None:
         check_mode(self.determinism)

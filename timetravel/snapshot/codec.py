@@ -30,10 +30,10 @@ from timetravel.sim.encoding import (
     PACKER_BUFFER_BYTES,
     PAGE_BYTES,
     DecodeError,
-    ItemBudget,
     check_shape,
     dtype_from_name,
     dtype_name,
+    unpack_bounded,
 )
 from timetravel.snapshot.entries import ArrayEntry, Page
 
@@ -238,32 +238,7 @@ def decode_value_sized(
             raise DecodeError(f"unexpected msgpack extension {code} in a stored value")
         return array_factory(payload)
 
-    hooks: dict[str, Any] = {}
-    length_max = DECODE_CONTAINER_LENGTH_MAX
-    if items_max is not None:
-        budget = ItemBudget(items_max)
-        hooks = {"list_hook": budget.take, "object_hook": budget.take}
-        length_max = min(length_max, items_max)
-    try:
-        return (
-            msgpack.unpackb(
-                data,
-                raw=False,
-                strict_map_key=True,
-                ext_hook=ext_hook,
-                max_bin_len=bytes_max,
-                max_str_len=bytes_max,
-                max_array_len=length_max,
-                max_map_len=length_max,
-                max_ext_len=bytes_max,
-                **hooks,
-            ),
-            0,
-        )
-    except DecodeError:
-        raise
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
-        raise DecodeError(f"not valid msgpack: {error}") from error
+    return unpack_bounded(data, ext_hook, bytes_max=bytes_max, items_max=items_max), 0
 
 
 def decode_value_against(

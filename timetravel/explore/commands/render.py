@@ -12,7 +12,7 @@ from typing import Any
 
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
-from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.explore.reference import overlay_lines
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
 

@@ -13,7 +13,8 @@ from __future__ import annotations
 from timetravel.explore.branch_tree import branch_names
 from timetravel.explore.commands.parse import CommandError, Invocation
 from timetravel.explore.commands.run import CommandContext, register_handler
-from timetravel.explore.minimize import (
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.minimize_trials import (
     MAX_RUNS_DEFAULT,
     MAX_SECONDS_DEFAULT,
     MAX_STALL_DEFAULT,
@@ -21,7 +22,6 @@ from timetravel.explore.minimize import (
     MinimizeResult,
     NothingToMinimize,
 )
-from timetravel.explore.minimize_run import minimize_run
 from timetravel.explore.perfetto import export_perfetto
 from timetravel.explore.results import ExportResult
 from timetravel.explore.session import Session

@@ -24,7 +24,7 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from timetravel.explore.commands.render import event_refs
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import BranchInfo, CompareData
 from timetravel.tui.timefmt import exact_time
 from timetravel.tui.widgets.branch_tree import OUTCOME_GLYPHS
@@ -47,13 +47,9 @@ class CompareView(Widget):
     """Two runs compared. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "compare--pass",
-        "compare--fail",
-        "compare--muted",
-        "compare--changed",
-        "compare--alarm",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "compare", "pass", "fail", "muted", "changed", "alarm"
+    )
 
     data: reactive[CompareData | None] = reactive(None, always_update=True)
 

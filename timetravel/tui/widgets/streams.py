@@ -25,7 +25,7 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import KernelSpan, RaceEdge
 from timetravel.tui.rank_layout import short_labels
 from timetravel.tui.timefmt import exact_time, short_time
@@ -111,17 +111,9 @@ class StreamsView(Widget, can_focus=True):
     """A Gantt chart of GPU streams around the cursor. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "streams--label",
-        "streams--compute",
-        "streams--comm",
-        "streams--compute-alt",
-        "streams--comm-alt",
-        "streams--race",
-        "streams--edge",
-        "streams--cursor",
-        "streams--detail",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "streams", "label", "compute", "comm", "compute-alt", "comm-alt", "race", "edge", "cursor", "detail"
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "plus,equals_sign",
