@@ -1,7 +1,8 @@
 """Ctrl-C and SIGTERM stop a command at any moment: exit code 130 (SIGINT) or 143 (SIGTERM), never 0.
 
 While the command runs, either signal raises ``KeyboardInterrupt`` on the main thread (SIGTERM as its
-subclass :class:`Terminated`), and the command unwinds as it does on Ctrl-C: a recording keeps every
+subclass ``Terminated``; inside a section that holds a lock, as that section ends: sim/interruptions.py),
+and the command unwinds as it does on Ctrl-C: a recording keeps every
 frame written and stays readable, the processes the run started end, ``main`` returns 130 or 143.
 
 Once the command has returned, the process still tears down: exit hooks end the torch zygote (and,
@@ -20,11 +21,9 @@ import signal
 import sys
 from types import FrameType
 
+from timetravel.sim.interruptions import Terminated, deferring, interruption, note
+
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``kill``, a batch scheduler's time limit): stops the command as Ctrl-C does."""
 
 
 def stopped(stop: KeyboardInterrupt) -> int:
@@ -55,7 +54,10 @@ class CommandSignals:
             if self.late is None:
                 self.late = number
             return
-        raise Terminated() if number == signal.SIGTERM else KeyboardInterrupt()
+        if deferring():  # the main thread holds a lock an exception here would leak (sim/interruptions.py)
+            note(number)
+            return
+        raise interruption(number)
 
     def _exit_if_stopped_late(self) -> None:
         if self.late is None:
