@@ -80,3 +80,18 @@ def test_a_script_that_iterates_a_set_of_strings_gives_one_hash_chain_under_any_
     ] * len(reports)
     with RecordingReader.open(tmp_path / "1.ttr") as reader:
         assert reader.header["config"]["python_hash_seed"] == 0  # the header says how sets iterated
+
+
+def test_the_setting_python_hash_seed_is_the_ranks_hash_secret() -> None:
+    """Set order under PYTHONHASHSEED 0 and 1 differs for set_order_leak.py's four names: so do the runs."""
+    leak = SCRIPTS / "set_order_leak.py"
+    scenario = get_scenario("torch")
+    states = []
+    for hash_seed in (0, 1):
+        config = scenario.resolve_config(
+            [f"script={leak}", "nproc=2", "rank_output=quiet", f"python_hash_seed={hash_seed}"]
+        )
+        report = run_report(scenario, config, 0, launch=launch_naming([str(leak)]))[0]
+        assert report["outcome"] == "pass", report["failure"]
+        states.append(report["state_hash"])
+    assert states[0] != states[1]

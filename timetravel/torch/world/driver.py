@@ -115,10 +115,11 @@ KILLED_NAMED_MAX = 64
 re-executions may kill a rank's children many times)."""
 ZYGOTE_END_TIMEOUT_S = 5.0
 """Wall seconds for a zygote to end its descendants and exit once its stdin closed."""
-ZYGOTES_MAX = 2
-"""Zygotes one process keeps (one per ``python_hash_seed`` in use; the least recently used ends)."""
+ZYGOTES_MAX = 4
+"""Zygotes one process may start: one per ``python_hash_seed`` in use. None is ended to make room (its
+ranks and checkpoints would end with it): a fifth hash seed in one process is refused."""
 _zygotes: dict[int, Zygote] = {}
-"""The process's zygotes by hash seed, least recently used first (see the module docstring)."""
+"""The process's zygotes by hash seed (see the module docstring)."""
 _live_drivers: weakref.WeakSet[RankDriver] = weakref.WeakSet()
 """Every driver not stopped yet, for the exit hook only (their hosts stop them in every other case)."""
 
@@ -126,12 +127,14 @@ _live_drivers: weakref.WeakSet[RankDriver] = weakref.WeakSet()
 def zygote(hash_seed: int) -> Zygote:
     """The process's zygote whose ranks hash strings with ``hash_seed``, started on first use (again
     if it died)."""
-    source = _zygotes.pop(hash_seed, None)
+    source = _zygotes.get(hash_seed)
     if source is None or not source.alive():
-        while len(_zygotes) >= ZYGOTES_MAX:
-            _zygotes.pop(next(iter(_zygotes))).close()
-        source = Zygote(hash_seed)
-    _zygotes[hash_seed] = source
+        if source is None and len(_zygotes) >= ZYGOTES_MAX:
+            raise RankStartError(
+                f"one process runs ranks with at most {ZYGOTES_MAX} values of python_hash_seed "
+                f"({sorted(_zygotes)} so far)"
+            )
+        source = _zygotes[hash_seed] = Zygote(hash_seed)
     return source
 
 
