@@ -38,6 +38,7 @@ from timetravel.shell.monitor import CommandMonitor
 from timetravel.shell.prompt import prompt_text
 from timetravel.shell.render import RenderContext, render
 from timetravel.shell.script import ScriptCommand, ScriptError, split_commands
+from timetravel.sim.interruptions import Terminated
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
@@ -121,7 +122,7 @@ class CommandRunner:
         try:
             with self._running(text):
                 result = self.engine.execute(text)
-        except ExitShell:
+        except (ExitShell, Terminated):  # SIGTERM ends the shell; Ctrl-C only the command
             raise
         except KeyboardInterrupt:
             self._error(text, where, "interrupted")
