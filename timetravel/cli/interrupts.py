@@ -19,16 +19,29 @@ import contextlib
 import os
 import signal
 import sys
-from types import FrameType
-
-from timetravel.sim.interruptions import Terminated, deferring, interruption, note
+from types import FrameType, ModuleType
 
 HANDLED_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+SECTIONS_MODULE = "timetravel.sim.interruptions"
+"""Where sections and ``Terminated`` live: imported by the code that has sections (the recorder, the
+shell), not here, so that ``timetravel --help`` imports no numpy (tests/test_cli_startup.py)."""
+
+
+def _sections(load: bool = False) -> ModuleType | None:
+    """sim/interruptions.py if some code imported it (else no section can be open), or ``load``ed."""
+    module = sys.modules.get(SECTIONS_MODULE)
+    if module is None and load:
+        import importlib
+
+        module = importlib.import_module(SECTIONS_MODULE)
+    return module
 
 
 def stopped(stop: KeyboardInterrupt) -> int:
     """Say on stderr that the command was stopped by ``stop``; its exit code (130 or 143)."""
-    number = signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT
+    sections = _sections()
+    terminated = sections is not None and isinstance(stop, sections.Terminated)
+    number = signal.SIGTERM if terminated else signal.SIGINT
     print(f"timetravel: {describe(number)}", file=sys.stderr)
     return 128 + number
 
@@ -54,10 +67,15 @@ class CommandSignals:
             if self.late is None:
                 self.late = number
             return
-        if deferring():  # the main thread holds a lock an exception here would leak (sim/interruptions.py)
-            note(number)
+        sections = _sections()
+        if sections is not None and sections.deferring():  # the main thread holds a lock an
+            sections.note(number)  # exception here would leak (sim/interruptions.py)
             return
-        raise interruption(number)
+        if number == signal.SIGINT:
+            raise KeyboardInterrupt
+        sections = _sections(load=True)
+        assert sections is not None
+        raise sections.Terminated
 
     def _exit_if_stopped_late(self) -> None:
         if self.late is None:
