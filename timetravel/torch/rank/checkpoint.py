@@ -38,6 +38,7 @@ import socket
 from typing import Any
 
 from timetravel.torch.protocol.wire import ChannelClosed, receive_message, send_message
+from timetravel.torch.rank.env.files import working_directory_moved
 from timetravel.torch.rank.env.identity import adopt_this_process
 from timetravel.torch.rank.process import die_with_parent, lead_own_session, real_parent_pid, real_pid
 
@@ -213,6 +214,7 @@ def _reconnect(channel: Any, command: dict[str, Any]) -> None:
             # the execution this rank resumes into has its own working directory: two executions
             # resumed from one checkpoint (a divergence search's two sides) never share files
             os.chdir(command["cwd"])
+            working_directory_moved(command["cwd"])
         sock.connect(command["socket"])
     except OSError:
         os._exit(0)
