@@ -29,6 +29,7 @@ FAILURE_KINDS: dict[str, str] = {
     # the user's torch code (torch/)
     "stuck": "a rank ran past the wall-clock watchdog without calling the World",
     "unsupported": "the script used something the simulator refuses (named in the message)",
+    "oom": "a rank allocated more memory than its limit (the torch setting rank_memory_max)",
     "resume_mismatch": "a restart after a crash did not resume where the run would have gone on",
     "silent_corruption": "a fault changed the run's final parameters and no detector noticed",
     "duplicate_batches": "ranks trained on the same samples in one step, or every epoch in one order",

@@ -89,8 +89,15 @@ def finished_report(
         "platform_fingerprint": platform_fingerprint(),
     }
     if scenario.summarize is not None:
-        report["summary"] = scenario.summarize(world)
+        report["summary"] = {**scenario.summarize(world), **processes_summary(simulation)}
     return report
+
+
+def processes_summary(simulation: Simulation) -> dict[str, Any]:
+    """What the owner of the run's external processes says of them (``Scenario.processes``): the torch
+    host names the processes a rank started that were still running when it ended, and were killed."""
+    summary = getattr(simulation.processes, "summary", None)
+    return dict(summary()) if summary is not None else {}
 
 
 def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:

@@ -315,7 +315,8 @@ class Scenario:
     run's processes (the torch scenario's :class:`~timetravel.torch.world.host.RankHost`), from what
     the user launched (sim/launch.py). A Simulation given none makes its own and closes it when its
     run can go no further; a Session's world source hands its own to every Simulation it makes.
-    Handlers reach it as ``ctx.processes`` (None for plain-data scenarios)."""
+    Handlers reach it as ``ctx.processes`` (None for plain-data scenarios). An owner may have
+    ``summary() -> dict``: what a run's summary says of its processes (``runner.processes_summary``)."""
     view: ScenarioView = field(default_factory=ScenarioView)
     """What a front end shows of its worlds: the rank nodes, their step, weights and status keys, the
     fault kinds that make a rank look slow or partitioned (:class:`ScenarioView`)."""

@@ -13,8 +13,10 @@ it into the output tensors in place. Tensors cross as raw bytes (:mod:`timetrave
 from __future__ import annotations
 
 import datetime
+import sys
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -35,6 +37,50 @@ class UnsupportedCollective(RuntimeError):
     """An op the simulator does not implement: a clear failure, never a silent wrong answer."""
 
     failure_kind = "unsupported"
+
+
+class Maker:
+    """The thread that made a process group (or the store): the only one that may call through it.
+
+    Collectives from several threads of one rank arrive in the order the OS runs the threads, which
+    no seed decides, so the same seed would give another hash chain on every run (issue 32). The
+    first call from any other thread ends the rank with an ``unsupported`` failure that names the
+    maker; which other thread came first is the OS's choice, so it is named only in the rank's
+    output, and the failure carries no traceback: it is the same whichever thread it was."""
+
+    def __init__(self) -> None:
+        thread = threading.current_thread()
+        self.ident = thread.ident
+        self.name = thread.name
+
+    def check(self, what: str) -> None:
+        """Refuse ``what`` (``all_reduce``, ``store.get``) from any thread but the maker."""
+        if threading.get_ident() != self.ident:
+            _refuse_other_thread(what, self.name)
+
+
+def _refuse_other_thread(what: str, maker: str) -> NoReturn:
+    caller = threading.current_thread().name
+    print(
+        f"timetravel: thread {caller!r} called {what} through a process group (or store) that thread "
+        f"{maker!r} made",
+        file=sys.stderr,
+    )
+    error = (
+        f"a collective or store call from a thread other than {maker!r}, which made its process group: "
+        "a rank's calls to the World must come from one thread (the OS orders threads; no seed could "
+        "repeat the run)"
+    )
+    channel().abort(
+        {
+            "kind": "exit",
+            "code": 1,
+            "error": f"{UnsupportedCollective.__name__}: {error}",
+            "error_kind": "unsupported",
+            "traceback": "",
+            "where": "",
+        }
+    )
 
 
 def bind(channel: Channel) -> None:
@@ -187,6 +233,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         self._sequence = 0
         self._p2p_counts: dict[str, int] = {}
         self._group_name = ""
+        self._maker = Maker()
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -241,6 +288,7 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
     ) -> SimulatedWork:
         """Post one call to the World (its inputs as raw bytes) and return its work at once."""
+        self._maker.check(str(message["op"]))
         rank_channel = channel()
         work_id = rank_channel.next_work_id()
         for observe in list(rank_channel.call_observers):

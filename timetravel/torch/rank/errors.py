@@ -10,6 +10,8 @@ A rank's exception becomes its ``exit`` message's ``error``, ``error_kind``, ``t
   wrapper that hands the script's arguments to torch (:func:`passes_through`) nor an error raised on
   purpose where torch or Python would raise it (:func:`the_scripts`). ``where`` is then timetravel's
   frame: never "rN raised …" against the user's script;
+* ``oom`` — an allocation past the rank's memory limit (``rank_memory_max``, world/memory.py): a
+  MemoryError, torch's OutOfMemoryError or its CPU allocator's RuntimeError;
 * ``exception`` — everything else: the script's own error (raised in its code, in torch or in a
   library it called), ``where`` the innermost frame of the user's code.
 
@@ -74,15 +76,29 @@ def relative_path_hint(error: BaseException) -> str:
     return RELATIVE_PATH_HINT
 
 
+ALLOCATOR_FAILURES = ("DefaultCPUAllocator: can't allocate memory", "DefaultCPUAllocator: not enough memory")
+"""torch's CPU allocator's messages when an allocation fails (a RuntimeError, not a MemoryError)."""
+
+
 def error_kind(error: BaseException) -> str:
-    """``unsupported``, ``internal`` or ``exception``: see the module docstring."""
+    """``unsupported``, ``oom``, ``internal`` or ``exception``: see the module docstring."""
     kind = getattr(error, _KIND_ATTRIBUTE, None)
     if kind in ("unsupported", "exception"):
         return str(kind)
+    if _out_of_memory(error):
+        return "oom"
     innermost = _innermost(error.__traceback__)
     if innermost is None or innermost.tb_frame.f_code in _PASS_THROUGH:
         return "exception"
     return "internal" if _ours(innermost.tb_frame.f_code.co_filename) else "exception"
+
+
+def _out_of_memory(error: BaseException) -> bool:
+    """An allocation past the rank's memory limit (world/memory.py): Python's MemoryError, torch's
+    OutOfMemoryError, or the RuntimeError torch's CPU allocator raises."""
+    if isinstance(error, MemoryError) or type(error).__name__ == "OutOfMemoryError":
+        return True
+    return isinstance(error, RuntimeError) and any(text in str(error) for text in ALLOCATOR_FAILURES)
 
 
 def describe_error(error: BaseException) -> dict[str, Any]:

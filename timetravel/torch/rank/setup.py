@@ -58,6 +58,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         working_directory=spec.get("cwd"),
         warn=_warning_sink(rank_channel),
         work_meter=rank_channel.work_meter,
+        restarts=int(spec.get("restarts", 0)),
     )
     install_loss_capture(capture)
     rank_channel.before_blocking.append(capture.flush)

@@ -48,8 +48,10 @@ class SimulatedStore(dist.Store):
         # torch's C++ (a PrefixStore) may hold the store alone, not the Python object its methods
         # live on: a store lives as long as the rank (a script makes a handful)
         _LIVING.append(self)
+        self._maker = backend.Maker()
 
     def _call(self, op: str, timeout_ns: int | None = None, **arguments: Any) -> Any:
+        self._maker.check(f"store.{op}")
         rank_channel = backend.channel()
         work_id = rank_channel.next_work_id()
         rank_channel.post(

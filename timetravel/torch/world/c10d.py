@@ -333,6 +333,10 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
         replicas.check_step(step, reports, ctx)
 
 
+RANK_ERROR_KINDS = ("unsupported", "internal", "oom")
+"""How a rank's exception may be told apart from the script's own (rank/errors.py ``error_kind``)."""
+
+
 def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if not elastic.current(state, event.payload):
         return
@@ -345,11 +349,7 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     node = f"r{rank}"
     if message.get("error"):
         where = f" at {message['where']}" if message.get("where") else ""
-        kind = (
-            message.get("error_kind")
-            if message.get("error_kind") in ("unsupported", "internal")
-            else "exception"
-        )
+        kind = message.get("error_kind") if message.get("error_kind") in RANK_ERROR_KINDS else "exception"
         error_type = str(message["error"]).split(":")[0]
         traceback = message.get("traceback", "")
         if kind == "internal":
@@ -359,6 +359,8 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
             )
             return
         text = f"{node} raised {message['error']}{where}"
+        if kind == "oom":
+            text = f"{node} ran out of memory (its limit: the setting rank_memory_max): {message['error']}{where}"
         elastic.rank_failed(state, ctx, rank, kind, text, f"torch.script:{error_type}", traceback=traceback)
         return
     if message["code"] != 0:

@@ -28,7 +28,8 @@ from typing import Any
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.world import World
 from timetravel.torch.world import workdir
-from timetravel.torch.world.driver import RankDriver, RankStartError
+from timetravel.torch.world.driver import KILLED_NAMED_MAX, RankDriver, RankStartError
+from timetravel.torch.world.params import PYTHON_HASH_SEED_DEFAULT
 from timetravel.torch.world.specs import C10D_NODE, rank_specs, rank_states, script_to_run
 
 LIVE_DRIVERS_MAX = 4
@@ -54,6 +55,9 @@ class RankHost:
         """explain's module probe while one runs (module_probe.Probe), else None."""
         self.references: dict[str, dict[str, Any]] = {}
         """Reference runs of the worlds this host ran, by what they are a function of (reference.py)."""
+        self.killed: list[str] = []
+        """Processes the ranks of stopped drivers had started and left running (``r0: sleep``), killed
+        with their rank (rank_sessions.py); a run's summary names them."""
         self.closed = False
 
     # -- a world's driver --------------------------------------------------------------------------
@@ -100,7 +104,12 @@ class RankHost:
             script=script,
             extra_settings=self._probe_settings(config),
         )
-        live = RankDriver(specs, output=self._output(config), stuck_timeout_s=config["stuck_timeout"])
+        live = RankDriver(
+            specs,
+            output=self._output(config),
+            stuck_timeout_s=config["stuck_timeout"],
+            hash_seed=config.get("python_hash_seed", PYTHON_HASH_SEED_DEFAULT),
+        )
         live.workdir = directory
         live.owns_workdir = not self.keep_workdirs
         directory.in_use = True
@@ -143,6 +152,8 @@ class RankHost:
         """``live`` stopped (RankDriver.stop calls this)."""
         if live in self.drivers:
             self.drivers.remove(live)
+        self.killed = (self.killed + live.killed)[:KILLED_NAMED_MAX]
+        live.killed = []
 
     # -- worlds whose ranks come from a checkpoint ----------------------------------------------------
 
@@ -195,6 +206,11 @@ class RankHost:
         live = self.driver_for(world)
         if live is not None:
             live.stop()
+
+    def summary(self) -> dict[str, Any]:
+        """For a run's summary (``runner.processes_summary``): the processes its ranks started that
+        were still running when their rank was ended, and were killed with it (none: nothing said)."""
+        return {"processes_killed": list(self.killed)} if self.killed else {}
 
     def close(self) -> None:
         """Stop every driver of this host. Safe to call twice."""

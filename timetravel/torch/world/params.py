@@ -11,6 +11,10 @@ from timetravel.torch.protocol.limits import COMPUTE_FLOPS_PER_S_DEFAULT, STUCK_
 from timetravel.torch.world.timing import FABRIC_TORCH_PARAMS
 
 STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+PYTHON_HASH_SEED_DEFAULT = 0
+"""Every rank's ``PYTHONHASHSEED`` unless the run sets another: 0, as if hash randomization were off."""
+PYTHON_HASH_SEED_MAX = 4_294_967_295
+"""The largest ``PYTHONHASHSEED`` Python accepts."""
 
 PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
@@ -175,6 +179,22 @@ PARAMS: tuple[Param, ...] = (
         10_000_000,
         "swarm: flips start before this time (set it to about your run's simulated length)",
         minimum=1,
+    ),
+    Param(
+        "rank_memory_max",
+        "str",
+        "auto",
+        "the most memory one rank may allocate (its data segment): auto (3/4 of the machine divided among "
+        "the ranks), off, or a size (8GiB, 512M); past it the run fails oom naming the rank",
+    ),
+    Param(
+        "python_hash_seed",
+        "int",
+        PYTHON_HASH_SEED_DEFAULT,
+        "every rank's PYTHONHASHSEED (the order of a set of strings), whatever the caller's: a fixed "
+        "hash secret makes a run the same under any shell",
+        minimum=0,
+        maximum=PYTHON_HASH_SEED_MAX,
     ),
     Param(
         "rank_output",

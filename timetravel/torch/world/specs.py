@@ -27,7 +27,8 @@ from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import NPROC_MAX
-from timetravel.torch.world.params import BRANCHABLE_KEYS
+from timetravel.torch.world.memory import check_memory_setting, rank_memory_bytes
+from timetravel.torch.world.params import BRANCHABLE_KEYS, PYTHON_HASH_SEED_DEFAULT
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
 C10D_NODE = "c10d"
@@ -48,6 +49,7 @@ def check_config(config: dict[str, Any]) -> None:
     ranks = config["nproc"] * config["nnodes"]
     if ranks > NPROC_MAX:
         raise ConfigError(f"{ranks} ranks is above the limit {NPROC_MAX}")
+    check_memory_setting(config.get("rank_memory_max", "auto"))
     if config["function"]:
         return
     if not config["script"]:
@@ -124,6 +126,7 @@ def rank_specs(
     """What each forked rank is told: its environment, argv, settings and working directory ``cwd``
     (plain data). ``extra_settings``: per rank, settings added for one execution (explain's probe)."""
     ranks = config["nproc"] * config["nnodes"]
+    memory_max_bytes = rank_memory_bytes(config.get("rank_memory_max", "auto"), ranks)
     base = {
         key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "TORCHELASTIC_"))
     }
@@ -141,6 +144,7 @@ def rank_specs(
             "args": shlex.split(config["args"]),
             "seed": seed,
             "restarts": restarts,
+            "memory_max_bytes": memory_max_bytes,
             "settings": {**_rank_settings(config), **(extra_settings or {}).get(rank, {})},
         }
         for rank in range(ranks)
@@ -182,6 +186,7 @@ def _environment(
         TIMETRAVEL_RANK=str(rank),
         TIMETRAVEL_LAUNCH_DIR=os.getcwd(),
         PWD=cwd,
+        PYTHONHASHSEED=str(config.get("python_hash_seed", PYTHON_HASH_SEED_DEFAULT)),  # the zygote's
     )
     if config["env_style"] == "python":  # `python SCRIPT`: it spawns its own ranks (rank/env/spawn.py)
         return {**base, **{key: env[key] for key in KEPT_UNDER_PYTHON}, "TIMETRAVEL_LAUNCHER": "python"}
