@@ -44,6 +44,7 @@ from timetravel.recording.frame_reader import FrameReader, items_max_for
 from timetravel.recording.schema import schema_for
 from timetravel.recording.structure import structure_warnings
 from timetravel.sim import speedups
+from timetravel.sim.elided import ElidedArray
 from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
 from timetravel.sim.event import Event, events_from_lists
 from timetravel.sim.world import World, queue_digest_from
@@ -362,12 +363,17 @@ class RecordingReader(FrameReader):
         self._array_headers.put(digest, header, 100 + 16 * len(pages))
         return header
 
-    def array(self, digest: bytes, *, writeable: bool = True) -> np.ndarray:
+    def array(self, digest: bytes, *, writeable: bool = True) -> np.ndarray | ElidedArray:
         """The array a digest names: a copy of the cached read-only array (``writeable=False``: the
-        cached array itself, which nobody can write)."""
+        cached array itself, which nobody can write). An array whose pages the recording did not
+        store (format 1.2: a torch recording keeps large tensors as digests, rebuilt by
+        re-execution) is an :class:`~timetravel.sim.elided.ElidedArray`."""
         built = self._arrays.get(digest)
         if built is None:
             dtype, shape, pages = self.array_header(digest)
+            blobs = self.catalog.blobs
+            if not all(page in blobs for page in pages):
+                return ElidedArray(dtype, shape, tuple(pages))
             try:
                 built = build_array(dtype, shape, [self.page(page) for page in pages], writeable=False)
             except DecodeError as error:
@@ -469,14 +475,14 @@ class RecordingReader(FrameReader):
             return self.value(digest)
         return copied
 
-    def _array_copy(self, digest: bytes) -> np.ndarray:
+    def _array_copy(self, digest: bytes) -> np.ndarray | ElidedArray:
         array = self.array(digest, writeable=True)
-        self._array_bytes += array.nbytes
+        self._array_bytes += 0 if isinstance(array, ElidedArray) else array.nbytes
         return array
 
-    def _array_shared(self, digest: bytes) -> np.ndarray:
+    def _array_shared(self, digest: bytes) -> np.ndarray | ElidedArray:
         array = self.array(digest, writeable=False)
-        self._array_bytes += array.nbytes
+        self._array_bytes += 0 if isinstance(array, ElidedArray) else array.nbytes
         return array
 
     # -- restoring --------------------------------------------------------------------------------

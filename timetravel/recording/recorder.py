@@ -189,6 +189,8 @@ class Recorder:
         self.choice_log: list[list[Any]] | None = [] if record_choices else None
         self.choices_written = 0
         self.store = SnapshotStore(bytes_max=0)
+        self.elide_bytes_min = scenario.snapshot_elide_bytes_min
+        """Arrays of more bytes are stored as page digests (sim/elided.py) but in the final snapshot."""
         self.changes: Changes | None = None
         """What ran since the latest snapshot, gathered as each batch is flushed (snapshot/changes.py)."""
         self.notes: list[str] = []
@@ -290,10 +292,12 @@ class Recorder:
     ) -> Snapshot:
         """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot).
         ``chain_open_bytes``: the world's open chain batch, packed, when the caller has it."""
-        changes = None if full or not self.store.snapshots else self.changes
+        keep_all = final and self.elide_bytes_min is not None
+        changes = None if full or keep_all or not self.store.snapshots else self.changes
         if changes is not None:
             changes.add(self.world.chain_batch, self.world.chain_events)
-        snapshot = self.store.take(self.world, changes=changes)
+        elide = None if final else self.elide_bytes_min
+        snapshot = self.store.take(self.world, changes=changes, elide_bytes_min=elide)
         self.snapshot_events = self.world.events_processed
         self.changes = Changes(snapshot.seq, snapshot.events)
         manifest = snapshot.manifest(chain_open_bytes)
@@ -385,10 +389,14 @@ def write_snapshot(
 
 def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> None:
     for array in blob.arrays:
-        if writer.has_blob(array.digest):
+        if writer.has_blob(array.digest) and array.digest not in writer.elided_arrays:
             continue
+        missing = False
         for page in array.pages:
             if writer.has_blob(page.digest):
+                continue
+            if page.data is None:  # an elided page (sim/elided.py): rebuilt by re-execution
+                missing = True
                 continue
             base = bases.get(id(page))
             depth = writer.page_depths.get(base.digest) if base is not None else None
@@ -403,8 +411,13 @@ def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> 
                 writer.page_depths[page.digest] = 0
                 base_digest = None
             writer.blob([page.digest, BLOB_PAGE, codec, base_digest, element_bytes(array.dtype), data])
-        header = writer.packer.pack([array.dtype, list(array.shape), array.page_digests])
-        writer.blob([array.digest, BLOB_ARRAY, 0, None, 0, header])
+        if missing:
+            writer.elided_arrays.add(array.digest)
+        else:
+            writer.elided_arrays.discard(array.digest)
+        if not writer.has_blob(array.digest):
+            header = writer.packer.pack([array.dtype, list(array.shape), array.page_digests])
+            writer.blob([array.digest, BLOB_ARRAY, 0, None, 0, header])
     if not writer.has_blob(blob.digest):
         writer.blob([blob.digest, BLOB_VALUE, 0, None, 0, blob.data])
 

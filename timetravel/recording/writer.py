@@ -139,6 +139,9 @@ class RecordingWriter:
         self.offset = file.tell()
         self.page_depths: dict[bytes, int] = {}
         """XOR chain depth of every float page written (0: stored whole)."""
+        self.elided_arrays: set[bytes] = set()
+        """Arrays whose header was written while some of their pages were not (elided): their pages
+        are written if they come with bytes later (recorder.write_snapshot)."""
         self._pending: list[BlobEntry] = []
         self._pending_bytes = 0
         self._pending_digests: set[bytes] = set()

@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from timetravel.sim.elided import ElidedArray
 from timetravel.sim.encoding import DECODE_BYTES_MAX, merkle_root
 from timetravel.sim.event import Event
 from timetravel.sim.kernel import pack_chain_batch
@@ -197,6 +198,7 @@ class SnapshotStore:
         since: Sequence[Sequence[Event]] | None = None,
         *,
         changes: Changes | None = None,
+        elide_bytes_min: int | None = None,
     ) -> Snapshot:
         """Snapshot ``world``, a later state of the world of the latest snapshot (if any).
 
@@ -206,7 +208,9 @@ class SnapshotStore:
         their ``seq`` the pending events that left the queue. None re-encodes every node and the
         whole queue (the first snapshot, or when nothing was tracked). ``changes``: the same
         events gathered as they were flushed (:class:`~timetravel.snapshot.changes.Changes`, since
-        the latest snapshot's ``seq``), instead of ``since``. A store follows one line of history:
+        the latest snapshot's ``seq``), instead of ``since``. ``elide_bytes_min``: arrays of more
+        bytes are taken as page digests only (codec.Capture; a recording of a world whose large
+        arrays are rebuilt by re-execution). A store follows one line of history:
         a branch starts a store of its own (its blobs are shared with the parent's in a recording,
         where equal blobs are stored once by digest).
         """
@@ -218,7 +222,7 @@ class SnapshotStore:
         self._next_index += 1
         born: list[Item] = []
         bases: dict[int, Page] = {}
-        self._capture = Capture(index)
+        self._capture = Capture(index, elide_bytes_min)
         parts = self._take_parts(world, base, index, born, bases)
         if base is None:
             changes = None
@@ -277,8 +281,12 @@ class SnapshotStore:
         capture = self._capture
         data = capture.pack(value, old.arrays if old is not None else ())
         blob_digest = xxhash.xxh3_128_digest(data)
-        if old is not None and old.digest == blob_digest:
-            return old
+        if (
+            old is not None
+            and old.digest == blob_digest
+            and (capture.elide_bytes_min is not None or not _gains_bytes(old.arrays, capture.arrays))
+        ):
+            return old  # (the same value with bytes where the old blob had digests: a new blob)
         blob = Blob(blob_digest, data, tuple(capture.arrays), index)
         born.append(blob)
         born.extend(capture.new_pages)
@@ -500,6 +508,18 @@ class SnapshotStore:
         return total
 
 
+def _gains_bytes(old: Sequence[ArrayEntry], new: Sequence[ArrayEntry]) -> bool:
+    """Whether ``new`` (a capture of the same value) holds bytes of a page ``old`` held only the
+    digest of (an elided array whose bytes came back: a keeping snapshot stores them)."""
+    for before, after in zip(old, new, strict=False):
+        if before.elided and any(
+            page.data is None and fresh.data is not None
+            for page, fresh in zip(before.pages, after.pages, strict=False)
+        ):
+            return True
+    return False
+
+
 def _victim(snapshots: list[Snapshot]) -> int:
     """Position of the snapshot to drop: smallest gap left behind relative to its age."""
     newest = snapshots[-1].events
@@ -522,9 +542,12 @@ def _victim(snapshots: list[Snapshot]) -> int:
 def _array_factory(arrays: tuple[ArrayEntry, ...], *, writeable: bool) -> Any:
     by_digest = {array.digest: array for array in arrays}
 
-    def factory(array_digest: bytes) -> np.ndarray:
+    def factory(array_digest: bytes) -> np.ndarray | ElidedArray:
         array = by_digest[array_digest]
-        return build_array(array.dtype, array.shape, [page.data for page in array.pages], writeable=writeable)
+        pages = [page.data for page in array.pages]
+        if any(page is None for page in pages):
+            return ElidedArray(array.dtype, array.shape, tuple(array.page_digests))
+        return build_array(array.dtype, array.shape, pages, writeable=writeable)  # type: ignore[arg-type]
 
     return factory
 

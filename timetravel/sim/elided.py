@@ -1,0 +1,105 @@
+"""An array whose bytes are not here: what a recording keeps of a tensor it did not store.
+
+A torch recording stores what cannot be recomputed (docs/recording-format.md, format 1.2): a tensor a
+rank sent or the World reduced is rebuilt by re-executing the ranks, so a snapshot may keep only its
+dtype, shape and page digests. That is exactly what the World's hash reads of an array
+(``encoding.array_digest``: xxh3-128 over the dtype name and shape, then the xxh3-128 of each
+PAGE_BYTES page), so an :class:`ElidedArray` hashes, snapshots and compares as the array it stands
+for: a world holding it has the state hash of the world holding the bytes, and a re-execution that
+rebuilds the bytes is checked against it bit for bit.
+
+It is not a numpy array: anything that needs its values (``np.asarray``, arithmetic, a summary)
+raises :class:`ElidedError`, never computes over made-up bytes. A command that meets one rebuilds the
+world by re-execution (a torch Session: ``TorchWorlds.materialize``) or says that it needs to.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import msgpack
+import numpy as np
+import xxhash
+
+
+class ElidedError(ValueError):
+    """An elided array's values were asked for: they are rebuilt by re-execution, not stored."""
+
+
+class ElidedArray:
+    """Dtype name, shape and page digests of an array whose bytes are not kept (module docstring)."""
+
+    __slots__ = ("_digest", "dtype_name", "page_digests", "shape")
+
+    def __init__(self, dtype_name: str, shape: tuple[int, ...] | list[int], page_digests: tuple[bytes, ...]):
+        assert all(isinstance(digest, bytes) and len(digest) == 16 for digest in page_digests)
+        self.dtype_name = dtype_name
+        self.shape = tuple(int(size) for size in shape)
+        self.page_digests = tuple(page_digests)
+        self._digest: bytes | None = None
+
+    @property
+    def digest(self) -> bytes:
+        """The digest that stands for the array in hashed data (``encoding.array_digest``)."""
+        if self._digest is None:
+            hasher = xxhash.xxh3_128()
+            hasher.update(msgpack.packb([self.dtype_name, list(self.shape)], use_bin_type=True))
+            for page in self.page_digests:
+                hasher.update(page)
+            self._digest = hasher.digest()
+        return self._digest
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        from timetravel.sim.encoding import dtype_from_name
+
+        return dtype_from_name(self.dtype_name)
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+    @property
+    def nbytes(self) -> int:
+        return self.size * self.dtype.itemsize
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, ElidedArray) and other.digest == self.digest
+
+    def __hash__(self) -> int:
+        return hash(self.digest)
+
+    def __repr__(self) -> str:
+        return f"elided {self.dtype_name}{list(self.shape)}"
+
+    def __array__(self, *args: Any, **kwargs: Any) -> Any:
+        raise ElidedError(f"the values of this {self!r} are not stored: rebuilt by re-execution")
+
+    def copy(self) -> ElidedArray:
+        """Itself: an elided array is immutable (what a decode's copy of a cached array gives)."""
+        return self
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d elided array")
+        return self.shape[0]
+
+
+def elided(array: np.ndarray) -> ElidedArray:
+    """The stand-in of a real array (its page digests computed here)."""
+    from timetravel.sim.encoding import dtype_name, page_digests
+
+    return ElidedArray(dtype_name(array.dtype), array.shape, tuple(page_digests(array)))
+
+
+def is_array(value: Any) -> bool:
+    """A numpy array or an elided one: what a world holds as an array."""
+    return isinstance(value, (np.ndarray, ElidedArray))
+
+
+__all__ = ["ElidedArray", "ElidedError", "elided", "is_array"]
