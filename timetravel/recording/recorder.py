@@ -44,6 +44,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.compress_ahead import COMPRESS_AHEAD_CORES_MIN
@@ -60,7 +62,7 @@ from timetravel.recording.format import (
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
-from timetravel.sim.encoding import PAGE_BYTES
+from timetravel.sim.encoding import PAGE_BYTES, dtype_name, page_digests
 from timetravel.sim.event import Event
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
 from timetravel.sim.kernel import (
@@ -211,6 +213,11 @@ class Recorder:
             snapshot_quiet_ns=self.snapshot_quiet_ns,
         )
         header["determinism"] = self.simulation.determinism
+        record_state = getattr(self.simulation.processes, "record_state", None)
+        self.pulls: Any = record_state() if callable(record_state) else None
+        """The bytes of arrays the World holds elided that this recording keeps (a torch run's
+        training state at the steps it keeps: torch/world/state_pull.py), or None. A snapshot is
+        taken where such a step is stored in the World (``_on_pause``)."""
         self.writer = writer if writer is not None else RecordingWriter.create(path, header)
         self.path = self.writer.path
         if background_writes is None:
@@ -234,7 +241,7 @@ class Recorder:
         return self.simulation.run(
             until_ns,
             max_events,
-            pause_every_events=self.snapshot_every_events,
+            pause_every_events=1 if self.pulls is not None else self.snapshot_every_events,
             pause_every_ns=self.snapshot_quiet_ns or None,
             on_pause=self._on_pause,
         )
@@ -250,14 +257,17 @@ class Recorder:
         processed = world.events_processed
         if processed == self.snapshot_events:
             return
-        if processed % self.snapshot_every_events and not self._quiet_ahead(world):
+        kept_state = self.pulls is not None and self.pulls.due(world)
+        if processed % self.snapshot_every_events and not kept_state and not self._quiet_ahead(world):
             return
         self.snapshot()
 
     def _quiet_ahead(self, world: World) -> bool:
         """A quiet pause: the next event is ``snapshot_quiet_ns`` or more after the last one, and
         enough events ran since the previous snapshot."""
-        if not world.queue or world.events_processed - self.snapshot_events < self.quiet_events_min:
+        if not self.snapshot_quiet_ns or not world.queue:
+            return False
+        if world.events_processed - self.snapshot_events < self.quiet_events_min:
             return False
         return bool(world.queue[0][0] - world.t_ns >= self.snapshot_quiet_ns)
 
@@ -292,11 +302,18 @@ class Recorder:
     ) -> Snapshot:
         """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot).
         ``chain_open_bytes``: the world's open chain batch, packed, when the caller has it."""
-        keep_all = final and self.elide_bytes_min is not None
+        if self.pulls is not None:
+            pulled = self.pulls.take_arrays()
+            if pulled:
+                self.write_thread.submit(functools.partial(write_pulled, self.writer, pulled))
+        # every array's bytes at the end, and at a branch's fork (its re-executions start there)
+        keep_all = (final or (self.branch != MAIN_BRANCH and not self.store.snapshots)) and (
+            self.elide_bytes_min is not None
+        )
         changes = None if full or keep_all or not self.store.snapshots else self.changes
         if changes is not None:
             changes.add(self.world.chain_batch, self.world.chain_events)
-        elide = None if final else self.elide_bytes_min
+        elide = None if keep_all else self.elide_bytes_min
         snapshot = self.store.take(self.world, changes=changes, elide_bytes_min=elide)
         self.snapshot_events = self.world.events_processed
         self.changes = Changes(snapshot.seq, snapshot.events)
@@ -329,6 +346,7 @@ class Recorder:
             )
             self.write_thread.submit(job)
         self._write_choices()
+        self._final_state()
         snapshot = self.snapshot(final=True, chain_open_bytes=open_bytes)
         state_hash = world.state_hash()  # once: it hashes every node (~2 ms for the demo's 16 ranks)
         if snapshot.state_hash != state_hash:
@@ -361,6 +379,20 @@ class Recorder:
         finally:
             self.write_thread.stop()
         return end
+
+    def _final_state(self) -> None:
+        """The arrays this recording keeps at the end (a torch run's last state of every rank), and a
+        NOTE for each that could not be kept; then the processes are no longer asked for any."""
+        pulls = self.pulls
+        if pulls is None:
+            return
+        processes = self.simulation.processes
+        processes.final_state(self.world)
+        if getattr(processes, "state_pulls", None) is pulls:
+            processes.state_pulls = None
+        for text in pulls.notes:
+            self.notes.append(text)
+            self._write(FrameType.NOTE, {"branch": self.branch, "level": "info", "message": text})
 
     def abort(self) -> None:
         """Close after an interruption: what was written stays readable, without an END frame
@@ -420,6 +452,21 @@ def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> 
             writer.blob([array.digest, BLOB_ARRAY, 0, None, 0, header])
     if not writer.has_blob(blob.digest):
         writer.blob([blob.digest, BLOB_VALUE, 0, None, 0, blob.data])
+
+
+def write_pulled(writer: RecordingWriter, pulled: list[np.ndarray]) -> None:
+    """The pages of arrays the World holds elided and this recording keeps (the recorder's ``pulls``),
+    each stored whole (shuffled, never an XOR delta: a kept state may be thinned away later, and a
+    delta against a state many steps apart saves little), in frames of their own."""
+    for array in pulled:
+        name = dtype_name(array.dtype)
+        raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+        for digest, start in zip(page_digests(array), range(0, max(len(raw), 1), PAGE_BYTES), strict=True):
+            if writer.has_blob(digest):
+                continue
+            codec, data = encode_page(bytes(raw[start : start + PAGE_BYTES]), name, None)
+            writer.blob([digest, BLOB_PAGE, codec, None, element_bytes(name), data])
+    writer.flush_blobs()
 
 
 def check_replaceable(path: str | Path, *, force: bool = False) -> None:

@@ -65,9 +65,10 @@ def decode(wire: Any) -> np.ndarray:
 
 
 def out_of_band(message: dict[str, Any]) -> dict[str, Any]:
-    """``message`` (a result the World hands a rank) with each large output tensor's bytes as an
-    array over those same bytes, which the wire sends as a frame: the World's own copy (``bytes``, in
-    its hashed state) is neither copied nor changed."""
+    """``message`` (a result the World hands a rank) in wire form: each output the World holds as an
+    array (a collective's result) or as wire bytes (the store's) with its large bytes as an array over
+    those same bytes, which the wire sends as a frame: the World's own copy is neither copied nor
+    changed."""
     results = message.get("results")
     if message.get("kind") != "result" or not isinstance(results, dict):
         return message
@@ -80,6 +81,11 @@ def out_of_band(message: dict[str, Any]) -> dict[str, Any]:
 
 
 def _lifted(wire: Any) -> Any:
+    if isinstance(wire, np.ndarray):  # a collective's output as the World holds it: sent as a view
+        view = np.ascontiguousarray(wire).reshape(-1).view(np.uint8)
+        if view.nbytes < FRAME_BYTES_MIN:
+            return {"dtype": dtype_name(wire), "shape": list(wire.shape), "data": view.tobytes()}
+        return {"dtype": dtype_name(wire), "shape": list(wire.shape), "data": view}
     if not isinstance(wire, dict):
         return wire
     data = wire.get("data")

@@ -27,7 +27,7 @@ from typing import Any
 import xxhash
 
 from timetravel.sim.context import Context
-from timetravel.sim.encoding import pack
+from timetravel.sim.encoding import pack_for_hash
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.world import collectives, digests, elastic, faults, hangs, resume, store
@@ -199,10 +199,9 @@ def _finish(
     digests.note_results(state, entries, received, t_done, ctx)
     for entry, outputs in zip(entries, received, strict=True):
         rank = entry["rank"]
-        state["results"][f"{rank}:{entry['id']}"] = {
-            "t_ns": t_done,
-            "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],
-        }
+        # the arrays themselves (read-only, shared with the entries they came from): a recording
+        # keeps their digests only, and the wire sends their bytes (arrays.out_of_band)
+        state["results"][f"{rank}:{entry['id']}"] = {"t_ns": t_done, "outputs": list(outputs)}
         for flight in state["flight"][str(rank)]:
             if flight["id"] == entry["id"]:
                 flight["state"] = "completed"
@@ -283,7 +282,10 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
     # still holds it, for a rank resumed from a checkpoint (torch/checkpoints.py)
     state["delivering"][str(rank)] = {"number": number, "message": message}
     chain = state["received"].setdefault(str(rank), {})
-    chain[str(number)] = xxhash.xxh3_64_hexdigest(chain.get(str(number - 1), "").encode() + pack(message))
+    # over the hash form (arrays by their digests): the same chain whether a world holds the bytes
+    chain[str(number)] = xxhash.xxh3_64_hexdigest(
+        chain.get(str(number - 1), "").encode() + pack_for_hash(message)
+    )
     chain.pop(str(number - 2), None)
     state.setdefault(ORDERS_KEY, []).append(["release", rank, number, message])
     poll = {"incarnation": state["incarnation"], "delivery": number}

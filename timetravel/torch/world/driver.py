@@ -249,6 +249,20 @@ class RankDriver:
             ended = self._stuck(rank)
         return kept, ended
 
+    def pull(self, rank: int, request: dict[str, Any]) -> dict[str, Any]:
+        """Ask a rank that waits (or lingers after its exit) for its latest state step's bytes
+        (``{"kind": "state_pull", "step", "paths"}``: rank/state.py ``serve_pull``) and read its
+        ``state_bytes`` reply. Raises ChannelClosed, ProtocolError or RankStuck."""
+        self.send(rank, request)
+        while True:
+            reply = self.receive(rank)
+            if reply.get("kind") == "output":
+                self.emit(rank, reply["stream"], reply["lines"])
+            elif reply.get("kind") == "state_bytes":
+                return reply
+            else:
+                raise ProtocolError(f"r{rank} answered a state pull with a {reply.get('kind')!r} message")
+
     def _stuck(self, rank: int) -> RankStuck:
         return RankStuck(f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World")
 

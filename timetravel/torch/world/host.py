@@ -30,6 +30,7 @@ from timetravel.sim.world import World
 from timetravel.torch.world import workdir
 from timetravel.torch.world.driver import RankDriver, RankStartError
 from timetravel.torch.world.specs import C10D_NODE, rank_specs, rank_states, script_to_run
+from timetravel.torch.world.state_pull import StatePulls
 
 LIVE_DRIVERS_MAX = 4
 """Live drivers per host: a run has one; a Session may execute a few worlds in turn (a divergence
@@ -52,6 +53,12 @@ class RankHost:
         self.on_evict: Callable[[RankDriver], None] | None = None
         self.probe: Any = None
         """explain's module probe while one runs (module_probe.Probe), else None."""
+        self.state_pulls: StatePulls | None = None
+        """Which state steps' bytes to pull from the ranks, and what was pulled (state_pull.py): a
+        recorder's (``record_state``) or a command's rebuild; None: the bytes stay in the ranks."""
+        self.pull_at_close = not keep_workdirs
+        """A run's host pulls its ranks' last state into their world as it closes (a failed run's
+        ranks end there); a Session's does not (its worlds' ends are recorded already)."""
         self.closed = False
 
     # -- a world's driver --------------------------------------------------------------------------
@@ -179,16 +186,45 @@ class RankHost:
         )
         live.restart(specs)
 
+    # -- training state's bytes (state_pull.py) --------------------------------------------------------
+
+    def state_step_polled(self, world: World, rank: int, step: int) -> None:
+        """A poll read ``rank``'s state step ``step`` and the rank now waits (ranks.py)."""
+        pulls = self.state_pulls
+        if pulls is None:
+            return
+        described = world.nodes[f"r{rank}"].get("state_incoming", {}).get(str(step))
+        live = self.driver_for(world)
+        if described is not None and live is not None:
+            pulls.at_step(live, rank, step, described)
+
+    def record_state(self) -> StatePulls:
+        """A recorder asks for the bytes of the state steps a recording keeps (state_pull.py)."""
+        self.state_pulls = StatePulls.for_recording()
+        return self.state_pulls
+
+    def final_state(self, world: World) -> None:
+        """As a run's ranks end (or before a recording's final snapshot): each rank's latest state,
+        pulled into the World (state_pull.py: a run's last world holds its ranks' last state)."""
+        pulls = self.state_pulls if self.state_pulls is not None else StatePulls(grid_base=None)
+        pulls.final(self.driver_for(world), world)
+
     # -- the end -----------------------------------------------------------------------------------
 
     def stop_world(self, world: World) -> None:
-        """Stop the ranks of ``world`` (its run ended)."""
+        """Stop the ranks of ``world`` (its run ended; a recording's last state pulled first)."""
         live = self.driver_for(world)
         if live is not None:
+            self.final_state(world)
             live.stop()
 
     def close(self) -> None:
-        """Stop every driver of this host. Safe to call twice."""
+        """Stop every driver of this host (a recording's last state pulled first). Safe to call twice."""
+        if self.pull_at_close and not self.closed:
+            for live in list(self.drivers):
+                world = live.world
+                if world is not None:
+                    self.final_state(world)
         self.closed = True
         for live in list(self.drivers):
             live.stop()

@@ -65,8 +65,14 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     state["status"] = "running"
     state["t_ns"] = max(state["t_ns"], ctx.now)
     messages, ended = live.receive_until_blocked(rank)
+    stepped = None
     for message in messages:
+        if message.get("kind") == "step" and message.get("state") is not None:
+            stepped = message.get("step")
         if not _take(state, message, rank, ctx):
+            if stepped is not None and state["status"] in ("waiting", "exited"):
+                # the rank waits (or lingers): the tensors of its latest state step are that step's
+                ctx.processes.state_step_polled(ctx.world, rank, int(stepped))
             return
     if isinstance(ended, ChannelClosed):
         state["status"] = "crashed"

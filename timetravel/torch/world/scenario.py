@@ -20,7 +20,7 @@ from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
-from timetravel.torch.protocol.limits import SNAPSHOT_EVERY_EVENTS_TORCH
+from timetravel.torch.protocol.limits import SNAPSHOT_ELIDE_BYTES_MIN, SNAPSHOT_EVERY_EVENTS_TORCH
 from timetravel.torch.world import c10d, digests, hangs, ranks, resume, store, timing, workdir
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.faults import parse_faults
@@ -112,4 +112,5 @@ SCENARIO = Scenario(
     divergence_t_ns=digests.divergence_t_ns,
     repro_setup=_repro_setup,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
+    snapshot_elide_bytes_min=SNAPSHOT_ELIDE_BYTES_MIN,
 )

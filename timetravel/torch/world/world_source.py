@@ -31,13 +31,22 @@ from typing import Any
 
 from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
 from timetravel.sim.launch import Launch
-from timetravel.sim.world import World
+from timetravel.sim.scenario import ConfigError, NotAuthorizedError
+from timetravel.sim.world import DATA_SLOTS, World
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
 from timetravel.torch.world import checkpoints, workdir, world_copy
 from timetravel.torch.world.driver import RankDriver, RankStartError
 from timetravel.torch.world.host import RankHost
 from timetravel.torch.world.module_probe import probing
-from timetravel.torch.world.specs import C10D_NODE, rank_key, rank_states, released
+from timetravel.torch.world.specs import (
+    C10D_NODE,
+    rank_key,
+    rank_states,
+    released,
+    script_to_run,
+)
+from timetravel.torch.world.state import held_elided, payloads_elided
+from timetravel.torch.world.state_pull import StatePulls
 
 CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
 CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
@@ -150,6 +159,8 @@ class TorchWorlds:
         """The rank processes of this Session's re-executions (host.py), handed to every Simulation
         it makes; closed with the Session."""
         self.host.on_evict = self._evicted
+        self.host.state_pulls = StatePulls.into_every_step()
+        """Re-executions hold every state step's tensors (state_pull.py): what commands read."""
 
     def _launch(self) -> Launch:
         """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
@@ -167,9 +178,20 @@ class TorchWorlds:
         """The snapshot's World: a copy of the one kept with its checkpoint, or decoded from the file
         (always, for a ``full_check``, which checks the decoder too)."""
         kept = None if full_check else self._find(manifest.events, manifest.state_hash)
-        if kept is not None and kept.world is not None:
+        if kept is not None and kept.world is not None and not held_elided(kept.world):
             return world_copy.copy_world(kept.world)
-        return self.session.reader.restore(manifest, full_check=full_check)
+        world = self.session.reader.restore(manifest, full_check=full_check)
+        if not full_check and held_elided(world) and self._may_run(world):
+            self._materialize(world)  # its tensors' values, rebuilt by re-execution
+        return world
+
+    def _may_run(self, world: World) -> bool:
+        """Whether this Session may re-execute ``world``'s script (the user named it: --script)."""
+        try:
+            script_to_run(world.config, self._launch())
+        except (NotAuthorizedError, ConfigError):
+            return False
+        return True
 
     def can_start_at(self, manifest: Any) -> bool:
         """From the start, from a snapshot with a live checkpoint of its ranks, or from a branch's
@@ -185,6 +207,8 @@ class TorchWorlds:
         return bool(fork) and manifest.events == fork and not manifest.final
 
     def simulation(self, world: World, **options: Any) -> Simulation:
+        if payloads_elided(world):
+            self._materialize(world)
         self._attach(world)
         return CheckpointingSimulation(self, self.session.scenario, world, processes=self._host(), **options)
 
@@ -308,7 +332,7 @@ class TorchWorlds:
             before = [m for m in self.session.snapshots_info if m.events < max(target, 1) and not m.final]
             usable = [m for m in before if m.events == 0 or self._find(m.events, m.state_hash)]
             start = max(usable, key=lambda m: m.events)
-        replayed = self.session.reader.restore(start)
+        replayed = self.restore(start)
         simulation = self.simulation(replayed, overrides=self.session.overrides_at(start.events))
         if target > start.events:
             simulation.run(max_events=target - start.events)
@@ -322,6 +346,24 @@ class TorchWorlds:
                 f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
             )
         return kept
+
+    def _materialize(self, world: World) -> None:
+        """``world`` was restored from a snapshot that keeps the tensors in flight as digests only
+        (sim/elided.py): before it runs, its contents become those of the same world re-executed
+        from the nearest checkpoint or the start (its ranks kept there), checked bit for bit against
+        its state hash, which an elided array does not change."""
+        key = rank_key(world)
+        kept = self._rebuild(world, key)
+        rebuilt = kept.world
+        if rebuilt is None or kept.events != world.events_processed or held_elided(rebuilt):
+            raise RankStartError(f"the tensors in flight at #{world.events_processed} could not be rebuilt")
+        copy = world_copy.copy_world(rebuilt)
+        if copy.state_hash() != world.state_hash():
+            raise RankStartError(
+                f"re-executing to #{world.events_processed} rebuilt another world than the recorded one"
+            )
+        for slot in DATA_SLOTS:
+            setattr(world, slot, getattr(copy, slot))
 
     def _evicted(self, live: RankDriver) -> None:
         """A driver stops to make room: keep its world's ranks, and resume them when it runs again."""
@@ -345,7 +387,10 @@ class TorchWorlds:
         if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
             return  # a rank stopped mid-poll (stuck, a protocol error): the world has failed
         key = rank_key(world)
-        if self._find_key(key) is not None:
+        found = self._find_key(key)
+        if found is not None:
+            if found.world is not None and held_elided(found.world) and not held_elided(world):
+                found.world = world_copy.copy_world(world, deduplicate=True)  # the same, with values
             return
         waiting = [rank for rank, state in enumerate(states) if state["status"] == "waiting"]
         fresh = [rank for rank, state in enumerate(states) if state["status"] == "new"]
