@@ -12,8 +12,8 @@ import pytest
 from timetravel.recording import Recorder, RecordingReader
 from timetravel.recording.format import RecordingError
 from timetravel.scenarios import get_scenario
-from timetravel.sim.elided import ElidedArray, ElidedError, elided
-from timetravel.sim.encoding import array_digest, digest, pack
+from timetravel.sim.elided import ElidedArray, ElidedError
+from timetravel.sim.encoding import array_digest, digest, elided, pack
 from timetravel.sim.runner import build_world
 from timetravel.snapshot.store import SnapshotStore, restore
 

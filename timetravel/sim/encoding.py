@@ -253,6 +253,11 @@ def array_digest_from_pages(name: str, shape: list[int] | tuple[int, ...], diges
     return hasher.digest()
 
 
+def elided(array: np.ndarray) -> ElidedArray:
+    """The stand-in of a real array (sim/elided.py): its dtype, shape and page digests."""
+    return ElidedArray(dtype_name(array.dtype), array.shape, tuple(page_digests(array)))
+
+
 def array_digest(array: np.ndarray) -> bytes:
     """The digest that stands for an array inside hashed data (see the module docstring)."""
     return array_digest_from_pages(dtype_name(array.dtype), array.shape, page_digests(array))

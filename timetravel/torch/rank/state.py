@@ -313,7 +313,9 @@ class StateReporter:
             self.channel.post(reply)
             return
         wanted = [path for path in request.get("paths", []) if path in latest["tensors"]]
-        size = sum(latest["tensors"][path].numel() * latest["tensors"][path].element_size() for path in wanted)
+        size = sum(
+            latest["tensors"][path].numel() * latest["tensors"][path].element_size() for path in wanted
+        )
         if size > self.bytes_max:  # said in the reply only: a pull never changes what the World sees
             reply["refused"] = f"{size} bytes of state is above state_bytes_max {self.bytes_max}"
             self.channel.post(reply)

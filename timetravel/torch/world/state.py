@@ -68,9 +68,7 @@ def _decoded(payload: dict[str, Any]) -> dict[str, Any]:
         "params": {name: held(described) for name, described in payload["params"].items()},
         "grads": {name: held(described) for name, described in payload["grads"].items()},
         "optimizer": {
-            name: {
-                key: held(value) if isinstance(value, dict) else value for key, value in entries.items()
-            }
+            name: {key: held(value) if isinstance(value, dict) else value for key, value in entries.items()}
             for name, entries in payload["optimizer"].items()
         },
         "param_groups": payload["param_groups"],

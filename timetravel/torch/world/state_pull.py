@@ -114,7 +114,14 @@ class StatePulls:
             self.pending.setdefault(step, set()).add(rank)
 
     def pull(
-        self, live: Any, rank: int, step: int, described: dict[str, Any], *, grads: bool, into_world: bool = False
+        self,
+        live: Any,
+        rank: int,
+        step: int,
+        described: dict[str, Any],
+        *,
+        grads: bool,
+        into_world: bool = False,
     ) -> bool:
         """Pull ``rank``'s tensors of ``step`` that are not known yet (``into_world``: all of them, put
         in the World in place of the elided arrays); True when something came."""
@@ -228,7 +235,10 @@ def _ranks_running(world: World) -> list[dict[str, Any]]:
     return [
         node
         for name, node in world.nodes.items()
-        if name.startswith("r") and name[1:].isdigit() and node and node.get("status") not in ("exited", "crashed")
+        if name.startswith("r")
+        and name[1:].isdigit()
+        and node
+        and node.get("status") not in ("exited", "crashed")
     ]
 
 

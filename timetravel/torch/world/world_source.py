@@ -178,10 +178,11 @@ class TorchWorlds:
         """The snapshot's World: a copy of the one kept with its checkpoint, or decoded from the file
         (always, for a ``full_check``, which checks the decoder too)."""
         kept = None if full_check else self._find(manifest.events, manifest.state_hash)
-        if kept is not None and kept.world is not None and not held_elided(kept.world):
+        if kept is not None and kept.world is not None:
             return world_copy.copy_world(kept.world)
         world = self.session.reader.restore(manifest, full_check=full_check)
-        if not full_check and held_elided(world) and self._may_run(world):
+        fork = self._is_fork(manifest)  # kept whole but for state the branch holds as digests
+        if not full_check and not fork and held_elided(world) and self._may_run(world):
             self._materialize(world)  # its tensors' values, rebuilt by re-execution
         return world
 
@@ -316,7 +317,20 @@ class TorchWorlds:
 
     def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
         """Re-execute up to ``world``'s event from the nearest earlier start, and keep a checkpoint
-        there; the replayed world must reach the same rank key, or nothing is resumed.
+        there; the replayed world must reach the same rank key, or nothing is resumed."""
+        target = world.events_processed
+        replayed, _start = self._replay_to(world)
+        kept = self._find_key(key)
+        if kept is None:
+            raise RankStartError(
+                f"re-executing to #{target} did not reach the ranks this world describes "
+                f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
+            )
+        return kept
+
+    def _replay_to(self, world: World) -> tuple[World, int]:
+        """The world at ``world``'s event re-executed from the nearest earlier start (a checkpoint's
+        world, the fork, #0), its ranks kept there and stopped; and the event it started from.
 
         On a branch, the history before the fork is the parent's (its config and faults) and the
         rest the branch's: a target past the fork is re-executed from the fork snapshot, whose ranks
@@ -332,38 +346,31 @@ class TorchWorlds:
             before = [m for m in self.session.snapshots_info if m.events < max(target, 1) and not m.final]
             usable = [m for m in before if m.events == 0 or self._find(m.events, m.state_hash)]
             start = max(usable, key=lambda m: m.events)
-        replayed = self.restore(start)
+        kept = self._find(start.events, start.state_hash)
+        if kept is not None and kept.world is not None:
+            replayed = world_copy.copy_world(kept.world)
+        else:  # #0 or a fork: their snapshots keep every tensor (recording/recorder.py)
+            replayed = self.session.reader.restore(start)
         simulation = self.simulation(replayed, overrides=self.session.overrides_at(start.events))
         if target > start.events:
             simulation.run(max_events=target - start.events)
         self.keep(replayed)
         self.host.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
         self.reexecuted_events += replayed.events_processed - start.events
-        kept = self._find_key(key)
-        if kept is None:
-            raise RankStartError(
-                f"re-executing to #{target} did not reach the ranks this world describes "
-                f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
-            )
-        return kept
+        return replayed, start.events
 
     def _materialize(self, world: World) -> None:
-        """``world`` was restored from a snapshot that keeps the tensors in flight as digests only
-        (sim/elided.py): before it runs, its contents become those of the same world re-executed
-        from the nearest checkpoint or the start (its ranks kept there), checked bit for bit against
-        its state hash, which an elided array does not change."""
-        key = rank_key(world)
-        kept = self._rebuild(world, key)
-        rebuilt = kept.world
-        if rebuilt is None or kept.events != world.events_processed or held_elided(rebuilt):
-            raise RankStartError(f"the tensors in flight at #{world.events_processed} could not be rebuilt")
-        copy = world_copy.copy_world(rebuilt)
-        if copy.state_hash() != world.state_hash():
+        """``world`` was restored from a snapshot that keeps tensors as digests only (sim/elided.py):
+        its contents become those of the same world re-executed from the nearest checkpoint or the
+        start (every state step's tensors pulled: state_pull.py), checked bit for bit against its
+        state hash, which an elided array does not change. Its ranks are kept there."""
+        replayed, _start = self._replay_to(world)
+        if replayed.events_processed != world.events_processed or replayed.state_hash() != world.state_hash():
             raise RankStartError(
                 f"re-executing to #{world.events_processed} rebuilt another world than the recorded one"
             )
         for slot in DATA_SLOTS:
-            setattr(world, slot, getattr(copy, slot))
+            setattr(world, slot, getattr(replayed, slot))
 
     def _evicted(self, live: RankDriver) -> None:
         """A driver stops to make room: keep its world's ranks, and resume them when it runs again."""
