@@ -30,13 +30,22 @@ class ElidedError(ValueError):
 class ElidedArray:
     """Dtype name, shape and page digests of an array whose bytes are not kept (module docstring)."""
 
-    __slots__ = ("_digest", "dtype_name", "page_digests", "shape")
+    __slots__ = ("_digest", "dtype_name", "page_digests", "shape", "summary")
 
-    def __init__(self, dtype_name: str, shape: tuple[int, ...] | list[int], page_digests: tuple[bytes, ...]):
+    def __init__(
+        self,
+        dtype_name: str,
+        shape: tuple[int, ...] | list[int],
+        page_digests: tuple[bytes, ...],
+        summary: tuple[str, int] | None = None,
+    ):
+        """``summary``: (xxh3-64 hex of its bytes, its non-finite elements), when known — what the
+        World's digests of a tensor read (:func:`summarize`); not part of its hash."""
         assert all(isinstance(digest, bytes) and len(digest) == 16 for digest in page_digests)
         self.dtype_name = dtype_name
         self.shape = tuple(int(size) for size in shape)
         self.page_digests = tuple(page_digests)
+        self.summary = summary
         self._digest: bytes | None = None
 
     @property
@@ -92,9 +101,33 @@ class ElidedArray:
         return self.shape[0]
 
 
+FLOAT_KINDS = "fc"
+
+
+def summarize(array: np.ndarray) -> tuple[str, int]:
+    """(xxh3-64 hex of the array's bytes in C order, how many elements are NaN or infinite): what
+    the World records of a tensor (torch/world/digests.py), also for an elided one."""
+    contiguous = np.ascontiguousarray(array)
+    digest = xxhash.xxh3_64_hexdigest(contiguous.reshape(-1).view(np.uint8).data)
+    if array.dtype.kind in FLOAT_KINDS:
+        return digest, int(array.size - np.count_nonzero(np.isfinite(contiguous)))
+    if array.dtype.name == "bfloat16":
+        return digest, int(array.size - np.count_nonzero(np.isfinite(contiguous.astype(np.float64))))
+    return digest, 0
+
+
+def summary_of(array: Any) -> tuple[str, int]:
+    """:func:`summarize` of an array, or the summary an elided array carries (ElidedError without)."""
+    if isinstance(array, ElidedArray):
+        if array.summary is None:
+            raise ElidedError(f"the digest of this {array!r} is not known: rebuilt by re-execution")
+        return array.summary
+    return summarize(array)
+
+
 def is_array(value: Any) -> bool:
     """A numpy array or an elided one: what a world holds as an array."""
     return isinstance(value, (np.ndarray, ElidedArray))
 
 
-__all__ = ["ElidedArray", "ElidedError", "is_array"]
+__all__ = ["ElidedArray", "ElidedError", "is_array", "summarize", "summary_of"]

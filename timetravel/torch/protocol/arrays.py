@@ -15,6 +15,8 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 
+from timetravel.sim.elided import ElidedArray, summarize, summary_of
+from timetravel.sim.encoding import PAGE_BYTES, page_digests
 from timetravel.torch.protocol.limits import FRAME_BYTES_MIN
 
 DTYPES: dict[str, np.dtype[Any]] = {
@@ -38,10 +40,13 @@ class TensorFormatError(ValueError):
     """A tensor on the wire whose dtype, shape or byte count does not add up."""
 
 
-def decode(wire: Any) -> np.ndarray:
-    """The numpy array of a wire tensor (read-only, sharing the message's bytes)."""
+def decode(wire: Any) -> np.ndarray | ElidedArray:
+    """The numpy array of a wire tensor (read-only, sharing the message's bytes); a tensor described
+    without its bytes (a recorded call re-executed without its rank: world/journal.py) is elided."""
     if not isinstance(wire, dict):
         raise TensorFormatError("a tensor must be a map of dtype, shape and data")
+    if "pages" in wire and "data" not in wire:
+        return described(wire)
     dtype = DTYPES.get(wire.get("dtype"))  # type: ignore[arg-type]
     if dtype is None:
         raise TensorFormatError(f"unsupported tensor dtype {wire.get('dtype')!r}")
@@ -62,6 +67,42 @@ def decode(wire: Any) -> np.ndarray:
     array = np.ascontiguousarray(data).view(dtype).reshape(shape)
     array.flags.writeable = False
     return array
+
+
+def described(wire: dict[str, Any]) -> ElidedArray:
+    """An elided array from its description (dtype, shape, page digests and optionally the summary
+    ``digest``/``nonfinite``), checked as a tensor's bytes are: the page count must fit the size."""
+    dtype, shape, pages = wire.get("dtype"), wire.get("shape"), wire.get("pages")
+    if dtype not in DTYPES or not isinstance(shape, list) or not isinstance(pages, list):
+        raise TensorFormatError(f"a malformed tensor description: {dtype!r}, {shape!r}")
+    if not all(type(size) is int and size >= 0 for size in shape):
+        raise TensorFormatError(f"bad tensor shape {shape!r}")
+    size = math.prod(shape) * DTYPES[dtype].itemsize
+    if len(pages) != max(-(-size // PAGE_BYTES), 1) or not all(
+        isinstance(page, bytes) and len(page) == 16 for page in pages
+    ):
+        raise TensorFormatError(f"a tensor description with {len(pages)} page digests for {size} bytes")
+    summary = None
+    if isinstance(wire.get("digest"), str) and type(wire.get("nonfinite")) is int:
+        summary = (wire["digest"], wire["nonfinite"])
+    return ElidedArray(dtype, shape, tuple(pages), summary)
+
+
+def describe(array: np.ndarray | ElidedArray) -> dict[str, Any]:
+    """The description of a tensor (:func:`described` reads it back): its summary included."""
+    if isinstance(array, ElidedArray):
+        pages = list(array.page_digests)
+        digest, nonfinite = summary_of(array)
+    else:
+        pages = page_digests(array)
+        digest, nonfinite = summarize(array)
+    return {
+        "dtype": dtype_name(array),
+        "shape": list(array.shape),
+        "pages": pages,
+        "digest": digest,
+        "nonfinite": nonfinite,
+    }
 
 
 def out_of_band(message: dict[str, Any]) -> dict[str, Any]:
@@ -99,20 +140,14 @@ def encode(array: np.ndarray, dtype_name: str) -> dict[str, Any]:
     return {"dtype": dtype_name, "shape": list(array.shape), "data": np.ascontiguousarray(array).tobytes()}
 
 
-def dtype_name(array: np.ndarray) -> str:
+def dtype_name(array: np.ndarray | ElidedArray) -> str:
     for name, dtype in DTYPES.items():
         if dtype == array.dtype:
             return name
     raise TensorFormatError(f"unsupported numpy dtype {array.dtype}")
 
 
-def nonfinite_count(array: np.ndarray) -> int:
-    """How many elements are NaN or infinite (0 for integer and bool arrays)."""
-    if array.dtype.kind not in "fc" and array.dtype != DTYPES["bfloat16"]:
-        return 0
-    return int(
-        array.size
-        - np.count_nonzero(
-            np.isfinite(array.astype(np.float64) if array.dtype == DTYPES["bfloat16"] else array)
-        )
-    )
+def nonfinite_count(array: Any) -> int:
+    """How many elements are NaN or infinite (0 for integer and bool arrays; an elided array's
+    summary: sim/elided.py)."""
+    return summary_of(array)[1]

@@ -22,30 +22,25 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from timetravel.sim.context import Context
+from timetravel.sim.elided import summary_of
 from timetravel.torch.protocol import arrays
 from timetravel.torch.world import resume
 
 
-def tensor_digests(tensors: list[np.ndarray]) -> list[str]:
+def tensor_digests(tensors: list[Any]) -> list[str]:
     """xxh3-64 of each tensor's bytes (C order), as the rank's step digests are."""
-    return [
-        xxhash.xxh3_64_hexdigest(np.ascontiguousarray(array).view(np.uint8).tobytes()) for array in tensors
-    ]
-
-
-def _nonfinite(tensors: list[np.ndarray]) -> int:
-    return sum(arrays.nonfinite_count(array) for array in tensors)
+    return [summary_of(array)[0] for array in tensors]
 
 
 def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: Any, seq: Any) -> None:
-    """A rank entered collective ``key`` with ``entry['inputs']``: its last-collective record starts."""
+    """A rank entered collective ``key`` with ``entry['inputs']`` (``entry['summary']``: each one's
+    digest and non-finite count): its last-collective record starts."""
     rank = str(entry["rank"])
     last = state.setdefault("last", {})
     previous = last.get(rank, {})
-    in_nonfinite = _nonfinite(entry["inputs"])
+    in_nonfinite = sum(count for _digest, count in entry["summary"])
     last[rank] = {
         "key": key,
         "id": entry["id"],
@@ -53,7 +48,7 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
         "seq": seq,
         "group": group,
         "t_ns": entry["t_ns"],
-        "in_digest": tensor_digests(entry["inputs"]),
+        "in_digest": [digest for digest, _count in entry["summary"]],
         "in_nonfinite": in_nonfinite,
         "out_digest": [],
         "out_nonfinite": 0,
@@ -75,17 +70,29 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
 def note_results(
     state: dict[str, Any],
     entries: list[dict[str, Any]],
-    received: list[list[np.ndarray]],
+    received: list[list[Any]],
     t_done: int,
     ctx: Context,
 ) -> None:
-    """A collective completed at ``t_done``: each entry's rank receives its ``received`` outputs."""
+    """A collective completed at ``t_done``: each entry's rank receives its ``received`` outputs.
+    An output that is an entry's input (a broadcast, a gather, a recv) has that input's summary."""
+    known = {
+        id(array): summary
+        for entry in entries
+        for array, summary in zip(entry["inputs"], entry.get("summary", ()), strict=False)
+    }
     for entry, outputs in zip(entries, received, strict=True):
-        note_result(state, entry, outputs, t_done, ctx)
+        summaries = [known.get(id(array)) or summary_of(array) for array in outputs]
+        note_result(state, entry, outputs, summaries, t_done, ctx)
 
 
 def note_result(
-    state: dict[str, Any], entry: dict[str, Any], outputs: list[np.ndarray], t_done: int, ctx: Context
+    state: dict[str, Any],
+    entry: dict[str, Any],
+    outputs: list[Any],
+    summaries: list[Any],
+    t_done: int,
+    ctx: Context,
 ) -> None:
     """The rank's collective completed with ``outputs`` (what it receives) at ``t_done``."""
     record = state.get("last", {}).get(str(entry["rank"]))
@@ -93,12 +100,15 @@ def note_result(
         return
     if entry["op"] == "all_reduce" and entry.get("index") == 0 and len(outputs) == 1 and outputs[0].size == 1:
         _scalar_metric(state, entry, record, outputs[0], ctx)
-    out_nonfinite = _nonfinite(outputs)
+    out_nonfinite = sum(count for _digest, count in summaries)
     record["out_nonfinite_total"] += out_nonfinite
     if record["id"] != entry["id"]:
         return  # the rank entered a later collective already (async work): its record is that one's
     record.update(
-        out_digest=tensor_digests(outputs), out_nonfinite=out_nonfinite, state="completed", t_done_ns=t_done
+        out_digest=[digest for digest, _count in summaries],
+        out_nonfinite=out_nonfinite,
+        state="completed",
+        t_done_ns=t_done,
     )
 
 

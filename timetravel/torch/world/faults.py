@@ -27,6 +27,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.sim.context import Context
+from timetravel.sim.elided import summary_of
 from timetravel.sim.scenario import ConfigError
 
 KINDS = ("slow", "delay", "drop", "corrupt", "crash", "partition")
@@ -168,6 +169,7 @@ def at_entry(ctx: Context, entry: dict[str, Any]) -> tuple[str, dict[str, Any] |
         if not corrupts(record, "contribution", entry["op"], entry["inputs"]):
             continue
         entry["inputs"][0], what = flip_one_bit(ctx, record, entry["inputs"][0])
+        entry["summary"][0] = list(summary_of(entry["inputs"][0]))
         hit(ctx, record, f"{entry['op']} contribution: {what}")
     return "arrives", None
 

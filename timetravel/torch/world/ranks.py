@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from timetravel.sim.context import Context
+from timetravel.sim.elided import summary_of
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import WORK_NS_MAX
@@ -150,13 +151,18 @@ def _post_inputs(state: dict[str, Any], message: dict[str, Any], ctx: Context) -
     """Keep a call's tensors in this rank's own ``outbox`` until c10d takes them, not in the event.
 
     Events are hashed into the chain and stored in batches of thousands; a bucket of gradients in
-    every call event would make a batch of a 1M-parameter model's run hundreds of megabytes. In
-    the node state they are arrays, paged and deduplicated by the snapshot store."""
+    every call event would make a batch of a 1M-parameter model's run hundreds of megabytes. The
+    event carries their digests; in the node state they are arrays (a recording's snapshots keep
+    the large ones as digests: sim/elided.py)."""
     try:
         inputs = [arrays.decode(wire) for wire in message.pop("inputs", [])]
+        described = [[arrays.dtype_name(array), list(array.shape), *summary_of(array)] for array in inputs]
     except arrays.TensorFormatError as error:
         ctx.fail("exception", f"{ctx.node}: {error}", "torch.collective.tensor")
         return False
+    # the call event keeps each tensor's skeleton and digest (dtype, shape, xxh3-64, non-finite
+    # elements), so the hash chain covers every byte a rank sends; the bytes wait here
+    message["inputs"] = described
     state.setdefault("outbox", {})[str(message["id"])] = inputs
     return True
 

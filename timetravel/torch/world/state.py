@@ -30,14 +30,12 @@ node's own) and writes the logical tensors into its own node.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import numpy as np
 
 from timetravel.sim.context import Context
 from timetravel.sim.elided import ElidedArray
-from timetravel.sim.encoding import PAGE_BYTES
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
@@ -84,17 +82,7 @@ def held(described: dict[str, Any]) -> np.ndarray | ElidedArray:
     and page digests: rank/state.py), the array itself when its bytes came (a DTensor shard)."""
     if "data" in described:
         return arrays.decode(described)
-    dtype, shape, pages = described.get("dtype"), described.get("shape"), described.get("pages")
-    if dtype not in arrays.DTYPES or not isinstance(shape, list) or not isinstance(pages, list):
-        raise arrays.TensorFormatError(f"a malformed tensor descriptor: {dtype!r}, {shape!r}")
-    if not all(type(size) is int and size >= 0 for size in shape):
-        raise arrays.TensorFormatError(f"bad tensor shape {shape!r}")
-    size = math.prod(shape) * arrays.DTYPES[dtype].itemsize
-    if len(pages) != max(-(-size // PAGE_BYTES), 1) or not all(
-        isinstance(page, bytes) and len(page) == 16 for page in pages
-    ):
-        raise arrays.TensorFormatError(f"a tensor descriptor with {len(pages)} page digests for {size} bytes")
-    return ElidedArray(dtype, shape, tuple(pages))
+    return arrays.described(described)
 
 
 def payloads_elided(world: Any) -> bool:

@@ -155,9 +155,10 @@ class StatePulls:
         for path, stand_in in elided.items():
             wire = tensors.get(path)
             try:
-                array = None if wire is None else arrays.decode(wire)
+                decoded = None if wire is None else arrays.decode(wire)
             except arrays.TensorFormatError:
-                array = None
+                decoded = None
+            array = decoded if isinstance(decoded, np.ndarray) else None
             if (
                 array is None
                 or arrays.dtype_name(array) != stand_in.dtype_name
