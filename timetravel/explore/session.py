@@ -558,6 +558,7 @@ class Session:
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
             determinism=self.determinism,
             on_chain_batch=verifier.on_chain_batch,
+            recorded=True,
         )
         start = world.events_processed
         remaining = events_max - start

@@ -69,6 +69,8 @@ class Catalog:
     events: dict[str, list[EventBatchInfo]] = field(default_factory=dict)
     manifests: dict[str, list[ManifestInfo]] = field(default_factory=dict)
     choices: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    journals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Per branch, its JOURNAL frames: (first event of the batch they go with, offset)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
     branches: dict[str, dict[str, Any]] = field(default_factory=dict)
     ends: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -112,6 +114,8 @@ class Catalog:
             entries = payload.get("entries")
             count = len(entries) if isinstance(entries, list) else 0
             self.choices.setdefault(_branch(payload), []).append((_int(payload, "first"), count, offset))
+        elif frame_type == FrameType.JOURNAL:
+            self.journals.setdefault(_branch(payload), []).append((_int(payload, "first"), offset))
         elif frame_type == FrameType.FAILURE:
             self.add_failure(failure_summary(payload, offset))
         elif frame_type == FrameType.BRANCH:
@@ -165,6 +169,9 @@ class Catalog:
             "choices": {
                 branch: [list(entry) for entry in entries] for branch, entries in self.choices.items()
             },
+            "journals": {
+                branch: [list(entry) for entry in entries] for branch, entries in self.journals.items()
+            },
             "failures": self.failures,
             "branches": self.branches,
             "ends": self.ends,
@@ -212,6 +219,8 @@ class Catalog:
             catalog.choices[_name(branch)] = [
                 (_count(first), _count(count), _count(offset)) for first, count, offset in entries
             ]
+        for branch, entries in _dict(index, "journals").items() if "journals" in index else ():
+            catalog.journals[_name(branch)] = [(_count(first), _count(offset)) for first, offset in entries]
         for failure in index["failures"]:
             catalog.add_failure(failure_summary_from_index(failure))
         for name, info in _dict(index, "branches").items():

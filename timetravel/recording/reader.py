@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -281,6 +281,20 @@ class RecordingReader(FrameReader):
                 )
             entries.extend(values)
         return entries
+
+    def journal_frames(self, branch: str, frames: list[tuple[int, int]]) -> Iterator[list[list[Any]]]:
+        """The records of JOURNAL frames ``(first, offset)`` of ``branch``, frame by frame, each
+        checked (torch/world/journal.py reads them as a re-execution needs them)."""
+        for _first, offset in frames:
+            key = ("journal", offset)
+            held = self._frames.get(key)
+            if held is None:
+                payload = self._payload(offset, FrameType.JOURNAL)
+                held = payload.get("records")
+                if not isinstance(held, list) or not all(_journal_record(item) for item in held):
+                    raise RecordingError(f"{self._where(offset, None, FrameType.JOURNAL)}: malformed records")
+                self._frames.put(key, held, 200 * len(held) + 1)
+            yield held
 
     # -- blobs ------------------------------------------------------------------------------------
 
@@ -577,6 +591,17 @@ class RecordingReader(FrameReader):
             )
         except DecodeError as error:
             raise ValueError(str(error)) from None
+
+
+def _journal_record(record: Any) -> bool:
+    """``[seq, kind, data]``: an int, a str and a list (what a journal record is made of)."""
+    return (
+        isinstance(record, list)
+        and len(record) == 3
+        and type(record[0]) is int
+        and isinstance(record[1], str)
+        and isinstance(record[2], list)
+    )
 
 
 def kept_untracked(value: Any) -> None:

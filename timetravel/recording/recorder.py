@@ -283,6 +283,17 @@ class Recorder:
             )
         )
         self._write_choices()
+        self._write_journal(first)
+
+    def _write_journal(self, first: int) -> None:
+        """What the run's processes handed the World since the last batch (a torch run's journal:
+        torch/world/journal.py), in a JOURNAL frame named by the batch it goes with."""
+        if self.pulls is None:
+            return
+        records = self.simulation.processes.take_journal()
+        if records:
+            payload = {"branch": self.branch, "first": first, "records": records}
+            self._write(FrameType.JOURNAL, payload)
 
     def _write_choices(self) -> None:
         log = self.choice_log
@@ -388,8 +399,8 @@ class Recorder:
             return
         processes = self.simulation.processes
         processes.final_state(self.world)
-        if getattr(processes, "state_pulls", None) is pulls:
-            processes.state_pulls = None
+        self._write_journal(self.world.chain_events)
+        processes.recording_ended(pulls)
         for text in pulls.notes:
             self.notes.append(text)
             self._write(FrameType.NOTE, {"branch": self.branch, "level": "info", "message": text})

@@ -69,6 +69,16 @@ def decode(wire: Any) -> np.ndarray | ElidedArray:
     return array
 
 
+def decode_summarized(wire: Any) -> tuple[np.ndarray | ElidedArray, tuple[str, int]]:
+    """:func:`decode` and the tensor's summary (xxh3-64 hex, non-finite elements): the one the wire
+    carries when the coordinator read it already (a recorded poll: world/journal.py), else read now."""
+    array = decode(wire)
+    digest, nonfinite = wire.get("digest"), wire.get("nonfinite")
+    if isinstance(digest, str) and type(nonfinite) is int:
+        return array, (digest, nonfinite)
+    return array, summary_of(array)
+
+
 def described(wire: dict[str, Any]) -> ElidedArray:
     """An elided array from its description (dtype, shape, page digests and optionally the summary
     ``digest``/``nonfinite``), checked as a tensor's bytes are: the page count must fit the size."""
@@ -90,19 +100,15 @@ def described(wire: dict[str, Any]) -> ElidedArray:
 
 def describe(array: np.ndarray | ElidedArray) -> dict[str, Any]:
     """The description of a tensor (:func:`described` reads it back): its summary included."""
+    described: dict[str, Any] = {"dtype": dtype_name(array), "shape": list(array.shape)}
     if isinstance(array, ElidedArray):
-        pages = list(array.page_digests)
-        digest, nonfinite = summary_of(array)
-    else:
-        pages = page_digests(array)
-        digest, nonfinite = summarize(array)
-    return {
-        "dtype": dtype_name(array),
-        "shape": list(array.shape),
-        "pages": pages,
-        "digest": digest,
-        "nonfinite": nonfinite,
-    }
+        described["pages"] = list(array.page_digests)
+        if array.summary is not None:
+            described["digest"], described["nonfinite"] = array.summary
+        return described
+    described["pages"] = page_digests(array)
+    described["digest"], described["nonfinite"] = summarize(array)
+    return described
 
 
 def out_of_band(message: dict[str, Any]) -> dict[str, Any]:

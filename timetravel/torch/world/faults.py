@@ -120,26 +120,33 @@ def hit(ctx: Context, record: dict[str, Any], what: str) -> None:
     ctx.log(f"fault {record['id']} ({record['kind']}) on {record['target']}: {what}")
 
 
-def flip_one_bit(ctx: Context, record: dict[str, Any], array: np.ndarray) -> tuple[np.ndarray, str]:
-    """A copy of ``array`` with one bit flipped; the element and bit are choices keyed by the fault id."""
-    copy = np.array(array, copy=True)
-    flat = copy.reshape(-1)
-    if flat.size == 0:
-        return copy, "nothing to flip (empty tensor)"
+def flip_one_bit(ctx: Context, record: dict[str, Any], array: Any) -> tuple[Any, str]:
+    """A copy of ``array`` with one bit flipped; the element and bit are choices keyed by the fault
+    id. The flip itself is computed by the run's host (journaled when recorded: world/journal.py)."""
+    if array.size == 0:
+        return np.array(array, copy=True), "nothing to flip (empty tensor)"
     params = record["params"]
     element = (
         params["element"]
         if params["element"] is not None
-        else ctx.choose(f"fault.{record['id']}.element", flat.size)
+        else ctx.choose(f"fault.{record['id']}.element", array.size)
     )
-    bits = copy.dtype.itemsize * 8
+    bits = array.dtype.itemsize * 8
     bit = params["bit"] if params["bit"] is not None else ctx.choose(f"fault.{record['id']}.bit", bits)
-    element %= flat.size
+    element %= array.size
     bit %= bits
+    copy, before, after = ctx.processes.computed(ctx.event, lambda: _flipped(array, element, bit))
+    return copy, f"element {element} bit {bit}: {before} -> {after}"
+
+
+def _flipped(array: np.ndarray, element: int, bit: int) -> list[Any]:
+    """[the copy with bit ``bit`` of element ``element`` flipped, the element before, after]."""
+    copy = np.array(array, copy=True)
+    flat = copy.reshape(-1)
     before = flat[element].item()
     raw = flat[element : element + 1].view(np.uint8)
     raw[bit // 8] ^= np.uint8(1 << (bit % 8))
-    return copy, f"element {element} bit {bit}: {before!r} -> {flat[element].item()!r}"
+    return [copy, repr(before), repr(flat[element].item())]
 
 
 def corrupts(record: dict[str, Any], side: str, op: str, tensors: list[Any]) -> bool:

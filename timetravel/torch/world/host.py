@@ -25,10 +25,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.sim.event import Event
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.world import World
 from timetravel.torch.world import workdir
 from timetravel.torch.world.driver import RankDriver, RankStartError
+from timetravel.torch.world.journal import Journal
 from timetravel.torch.world.specs import C10D_NODE, rank_specs, rank_states, script_to_run
 from timetravel.torch.world.state_pull import StatePulls
 
@@ -53,6 +55,9 @@ class RankHost:
         self.on_evict: Callable[[RankDriver], None] | None = None
         self.probe: Any = None
         """explain's module probe while one runs (module_probe.Probe), else None."""
+        self.journal: Journal | None = None
+        """What the World reads from its ranks, kept for a recording (journal.py); None: not kept."""
+        self.pulls_before: StatePulls | None = None
         self.state_pulls: StatePulls | None = None
         """Which state steps' bytes to pull from the ranks, and what was pulled (state_pull.py): a
         recorder's (``record_state``) or a command's rebuild; None: the bytes stay in the ranks."""
@@ -186,6 +191,33 @@ class RankHost:
         )
         live.restart(specs)
 
+    # -- what the World reads from its ranks (journal.py) ------------------------------------------
+
+    def take_messages(
+        self, world: World, event: Event, rank: int, delivery: int | None
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """A poll of ``rank`` (ranks.py): hand it result ``delivery`` (if any), then its messages up
+        to the one that blocks it and how its channel ended if it did (journaled when recorded)."""
+        live = self.driver(world)
+        if delivery is not None:
+            live.deliver(rank, delivery)
+        messages, ended = live.receive_until_blocked(rank)
+        if self.journal is not None:
+            self.journal.poll(event, rank, messages, ended)
+        return messages, ended
+
+    def computed(self, event: Event, compute: Callable[[], Any]) -> Any:
+        """An array the World computes from tensors' bytes (a reduction, a flipped bit): computed
+        here, and journaled when recorded (journal.py: a replay takes it from there)."""
+        value = compute()
+        if self.journal is not None:
+            self.journal.computed(event, value)
+        return value
+
+    def take_journal(self) -> list[list[Any]]:
+        """The journal records since the last take (the recorder writes them batch by batch)."""
+        return self.journal.take() if self.journal is not None else []
+
     # -- training state's bytes (state_pull.py) --------------------------------------------------------
 
     def state_step_polled(self, world: World, rank: int, step: int) -> None:
@@ -199,9 +231,18 @@ class RankHost:
             pulls.at_step(live, rank, step, described)
 
     def record_state(self) -> StatePulls:
-        """A recorder asks for the bytes of the state steps a recording keeps (state_pull.py)."""
+        """A recorder starts: it keeps the journal (journal.py) and the bytes of the state steps a
+        recording keeps (state_pull.py)."""
+        self.journal = Journal()
+        self.pulls_before = self.state_pulls
         self.state_pulls = StatePulls.for_recording()
         return self.state_pulls
+
+    def recording_ended(self, pulls: StatePulls) -> None:
+        """The recorder that asked for ``pulls`` finished: what was pulled before it is pulled again."""
+        if self.state_pulls is pulls:
+            self.state_pulls = self.pulls_before
+        self.journal = None
 
     def final_state(self, world: World) -> None:
         """As a run's ranks end (or before a recording's final snapshot): each rank's latest state,

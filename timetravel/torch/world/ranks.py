@@ -20,7 +20,6 @@ from collections.abc import Callable
 from typing import Any
 
 from timetravel.sim.context import Context
-from timetravel.sim.elided import summary_of
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import WORK_NS_MAX
@@ -58,14 +57,13 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         # a poll of a rank process a restart has replaced: the rank's node learns of the restart only
         # at its ``restart`` event, later, so the poll of a result released before it is told by c10d
         return
-    live = ctx.processes.driver(ctx.world)
-    if "delivery" in poll:
-        live.deliver(rank, poll["delivery"])
-        state["delivered"] = poll["delivery"]
+    delivery = poll.get("delivery")
+    messages, ended = ctx.processes.take_messages(ctx.world, ctx.event, rank, delivery)
+    if delivery is not None:
+        state["delivered"] = delivery
         state["outbox"] = {}  # every call sent before the wait was taken by c10d (earlier events)
     state["status"] = "running"
     state["t_ns"] = max(state["t_ns"], ctx.now)
-    messages, ended = live.receive_until_blocked(rank)
     stepped = None
     for message in messages:
         if message.get("kind") == "step" and message.get("state") is not None:
@@ -155,8 +153,9 @@ def _post_inputs(state: dict[str, Any], message: dict[str, Any], ctx: Context) -
     event carries their digests; in the node state they are arrays (a recording's snapshots keep
     the large ones as digests: sim/elided.py)."""
     try:
-        inputs = [arrays.decode(wire) for wire in message.pop("inputs", [])]
-        described = [[arrays.dtype_name(array), list(array.shape), *summary_of(array)] for array in inputs]
+        decoded = [arrays.decode_summarized(wire) for wire in message.pop("inputs", [])]
+        inputs = [array for array, _summary in decoded]
+        described = [[arrays.dtype_name(array), list(array.shape), *summary] for array, summary in decoded]
     except arrays.TensorFormatError as error:
         ctx.fail("exception", f"{ctx.node}: {error}", "torch.collective.tensor")
         return False

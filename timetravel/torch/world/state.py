@@ -164,7 +164,9 @@ def on_logical(state: dict[str, Any], event: Event, ctx: Context) -> None:
     ]
     if any(peer.get("state_step") != step or "shards" not in peer for peer in peers):
         return
-    state["params"].update(assemble([peer["shards"] for peer in peers], state["shards_layout"]))
+    shards = [peer["shards"] for peer in peers]
+    layout = state["shards_layout"]
+    state["params"].update(ctx.processes.computed(ctx.event, lambda: assemble(shards, layout)))
 
 
 def _rank_order(name: str) -> tuple[int, str]:

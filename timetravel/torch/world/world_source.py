@@ -25,7 +25,9 @@ It imports nothing from explore/: the Session is passed in and used through its 
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -37,6 +39,7 @@ from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
 from timetravel.torch.world import checkpoints, workdir, world_copy
 from timetravel.torch.world.driver import RankDriver, RankStartError
 from timetravel.torch.world.host import RankHost
+from timetravel.torch.world.journal import ReplayedHost
 from timetravel.torch.world.module_probe import probing
 from timetravel.torch.world.specs import (
     C10D_NODE,
@@ -161,6 +164,8 @@ class TorchWorlds:
         self.host.on_evict = self._evicted
         self.host.state_pulls = StatePulls.into_every_step()
         """Re-executions hold every state step's tensors (state_pull.py): what commands read."""
+        self.values = False
+        """A command reads tensors' values (``with_values``): no re-execution from the journal."""
 
     def _launch(self) -> Launch:
         """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
@@ -182,7 +187,7 @@ class TorchWorlds:
             return world_copy.copy_world(kept.world)
         world = self.session.reader.restore(manifest, full_check=full_check)
         fork = self._is_fork(manifest)  # kept whole but for state the branch holds as digests
-        if not full_check and not fork and held_elided(world) and self._may_run(world):
+        if self.values and not full_check and not fork and held_elided(world) and self._may_run(world):
             self._materialize(world)  # its tensors' values, rebuilt by re-execution
         return world
 
@@ -195,19 +200,78 @@ class TorchWorlds:
         return True
 
     def can_start_at(self, manifest: Any) -> bool:
-        """From the start, from a snapshot with a live checkpoint of its ranks, or from a branch's
-        fork snapshot: a seek on a branch must never re-execute across its fork, where the branch's
-        changes (a dropped fault, a setting) took effect; the ranks there are rebuilt from the
-        parent's history if no checkpoint holds them (:meth:`_rebuild`)."""
+        """From the start, from any snapshot the journal re-executes from (no ranks needed), from a
+        snapshot with a live checkpoint of its ranks, or from a branch's fork snapshot: a seek on a
+        branch must never re-execute across its fork, where the branch's changes (a dropped fault,
+        a setting) took effect; the ranks there are rebuilt from the parent's history if no
+        checkpoint holds them (:meth:`_rebuild`)."""
         if manifest.events == 0 or self._is_fork(manifest):
             return True
+        if not self.values and self._journal_from(manifest.events) is not None:
+            return True
         return self._find(manifest.events, manifest.state_hash) is not None
+
+    # -- re-executing from the journal (journal.py) ---------------------------------------------------
+
+    def _journal_from(self, events: int) -> tuple[str, list[tuple[int, int]]] | None:
+        """The branch whose JOURNAL frames re-execute the recorded events after #``events`` (the
+        parent's before a fork) and those frames from the one of the batch holding #``events``
+        on; None when a batch from there to that branch's end has no frame."""
+        session = self.session
+        fork = session.fork_events
+        branch = session.branch
+        if fork and events < fork:
+            branch = session.reader.catalog.branches.get(branch, {}).get("parent", "main")
+        catalog = session.reader.catalog
+        frames = dict(catalog.journals.get(branch, []))
+        if not frames:
+            return None
+        batches = [b for b in session.event_batches if b.first + b.count > events]
+        if fork and events < fork:
+            batches = [b for b in batches if b.first < fork]
+        if any(b.first not in frames for b in batches):
+            return None
+        start = max((b.first for b in session.event_batches if b.first <= events), default=0)
+        return branch, [(first, offset) for first, offset in catalog.journals[branch] if first >= start]
+
+    def _replayed_host(self, events: int) -> ReplayedHost | None:
+        found = self._journal_from(events)
+        if found is None:
+            return None
+        branch, frames = found
+        reader = self.session.reader
+        return ReplayedHost(lambda: reader.journal_frames(branch, frames), self._launch())
+
+    @contextlib.contextmanager
+    def with_values(self) -> Iterator[None]:
+        """Within: worlds hold tensors' values — re-executions run the ranks (every state step
+        pulled), snapshots holding digests only are rebuilt (what a command that reads a tensor
+        needs: explore/commands/run.py)."""
+        before = self.values
+        self.values = True
+        try:
+            yield
+        finally:
+            self.values = before
+
+    def materialize(self, world: World) -> None:
+        """``world`` (the cursor's, say) with its tensors' values, rebuilt by re-execution."""
+        if held_elided(world) and self._may_run(world):
+            self._materialize(world)
 
     def _is_fork(self, manifest: Any) -> bool:
         fork = self.session.fork_events
         return bool(fork) and manifest.events == fork and not manifest.final
 
-    def simulation(self, world: World, **options: Any) -> Simulation:
+    def simulation(self, world: World, *, recorded: bool = False, **options: Any) -> Simulation:
+        """A Simulation of ``world``: ``recorded`` (a seek, a search: the recorded events again),
+        re-executed from the recording's journal without rank processes when it has one and no
+        command asked for tensors' values (journal.py); else with its ranks, every state step's
+        tensors pulled, the tensors in flight rebuilt first if the world holds them as digests."""
+        if recorded and not self.values:
+            replayed = self._replayed_host(world.events_processed)
+            if replayed is not None:
+                return Simulation(self.session.scenario, world, processes=replayed, **options)
         if payloads_elided(world):
             self._materialize(world)
         self._attach(world)
