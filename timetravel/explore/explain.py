@@ -69,7 +69,7 @@ from timetravel.explore.explain_torch import (
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.search import last_change
-from timetravel.explore.session import Session
+from timetravel.explore.session import Session, reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before
 from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.work import ExploreError, ProgressCallback, StopCheck, WorkProgress
@@ -522,6 +522,7 @@ def _stored_fault_links(track: Session, failure: dict[str, Any]) -> tuple[Explai
     return tuple(links)
 
 
+@reads_values
 def explain(
     session: Session,
     branch: str | None = None,

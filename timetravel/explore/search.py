@@ -60,6 +60,7 @@ from timetravel.explore.paths import (
     world_tree,
 )
 from timetravel.explore.results import FindResult
+from timetravel.explore.session import reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before, recorded_events, walk
 from timetravel.explore.work import ProgressCallback, WorkProgress
 from timetravel.sim.encoding import digest
@@ -242,6 +243,7 @@ class _Evaluator:
 # -- find_first -------------------------------------------------------------------------------------
 
 
+@reads_values
 def find_first(
     session: Session,
     predicate: str | Predicate,
@@ -476,6 +478,7 @@ class _Watch:
         return changed
 
 
+@reads_values
 def next_change(
     session: Session,
     path: str,
@@ -527,6 +530,7 @@ def _next_change(search: _Search, watch: _Watch, start: int) -> _Hit | None:
     return None
 
 
+@reads_values
 def last_change(
     session: Session,
     path: str,

@@ -86,6 +86,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import gc
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -126,6 +127,17 @@ from timetravel.snapshot.store import SnapshotStore
 T = TypeVar("T")
 SEEK_YOUNG_PROMOTED_MIN = 10_000
 """Young allocations from which a seek promotes its survivors unscanned (``_gc_paused``)."""
+
+
+def reads_values(action: Callable[..., T]) -> Callable[..., T]:
+    """An action over a Session (its first argument) that may read tensors' values: run within
+    ``Session.read_values`` (again with the values rebuilt, if it met an elided one)."""
+
+    @functools.wraps(action)
+    def run(session: Session, *args: Any, **kwargs: Any) -> T:
+        return session.read_values(lambda: action(session, *args, **kwargs))
+
+    return run
 
 
 @contextlib.contextmanager
@@ -679,4 +691,4 @@ class Session:
         return list(self._manifests)
 
 
-__all__ = ["Session"]
+__all__ = ["Session", "reads_values"]

@@ -157,3 +157,14 @@ def nonfinite_count(array: Any) -> int:
     """How many elements are NaN or infinite (0 for integer and bool arrays; an elided array's
     summary: sim/elided.py)."""
     return summary_of(array)[1]
+
+
+def flipped(array: np.ndarray, element: int, bit: int) -> list[Any]:
+    """[a copy of ``array`` with bit ``bit`` of element ``element`` flipped, the element's repr
+    before, after] (a corrupt fault: torch/world/faults.py)."""
+    copy = np.array(array, copy=True)
+    flat = copy.reshape(-1)
+    before = flat[element].item()
+    raw = flat[element : element + 1].view(np.uint8)
+    raw[bit // 8] ^= np.uint8(1 << (bit % 8))
+    return [copy, repr(before), repr(flat[element].item())]

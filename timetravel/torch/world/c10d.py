@@ -33,7 +33,6 @@ from timetravel.torch.protocol import arrays
 from timetravel.torch.world import collectives, digests, elastic, faults, hangs, resume, store
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.orders import ORDERS_KEY
-from timetravel.torch.world.reduce_ops import fold
 from timetravel.torch.world.timing import collective_done_ns, point_to_point_done_ns
 
 
@@ -153,7 +152,8 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     record = state["ops"][key]
     members = record["members"]
     entries = [record["entries"][str(rank)] for rank in members]
-    done = collectives.complete(entries, len(members), ctx.world.config["reduce_order"], _reducer(ctx))
+    # by the run's host: it journals the outputs when recorded, and a replay reads them back
+    done = ctx.processes.complete(ctx.event, entries, len(members), ctx.world.config["reduce_order"])
     received = None if done.outputs is None else [done.outputs[entry["index"]] for entry in entries]
     heal, received = faults.at_completion(ctx, members, entries, received)
     if heal is None:
@@ -177,15 +177,6 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     t_done = collective_done_ns(ctx.world.fabric, entries[0]["op"], members, entered_ns, done.payload_bytes)
     _finish(state, entries, received, t_done, ctx)
     state["completed"] += 1
-
-
-def _reducer(ctx: Context) -> collectives.Reduce:
-    """Reductions computed by the run's host (journaled when recorded; a replay reads them back)."""
-
-    def reduce(reduce_op: str, tensors: list[Any]) -> Any:
-        return ctx.processes.computed(ctx.event, lambda: fold(reduce_op, tensors))
-
-    return reduce
 
 
 def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]], ctx: Context) -> None:

@@ -22,6 +22,7 @@ Each record counts what it did in ``world.fabric["fault_hits"][id]``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -29,6 +30,7 @@ import numpy as np
 from timetravel.sim.context import Context
 from timetravel.sim.elided import summary_of
 from timetravel.sim.scenario import ConfigError
+from timetravel.torch.protocol import arrays
 
 KINDS = ("slow", "delay", "drop", "corrupt", "crash", "partition")
 DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
@@ -135,18 +137,9 @@ def flip_one_bit(ctx: Context, record: dict[str, Any], array: Any) -> tuple[Any,
     bit = params["bit"] if params["bit"] is not None else ctx.choose(f"fault.{record['id']}.bit", bits)
     element %= array.size
     bit %= bits
-    copy, before, after = ctx.processes.computed(ctx.event, lambda: _flipped(array, element, bit))
+    flip = functools.partial(arrays.flipped, array, element, bit)
+    copy, before, after = ctx.processes.computed(ctx.event, flip)
     return copy, f"element {element} bit {bit}: {before} -> {after}"
-
-
-def _flipped(array: np.ndarray, element: int, bit: int) -> list[Any]:
-    """[the copy with bit ``bit`` of element ``element`` flipped, the element before, after]."""
-    copy = np.array(array, copy=True)
-    flat = copy.reshape(-1)
-    before = flat[element].item()
-    raw = flat[element : element + 1].view(np.uint8)
-    raw[bit // 8] ^= np.uint8(1 << (bit % 8))
-    return [copy, repr(before), repr(flat[element].item())]
 
 
 def corrupts(record: dict[str, Any], side: str, op: str, tensors: list[Any]) -> bool:

@@ -28,7 +28,7 @@ from typing import Any
 from timetravel.sim.event import Event
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.world import World
-from timetravel.torch.world import workdir
+from timetravel.torch.world import collectives, workdir
 from timetravel.torch.world.driver import RankDriver, RankStartError
 from timetravel.torch.world.journal import Journal
 from timetravel.torch.world.specs import C10D_NODE, rank_specs, rank_states, script_to_run
@@ -205,6 +205,14 @@ class RankHost:
         if self.journal is not None:
             self.journal.poll(event, rank, messages, ended)
         return messages, ended
+
+    def complete(self, event: Event, entries: list[dict[str, Any]], size: int, reduce_order: str) -> Any:
+        """``collectives.complete`` of a collective's entries, its outputs journaled when recorded
+        (a replay reads them back: journal.py)."""
+        done = collectives.complete(entries, size, reduce_order)
+        if self.journal is not None and done.outputs is not None:
+            self.journal.computed(event, {str(index): outputs for index, outputs in done.outputs.items()})
+        return done
 
     def computed(self, event: Event, compute: Callable[[], Any]) -> Any:
         """An array the World computes from tensors' bytes (a reduction, a flipped bit): computed

@@ -19,6 +19,7 @@ re-execute the rest.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -29,6 +30,7 @@ from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import SNAPSHOT_ELIDE_BYTES_MIN
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
+from timetravel.torch.world import collectives
 
 JOURNAL_RECORDS_MAX = 1_000_000
 """Records a live journal holds before the recorder takes them (it takes them every chain batch)."""
@@ -127,6 +129,11 @@ def ended_of(form: Any) -> BaseException | None:
     return RankStuck(why)
 
 
+def _not_reduced(reduce_op: str, tensors: list[Any]) -> None:
+    """A replay does not reduce: the recorded outputs replace what ``collectives.outputs`` built."""
+    return None
+
+
 class Journal:
     """A live run's journal, taken by the recorder batch by batch (recording/recorder.py)."""
 
@@ -197,6 +204,16 @@ class ReplayedHost:
             elif kind == "computed":
                 self.computed_values[(int(seq), int(data[0]))] = data[1]
         return True
+
+    def complete(self, event: Event, entries: list[dict[str, Any]], size: int, reduce_order: str) -> Any:
+        """What ``collectives.complete`` decides from the entries' skeletons (agreement, the bytes
+        moved), with the outputs the recorded run computed."""
+        done = collectives.complete(entries, size, reduce_order, reduce=_not_reduced)
+        if done.outputs is None:
+            return done
+        recorded = self.computed(event, lambda: None)
+        outputs = {int(index): list(arrays_) for index, arrays_ in recorded.items()}
+        return dataclasses.replace(done, outputs=outputs)
 
     def computed(self, event: Event, compute: Callable[[], Any]) -> Any:
         seq = event[1]

@@ -92,6 +92,8 @@ class _Shared:
     users: int = 0
     directories: list[Any] = field(default_factory=list)
     """Working directories checkpoints refer to: closed with the last torch Session."""
+    values_wanted: int = 0
+    """Actions in progress that read tensors' values (``TorchWorlds.with_values``)."""
     keeper: checkpoints.CheckpointKeeper | None = None
     """The control end of every checkpoint process (started with the first checkpoint)."""
 
@@ -164,8 +166,7 @@ class TorchWorlds:
         self.host.on_evict = self._evicted
         self.host.state_pulls = StatePulls.into_every_step()
         """Re-executions hold every state step's tensors (state_pull.py): what commands read."""
-        self.values = False
-        """A command reads tensors' values (``with_values``): no re-execution from the journal."""
+
 
     def _launch(self) -> Launch:
         """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
@@ -242,17 +243,22 @@ class TorchWorlds:
         reader = self.session.reader
         return ReplayedHost(lambda: reader.journal_frames(branch, frames), self._launch())
 
+    @property
+    def values(self) -> bool:
+        """A command reads tensors' values (``with_values``): no re-execution from the journal."""
+        return self.shared.values_wanted > 0
+
     @contextlib.contextmanager
     def with_values(self) -> Iterator[None]:
         """Within: worlds hold tensors' values — re-executions run the ranks (every state step
-        pulled), snapshots holding digests only are rebuilt (what a command that reads a tensor
-        needs: explore/commands/run.py)."""
-        before = self.values
-        self.values = True
+        pulled), snapshots holding digests only are rebuilt (what an action that reads a tensor
+        needs: ``Session.read_values``). For every torch Session of the process meanwhile: an
+        action's tracks and probes are Sessions of their own."""
+        self.shared.values_wanted += 1
         try:
             yield
         finally:
-            self.values = before
+            self.shared.values_wanted -= 1
 
     def materialize(self, world: World) -> None:
         """``world`` (the cursor's, say) with its tensors' values, rebuilt by re-execution."""
