@@ -167,7 +167,6 @@ class TorchWorlds:
         self.host.state_pulls = StatePulls.into_every_step()
         """Re-executions hold every state step's tensors (state_pull.py): what commands read."""
 
-
     def _launch(self) -> Launch:
         """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
         is not shown (it was when the run was recorded) unless the command sends it somewhere."""
