@@ -164,8 +164,7 @@ class TorchWorlds:
         """The rank processes of this Session's re-executions (host.py), handed to every Simulation
         it makes; closed with the Session."""
         self.host.on_evict = self._evicted
-        self.host.state_pulls = StatePulls.into_every_step()
-        """Re-executions hold every state step's tensors (state_pull.py): what commands read."""
+
 
     def _launch(self) -> Launch:
         """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
@@ -183,7 +182,7 @@ class TorchWorlds:
         """The snapshot's World: a copy of the one kept with its checkpoint, or decoded from the file
         (always, for a ``full_check``, which checks the decoder too)."""
         kept = None if full_check else self._find(manifest.events, manifest.state_hash)
-        if kept is not None and kept.world is not None:
+        if kept is not None and kept.world is not None and not (self.values and held_elided(kept.world)):
             return world_copy.copy_world(kept.world)
         world = self.session.reader.restore(manifest, full_check=full_check)
         fork = self._is_fork(manifest)  # kept whole but for state the branch holds as digests
@@ -209,7 +208,7 @@ class TorchWorlds:
             return True
         if not self.values and self._journal_from(manifest.events) is not None:
             return True
-        return self._find(manifest.events, manifest.state_hash) is not None
+        return self._usable(manifest)
 
     # -- re-executing from the journal (journal.py) ---------------------------------------------------
 
@@ -279,6 +278,8 @@ class TorchWorlds:
                 return Simulation(self.session.scenario, world, processes=replayed, **options)
         if payloads_elided(world):
             self._materialize(world)
+        # with values wanted, every state step's tensors are pulled into the World (state_pull.py)
+        self.host.state_pulls = StatePulls.into_every_step() if self.values else None
         self._attach(world)
         return CheckpointingSimulation(self, self.session.scenario, world, processes=self._host(), **options)
 
@@ -413,7 +414,7 @@ class TorchWorlds:
             )
         else:
             before = [m for m in self.session.snapshots_info if m.events < max(target, 1) and not m.final]
-            usable = [m for m in before if m.events == 0 or self._find(m.events, m.state_hash)]
+            usable = [m for m in before if m.events == 0 or self._usable(m)]
             start = max(usable, key=lambda m: m.events)
         kept = self._find(start.events, start.state_hash)
         if kept is not None and kept.world is not None:
@@ -427,6 +428,14 @@ class TorchWorlds:
         self.host.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
         self.reexecuted_events += replayed.events_processed - start.events
         return replayed, start.events
+
+    def _usable(self, manifest: Any) -> bool:
+        """A snapshot with a checkpoint to re-execute from (with values wanted: one whose kept world
+        holds them, since a re-execution pulls only the state steps it runs through)."""
+        kept = self._find(manifest.events, manifest.state_hash)
+        if kept is None:
+            return False
+        return not self.values or (kept.world is not None and not held_elided(kept.world))
 
     def _materialize(self, world: World) -> None:
         """``world`` was restored from a snapshot that keeps tensors as digests only (sim/elided.py):
