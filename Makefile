@@ -8,7 +8,7 @@ PYTEST_TIMEOUT ?= 300
 
 install: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml setup.py $(wildcard timetravel/sim/_speedups*.[ch])
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard timetravel/*/_speedups*.[ch])
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --upgrade --quiet pip
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
@@ -23,12 +23,17 @@ tools:
 # The demo: a 16-rank training job whose replicas drift apart after a bit flip at 984.8 ms (exit 1 is
 # the expected failure; anything else means the demo seed needs re-finding: docs/scenarios/dp_training.md),
 # recorded, then opened in the time-travel debugger (a summary instead when stdout is not a terminal).
-# Once you have branched the demo recording, `make demo` refuses to record over it (the branches would
-# be lost): `make demo FORCE=1` records it afresh.
+# A recording is never replaced without --force (its branches would be lost): once the demo is
+# recorded, `make demo` opens the recording it made (with your branches); `make demo FORCE=1` records
+# it afresh.
 DEMO_RECORDING := recordings/dp_training-demo.ttr
 demo: install
-	$(BIN)/timetravel run dp_training --set preset=demo --record $(DEMO_RECORDING) $(if $(FORCE),--force); \
-	  test $$? -eq 1
+	@if [ -e $(DEMO_RECORDING) ] && [ -z "$(FORCE)" ]; then \
+	  echo "$(DEMO_RECORDING) exists: opening it (make demo FORCE=1 records it afresh)"; \
+	else \
+	  $(BIN)/timetravel run dp_training --set preset=demo --record $(DEMO_RECORDING) $(if $(FORCE),--force); \
+	  test $$? -eq 1; \
+	fi
 	$(BIN)/timetravel tui $(DEMO_RECORDING)
 
 lint: install

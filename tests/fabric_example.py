@@ -24,7 +24,7 @@ import numpy as np
 import xxhash
 
 from timetravel import fabric
-from timetravel.sim import Context, Event, Param, Scenario, World
+from timetravel.sim import Context, Event, Param, Scenario, ScenarioView, World
 
 BACKWARD_NS = 40_000
 UPDATE_NS = 5_000
@@ -263,4 +263,5 @@ SCENARIO = Scenario(
     transport=fabric.transport,
     on_end=on_end,
     summarize=summarize,
+    view=ScenarioView(rank_role="rank", step_key="step", fault_states=fabric.VIEW_STATES),
 )

@@ -253,9 +253,62 @@ def corpus(source: Path, folder: Path) -> Iterator[tuple[str, Path]]:
     arrayed.insert(end, compressed_frame(FrameType.NOTE, array))
     yield variant("array-shape-huge", arrayed)
 
+    # Nesting (issue 32 item 9): lists 1,000 deep where a field, a note and the events are.
+    nested = list(frames)
+    nested[header] = nested_field_frame(FrameType.HEADER, frames[header].payload or {}, "seed", 1000)
+    yield variant("nested-header-1000", nested)
+    nested = list(frames)
+    note = {"branch": "main", "level": "warning"}
+    nested.insert(end, nested_field_frame(FrameType.NOTE, note, "message", 1000))
+    yield variant("nested-note-1000", nested)
+    if events:
+        yield variant("nested-events-1000", edited(events[0], events=NESTED_LIST_1 * 1000 + b"\x01"))
+
+
+NESTED_LIST_1 = b"\x91"
+"""msgpack's one-element array header: N of them, then a value, nest it N lists deep (msgpack's
+own packer refuses to write more than 511 levels, so the bytes are written by hand)."""
+
+
+def nested_field_frame(frame_type: int, payload: dict[str, Any], field: str, depth: int) -> Frame:
+    """A frame whose payload is ``payload`` with ``field`` set to a list nested ``depth`` deep."""
+    others = {key: value for key, value in payload.items() if key != field}
+    raw = b"\xde" + struct.pack(">H", len(others) + 1)  # map 16: any count, however small
+    raw += b"".join(pack(key) + pack(value) for key, value in others.items())
+    raw += pack(field) + NESTED_LIST_1 * depth + b"\x01"
+    return compressed_frame(frame_type, raw)
+
 
 class _Delete:
     pass
 
 
 _DELETE = _Delete()
+
+
+TERMINAL_ESCAPES = "\x1b]0;PWNED\x07\x1b[2J\x9b31m\u202e"
+"""Retitles the terminal, clears it, a C1 CSI, and a right-to-left override."""
+
+
+def with_terminal_escapes(source: Path, path: Path) -> tuple[Path, str]:
+    """``source`` (a recording with a branch ``b1`` and a failing main) with TERMINAL_ESCAPES in
+    every text a front end shows: the branch's name and changes, the failure's message, node and
+    signature, and a NOTE. Returns the file and the branch's new name."""
+    frames = read_frames(source)
+    name = f"b1{TERMINAL_ESCAPES}"
+    for frame in frames:
+        payload = frame.payload or {}
+        if payload.get("branch") == "b1":
+            payload["branch"] = name
+        if frame.frame_type == FrameType.BRANCH:
+            payload.update(name=name, changes=[f"changed{TERMINAL_ESCAPES}"])
+        failure = payload.get("failure")
+        if isinstance(failure, dict):
+            failure.update(
+                message=f"failed{TERMINAL_ESCAPES}",
+                node=f"{failure['node']}{TERMINAL_ESCAPES}",
+                signature=f"{failure['signature']}{TERMINAL_ESCAPES}",
+            )
+    note = {"branch": "main", "level": "warning", "message": f"note{TERMINAL_ESCAPES}"}
+    frames.insert(first_of(frames, FrameType.END), Frame(FrameType.NOTE, note))
+    return write_frames(path, frames), name

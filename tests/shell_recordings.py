@@ -13,9 +13,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from timetravel.explore import Session
-from timetravel.recording import Recorder, RecordingWriter, record_run
-from timetravel.recording.format import FrameType
+from branch_writing import append_branch, world_at
+
+from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 
 SEED = 0
@@ -30,23 +30,16 @@ def make_needle_recording(path: Path) -> dict[str, Any]:
     report, _world = record_run(
         scenario, scenario.resolve_config({}), SEED, path, snapshot_every_events=SNAPSHOT_EVERY_EVENTS
     )
-    with Session.open(path) as session:
-        session.goto(f"#{FORK_EVENTS}")
-        world = session.world_copy()
+    world = world_at(path, FORK_EVENTS)
     world.config = {**world.config, "bug": "none"}
-    writer = RecordingWriter.append(path)
-    writer.frame(
-        FrameType.BRANCH,
-        {
-            "name": BRANCH,
-            "parent": "main",
-            "at_events": FORK_EVENTS,
-            "at_ns": world.t_ns,
-            "changes": {"set": ["bug=none"]},
-        },
+    changes = {"set": ["bug=none"]}
+    append_branch(
+        path,
+        scenario,
+        world,
+        FORK_EVENTS,
+        changes=changes,
+        name=BRANCH,
+        snapshot_every_events=SNAPSHOT_EVERY_EVENTS,
     )
-    recorder = Recorder(
-        scenario, world, path, snapshot_every_events=SNAPSHOT_EVERY_EVENTS, branch=BRANCH, writer=writer
-    )
-    recorder.finish(recorder.run())
     return report

@@ -205,14 +205,24 @@ def perturbed_reference(tmp_path: Path, losses: list[float]) -> Path:
     return write(tmp_path, "ref.csv", "\n".join(lines[:16]) + "\n")
 
 
-def test_cli_names_the_perturbed_step(
+@pytest.fixture
+def perturbed(
     recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+) -> tuple[Path, list[float], str]:
+    """The perturbed reference, the recorded losses, and what the CLI prints comparing main and arr to it."""
     path, losses = recording
     capsys.readouterr()
     reference = perturbed_reference(tmp_path, losses)
     code, out, _err = cli(capsys, "compare", str(path), "main", "arr", "--reference", str(reference))
     assert code == 0
+    return reference, losses, out
+
+
+def test_cli_names_the_perturbed_step(
+    recording: Any, perturbed: tuple[Path, list[float], str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    path, _ = recording
+    reference, losses, out = perturbed
     assert out.count(f"first step outside rtol: 7 (ref {losses[6] * 1.01:.8g}, sim {losses[6]:.8g})") == 2
     assert "15 steps compared (reference 15, simulated 20)" in out
     assert out.count("<- first outside") == 2
@@ -305,13 +315,10 @@ def test_cli_reference_options_without_a_reference_are_exit_2(
 
 
 def test_shell_compare_reference_prints_the_cli_s_lines(
-    recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    recording: Any, perturbed: tuple[Path, list[float], str], capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, losses = recording
-    capsys.readouterr()
-    reference = perturbed_reference(tmp_path, losses)
-    code, cli_out, _err = cli(capsys, "compare", str(path), "main", "arr", "--reference", str(reference))
-    assert code == 0
+    path, _ = recording
+    reference, losses, cli_out = perturbed
     code, out, err = cli(
         capsys,
         "shell",

@@ -1,4 +1,4 @@
-"""Decoding a read-only value against an earlier one (sim/_speedups_against.h ``decode_plain_against``).
+"""Decoding a read-only value against an earlier one (snapshot/_speedups_against.h ``decode_plain_against``).
 
 snapshot/codec.py ``decode_value_against`` must give exactly the value a plain decode gives — types,
 key order, float bits, arrays — whatever the base: the same value, a neighbour's, another shape, or
@@ -18,9 +18,8 @@ import numpy as np
 import pytest
 
 from tests.test_decode_plain import BYTES_MAX, UNUSUAL, Arrays, _same
-from timetravel.sim import speedups
 from timetravel.sim.encoding import DecodeError, pack_for_hash
-from timetravel.snapshot import codec
+from timetravel.snapshot import codec, speedups
 
 COMPILED = getattr(speedups.compiled, "decode_plain_against", None)
 ARRAYS = [np.arange(4, dtype=np.float32), np.ones((2, 2)), np.zeros(3, dtype=np.int64)]

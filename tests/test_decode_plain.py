@@ -1,4 +1,4 @@
-"""The compiled decoder of stored values (sim/_speedups_plain.h ``decode_plain``) gives msgpack's value.
+"""The compiled decoder of stored values (snapshot/_speedups_plain.h ``decode_plain``) gives msgpack's value.
 
 snapshot/codec.py ``decode_value_sized`` decodes the common case in C and hands anything unusual back
 to msgpack; every value below is decoded both ways (the reference with the compiled decoder switched
@@ -16,9 +16,8 @@ import msgpack
 import numpy as np
 import pytest
 
-from timetravel.sim import speedups
 from timetravel.sim.encoding import EXT_ARRAY_DIGEST, DecodeError, array_digest, pack_for_hash
-from timetravel.snapshot import codec
+from timetravel.snapshot import codec, speedups
 
 COMPILED = getattr(speedups.compiled, "decode_plain", None)
 BYTES_MAX = 256 * 1024 * 1024
@@ -270,59 +269,29 @@ def test_a_fresh_copy_is_what_decoding_afresh_gives(monkeypatch: pytest.MonkeyPa
     assert codec.fresh_copy(held) is NotImplemented
 
 
-@pytest.mark.skipif(
-    getattr(speedups.compiled, "blob_entries", None) is None, reason="needs the compiled core"
-)
-def test_a_blobs_frames_entries_are_checked_as_the_catalog_checks_them() -> None:
-    from timetravel.recording.catalog import check_blob_entry
+def test_nesting_deeper_than_the_limit_is_refused_by_both_decoders(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 32 item 9: nesting is a limit checked while decoding. Lists DECODE_DEPTH_MAX deep
+    decode, one more is one DecodeError, whichever decoder runs (the compiled one hands anything
+    deeper than PLAIN_DEPTH_MAX back to msgpack's path, which refuses past the limit)."""
+    from timetravel.sim.encoding import DECODE_DEPTH_MAX
 
-    check = speedups.compiled.blob_entries  # type: ignore[union-attr]
-    digest, base = b"d" * 16, b"b" * 16
-    entries = [
-        [digest, 0, 0, None, 0, b"value"],
-        [b"p" * 16, 2, 2, base, 4, b"page"],
-        [digest, 1, 0, None, 0, b"x"],
+    outcomes = []
+    for depth in (DECODE_DEPTH_MAX - 8, DECODE_DEPTH_MAX, DECODE_DEPTH_MAX + 1, 1000, 100_000):
+        data = b"\x91" * depth + b"\x07"
+        for use_compiled in (False, True):
+            with monkeypatch.context() as patch:
+                if not use_compiled:
+                    patch.setattr(codec, "_decode_plain", None)
+                try:
+                    decoded = codec.decode_value_sized(data, None, bytes_max=BYTES_MAX, items_max=10**6)[0]
+                    for _level in range(depth):
+                        decoded = decoded[0]
+                    outcomes.append((depth, decoded))
+                except DecodeError as error:
+                    outcomes.append((depth, str(error)))
+    assert outcomes[0::2] == outcomes[1::2]
+    assert [outcome for _depth, outcome in outcomes[0::2]] == [
+        7,
+        7,
+        *[f"nested more than {DECODE_DEPTH_MAX} deep"] * 3,
     ]
-    expected: dict[bytes, Any] = {}
-    for raw in entries:
-        entry = check_blob_entry(raw)
-        expected[entry[0]] = entry
-    by_digest, size = check(entries)
-    assert by_digest == expected and size == sum(len(raw[5]) + 100 for raw in entries)
-    # kept for later seeks, they are out of the cyclic collector's lists (bytes, ints and None only)
-    assert not gc.is_tracked(by_digest) and not any(gc.is_tracked(entry) for entry in by_digest.values())
-    # anything the plain case does not cover goes to the Python check (which accepts or refuses it)
-    unusual = [[digest, True, 0, None, 0, b""], [digest, 1.0, 0, None, 0, b""], [digest, 3, 0, None, 0, b""]]
-    unusual += [
-        [digest, 0, 0, b"short", 0, b""],
-        [digest, 0, 0, None, 0, "str"],
-        (digest, 0, 0, None, 0, b""),
-    ]
-    unusual += [[b"short", 0, 0, None, 0, b""], [digest, 0, 0, None, 0]]
-    for raw in unusual:
-        assert check([raw]) is NotImplemented
-    assert check(("not", "a list")) is NotImplemented
-
-
-@pytest.mark.skipif(
-    getattr(speedups.compiled, "untrack_events", None) is None, reason="needs the compiled core"
-)
-def test_kept_events_and_their_payloads_leave_the_collectors_reach_unchanged() -> None:
-    from timetravel.sim.event import Event
-
-    class WithDict(tuple):
-        """A tuple subclass with a __dict__: left tracked."""
-
-    untrack_events = speedups.compiled.untrack_events  # type: ignore[union-attr]
-    events: list[Any] = [Event(10, 1, "r0", "grad", [1, {"a": [2]}]), Event(20, 2, "r1", "tick", None)]
-    other = WithDict((1, [2]))
-    before = [tuple(event) for event in events]
-    assert all(gc.is_tracked(event) for event in events[:1]) and gc.is_tracked(other)
-    assert untrack_events([*events, other]) >= 4  # the first event, its list, dict and inner list
-    assert [tuple(event) for event in events] == before and type(events[0]) is Event
-    assert not any(gc.is_tracked(event) for event in events)
-    payload = events[0].payload
-    assert not gc.is_tracked(payload) and not gc.is_tracked(payload[1]) and not gc.is_tracked(payload[1]["a"])
-    assert gc.is_tracked(other) and gc.is_tracked(other[1])
-    with pytest.raises(TypeError):
-        untrack_events(tuple(events))

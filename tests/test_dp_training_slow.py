@@ -12,10 +12,9 @@ from typing import Any
 import pytest
 
 from tests.conftest import slow_size
+from tests.test_dp_training import one_allreduce
 from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training import tree
-from timetravel.scenarios.dp_training.model import layout_for
-from timetravel.sim import Simulation
 from timetravel.sim.runner import run_report
 
 pytestmark = pytest.mark.slow
@@ -91,42 +90,16 @@ def test_survivable_swarms_keep_every_step_bit_identical(algorithm: str) -> None
         assert report["outcome"] == "pass", (seed, report["failure"])
 
 
-def uniform_allreduce_ns(ranks: int, **settings: Any) -> tuple[int, int, dict[str, Any]]:
-    """As in test_dp_training: one GPU per host, one leaf, 8 Gb/s NICs, no jitter."""
-    config = SCENARIO.resolve_config(
-        {
-            "ranks": ranks,
-            "steps": 1,
-            "params": 65_536,
-            "gpus_per_host": 1,
-            "leaf_radix": max(4, 2 * ranks),
-            "nic_gbit_per_s": 8,
-            "network_jitter": 0,
-            "compute_jitter": 0,
-            **settings,
-        }
-    )
-    world = SCENARIO.build(config, 0)
-    assert Simulation(SCENARIO, world).run().outcome == "pass"
-    states = [world.nodes[f"r{index}"] for index in range(ranks)]
-    start_ns = min(state["coll_entered_ns"] for state in states)
-    return (
-        max(state["coll_done_ns"] for state in states) - start_ns,
-        (layout_for(65_536).params + 1) * 4,
-        config,
-    )
-
-
 @pytest.mark.parametrize("ranks", [256, 1024] if FULL else [256])
 def test_ring_alpha_beta_at_scale(ranks: int) -> None:
-    measured_ns, size_bytes, config = uniform_allreduce_ns(ranks)
+    measured_ns, size_bytes, config = one_allreduce(ranks)
     model_ns = 2 * (ranks - 1) * config["network_latency"] + 2 * (ranks - 1) / ranks * size_bytes
     assert abs(measured_ns - model_ns) <= 0.05 * model_ns
 
 
 @pytest.mark.parametrize("ranks", [255, 1023] if FULL else [255])
 def test_tree_model_at_scale(ranks: int) -> None:
-    measured_ns, size_bytes, config = uniform_allreduce_ns(ranks, allreduce="tree", tree_chunk_bytes=1 << 20)
+    measured_ns, size_bytes, config = one_allreduce(ranks, allreduce="tree", tree_chunk_bytes=1 << 20)
     model_ns = 2 * tree.depth(ranks) * (config["network_latency"] + 2 * size_bytes)
     assert abs(measured_ns - model_ns) <= 0.05 * model_ns
 

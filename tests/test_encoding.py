@@ -75,3 +75,21 @@ def test_digest_sees_dtype_shape_and_values() -> None:
     assert digest(base) != digest(base.reshape(2, 2))
     assert digest(base) == digest(np.zeros(4, dtype=np.float32))
     assert digest({"a": 1, "b": 2}) != digest({"b": 2, "a": 1})  # insertion order is part of the data
+
+
+def test_msgpack_refuses_nesting_past_its_stack_and_unpack_past_the_depth_limit() -> None:
+    """unpackb_bounded relies on msgpack's fixed stack (MSGPACK_STACK_DEPTH): pinned here, so a
+    msgpack that changes it fails this test rather than the limit (issue 32 item 9)."""
+    from timetravel.sim.encoding import DECODE_DEPTH_MAX, MSGPACK_STACK_DEPTH
+
+    msgpack.unpackb(b"\x91" * MSGPACK_STACK_DEPTH + b"\x01")
+    with pytest.raises(msgpack.StackError):
+        msgpack.unpackb(b"\x91" * (MSGPACK_STACK_DEPTH + 1) + b"\x01")
+    assert unpack(b"\x91" * DECODE_DEPTH_MAX + b"\xc0", items_max=1000) is not None
+    for depth in (DECODE_DEPTH_MAX + 1, 1000):
+        with pytest.raises(DecodeError, match=f"nested more than {DECODE_DEPTH_MAX} deep"):
+            unpack(b"\x91" * depth + b"\xc0", items_max=10**6)
+    shallow = [[index] for index in range(200)]  # 201 list headers: decoded inside the wrapping lists
+    with pytest.raises(DecodeError, match="decodes to more than 600 containers"):
+        unpack(pack(shallow), items_max=600)  # 201 + 200 x 2: the wrapping lists are not charged
+    assert unpack(pack(shallow), items_max=601) == shallow

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branch_writing import append_branch, world_at
 from fabric_example import BACKWARD_NS, SCENARIO, UPDATE_NS
 
 from timetravel.cli import main as cli_main
@@ -261,23 +262,14 @@ def test_a_branch_exports_its_parent_s_prefix_and_its_own_future(
 ) -> None:
     import shutil
 
-    from timetravel.recording import Recorder, RecordingWriter
-    from timetravel.recording.format import FrameType
     from timetravel.scenarios import get_scenario
 
     source, _ = gossip_recording
     path = tmp_path / "branched.ttr"
     shutil.copy(source, path)
-    with Session.open(path) as session:
-        session.goto("#700")
-        world = session.world_copy()
+    world = world_at(path, 700)
     world.branch_key = 1
-    writer = RecordingWriter.append(path)
-    writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": 700, "at_ns": world.t_ns})
-    recorder = Recorder(
-        get_scenario("gossip"), world, path, snapshot_every_events=512, branch="b1", writer=writer
-    )
-    end = recorder.finish(recorder.run())
+    end = append_branch(path, get_scenario("gossip"), world, 700)
     with Session.open(path, branch="b1") as branch:
         result = export_perfetto(branch, tmp_path / "b1.json")
         document = json.loads((tmp_path / "b1.json").read_text())

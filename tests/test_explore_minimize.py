@@ -8,8 +8,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from test_explore_minimize_run import JSON_KEYS
 
-from timetravel.explore.minimize import (
+from timetravel.explore.minimize import ddmin, minimize
+from timetravel.explore.minimize_trials import (
     STOP_CANCELLED,
     STOP_FIXPOINT,
     STOP_MAX_RUNS,
@@ -18,8 +20,6 @@ from timetravel.explore.minimize import (
     ChoicePins,
     NothingToMinimize,
     Progress,
-    ddmin,
-    minimize,
 )
 from timetravel.explore.repro import write_pytest
 from timetravel.scenarios import get_scenario
@@ -114,22 +114,7 @@ def test_minimize_keeps_exactly_the_planted_pair_and_shrinks_the_world() -> None
     drop = next(record for record in result.config["faults"] if record["kind"] == "drop")
     assert drop["t_end"] - drop["t_start"] == result.config["latency"]
     assert [p.runs for p in progress] == list(range(1, result.runs + 1))
-    assert result.to_data().keys() == {
-        "signature",
-        "faults_before",
-        "faults_after",
-        "faults_kept",
-        "choices_before",
-        "choices_after",
-        "runs",
-        "seconds",
-        "stopped_by",
-        "partial",
-        "out",
-        "pytest",
-        "start_events",
-        "start_check",
-    }
+    assert result.to_data().keys() == JSON_KEYS
 
 
 def test_minimized_run_replays_with_plain_overrides_and_with_the_compact_form() -> None:

@@ -13,17 +13,17 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branch_writing import append_branch, world_at
 
 from timetravel.bench.minimize import planted_ids
 from timetravel.cli import main as cli_main
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
-from timetravel.explore.minimize import Budget, NothingToMinimize
 from timetravel.explore.minimize_branch import pending_fault_ids
 from timetravel.explore.minimize_run import CHECK_NO_FAULT, CHECK_PASSED, minimize_run
+from timetravel.explore.minimize_trials import Budget, NothingToMinimize
 from timetravel.explore.verify_replay import replay_session
-from timetravel.recording import Recorder, RecordingWriter, record_run
-from timetravel.recording.format import FrameType
+from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Context, Event, Param, Scenario, World
 
@@ -222,14 +222,9 @@ def needle_branch(
     source, _ = needle_recording
     path = tmp_path_factory.mktemp("branch") / "needle-b1.ttr"
     shutil.copy(source, path)
-    with Session.open(path) as session:
-        session.goto(f"#{FORK}")
-        world = session.world_copy()
+    world = world_at(path, FORK)
     world.branch_key = 1
-    writer = RecordingWriter.append(path)
-    writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": FORK, "at_ns": world.t_ns})
-    recorder = Recorder(NEEDLE, world, path, snapshot_every_events=64, branch="b1", writer=writer)
-    end = recorder.finish(recorder.run())
+    end = append_branch(path, NEEDLE, world, FORK, snapshot_every_events=64)
     assert end["failure"]["signature"] == "assertion:needle.total"
     return path
 

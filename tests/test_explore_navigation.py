@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from branch_writing import append_branch, world_at
 from fabric_example import SCENARIO as FABRIC_EXAMPLE
 from scenario_fixtures import FLOATS
 
@@ -38,8 +39,7 @@ from timetravel.explore.results import (
     WatchResult,
 )
 from timetravel.explore.session import Session
-from timetravel.recording import Recorder, RecordingWriter, record_run
-from timetravel.recording.format import FrameType
+from timetravel.recording import record_run
 from timetravel.scenarios import UnknownScenarioError, get_scenario
 from timetravel.sim import Simulation
 from timetravel.sim.runner import build_world
@@ -84,26 +84,15 @@ def fabric_run(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str
     (written the way the explore engine writes branches: a BRANCH frame, then a Recorder)."""
     path = tmp_path_factory.mktemp("nav") / "fabric.ttr"
     report, _ = record_run(FABRIC_EXAMPLE, FABRIC_CONFIG, FABRIC_SEED, path, snapshot_every_events=64)
-    with Session.open(path, scenario=FABRIC_EXAMPLE) as session:
-        session.goto(f"#{FORK_EVENT}")
-        world = session.world_copy()
+    world = world_at(path, FORK_EVENT, FABRIC_EXAMPLE)
     dropped = next(fault for fault in world.faults if fault["id"] == DROPPED_FAULT)
     assert world.t_ns < dropped["t_start"], "the fork must come before the dropped fault starts"
     world.faults = [fault for fault in world.faults if fault["id"] != DROPPED_FAULT]
     world.branch_key = 1
-    writer = RecordingWriter.append(path)
-    writer.frame(
-        FrameType.BRANCH,
-        {
-            "name": "b1",
-            "parent": "main",
-            "at_events": FORK_EVENT,
-            "at_ns": world.t_ns,
-            "changes": {"drop_fault": [DROPPED_FAULT], "branch_key": 1},
-        },
+    changes = {"drop_fault": [DROPPED_FAULT], "branch_key": 1}
+    branch_end = append_branch(
+        path, FABRIC_EXAMPLE, world, FORK_EVENT, changes=changes, snapshot_every_events=64
     )
-    recorder = Recorder(FABRIC_EXAMPLE, world, path, snapshot_every_events=64, branch="b1", writer=writer)
-    branch_end = recorder.finish(recorder.run())
     return path, report, branch_end
 
 

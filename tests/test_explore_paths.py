@@ -5,15 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from timetravel.explore.paths import (
-    PathError,
-    completions,
-    get,
-    parse_path,
-    parse_predicate,
-    select,
-    world_tree,
-)
+from timetravel.explore.paths import PathError, completions, get, parse_path, select, world_tree
+from timetravel.explore.predicates import parse_predicate
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import build_world
 

@@ -16,20 +16,16 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branch_writing import append_branch, world_at
 
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
-from timetravel.explore.paths import parse_path, parse_predicate, select, world_tree
-from timetravel.explore.search import (
-    STOP_CANCELLED,
-    STOP_EVENTS_MAX,
-    find_first,
-    last_change,
-    next_change,
-)
+from timetravel.explore.paths import parse_path, select, world_tree
+from timetravel.explore.predicates import parse_predicate
+from timetravel.explore.search import STOP_CANCELLED, STOP_EVENTS_MAX, find_first
+from timetravel.explore.watchpoints import last_change, next_change
 from timetravel.explore.work import WorkProgress
-from timetravel.recording import Recorder, RecordingWriter, record_run
-from timetravel.recording.format import FrameType
+from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Simulation, World
 from timetravel.sim.encoding import digest
@@ -311,23 +307,9 @@ def branched(
     path = tmp_path_factory.mktemp("branched") / "branched.ttr"
     shutil.copy(source, path)
     fork = 700
-    with Session.open(path) as session:
-        session.goto(f"#{fork}")
-        world = session.world_copy()
+    world = world_at(path, fork)
     world.branch_key = 1
-    writer = RecordingWriter.append(path)
-    writer.frame(
-        FrameType.BRANCH,
-        {
-            "name": "b1",
-            "parent": "main",
-            "at_events": fork,
-            "at_ns": world.t_ns,
-            "changes": {"branch_key": 1},
-        },
-    )
-    recorder = Recorder(GOSSIP, world, path, snapshot_every_events=512, branch="b1", writer=writer)
-    recorder.finish(recorder.run())
+    append_branch(path, GOSSIP, world, fork, changes={"branch_key": 1})
     return path, fork
 
 

@@ -16,7 +16,8 @@ import pytest
 from tests.conftest import slow_size
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, run_line
-from timetravel.explore.paths import parse_predicate, world_tree
+from timetravel.explore.paths import world_tree
+from timetravel.explore.predicates import parse_predicate
 from timetravel.explore.search import find_first
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario

@@ -1,4 +1,4 @@
-"""The tree all-reduce's timing computed for speed — by the compiled core (sim/_speedups_tree.h,
+"""The tree all-reduce's timing computed for speed — by the compiled core (fabric/_speedups_tree.h,
 what fabric/collective.py ``tree_completions`` runs when it is built) and written out in Python
 (``tree_completions_python``) — gives what the plain version gives (``tree_completions_reference``):
 the same completion times, the same arrival order at every parent and the same links left busy, on
@@ -13,9 +13,8 @@ from typing import Any
 import numpy as np
 import pytest
 
-from timetravel.fabric import collective
+from timetravel.fabric import collective, speedups
 from timetravel.scenarios import get_scenario
-from timetravel.sim import speedups
 
 
 def _fabric(ranks: int) -> dict[str, Any]:
@@ -63,7 +62,7 @@ def test_the_arrival_order_differs_between_parents_on_a_tree_with_ranks_apart() 
     assert any(parents) and not all(parents)
 
 
-@pytest.mark.skipif(speedups.compiled is None, reason="the compiled core is not built")
+@pytest.mark.skipif(speedups.compiled is None, reason="fabric's compiled code is not built")
 def test_the_compiled_tree_runs_and_hands_what_it_cannot_take_to_python() -> None:
     fabric = _fabric(40)
     entries = np.arange(40, dtype=np.int64) * 100

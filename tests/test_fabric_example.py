@@ -206,7 +206,8 @@ def test_the_faults_command_prints_a_schedule_that_replays_the_swarm_run(
 
 
 def test_the_minimizer_shrinks_a_swarm_schedule_to_the_one_corruption() -> None:
-    from timetravel.explore.minimize import Budget, minimize
+    from timetravel.explore.minimize import minimize
+    from timetravel.explore.minimize_trials import Budget
 
     config = SCENARIO.resolve_config({"faults": "swarm", "faults_max": 12})
     original, world = run_report(SCENARIO, config, 0)
@@ -223,6 +224,7 @@ def test_the_public_api_is_what_docs_fabric_md_lists() -> None:
         [
             *("BUFFERS_KEY", "DONE_KIND", "EXPECTED_OUTCOMES", "FABRIC_EVENT_KINDS", "FABRIC_PARAMS"),
             *("FABRIC_PARAM_NAMES", "FAULT_KIND", "FAULT_KINDS", "GPU_KEY", "HELD_KIND", "Hooks", "Topology"),
+            "VIEW_STATES",
             *(
                 "add_fault",
                 "edit_fault",

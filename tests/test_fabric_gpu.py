@@ -1,7 +1,7 @@
 """GPU streams: FIFO per stream, events, open kernels, the completion-order choice, the race detector.
 
 Every test runs on the Python stream engine and, when the compiled core is built, on its compiled
-twin (sim/_speedups_gpu.h), which must behave alike in every case here, errors included."""
+twin (fabric/_speedups_gpu*.h), which must behave alike in every case here, errors included."""
 
 from __future__ import annotations
 
@@ -13,8 +13,8 @@ import pytest
 from fabric_probe import arrivals, probe_scenario, probe_world, run
 
 from timetravel import fabric
-from timetravel.fabric import gpu
-from timetravel.sim import Context, RunResult, speedups
+from timetravel.fabric import gpu, speedups
+from timetravel.sim import Context, RunResult
 
 Script = Callable[[dict[str, Any], Context], None]
 ENGINES = ["python", "compiled"] if speedups.compiled is not None else ["python"]

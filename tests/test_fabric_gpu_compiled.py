@@ -1,4 +1,4 @@
-"""The compiled GPU stream engine (sim/_speedups_gpu.h: the pump, launch, record, wait and the
+"""The compiled GPU stream engine (fabric/_speedups_gpu*.h: the pump, launch, record, wait and the
 ``gpu.done`` handler) runs the same streams as the Python one (fabric/gpu.py ``_pump_python``,
 ``_launch_python``, ...), bit for bit: the same outcome, events, state hash and hash chain
 on worlds that start kernels with and without buffer accesses, take waits, complete records, draw
@@ -15,12 +15,12 @@ from typing import Any
 
 import pytest
 
-from timetravel.fabric import gpu, race
+from timetravel.fabric import gpu, race, speedups
 from timetravel.scenarios import get_scenario
-from timetravel.sim import Simulation, speedups
+from timetravel.sim import Simulation
 from timetravel.sim.kernel import chain_head
 
-pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="the compiled core is not built")
+pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="fabric's compiled code is not built")
 
 SWARM = {"faults": "swarm", "faults_max": 12, "faults_from": 0, "faults_window": 20_000_000}
 WORLDS = {

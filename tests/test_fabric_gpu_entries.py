@@ -1,5 +1,5 @@
 """``fabric.launch``, ``fabric.record``, ``fabric.wait`` and the ``gpu.done`` handler are the compiled
-core's entries when it is built (sim/_speedups_entry.h): C callables that bind their arguments as the
+core's entries when it is built (fabric/_speedups_entry.h): C callables that bind their arguments as the
 Python functions do and run what those run. Calls with keywords in any order, a keyword string that
 is not the interned one, defaults, an engine that is neither the compiled core nor None, and calls
 Python refuses must all behave as the Python functions (fabric/gpu.py ``_PYTHON_ENTRIES``) do."""
@@ -15,11 +15,11 @@ import pytest
 from fabric_probe import arrivals, probe_scenario, probe_world, run
 
 from timetravel import fabric
-from timetravel.fabric import gpu, race
+from timetravel.fabric import gpu, race, speedups
 from timetravel.fabric.install import with_handlers
-from timetravel.sim import Context, Simulation, speedups
+from timetravel.sim import Context, Simulation
 
-pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="the compiled core is not built")
+pytestmark = pytest.mark.skipif(speedups.compiled is None, reason="fabric's compiled code is not built")
 
 DONE_KIND_KEYWORD = "".join(["done", "_kind"])
 """``"done_kind"`` built at run time: a keyword equal to the interned one but another object."""
@@ -273,7 +273,7 @@ def _ordered(value: Any) -> Any:
 def test_running_kernels_and_queued_ops_have_pythons_keys_in_pythons_order(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """The compiled engine builds these dicts from templates (sim/_speedups_gpu.h): a snapshot
+    """The compiled engine builds these dicts from templates (fabric/_speedups_gpu_host.h): a snapshot
     encodes a dict in its order, so the order is part of the bits."""
 
     def script(state: dict[str, Any], ctx: Context) -> None:

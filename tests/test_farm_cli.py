@@ -106,14 +106,14 @@ def test_findings_lists_buckets_with_fault_kinds_earliest_seed_and_command(
         failing = [row for row in database.rows() if row["signature"]]
     earliest = min(failing, key=lambda row: (row["t_ns"], row["events"], row["seed"]))
     assert bucket["earliest"]["seed"] == earliest["seed"] and bucket["earliest"]["t_ns"] == earliest["t_ns"]
-    assert bucket["open_command"] == (
-        f"timetravel {opener()} recordings/swarmy-{earliest['seed']}.ttr --scenario farm_scenarios:SWARMY"
+    # the database's module path is untrusted: shown apart, never in a command to paste (issue 32 item 7)
+    assert bucket["open_command"] == f"timetravel {opener()} recordings/swarmy-{earliest['seed']}.ttr"
+    assert (
+        bucket["reproduce_command"] == f"timetravel run swarmy --seed {earliest['seed']} --set faults=swarm"
     )
-    assert bucket["reproduce_command"] == (
-        f"timetravel run swarmy --seed {earliest['seed']} --scenario farm_scenarios:SWARMY --set faults=swarm"
-    )
+    assert bucket["scenario_target"] == "farm_scenarios:SWARMY"
     code, out, _ = farm_cli(capsys, "findings", "--db", db)
-    assert "oracle:swarmy.crash_lost_data  (swarmy)" in out
+    assert "signature\n\noracle:swarmy.crash_lost_data  (swarmy)" in out  # a blank line before each bucket
     assert "    crash           100%" in out and f"earliest     seed {earliest['seed']}, fails at " in out
 
 

@@ -79,6 +79,16 @@ def test_dask_local_pool_and_merged_shards_give_identical_rows(tmp_path: Path) -
     assert merged_rows == local_rows
 
 
+def assert_only_the_stuck_seed_timed_out(plan: Any, executor: Any, database_path: Path, seeds: int) -> None:
+    """Sweep ``plan`` (stuck_seed_plan: seed 2 hangs): seed 2 is recorded as a timeout, killed once,
+    and every other seed passes."""
+    with FindingsDatabase(database_path) as database:
+        summary = run_sweep(plan, database, executor)
+        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
+    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(seeds)}
+    assert summary.killed_for_timeout == 1
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_dask_records_a_stuck_seed_as_timeout_and_restarts_its_worker(
@@ -87,11 +97,7 @@ def test_dask_records_a_stuck_seed_as_timeout_and_restarts_its_worker(
     monkeypatch.setattr(executor_module, "HARD_TIMEOUT_GRACE_S", 0.2)
     plan = stuck_seed_plan(seeds=6)
     executor = dask_executor()
-    with FindingsDatabase(tmp_path / "f.db") as database:
-        summary = run_sweep(plan, database, executor)
-        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
-    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(6)}
-    assert summary.killed_for_timeout == 1
+    assert_only_the_stuck_seed_timed_out(plan, executor, tmp_path / "f.db", seeds=6)
 
 
 @pytest.mark.slow
@@ -114,11 +120,7 @@ def test_a_slow_worker_restart_does_not_time_out_the_seed_queued_behind_the_stuc
         return restart_workers(*arguments, **options)
 
     monkeypatch.setattr(executor.client, "restart_workers", slow_restart)
-    with FindingsDatabase(tmp_path / "f.db") as database:
-        summary = run_sweep(plan, database, executor)
-        outcomes = {row["seed"]: row["outcome"] for row in database.rows()}
-    assert outcomes == {seed: "timeout" if seed == 2 else "pass" for seed in range(5)}
-    assert summary.killed_for_timeout == 1
+    assert_only_the_stuck_seed_timed_out(plan, executor, tmp_path / "f.db", seeds=5)
 
 
 @pytest.mark.slow
@@ -191,3 +193,28 @@ def test_bench_farm_quick_reports_its_figures(capsys: pytest.CaptureFixture[str]
     assert result["bench"] == "farm" and figures["seeds"] == 6
     for key in ("seeds_per_s_1_worker", "seeds_per_s_2_workers", "scaling_2_vs_1", "dask_overhead_ratio"):
         assert figures[key] > 0
+
+
+class _Future:
+    """A stand-in for a Dask future in one of the states the executor meets."""
+
+    def __init__(self, status: str, error: BaseException | None = None) -> None:
+        self.status = status
+        self.error = error
+
+    def exception(self) -> BaseException | None:
+        if self.status == "cancelled":
+            raise RuntimeError("a cancelled future has no exception")
+        return self.error
+
+
+def test_a_task_lost_with_its_worker_is_run_again_not_raised() -> None:
+    """A finished seed whose worker died before its result was fetched comes back ``lost`` with no
+    exception; the sweep ended in "Dask task for seed 0 failed: NoneType: None" (a loaded machine,
+    another seed killing every worker). It is a dropped task, run again like a cancelled one."""
+    from timetravel.farm.dask_executor import dropped
+
+    assert dropped(_Future("lost")) and dropped(_Future("cancelled"))
+    assert dropped(_Future("error", None))
+    assert not dropped(_Future("finished"))
+    assert not dropped(_Future("error", ValueError("the seed's own error")))

@@ -99,6 +99,25 @@ def test_a_recording_whose_worker_dies_is_reported_and_leaves_no_partial_file(tm
     [entry] = summary.recordings
     assert not entry["verified"] and entry["path"] is None
     assert "ended as crash" in entry["problem"] and "SIGKILL" in entry["problem"]
-    assert list(folder.iterdir()) == []  # the killed recorder's .part file is gone
+    assert list(folder.iterdir()) == []  # the killed recorder's .partial file is gone
     [row] = rows(tmp_path / "f.db")
     assert row["outcome"] == "fail" and row["recording"] is None
+
+
+def test_a_file_in_the_way_is_not_replaced_without_force(tmp_path: Path) -> None:
+    """A new database over a folder that already holds a seed's recording (issue 32 item 5): the
+    sweep leaves the file alone and says why, unless ``fuzz --force``."""
+    folder = tmp_path / "recs"
+    first = sweep(tmp_path / "f.db", RecordOptions(folder, per_signature=1))
+    [recorded] = first.recordings
+    path = Path(recorded["path"])
+    path.write_bytes(b"someone's notes")
+    [refused] = sweep(tmp_path / "g.db", RecordOptions(folder, per_signature=1)).recordings
+    assert not refused["verified"] and refused["path"] is None
+    assert f"{path} exists: record to another path, or pass --force" in refused["problem"]
+    assert path.read_bytes() == b"someone's notes"
+    [replaced] = sweep(tmp_path / "h.db", RecordOptions(folder, per_signature=1, force=True)).recordings
+    assert replaced["verified"] and replaced["path"] == str(path)
+    with RecordingReader.open(path) as reader:
+        assert reader.end() is not None
+    assert sorted(p.name for p in folder.iterdir()) == [path.name]

@@ -45,6 +45,8 @@ UNREADABLE = {
     "events-as-string": "field 'events' is not bytes (got 'not bytes')",
     "manifest-events-negative": "field 'events' is out of range 0..9223372036854775807 (got -1)",
     "flip-40": "frame 0 (HEADER) at byte 8: checksum mismatch",
+    "nested-header-1000": "frame 0 (HEADER) at byte 8: nested more than 128 deep",
+    "nested-note-1000": "nested more than 128 deep",
 }
 FORGED = {
     "events-forged": "do not hash to its stored chain digest",
@@ -56,6 +58,9 @@ FORGED = {
     "events-duplicated": "a duplicate",
 }
 FRONT_END_SAMPLE = (
+    "nested-header-1000",
+    "nested-note-1000",
+    "nested-events-1000",
     "bomb-declared",
     "empty-lists",
     "end-without-events",

@@ -13,7 +13,8 @@ from typing import Any
 
 import pytest
 
-from timetravel.explore.minimize import Budget, Minimizer
+from timetravel.explore.minimize import Minimizer
+from timetravel.explore.minimize_trials import Budget
 from timetravel.scenarios import get_scenario
 from timetravel.scenarios.rdma_fork import memory, process
 from timetravel.sim import ConfigError, Simulation

@@ -53,7 +53,7 @@ def test_run_record_refuses_to_replace_a_recording_with_branches(
     code, _out, err = _cli(capsys, "run", *GOSSIP, "--record", path)
     assert code == 2
     assert err.strip().splitlines() == [
-        f"timetravel: error: {path} holds 1 branch (b1) that recording over it would delete: "
+        f"timetravel: error: {path} exists (a recording with 1 branch that replacing it would delete: b1): "
         "record to another path, or pass --force to replace it"
     ]
     assert Path(path).stat().st_size == size
@@ -64,12 +64,16 @@ def test_run_record_refuses_to_replace_a_recording_with_branches(
         assert list(reader.catalog.branches) == []
 
 
-def test_run_record_replaces_a_recording_without_branches(
+def test_run_record_replaces_a_recording_without_branches_only_with_force(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     path = str(tmp_path / "g.ttr")
     assert _cli(capsys, "run", *GOSSIP, "--record", path)[0] == 0
-    assert _cli(capsys, "run", *GOSSIP, "--record", path)[0] == 0
+    code, _out, err = _cli(capsys, "run", *GOSSIP, "--record", path)
+    assert code == 2 and err == (
+        f"timetravel: error: {path} exists (a recording): record to another path, or pass --force to replace it\n"
+    )
+    assert _cli(capsys, "run", *GOSSIP, "--record", path, "--force")[0] == 0
 
 
 def test_force_is_in_the_help(capsys: pytest.CaptureFixture[str]) -> None:
@@ -157,17 +161,17 @@ def test_a_sweep_never_replaces_a_branched_recording(
     assert _cli(capsys, "branch", str(path), "--at", "1ms", "--branch-seed", "7", "--name", "b1")[0] in (0, 1)
     job = SeedJob("gossip", ("nodes=24", "rumors=6"), "", 4, "", record_path=str(path))
     result = record_seed(job)
-    assert "holds 1 branch (b1)" in result["error"]
+    assert "exists (a recording with 1 branch that replacing it would delete: b1)" in result["error"]
     with RecordingReader.open(path) as reader:
         assert list(reader.catalog.branches) == ["b1"]
-    assert not (tmp_path / "gossip-4.ttr.part").exists()
+    assert not (tmp_path / "gossip-4.ttr.partial").exists()
 
 
 def test_a_crashed_recorder_can_be_recorded_over(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "crashed.ttr"
     recorder = _start_recording(path)
     recorder.writer.file.close()
-    code, _out, err = _cli(capsys, "run", *GOSSIP, "--record", str(path))
+    code, _out, err = _cli(capsys, "run", *GOSSIP, "--record", str(path), "--force")
     assert code == 0, err
 
 

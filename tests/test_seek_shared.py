@@ -22,11 +22,10 @@ from world_sources import record_tree32, reference_session
 from timetravel.explore import ReplayDivergence, Session, seek_nodes
 from timetravel.explore.seek_nodes import nodes_run, worth_sharing
 from timetravel.explore.world_source import RecordedWorlds
-from timetravel.recording import record_run
+from timetravel.recording import record_run, speedups
 from timetravel.recording.catalog import EventBatchInfo
 from timetravel.recording.format import RecordingError
 from timetravel.scenarios import get_scenario
-from timetravel.sim import speedups
 from timetravel.sim.encoding import pack
 
 

@@ -9,13 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from branch_writing import append_branch, world_at
 from scenario_fixtures import FLOATS, NONDETERMINISTIC, TRESPASSER
 
 from timetravel.explore import ReplayDivergence, Session
 from timetravel.explore import replay as replay_module
 from timetravel.explore.verify_replay import replay_session
-from timetravel.recording import Recorder, RecordingWriter, record_run
-from timetravel.recording.format import FrameType
+from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Simulation
 from timetravel.sim.event import Event
@@ -194,23 +194,9 @@ def test_a_branch_appended_to_the_recording_shares_the_prefix(
     shutil.copy(source, path)
     scenario = get_scenario("gossip")
     fork = 1500
-    with Session.open(path) as session:
-        session.goto(f"#{fork}")
-        world = session.world_copy()
+    world = world_at(path, fork)
     world.branch_key = 1
-    writer = RecordingWriter.append(path)
-    writer.frame(
-        FrameType.BRANCH,
-        {
-            "name": "b1",
-            "parent": "main",
-            "at_events": fork,
-            "at_ns": world.t_ns,
-            "changes": {"branch_key": 1},
-        },
-    )
-    recorder = Recorder(scenario, world, path, snapshot_every_events=512, branch="b1", writer=writer)
-    branch_end = recorder.finish(recorder.run())
+    branch_end = append_branch(path, scenario, world, fork, changes={"branch_key": 1})
 
     expected_world = straight(scenario, report["config"], 3, max_events=fork)
     expected_world.branch_key = 1

@@ -121,6 +121,14 @@ def test_the_language_parser_names_bad_words_before_anything_runs() -> None:
         engine.execute("plot --width wide")
 
 
+def test_the_shells_own_commands_go_through_the_languages_one_parser() -> None:
+    engine = engine_without_recording()
+    with pytest.raises(CommandError, match=r"plot: unknown option --metrc \(did you mean --metric\?\)"):
+        engine.execute("plot --metrc loss")
+    with pytest.raises(CommandError, match=r"plot: unknown option --hei \(did you mean --height\?\)"):
+        engine.execute("plot --hei 3")
+
+
 def test_quit_and_exit_leave_and_take_no_arguments() -> None:
     engine = engine_without_recording()
     with pytest.raises(ExitShell):

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import io
 import signal
-from dataclasses import dataclass
 from itertools import count
 
 from prompt_toolkit.input import create_pipe_input
@@ -19,6 +18,8 @@ from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 from shell_fakes import FakeEngine
 
+from timetravel.explore.minimize_trials import Progress as MinimizeProgress
+from timetravel.explore.work import WorkProgress
 from timetravel.shell import CommandRunner, Repl, Status
 from timetravel.shell.monitor import STOP_NOTICE, CommandMonitor, ProgressLine, progress_text
 from timetravel.shell.runner import EXIT_INTERRUPTED, STOPPED_NOTE
@@ -27,34 +28,12 @@ ENTER = "\r"
 CTRL_D = "\x04"
 
 
-@dataclass(frozen=True)
-class WorkReport:
-    """The shape of the explore engine's WorkProgress."""
-
-    task: str
-    done: int
-    total: int
-    detail: str = ""
-
-
-@dataclass(frozen=True)
-class MinimizeReport:
-    """The shape of the minimizer's Progress."""
-
-    runs: int
-    seconds: float
-    pass_name: str
-    faults: int
-    choices_nonzero: int
-    accepted: int
-
-
 def test_progress_text_reads_work_and_minimizer_reports() -> None:
-    assert progress_text(WorkReport("branch b1", 8_192, 20_480)) == "branch b1: 40% (8,192/20,480)"
-    assert progress_text(WorkReport("fanout", 3, 20, "2 failing")) == "fanout: 15% (3/20), 2 failing"
-    assert progress_text(WorkReport("likelihood", 4, 0)) == "likelihood: 4 done"
+    assert progress_text(WorkProgress("branch b1", 8_192, 20_480)) == "branch b1: 40% (8,192/20,480)"
+    assert progress_text(WorkProgress("fanout", 3, 20, "2 failing")) == "fanout: 15% (3/20), 2 failing"
+    assert progress_text(WorkProgress("likelihood", 0, 0)) == "likelihood: 0 done"  # no total known yet
     assert (
-        progress_text(MinimizeReport(120, 3.25, "ddmin faults", 2, 5, 7))
+        progress_text(MinimizeProgress(120, 3.25, "ddmin faults", 2, 5, 7))
         == "minimize: 120 runs in 3.2 s, pass ddmin faults, best so far 2 faults and 5 nonzero choices"
     )
     assert progress_text("anything else") == "anything else"

@@ -10,7 +10,7 @@ from rich.console import Console
 
 from timetravel.explore import results as r
 from timetravel.explore.commands import render as text_render
-from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.shell.render import RenderContext, registered_types, render, renderer_for
 from timetravel.shell.render.plot import Series
 from timetravel.shell.results import PlotResult

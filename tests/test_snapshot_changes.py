@@ -106,11 +106,11 @@ def _gathered(batches: list[tuple[list[Any], int | None]], seq_before: int, even
 
 
 def test_the_compiled_loop_gathers_what_the_python_one_gathers(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Changes.add's compiled loop (sim/_speedups_pack.h changes_add): the same nodes in the same
+    """Changes.add's compiled loop (snapshot/_speedups_changes.h changes_add): the same nodes in the same
     order, the same seqs, the same count, for Events, plain tuples and decoded lists, seqs beyond
     64 bits, and a batch cut at the snapshot."""
-    from timetravel.sim import speedups
     from timetravel.snapshot import changes as changes_module
+    from timetravel.snapshot import speedups
 
     if speedups.compiled is not None:
         assert changes_module._changes_add is not None  # a built core runs the compiled loop

@@ -1,6 +1,8 @@
 """The compiled core (timetravel/sim/_speedups.c) gives the same bits as the pure-Python kernel.
 
-The pure-Python kernel is the reference and the fallback when no C compiler built the core. Both
+The pure-Python kernel is the reference and the fallback when no C compiler built the core. So are
+the layers above with C of their own (fabric, snapshot, recording: each layer's speedups.py loads
+its extension); ``TIMETRAVEL_PURE_PYTHON=1`` switches all of them off. Both
 run ``tests/speedups_cases.py`` (whole and partial runs of every built-in scenario, seeks, pauses,
 small chain batches, every kind of choice, overrides and the choice log, keywords, every error a
 handler can make) in their own process, and the outputs must be equal: choice values, hash chain,
@@ -12,15 +14,26 @@ from __future__ import annotations
 import heapq
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
+from timetravel.fabric import speedups as fabric_speedups
+from timetravel.recording import speedups as recording_speedups
 from timetravel.sim import Context, Event, World, speedups
+from timetravel.snapshot import speedups as snapshot_speedups
 
 TESTS = Path(__file__).resolve().parent
 CASES = TESTS / "speedups_cases.py"
+LAYER_SPEEDUPS = {
+    "sim": speedups,
+    "fabric": fabric_speedups,
+    "snapshot": snapshot_speedups,
+    "recording": recording_speedups,
+}
+"""Each layer with optional C of its own, and the module that loads it."""
 
 
 def run_cases(pure_python: bool) -> dict[str, Any]:
@@ -71,13 +84,25 @@ def test_ctx_deliver_and_timer_keep_heapqs_layout_of_the_queue() -> None:
     assert all(type(event) is Event for event in world.queue)
 
 
-def test_the_environment_switch_selects_the_pure_python_kernel() -> None:
+def test_the_environment_switch_selects_the_pure_python_code_of_every_layer() -> None:
     env = {**os.environ, speedups.PURE_PYTHON_ENV: "1"}
-    code = "from timetravel.sim import speedups; print(speedups.kernel_implementation())"
+    code = (
+        "import importlib, sys\n"
+        "from timetravel.sim import speedups\n"
+        "print(speedups.kernel_implementation())\n"
+        f"for layer in {sorted(LAYER_SPEEDUPS)!r}:\n"
+        "    print(layer, importlib.import_module(f'timetravel.{layer}.speedups').compiled)\n"
+        "print(sorted(name for name in sys.modules if name.endswith('._speedups')))\n"
+    )
     completed = subprocess.run(
         [sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120, check=True
     )
-    assert completed.stdout.strip() == "python"
+    assert completed.stdout.split("\n") == [
+        "python",
+        *(f"{layer} None" for layer in sorted(LAYER_SPEEDUPS)),
+        "[]",  # not one extension is even imported
+        "",
+    ]
 
 
 def test_the_kernel_bench_says_which_kernel_ran() -> None:
@@ -175,45 +200,50 @@ def test_chain_batches_pack_to_the_bytes_encoding_pack_gives() -> None:
     assert pack_chain_batch([(1, 2, "a", "b", None)]) == pack([(1, 2, "a", "b", None)])  # type: ignore[list-item]
 
 
-def test_a_built_core_is_used_unless_switched_off() -> None:
-    """A build next to the sources that the loader refuses is stale: ``make install`` rebuilds it."""
-    built = sorted((TESTS.parent / "timetravel" / "sim").glob("_speedups*.so"))
-    switched_off = os.environ.get(speedups.PURE_PYTHON_ENV, "") not in ("", "0")
-    if built and not switched_off:
-        assert speedups.kernel_implementation() == "compiled", f"{built[0].name} is stale: run make install"
-    if speedups.compiled is not None:
-        assert speedups.compiled.INTERFACE_VERSION == speedups.INTERFACE_VERSION
+def test_a_built_extension_is_used_unless_switched_off() -> None:
+    """A build next to the sources that its loader refuses is stale: ``make install`` rebuilds it.
+    Fabric's needs the kernel's (it reads the kernel's objects through sim/_speedups_api.h)."""
+    for layer, loader in LAYER_SPEEDUPS.items():
+        built = sorted((TESTS.parent / "timetravel" / layer).glob("_speedups*.so"))
+        if built and not speedups.pure_python() and (layer != "fabric" or speedups.compiled is not None):
+            assert loader.compiled is not None, f"{built[0]} is stale: run make install"
+        if loader.compiled is not None:
+            assert loader.compiled.INTERFACE_VERSION == loader.INTERFACE_VERSION
+            assert loader.compiled.__name__ == f"timetravel.{layer}._speedups"
+    if speedups.compiled is None:
+        assert fabric_speedups.compiled is None
 
 
-def test_untrack_takes_plain_data_out_of_the_collector_and_changes_nothing_else() -> None:
-    """recording/shared_nodes.py untracks the shared decoded states; their bits must not move."""
-    import gc
-
-    import numpy as np
-
-    from timetravel.sim.encoding import pack
-
+def test_the_kernels_extension_holds_the_kernel_only() -> None:
+    """The layers above keep their C with them: the kernel's module has its loop, its Context core
+    and its packer, and the C interface fabric's engine uses (issue 29)."""
     if speedups.compiled is None:
         assert speedups.kernel_implementation() == "python"
         return
-    inner: list[Any] = [1, "a", None]
-    event = Event(5, 1, "n", "k", [1])
-    array = np.arange(3)
-    value = {"gpu": {"streams": {"compute": {"queue": [inner, {"x": []}]}}}, "pair": (inner, 2), "e": event}
-    value["array"] = array
-    before = pack(value)
-    containers = [value, value["gpu"], value["gpu"]["streams"], value["gpu"]["streams"]["compute"]]
-    containers += [value["gpu"]["streams"]["compute"]["queue"], inner, value["pair"]]
-    assert all(gc.is_tracked(item) for item in containers if not isinstance(item, dict) or item is value)
-    counted = speedups.compiled.untrack(value)
-    assert counted >= 5
-    assert not any(gc.is_tracked(item) for item in containers)
-    assert gc.is_tracked(event) and gc.is_tracked(event.payload)  # a tuple subclass is not plain data
-    assert pack(value) == before and value["array"] is array
-    assert speedups.compiled.untrack(value) == 0  # already out: nothing to do
-    value["gpu"]["late"] = [object()]
-    assert gc.is_tracked(value["gpu"])  # CPython tracks a dict again when it is given a tracked item
-    cyclic: list[Any] = [{"x": []}]
-    cyclic.append(cyclic)
-    assert speedups.compiled.untrack(cyclic) == 3  # ends: each container is entered once
-    cyclic.clear()
+    names = {name for name in dir(speedups.compiled) if not name.startswith("__")}
+    assert names == {
+        "ContextCore",
+        "INTERFACE_VERSION",
+        "configure",
+        "kernel_api",
+        "pack_events",
+        "run_segment",
+    }
+
+
+def test_each_layers_c_includes_its_own_headers_and_the_kernels_interface_only() -> None:
+    """Imports only go down, in C too: a layer's C includes its own folder's headers and, from
+    below, only the kernel's C interface (sim/_speedups_api.h: its module maker, and for fabric the
+    kernel's objects); the kernel's C includes nothing of a layer above (issue 29: it compiled
+    knowledge of GPUs, trees and the file format)."""
+    found = {}
+    for layer in LAYER_SPEEDUPS:
+        folder = TESTS.parent / "timetravel" / layer
+        for source in sorted([*folder.glob("_speedups*.c"), *folder.glob("_speedups*.h")]):
+            for included in re.findall(r'^#include "([^"]+)"', source.read_text(), flags=re.MULTILINE):
+                target = (folder / included).resolve()
+                assert target.is_file(), f"{source.name} includes {included}, which does not exist"
+                if target.parent != folder:
+                    found[f"{layer}/{source.name}"] = str(target.relative_to(TESTS.parent / "timetravel"))
+    below = {f"{layer}/_speedups.c": "sim/_speedups_api.h" for layer in ("fabric", "snapshot", "recording")}
+    assert found == below

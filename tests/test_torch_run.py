@@ -305,25 +305,21 @@ NAN_DATA_SWEEP = [
 """Two seeds of the DDP example with its NaN planted on rank 2: both fail, in one bucket."""
 
 
-@pytest.mark.slow
-def test_fuzz_sweeps_a_torch_script_and_verify_runs_only_the_script_you_name(tmp_path: Path) -> None:
-    database = str(tmp_path / "f.db")
-    result = subprocess.run(
-        [
-            *NAN_DATA_SWEEP,
-            "--workers",
-            "1",
-            "--db",
-            database,
-            "--json",
-            "--record-failures",
-            str(tmp_path / "recs"),
-        ],
+def nan_data_sweep(tmp_path: Path, database: str, *options: str) -> subprocess.CompletedProcess[str]:
+    """NAN_DATA_SWEEP into ``database`` with ``options``, recording failures under tmp_path/recs."""
+    return subprocess.run(
+        [*NAN_DATA_SWEEP, *options, "--db", database, "--json", "--record-failures", str(tmp_path / "recs")],
         capture_output=True,
         text=True,
         timeout=600,
         cwd=ROOT,
     )
+
+
+@pytest.mark.slow
+def test_fuzz_sweeps_a_torch_script_and_verify_runs_only_the_script_you_name(tmp_path: Path) -> None:
+    database = str(tmp_path / "f.db")
+    result = nan_data_sweep(tmp_path, database, "--workers", "1")
     assert result.returncode in (0, 1), result.stderr
     summary = json.loads(result.stdout)
     assert summary["outcomes"] == {"fail": 2}
@@ -452,22 +448,7 @@ def test_a_script_written_for_gpus_runs_unchanged_and_its_inf_is_traced_to_the_r
 @pytest.mark.slow
 def test_a_dask_sweep_runs_and_records_the_script_the_command_line_named(tmp_path: Path) -> None:
     # Dask workers are not forked from the command: the script's opt-in travels in each job
-    result = subprocess.run(
-        [
-            *NAN_DATA_SWEEP,
-            "--dask",
-            "local",
-            "--db",
-            str(tmp_path / "d.db"),
-            "--json",
-            "--record-failures",
-            str(tmp_path / "recs"),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-    )
+    result = nan_data_sweep(tmp_path, str(tmp_path / "d.db"), "--dask", "local")
     summary = json.loads(result.stdout)
     assert summary["outcomes"] == {"fail": 2}, result.stderr[-2000:]
     assert summary["recordings"] and all(entry["path"] for entry in summary["recordings"]), summary[

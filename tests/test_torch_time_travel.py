@@ -154,7 +154,7 @@ def test_at_a_hang_the_tui_s_ranks_show_whom_they_wait_for(folder: Path) -> None
     assert report["failure"]["node"] == "r1"  # the rank that skipped its all_reduce
     with Session.open(path, launch=TEST_SCRIPTS) as session:
         session.goto("end")  # the recorded end: the hang, with its flight recorder (no execution)
-        cells = {cell.name: cell for cell in rank_cells_from_world(session.world)}
+        cells = {cell.name: cell for cell in rank_cells_from_world(session.world, session.scenario.view)}
     assert set(cells) == {"r0", "r1", "r2"}
     assert cells["r0"].waiting_on == cells["r2"].waiting_on == "r1"
     assert cells["r1"].waiting_on != "r1"

@@ -25,8 +25,9 @@ from timetravel.explore.divergence import first_divergence
 from timetravel.explore.fanout import fanout, likelihood
 from timetravel.explore.perfetto import export_perfetto
 from timetravel.explore.rerun import rerun
-from timetravel.explore.search import find_first, last_change
+from timetravel.explore.search import find_first
 from timetravel.explore.verify_replay import replay_session
+from timetravel.explore.watchpoints import last_change
 from timetravel.explore.world_source import RecordedWorlds
 from timetravel.recording import record_run
 from timetravel.recording.catalog import ManifestInfo

@@ -22,3 +22,10 @@ def test_scripts() -> Launch:
 
 
 TEST_SCRIPTS = test_scripts()
+
+
+def example_script(relative: str) -> Path:
+    """An example or fixture script by its path from the repository's root."""
+    path = ROOT / relative
+    assert path.is_file() and path.parent in SCRIPT_FOLDERS, relative
+    return path

@@ -17,15 +17,7 @@ from textual.message import Message
 from textual.pilot import Pilot
 from textual.widget import Widget
 
-from timetravel.tui.widgets import (
-    BranchTree,
-    CommandLine,
-    CompareView,
-    EventLog,
-    RankGrid,
-    StateInspector,
-    Timeline,
-)
+from timetravel.tui import widgets
 
 
 class Harness(App[None]):
@@ -39,15 +31,15 @@ class Harness(App[None]):
     def compose(self) -> ComposeResult:
         yield from self._widgets
 
-    @on(Timeline.Scrubbed)
-    @on(RankGrid.RankSelected)
-    @on(EventLog.EventChosen)
-    @on(StateInspector.PathChosen)
-    @on(BranchTree.BranchChosen)
-    @on(BranchTree.CompareRequested)
-    @on(CompareView.PathChosen)
-    @on(CommandLine.CommandSubmitted)
-    @on(CommandLine.Dismissed)
+    @on(widgets.Timeline.Scrubbed)
+    @on(widgets.RankGrid.RankSelected)
+    @on(widgets.EventLog.EventChosen)
+    @on(widgets.StateInspector.PathChosen)
+    @on(widgets.BranchTree.BranchChosen)
+    @on(widgets.BranchTree.CompareRequested)
+    @on(widgets.CompareView.PathChosen)
+    @on(widgets.CommandLine.CommandSubmitted)
+    @on(widgets.CommandLine.Dismissed)
     def record(self, message: Message) -> None:
         self.messages.append(message)
 

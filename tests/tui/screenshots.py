@@ -27,18 +27,8 @@ from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training.params import DEMO_SEED
 from timetravel.sim.scenario import Scenario
 from timetravel.tui.app import TimeTravelApp
+from timetravel.tui.bench_app import settle
 from timetravel.tui.engine import Engine
-
-SETTLE_ROUNDS_MAX = 2_000
-
-
-async def _settle(app: TimeTravelApp, pilot: Any) -> None:
-    for _ in range(SETTLE_ROUNDS_MAX):
-        await app.workers.wait_for_complete()
-        await pilot.pause()
-        if app.is_idle:
-            return
-    raise RuntimeError("the App did not settle")
 
 
 def shoot(
@@ -58,13 +48,13 @@ def shoot(
         with open_context(path, scenario=scenario) as context:
             app = TimeTravelApp(Engine(context), path=path.name)
             async with app.run_test(size=size) as pilot:
-                await _settle(app, pilot)
+                await settle(app, pilot)
                 for line in lines:
                     app.run_command(line)
-                    await _settle(app, pilot)
+                    await settle(app, pilot)
                 for group in keys:
                     await pilot.press(*group)
-                    await _settle(app, pilot)
+                    await settle(app, pilot)
                 out.write_text(app.export_screenshot(title=f"timetravel tui {path.name}"), encoding="utf-8")
 
     asyncio.run(main())

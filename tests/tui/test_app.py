@@ -12,6 +12,7 @@ from tests.fabric_example import SCENARIO as FABRIC_EXAMPLE
 from tests.tui.harness import drive, screen_text
 from timetravel.explore.commands import open_context
 from timetravel.explore.session import Session
+from timetravel.sim.launch import Launch
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.app import TimeTravelApp
 from timetravel.tui.engine import Engine
@@ -43,9 +44,21 @@ async def type_command(pilot: Pilot[Any], text: str) -> None:
     await pilot.press("enter")
 
 
-def run_app(path: Path, script: Scenario, size: tuple[int, int] = (100, 30), **open_args: Any) -> None:
+def run_app(
+    path: Path,
+    script: Scenario,
+    size: tuple[int, int] = (100, 30),
+    app_args: dict[str, Any] | None = None,
+    launch: Launch | None = None,
+    **open_args: Any,
+) -> None:
+    """Open ``path`` in the App (``app_args`` to TimeTravelApp, ``open_args`` to open_context), wait
+    until it settled, then run ``script``. ``launch``: the scripts a torch recording may re-execute
+    (as --script)."""
     with open_context(path, **open_args) as context:
-        app = TimeTravelApp(Engine(context), path=str(path))
+        if launch is not None:
+            context.session.launch = launch
+        app = TimeTravelApp(Engine(context), path=str(path), **(app_args or {}))
 
         async def wrapped(pilot: Pilot[Any]) -> None:
             await settle(pilot)

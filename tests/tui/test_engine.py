@@ -28,6 +28,14 @@ def needle(needle_recording: tuple[Path, dict[str, Any]]) -> Any:
         yield Engine(context)
 
 
+@pytest.fixture
+def fabric(fabric_recording: tuple[Path, dict[str, Any]]) -> Any:
+    """The engine over the fabric recording (main and branch b1), and the recording's path."""
+    path, _report = fabric_recording
+    with open_context(path, scenario=FABRIC_EXAMPLE) as context:
+        yield Engine(context), path
+
+
 def test_the_first_view_is_the_start_of_the_run_with_its_faults_and_failure(
     needle: Engine, needle_recording: tuple[Path, dict[str, Any]]
 ) -> None:
@@ -108,41 +116,35 @@ def test_progress_reads_the_engine_and_the_minimizer_reports() -> None:
 
 
 def test_switching_branch_shows_the_branch_and_its_fork_on_mains_timeline(
-    fabric_recording: tuple[Path, dict[str, Any]],
+    fabric: tuple[Engine, Path],
 ) -> None:
-    path, _report = fabric_recording
-    with open_context(path, scenario=FABRIC_EXAMPLE) as context:
-        engine = Engine(context)
-        main = engine.view()
-        forks = [mark for mark in main.timeline.marks if mark.kind == "branch"]
-        with Session.open(path, scenario=FABRIC_EXAMPLE) as session:
-            session.goto(f"#{BRANCH_FORK_EVENT}")
-            fork_ns = session.position.t_ns
-        assert [(mark.t_ns, mark.label) for mark in forks] == [(fork_ns, "b1")]
-        assert [(row.name, row.parent, row.at_ns) for row in main.branches] == [
-            ("main", None, None),
-            ("b1", "main", fork_ns),
-        ]
-        outcome = engine.execute("goto 300us --branch b1")
-        view = outcome.view
-        assert outcome.error is None and view is not None
-        assert (view.branch, view.cursor_ns) == ("b1", parse_time("300us"))
-        assert view.timeline.t_end_ns == engine.session.end.t_ns != main.timeline.t_end_ns
+    engine, path = fabric
+    main = engine.view()
+    forks = [mark for mark in main.timeline.marks if mark.kind == "branch"]
+    with Session.open(path, scenario=FABRIC_EXAMPLE) as session:
+        session.goto(f"#{BRANCH_FORK_EVENT}")
+        fork_ns = session.position.t_ns
+    assert [(mark.t_ns, mark.label) for mark in forks] == [(fork_ns, "b1")]
+    assert [(row.name, row.parent, row.at_ns) for row in main.branches] == [
+        ("main", None, None),
+        ("b1", "main", fork_ns),
+    ]
+    outcome = engine.execute("goto 300us --branch b1")
+    view = outcome.view
+    assert outcome.error is None and view is not None
+    assert (view.branch, view.cursor_ns) == ("b1", parse_time("300us"))
+    assert view.timeline.t_end_ns == engine.session.end.t_ns != main.timeline.t_end_ns
 
 
-def test_a_diff_screen_world_is_read_without_moving_the_cursor(
-    fabric_recording: tuple[Path, dict[str, Any]],
-) -> None:
-    path, _report = fabric_recording
-    with open_context(path, scenario=FABRIC_EXAMPLE) as context:
-        engine = Engine(context)
-        engine.execute("goto 100us")
-        at_ns = parse_time("500us")
-        main_world = engine._document_at("main", at_ns)
-        branch_world = engine._document_at("b1", at_ns)
-        assert engine.session.position.t_ns == 100_000
-        assert main_world["t_ns"] == branch_world["t_ns"] == at_ns
-        with Session.open(path, scenario=FABRIC_EXAMPLE, branch="b1") as session:
-            session.goto_time(at_ns)
-            expected = session.world.nodes["r0"]["buffers"]["weights"]
-        assert np.array_equal(branch_world["nodes"]["r0"]["buffers"]["weights"], expected)
+def test_a_diff_screen_world_is_read_without_moving_the_cursor(fabric: tuple[Engine, Path]) -> None:
+    engine, path = fabric
+    engine.execute("goto 100us")
+    at_ns = parse_time("500us")
+    main_world = engine._document_at("main", at_ns)
+    branch_world = engine._document_at("b1", at_ns)
+    assert engine.session.position.t_ns == 100_000
+    assert main_world["t_ns"] == branch_world["t_ns"] == at_ns
+    with Session.open(path, scenario=FABRIC_EXAMPLE, branch="b1") as session:
+        session.goto_time(at_ns)
+        expected = session.world.nodes["r0"]["buffers"]["weights"]
+    assert np.array_equal(branch_world["nodes"]["r0"]["buffers"]["weights"], expected)

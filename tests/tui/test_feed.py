@@ -5,14 +5,32 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 
 from timetravel.scenarios import get_scenario
-from timetravel.sim import World, make_failure
+from timetravel.sim import ScenarioView, World, make_failure
 from timetravel.sim.runner import run_report
+from timetravel.sim.scenario import FAULT_VIEW_STATES
 from timetravel.tui.charts import column_values, hold_gaps, nice_step, plot_rows, sparkline_glyphs
 from timetravel.tui.feed import rank_cells_from_world, rank_names, timeline_from_world
+from timetravel.tui.model import RANK_STATES
 
 MS = 1_000_000
+TRAINING_VIEW = ScenarioView(
+    rank_role="rank",
+    step_key="step",
+    collective_seq_key="collective_seq",
+    progress_key="last_progress_ns",
+    weight_key="weights",
+    waiting_key="waiting_on",
+    fault_states={"slow": "slow", "partition": "partitioned"},
+)
+"""What training_like_world's scenario declares (the keys its rank nodes hold)."""
+TORCH_VIEW = ScenarioView(
+    rank_role="rank", step_key="state_step", status_key="status", collectives_role="collectives"
+)
+"""What the torch scenario declares (issue 29: its rank nodes keep ``state_step`` and ``status``,
+its ``c10d`` node of role ``collectives`` each rank's last collective)."""
 
 
 def training_like_world() -> World:
@@ -50,8 +68,8 @@ def training_like_world() -> World:
 
 def test_rank_states_follow_the_documented_rules() -> None:
     world = training_like_world()
-    assert rank_names(world) == [f"rank{index}" for index in range(8)]
-    cells = {cell.name: cell for cell in rank_cells_from_world(world)}
+    assert rank_names(world, TRAINING_VIEW) == [f"rank{index}" for index in range(8)]
+    cells = {cell.name: cell for cell in rank_cells_from_world(world, TRAINING_VIEW)}
     assert {name: cell.state for name, cell in cells.items()} == {
         "rank0": "healthy",
         "rank1": "nan",  # a NaN in its weights (and the failure names it)
@@ -66,10 +84,31 @@ def test_rank_states_follow_the_documented_rules() -> None:
     assert cells["rank0"].collective_seq == 160 and cells["rank0"].last_progress_ns == 400 * MS
 
 
-def test_the_most_common_role_stands_for_ranks_when_none_is_called_rank() -> None:
+def test_only_what_the_scenario_declares_is_read() -> None:
+    """The same world under a view that declares nothing: the ranks are the role most nodes have,
+    and no step, weights, waiting or fault condition is guessed from key or kind names."""
+    world = training_like_world()
+    assert rank_names(world, ScenarioView()) == [f"rank{index}" for index in range(8)]
+    cells = {cell.name: cell for cell in rank_cells_from_world(world, ScenarioView())}
+    assert {name: cell.state for name, cell in cells.items()} == {
+        **{f"rank{index}": "healthy" for index in range(8)},
+        "rank1": "nan",  # the failure and the NaN in its state are the world's, not a key's
+        "rank4": "crashed",  # the world has it down
+    }
+    assert {(cell.step, cell.collective_seq, cell.waiting_on) for cell in cells.values()} == {(0, 0, "")}
+    assert timeline_from_world(world, ScenarioView(loss_metric="accuracy")).loss == ()
+
+
+def test_a_fault_state_names_a_condition_the_rank_grid_has() -> None:
+    assert set(FAULT_VIEW_STATES) <= set(RANK_STATES)
+    with pytest.raises(ValueError, match="'straggling' is not one of slow, partitioned"):
+        ScenarioView(fault_states={"slow": "straggling"})
+
+
+def test_the_declared_role_stands_for_ranks() -> None:
     scenario = get_scenario("gossip")
     _report, world = run_report(scenario, scenario.resolve_config(["nodes=12", "rumors=5"]), 1)
-    cells = rank_cells_from_world(world)
+    cells = rank_cells_from_world(world, scenario.view)
     assert [cell.name for cell in cells] == [f"n{index}" for index in range(12)]
     assert [cell.step for cell in cells] == [world.nodes[f"n{index}"]["received"] for index in range(12)]
     assert {cell.state for cell in cells} == {"healthy"}
@@ -77,7 +116,9 @@ def test_the_most_common_role_stands_for_ranks_when_none_is_called_rank() -> Non
 
 def test_timeline_marks_faults_and_failures_and_carries_the_loss() -> None:
     world = training_like_world()
-    data = timeline_from_world(world, snapshots_ns=[0, 200 * MS], branch_marks=[(250 * MS, "b1")])
+    data = timeline_from_world(
+        world, TRAINING_VIEW, snapshots_ns=[0, 200 * MS], branch_marks=[(250 * MS, "b1")]
+    )
     assert [(mark.t_ns, mark.kind, mark.label) for mark in data.marks] == [
         (0, "snapshot", ""),
         (30 * MS, "failure", "nan on rank1"),
@@ -116,7 +157,7 @@ def test_dp_training_conventions_collective_seq_and_the_hang_flight_recorder() -
         {"rank": "r2", "waits_on": ["r0", "r1"]},
     ]
     world.failures.append(failure)
-    cells = rank_cells_from_world(world)
+    cells = rank_cells_from_world(world, get_scenario("dp_training").view)
     assert [(c.name, c.collective_seq, c.last_progress_ns, c.waiting_on) for c in cells] == [
         ("r0", 6, 5 * MS, ""),
         ("r1", 6, 5 * MS, "r0"),
@@ -146,7 +187,7 @@ def torch_hang_world() -> World:
 def test_a_torch_hang_names_the_rank_that_never_entered_the_collective() -> None:
     """Before: every rank waited on nobody at step 0, collective #0 (torch rows have no ``waits_on``,
     its ranks keep the optimizer step as ``state_step`` and their last collective in ``c10d``)."""
-    cells = rank_cells_from_world(torch_hang_world())
+    cells = rank_cells_from_world(torch_hang_world(), TORCH_VIEW)
     assert [(c.name, c.step, c.collective_seq, c.waiting_on) for c in cells] == [
         ("r0", 2, 9, "r1"),
         ("r1", 2, 8, ""),

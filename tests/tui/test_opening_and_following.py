@@ -9,16 +9,14 @@ from typing import Any
 
 from textual.pilot import Pilot
 
-from tests.tui.harness import drive, screen_text
-from tests.tui.test_app import NEEDLE_FAILURE_NS, settle
-from timetravel.explore.commands import open_context
+from tests.tui.harness import screen_text
+from tests.tui.test_app import NEEDLE_FAILURE_NS, run_app, settle
 from timetravel.explore.session import Session
 from timetravel.recording import Recorder
 from timetravel.scenarios import get_scenario
 from timetravel.sim.launch import Launch
 from timetravel.sim.runner import build_world
 from timetravel.tui.app import TimeTravelApp
-from timetravel.tui.engine import Engine
 from timetravel.tui.model import KernelSpan, RaceEdge
 from timetravel.tui.widgets import EventLog, StreamsView
 from timetravel.tui.widgets.status_line import StatusLine
@@ -30,17 +28,7 @@ WIDE = (160, 48)
 def open_app(
     path: Path, script: Any, size: tuple[int, int] = WIDE, launch: Launch | None = None, **app_args: Any
 ) -> None:
-    """Drive the app on ``path``; ``launch``: the scripts a torch recording may re-execute (as --script)."""
-    with open_context(path) as context:
-        if launch is not None:
-            context.session.launch = launch
-        app = TimeTravelApp(Engine(context), path=str(path), **app_args)
-
-        async def wrapped(pilot: Pilot[Any]) -> None:
-            await settle(pilot)
-            await script(pilot, app)
-
-        drive(app, wrapped, size)
+    run_app(path, script, size, app_args=app_args, launch=launch)
 
 
 def test_the_debugger_opens_with_the_cursor_at_the_failure(

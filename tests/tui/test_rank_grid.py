@@ -123,7 +123,7 @@ def test_a_bucket_shows_its_worst_member() -> None:
 
 
 def test_at_a_torch_hang_the_selected_rank_says_whom_it_waits_on() -> None:
-    from tests.tui.test_feed import torch_hang_world
+    from tests.tui.test_feed import TORCH_VIEW, torch_hang_world
     from timetravel.tui.feed import rank_cells_from_world
 
     async def scenario(pilot, app, grid: RankGrid) -> None:
@@ -136,4 +136,4 @@ def test_at_a_torch_hang_the_selected_rank_says_whom_it_waits_on() -> None:
         await pilot.press("m", "m")
         assert grid.mode == "seq" and names(grid)[0] == "r1"  # the rank behind is the odd one out
 
-    run(scenario, cells=rank_cells_from_world(torch_hang_world()), size=(60, 12))
+    run(scenario, cells=rank_cells_from_world(torch_hang_world(), TORCH_VIEW), size=(60, 12))

@@ -3,6 +3,10 @@ with capture-pane — what Pilot cannot see (the terminal, the entry point, star
 
 tmux runs on a socket of its own (``-L``), so the test never touches a user's tmux server, and the
 server is killed at the end. ``make tools`` installs tmux where it is missing (CI does that).
+
+A test waits for every text it asserts on, all on one capture (``wait_for`` takes several): a frame
+reaches tmux in pieces, so under load a capture can show the new frame's title above the old
+frame's status line (issue 32 item 11: the title said 80ms, the line below it had not been drawn).
 """
 
 from __future__ import annotations
@@ -55,16 +59,17 @@ class Tmux:
     def type(self, text: str) -> None:
         self.run("send-keys", "-t", "tt", "-l", text)
 
-    def wait_for(self, text: str, *, present: bool = True) -> str:
+    def wait_for(self, *texts: str, present: bool = True) -> str:
+        """The first screen on which every one of ``texts`` is there (``present=False``: none is)."""
         deadline = time.monotonic() + WAIT_S
         screen = ""
         while time.monotonic() < deadline:
             screen = self.screen()
-            if (text in screen) == present:
+            if all((text in screen) == present for text in texts):
                 return screen
             time.sleep(POLL_S)
         verb = "appear" if present else "go away"
-        raise AssertionError(f"{text!r} did not {verb} within {WAIT_S} s; the screen:\n{screen}")
+        raise AssertionError(f"{texts!r} did not all {verb} within {WAIT_S} s; the screen:\n{screen}")
 
     def command(self, line: str) -> None:
         """``:``, a command line and enter, sent in one burst as a paste would be (the App moves
@@ -102,11 +107,9 @@ def test_open_rewind_and_quit_in_a_real_terminal(
     tmux.wait_for("needle seed 1 · at the failure")
     tmux.wait_for(f"events {report['events']}")  # the event log indexed the recording
     tmux.command("goto 80")
-    screen = tmux.wait_for("needle seed 1 · main · 80ms #")
-    assert "main at 80ms, event #" in screen
+    tmux.wait_for("needle seed 1 · main · 80ms #", "main at 80ms, event #")
     tmux.command("goto 75")
-    screen = tmux.wait_for("needle seed 1 · main · 75ms #")
-    assert "main at 75ms, event #" in screen
+    tmux.wait_for("needle seed 1 · main · 75ms #", "main at 75ms, event #")
     tmux.keys("?")
     tmux.wait_for("keys · esc closes")
     tmux.keys("Escape")
@@ -130,21 +133,40 @@ def test_the_used_by_flow_in_a_real_terminal(tmux: Tmux, demo: Path) -> None:
     tmux.wait_for("· main · 950ms #")
     tmux.command(f"branch --drop-fault {cause['id']}")
     tmux.wait_for(f"b1: from main at 950ms [drop-fault {cause['id']}] -> pass")
-    tmux.keys("4", "Down", "c")
-    screen = tmux.wait_for(f"first divergence {t_start}: fault on {rank}")
-    assert "✖ fail" in screen and "✔ pass" in screen
+    tmux.keys("4")
+    tmux.wait_for("b1 @950ms")  # the tree lists the new branch before the cursor moves onto it
+    tmux.keys("Down", "c")
     corrupted = f"nodes/{rank}/grad_pending"
-    assert corrupted in screen
+    screen = tmux.wait_for(f"first divergence {t_start}: fault on {rank}", "✖ fail", "✔ pass", corrupted)
     lines = screen.splitlines()
     header = next(number for number, line in enumerate(lines) if line.startswith("│ path "))
-    rows = lines[header + 1 : next(n for n in range(header, len(lines)) if lines[n].startswith("╰"))]
+    rows = lines[header + 1 : next((n for n in range(header, len(lines)) if lines[n].startswith("╰")), None)]
     index = next(number for number, line in enumerate(rows) if line.startswith(f"│ {corrupted}"))
     tmux.keys(*["Down"] * index, "Enter")
-    screen = tmux.wait_for(f"diff {corrupted} @{t_start}: main | b1")
-    assert f"╭─ main @{t_start}" in screen and f"╭─ b1 @{t_start}" in screen
+    tmux.wait_for(f"diff {corrupted} @{t_start}: main | b1", f"╭─ main @{t_start}", f"╭─ b1 @{t_start}")
     tmux.keys("Escape")
     tmux.wait_for("first divergence")
     tmux.keys("Escape")
     tmux.wait_for("· main · 950ms #")
+    tmux.keys("q")
+    tmux.wait_for("EXITED 0")
+
+
+def test_a_recording_cannot_retitle_or_clear_the_terminal(tmux: Tmux, tmp_path: Path) -> None:
+    """Issue 32 item 8: a branch named ``b1\\x1b]0;PWNED\\x07...`` retitled the terminal from the
+    branch tree. Every widget draws its text escaped (tui/safe_lines.py)."""
+    from tests.hostile_corpus import with_terminal_escapes
+    from timetravel.cli import main
+
+    source = tmp_path / "source.ttr"
+    assert main(["run", "pingpong", "--seed", "3", "--set", "rtt_max=2390ns", "--record", str(source)]) == 1
+    assert main(["branch", str(source), "--at", "10us", "--branch-seed", "3"]) in (0, 1)
+    path, _branch = with_terminal_escapes(source, tmp_path / "escaped.ttr")
+    tmux.start(tui_command(path))
+    tmux.wait_for("pingpong seed 3 · main")
+    tmux.keys("4")
+    screen = tmux.wait_for("└── ▼ b1\\x1b]0;PWNED\\x1b[2J\\x9b31m\\u202e @0.01")
+    assert "pingpong seed 3 · main" in screen  # not cleared
+    assert "PWNED" not in tmux.run("display-message", "-p", "-t", "tt", "#{pane_title}")
     tmux.keys("q")
     tmux.wait_for("EXITED 0")

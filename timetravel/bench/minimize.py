@@ -40,10 +40,11 @@ from typing import Any
 
 import timetravel
 from timetravel.bench import haystack
-from timetravel.explore.minimize import Budget, Candidate, MinimizeResult, minimize, run_candidate
+from timetravel.explore.minimize import minimize
 from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.minimize_trials import Budget, Candidate, MinimizeResult, run_candidate
 from timetravel.explore.session import Session
-from timetravel.recording.recorder import record_run
+from timetravel.recording.record_run import record_run
 from timetravel.scenarios import get_scenario, scenario_names
 from timetravel.sim.runner import build_world
 

@@ -33,7 +33,7 @@ import msgpack
 import numpy as np
 import zstandard
 
-from timetravel.bench.timing import alternating_best
+from timetravel.bench.timing import alternating_best, percentile, timed
 from timetravel.explore.session import Session
 from timetravel.recording import RecordingReader, record_run
 from timetravel.recording.format import FrameType
@@ -82,7 +82,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
 
 def _overhead(scenario: Scenario, config: dict[str, Any], path: Path) -> float:
     plain, recorded = alternating_best(
-        lambda: run_report(scenario, config, 1), lambda: record_run(scenario, config, 1, path)
+        lambda: run_report(scenario, config, 1), lambda: record_run(scenario, config, 1, path, force=True)
     )
     return round(recorded / plain, 3)
 
@@ -241,23 +241,15 @@ def _dp_training_float_ratio(directory: Path, quick: bool, notes: list[str]) -> 
 # -- seeking ------------------------------------------------------------------------------------
 
 
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
-
-
 def _seek_figures(directory: Path, quick: bool) -> dict[str, Any]:
     scenario = get_scenario("gossip")
     nodes, rumors, seeks = (256, 40, 40) if quick else (SEEK_NODES, SEEK_RUMORS, SEEKS)
     config = scenario.resolve_config({"nodes": nodes, "rumors": rumors})
     path = directory / "seek-gossip.ttr"
-    started = time.perf_counter()
-    report, _world = record_run(scenario, config, 1, path)
-    record_s = time.perf_counter() - started
+    record_s, (report, _world) = timed(lambda: record_run(scenario, config, 1, path))
     rng = random.Random(1)
-    opened = time.perf_counter()
-    with Session.open(path) as session:
-        open_ms = (time.perf_counter() - opened) * 1000
+    open_s, session = timed(lambda: Session.open(path))
+    with session:
         end = session.end
         seek_ms = []
         for _ in range(seeks):
@@ -277,9 +269,9 @@ def _seek_figures(directory: Path, quick: bool) -> dict[str, Any]:
         "seek_recording_bytes": path.stat().st_size,
         "seek_recording_snapshots": report["recording"]["snapshots"],
         "seek_recording_wall_s": round(record_s, 2),
-        "seek_open_ms": round(open_ms, 1),
+        "seek_open_ms": round(open_s * 1000, 1),
         "seek_p50_ms": round(statistics.median(seek_ms), 1),
-        "seek_p95_ms": round(_percentile(seek_ms, 0.95), 1),
+        "seek_p95_ms": round(percentile(seek_ms, 0.95), 1),
         "back_p50_ms": round(statistics.median(back_ms), 1),
-        "back_p95_ms": round(_percentile(back_ms, 0.95), 1),
+        "back_p95_ms": round(percentile(back_ms, 0.95), 1),
     }

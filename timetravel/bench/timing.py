@@ -11,6 +11,19 @@ T = TypeVar("T")
 REPEATS_DEFAULT = 3
 
 
+def timed(function: Callable[[], T]) -> tuple[float, T]:
+    """One run of ``function``: its wall time in seconds and its result."""
+    start = time.perf_counter()
+    result = function()
+    return time.perf_counter() - start, result
+
+
+def percentile(values: list[float], fraction: float) -> float:
+    """The ``fraction`` quantile by rank, rounding up: with 20 values p95 is the slowest."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
+
+
 def best_of(function: Callable[[], T], repeats: int = REPEATS_DEFAULT) -> tuple[float, T]:
     """Run ``function`` ``repeats`` times; return the shortest wall time and the last result."""
     best = float("inf")

@@ -43,16 +43,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from timetravel.bench.timing import percentile, timed
+
 SEEK_RANKS = 10_000
 SEEK_STEPS = 2
 SEEKS = 20
 QUICK = {"ranks": 1000, "steps": 1, "seeks": 5}
+
 KIB_PER_GIB = 1024 * 1024
-
-
-def _percentile(values: list[float], fraction: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(fraction * len(ordered)))]
 
 
 def _usage() -> tuple[float, float, int]:
@@ -71,13 +69,10 @@ def measure_seeks(ranks: int, steps: int, seeks: int) -> dict[str, Any]:
     config = scenario.resolve_config({"ranks": ranks, "allreduce": "tree", "params": 256, "steps": steps})
     with tempfile.TemporaryDirectory(prefix="timetravel-bench-seek-") as folder:
         path = Path(folder) / "tree.ttr"
-        started = time.perf_counter()
-        report, _world = record_run(scenario, config, 0, path)
-        record_s = time.perf_counter() - started
+        record_s, (report, _world) = timed(lambda: record_run(scenario, config, 0, path))
         rng = random.Random(1)
-        opened = time.perf_counter()
-        with Session.open(path) as session:
-            open_ms = (time.perf_counter() - opened) * 1000
+        open_s, session = timed(lambda: Session.open(path))
+        with session:
             end_ns = session.end.t_ns
             seek_ms: list[float] = []
             user_ms: list[float] = []
@@ -98,12 +93,12 @@ def measure_seeks(ranks: int, steps: int, seeks: int) -> dict[str, Any]:
     prefix = f"seek_{ranks}"
     return {
         f"{prefix}_p50_ms": round(statistics.median(seek_ms), 1),
-        f"{prefix}_p95_ms": round(_percentile(seek_ms, 0.95), 1),
+        f"{prefix}_p95_ms": round(percentile(seek_ms, 0.95), 1),
         f"{prefix}_max_ms": round(max(seek_ms), 1),
-        f"{prefix}_p95_user_ms": round(_percentile(user_ms, 0.95), 1),
-        f"{prefix}_p95_system_ms": round(_percentile(system_ms, 0.95), 1),
+        f"{prefix}_p95_user_ms": round(percentile(user_ms, 0.95), 1),
+        f"{prefix}_p95_system_ms": round(percentile(system_ms, 0.95), 1),
         f"{prefix}_page_faults": page_faults,
-        f"{prefix}_open_ms": round(open_ms, 1),
+        f"{prefix}_open_ms": round(open_s * 1000, 1),
         f"{prefix}_record_s": round(record_s, 2),
         f"{prefix}_recording_bytes": size,
         f"{prefix}_snapshots": report["recording"]["snapshots"],

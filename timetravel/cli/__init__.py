@@ -223,8 +223,12 @@ def describe_os_error(error: OSError) -> str:
 
 
 def _error(message: str) -> int:
+    """The one-line error: its first line, control characters escaped (a message may quote a
+    recording or a database: sim/terminal_text.py)."""
+    from timetravel.sim.terminal_text import terminal_safe
+
     first_line = message.strip().splitlines()[0] if message.strip() else "error"
-    print(f"timetravel: error: {first_line}", file=sys.stderr)
+    print(f"timetravel: error: {terminal_safe(first_line)}", file=sys.stderr)
     return EXIT_USAGE
 
 

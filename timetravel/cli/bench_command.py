@@ -7,7 +7,7 @@ import sys
 from typing import Any
 
 from timetravel.bench import get_suite, suite_names
-from timetravel.cli.common import print_json
+from timetravel.cli.common import add_json_argument, print_json
 
 
 def register(subparsers: Any) -> None:
@@ -18,7 +18,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("suite", choices=suite_names(), help="which suite to run")
     parser.add_argument("--quick", action="store_true", help="smaller workloads (a smoke test, not a figure)")
-    parser.add_argument("--json", action="store_true", help='print {"bench": SUITE, "figures": {...}}')
+    add_json_argument(parser, 'print {"bench": SUITE, "figures": {...}}')
     parser.set_defaults(func=main)
 
 

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 
-from timetravel.cli.common import print_json
+from timetravel.cli.common import add_settings_argument, print_json
 from timetravel.cli.futures_common import add_common, run_engine
+from timetravel.cli.output import say, warn
 from timetravel.explore.branch_tree import branch_tree
 from timetravel.explore.branching import BranchChanges, branch
 from timetravel.explore.commands.render import render_text
@@ -52,14 +52,7 @@ def _register_branch(subparsers: Any) -> None:
     parser.add_argument(
         "--edit-fault", action="append", default=[], metavar="ID:K=V", help="change a fault (repeatable)"
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="change a branchable config key (repeatable)",
-    )
+    add_settings_argument(parser, "change a branchable config key (repeatable)")
     parser.add_argument("--name", metavar="NAME", help="the branch's name (default: the next free bN)")
     parser.set_defaults(func=_branch)
 
@@ -101,15 +94,12 @@ def _branches(args: argparse.Namespace) -> int:
     Session restored the first snapshot, which on the demo decoded bfloat16 arrays: ~1 s)."""
     with RecordingReader.open(args.path) as reader:
         for line in reader.describe_loss(MAIN_BRANCH):
-            print(f"timetravel: warning: {args.path}: {line}", file=sys.stderr)
+            warn(args.path, line)
         result = BranchesResult(branch_tree(reader))
         unit = str(reader.header.get("display_unit") or "ms")
     if args.json:
         print_json(result.to_data())
         return 0
-    for line in render_text(result, unit):
-        print(line)
-    for row in result.branches:
-        if row.changes:
-            print(f"    {row.name}: {'; '.join(row.changes)}")
+    say(*render_text(result, unit))
+    say(*(f"    {row.name}: {'; '.join(row.changes)}" for row in result.branches if row.changes))
     return 0

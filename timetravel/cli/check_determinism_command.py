@@ -7,12 +7,17 @@ import sys
 import time
 from typing import Any, TextIO
 
-from timetravel.cli.common import add_determinism_argument, print_json, register_user_error
+from timetravel.cli.common import (
+    SETTING_HELP,
+    add_determinism_argument,
+    add_json_argument,
+    add_seed_sweep_arguments,
+    print_json,
+)
 from timetravel.determinism import (
     PROCESSES_DEFAULT,
     RUNS_PER_SEED_DEFAULT,
     WORKER_TIMEOUT_S_DEFAULT,
-    CheckError,
     RunSpec,
     SeedRangeError,
     check_determinism,
@@ -23,9 +28,6 @@ from timetravel.sim.timefmt import format_time_auto
 EXIT_CONSISTENT = 0
 EXIT_MISMATCH = 1
 PROGRESS_INTERVAL_S = 0.1
-
-register_user_error(SeedRangeError)
-register_user_error(CheckError)
 
 
 def register(subparsers: Any) -> None:
@@ -40,24 +42,7 @@ def register(subparsers: Any) -> None:
             "See docs/determinism.md."
         ),
     )
-    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
-    parser.add_argument(
-        "--seeds", required=True, metavar="A:B", help="the seeds A, A+1, ..., B-1 (or one seed N)"
-    )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a config key (repeatable; applied after any preset)",
-    )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it, in every worker)",
-    )
+    add_seed_sweep_arguments(parser, "the seeds A, A+1, ..., B-1 (or one seed N)", SETTING_HELP)
     parser.add_argument("--until", metavar="T", help="stop each run after every event with time <= T")
     add_determinism_argument(parser)
     parser.add_argument(
@@ -81,7 +66,7 @@ def register(subparsers: Any) -> None:
         metavar="SECONDS",
         help=f"wall-clock budget of each worker process (default {WORKER_TIMEOUT_S_DEFAULT:g})",
     )
-    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_json_argument(parser, "print exactly one JSON object")
     parser.set_defaults(func=main)
 
 

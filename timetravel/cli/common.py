@@ -50,7 +50,7 @@ _BASE_USER_ERRORS = (
     ("timetravel.recording.format", "RecordingError"),
     ("timetravel.explore.paths", "PathError"),
     ("timetravel.explore.work", "ExploreError"),
-    ("timetravel.explore.minimize", "NothingToMinimize"),
+    ("timetravel.explore.minimize_trials", "NothingToMinimize"),
     ("timetravel.determinism.checker", "SeedRangeError"),
     ("timetravel.determinism.processes", "CheckError"),
     ("timetravel.farm.verify", "BucketNotFoundError"),
@@ -65,18 +65,12 @@ exception of one of them can only exist once its module is loaded, so ``user_err
 only at the modules already in ``sys.modules``. Listed here rather than registered by the command
 modules, because only the module of the command being run is imported (timetravel.cli), and its
 code may raise an error that another command's module used to register."""
-_REGISTERED_USER_ERRORS: list[type[BaseException]] = [
+_OS_USER_ERRORS: tuple[type[BaseException], ...] = (
     FileNotFoundError,
     IsADirectoryError,
     PermissionError,
     NotADirectoryError,
-]
-
-
-def register_user_error(error_type: type[BaseException]) -> None:
-    """Let a layer above declare its own "bad input" exception (e.g. a corrupt recording)."""
-    if error_type not in _REGISTERED_USER_ERRORS:
-        _REGISTERED_USER_ERRORS.append(error_type)
+)
 
 
 def user_errors() -> tuple[type[BaseException], ...]:
@@ -86,7 +80,7 @@ def user_errors() -> tuple[type[BaseException], ...]:
         for module, name in _BASE_USER_ERRORS
         if module in sys.modules and hasattr(sys.modules[module], name)
     ]
-    return (*found, *_REGISTERED_USER_ERRORS)
+    return (*found, *_OS_USER_ERRORS)
 
 
 def all_user_errors() -> tuple[type[BaseException], ...]:
@@ -116,9 +110,51 @@ class _SeedAction(argparse.Action):
         namespace.seed_given = True
 
 
+SETTING_HELP = "set a config key (repeatable; applied after any preset)"
+SCENARIO_MODULE_HELP = "load the scenario from this module (your explicit opt-in to import it)"
+
+
+def add_settings_argument(parser: argparse.ArgumentParser, help_text: str = SETTING_HELP) -> None:
+    """``--set KEY=VALUE``, repeatable, into ``args.settings``: the one spelling every command shares."""
+    parser.add_argument(
+        "--set", dest="settings", action="append", default=[], metavar="KEY=VALUE", help=help_text
+    )
+
+
+def add_scenario_module_argument(
+    parser: argparse.ArgumentParser, help_text: str = SCENARIO_MODULE_HELP
+) -> None:
+    """``--scenario MODULE:ATTR`` into ``args.scenario_target``: the user's opt-in to import a scenario."""
+    parser.add_argument("--scenario", dest="scenario_target", metavar="MODULE:ATTR", help=help_text)
+
+
+JSON_HELP = "print one JSON object"
+
+
+def add_json_argument(parser: argparse.ArgumentParser, help_text: str = JSON_HELP) -> None:
+    """``--json``: the command prints JSON instead of text (``help_text`` says what it holds)."""
+    parser.add_argument("--json", action="store_true", help=help_text)
+
+
+def add_database_argument(parser: argparse.ArgumentParser) -> None:
+    """``--db PATH``: the findings database of a sweep (``args.db``)."""
+    from timetravel.farm import DEFAULT_DATABASE
+
+    parser.add_argument(
+        "--db",
+        default=DEFAULT_DATABASE,
+        metavar="PATH",
+        help=f"findings database (default {DEFAULT_DATABASE})",
+    )
+
+
+def add_scenario_name_argument(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+
+
 def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
     """``SCENARIO``, ``--seed`` and ``--set k=v`` as every running command spells them."""
-    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
+    add_scenario_name_argument(parser)
     parser.add_argument(
         "--seed",
         type=int,
@@ -127,14 +163,16 @@ def add_scenario_arguments(parser: argparse.ArgumentParser) -> None:
         help="the root seed that decides every choice (default: the preset's own seed if it has one, else 0)",
     )
     parser.set_defaults(seed_given=False)
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a config key (repeatable; applied after any preset). `timetravel scenarios NAME` lists the keys",
-    )
+    add_settings_argument(parser, f"{SETTING_HELP}. `timetravel scenarios NAME` lists the keys")
+
+
+def add_seed_sweep_arguments(parser: argparse.ArgumentParser, seeds_help: str, settings_help: str) -> None:
+    """``SCENARIO --seeds A:B [--set K=V]... [--scenario MODULE:ATTR]``: a command over many seeds,
+    each run in a worker process (so the opt-in to import a module holds in every worker)."""
+    add_scenario_name_argument(parser)
+    parser.add_argument("--seeds", required=True, metavar="A:B", help=seeds_help)
+    add_settings_argument(parser, settings_help)
+    add_scenario_module_argument(parser, f"{SCENARIO_MODULE_HELP}, in every worker too")
 
 
 def chosen_seed(args: argparse.Namespace, scenario: Scenario, config: dict[str, Any]) -> int:

@@ -26,6 +26,11 @@ METRIC_ROWS_MAX = 20
 
 
 def register(subparsers: Any) -> None:
+    _register_compare(subparsers)
+    _register_diff(subparsers)
+
+
+def _register_compare(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "compare",
         help="two branches side by side: outcomes, metric curves, first divergence",
@@ -71,6 +76,8 @@ def register(subparsers: Any) -> None:
     )
     parser.set_defaults(func=_compare)
 
+
+def _register_diff(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "diff",
         help="the state diff of two branches at one time (default: at their first divergence)",

@@ -12,7 +12,7 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import SEED_MAX, UsageError, bounded_int, print_json
+from timetravel.cli.common import SEED_MAX, UsageError, add_json_argument, bounded_int, print_json
 from timetravel.scenarios import get_scenario
 from timetravel.scenarios.dp_training import demo
 from timetravel.sim.timefmt import format_time
@@ -50,7 +50,7 @@ def register(subparsers: Any) -> None:
         metavar="SEED",
         help="only say whether SEED is a demo seed, and why",
     )
-    parser.add_argument("--json", action="store_true", help="print the demo seeds as a JSON list")
+    add_json_argument(parser, "print the demo seeds as a JSON list")
     parser.set_defaults(func=main)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.common import UsageError, add_json_argument, print_json
 from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
@@ -30,10 +30,9 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--perfetto", metavar="FILE.json", required=True, help="the trace file to write")
     parser.add_argument("--branch", metavar="B", help="the branch to export (default: main)")
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object: path, format, trace_events, bytes, events, kernels, messages, faults, truncated",
+    add_json_argument(
+        parser,
+        "print one JSON object: path, format, trace_events, bytes, events, kernels, messages, faults, truncated",
     )
     parser.set_defaults(func=main)
 

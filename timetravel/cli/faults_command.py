@@ -14,18 +14,20 @@ shows its own schedule.
 from __future__ import annotations
 
 import argparse
-import sys
 from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import (
+    add_json_argument,
     add_recorded_script_arguments,
     add_scenario_arguments,
+    add_scenario_module_argument,
     chosen_seed,
     launch_for,
     print_json,
     resolve_scenario,
 )
+from timetravel.cli.output import say, warn
 from timetravel.cli.recording_common import name_recorded_script, script_use
 from timetravel.explore.commands.binding import open_context
 from timetravel.explore.view import fault_schedule
@@ -55,16 +57,9 @@ def register(subparsers: Any) -> None:
         "--branch", metavar="B", default=None, help="with a recording: the branch (default main)"
     )
     add_recorded_script_arguments(parser, executes=False)
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it)",
-    )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help='print {"scenario", "seed", "faults": [...]} (a recording adds "recording" and "branch")',
+    add_scenario_module_argument(parser)
+    add_json_argument(
+        parser, 'print {"scenario", "seed", "faults": [...]} (a recording adds "recording" and "branch")'
     )
     parser.set_defaults(func=main)
 
@@ -99,7 +94,7 @@ def _recording(args: argparse.Namespace) -> int:
     with open_context(args.scenario, scenario_target=args.scenario_target, branch=branch) as context:
         session = context.session
         for line in session.info.loss:
-            print(f"timetravel: warning: {args.scenario}: {line}", file=sys.stderr)
+            warn(args.scenario, line)
         name_recorded_script(session, script_use(args))
         session.goto("end")
         faults = list(fault_schedule(session.world))
@@ -121,24 +116,24 @@ def _recording(args: argparse.Namespace) -> int:
 
 def _print_schedule(title: str, faults: list[dict[str, Any]], *, hits: bool) -> None:
     if not faults:
-        print(f"{title}: no faults")
+        say(f"{title}: no faults")
         return
-    print(f"{title}: {len(faults)} faults")
+    say(f"{title}: {len(faults)} faults")
     for fault in faults:
         end = format_time_auto(fault["t_end"]) if fault.get("t_end") is not None else "never"
         window = f"{format_time_auto(fault['t_start'])} .. {end}"
         acted = f"  hits {fault.get('hits', 0)}" if hits else ""
-        print(
+        say(
             f"  {fault['id']:<4} {fault['kind']:<10} {fault['target']!s:<8} {window:<28} "
             f"{fault.get('expected', '')}{acted}"
         )
         shown = _non_default_params(fault)
         if shown:
-            print(f"       {shown}")
+            say(f"       {shown}")
 
 
 def _non_default_params(fault: dict[str, Any]) -> str:
-    from timetravel.fabric.schedule import PARAM_SPECS
+    from timetravel.fabric.fault_kinds import PARAM_SPECS
 
     specs = PARAM_SPECS.get(fault["kind"], {})
     defaults = {name: default for name, (_, default) in specs.items()}

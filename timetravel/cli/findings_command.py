@@ -6,11 +6,10 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, add_database_argument, add_json_argument, print_json
+from timetravel.cli.output import say
 from timetravel.farm import (
-    DEFAULT_DATABASE,
     FindingsDatabase,
-    FindingsDatabaseError,
     compare_to_baseline,
     list_findings,
 )
@@ -28,8 +27,6 @@ OPENERS = (
     ("timetravel.cli.shell_command", "shell"),
     ("timetravel.cli.inspect_command", "inspect"),
 )
-
-register_user_error(FindingsDatabaseError)
 
 
 def register(subparsers: Any) -> None:
@@ -50,16 +47,11 @@ def register(subparsers: Any) -> None:
         metavar="merge INPUT.db",
         help="`merge` followed by the databases to merge into --db",
     )
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--baseline", metavar="OLD.db", help="exit 1 when a signature appears that OLD.db lacks"
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
     parser.set_defaults(func=main)
 
 
@@ -114,17 +106,17 @@ def _merge(args: argparse.Namespace, inputs: list[str]) -> int:
         print_json({"db": args.db, "seeds": total, "inputs": results, "conflicts": conflicts})
     else:
         for result in results:
-            print(
+            say(
                 f"{result['input']}: {result['inserted']:,} rows added, {result['duplicates']:,} already present, "
                 f"{result['conflicts_total']:,} conflicts"
             )
             if result["other_code"]:
-                print(
+                say(
                     f"  {result['other_code']:,} of the rows already present were run by other code "
                     f"({result['other_code_changed']:,} with other results); the rows kept are the first ones"
                 )
             for target in result["scenario_targets"]:
-                print(
+                say(
                     f"  its sweeps name scenario code {target!r}: kept as data, never imported "
                     "(verify imports only a --scenario MODULE:ATTR you pass)"
                 )
@@ -132,10 +124,10 @@ def _merge(args: argparse.Namespace, inputs: list[str]) -> int:
                 differs = ", ".join(
                     f"{column} {kept} vs {other}" for column, (kept, other) in conflict["differs"].items()
                 )
-                print(f"  conflict: {conflict['scenario']} seed {conflict['seed']}: {differs}")
-        print(f"{args.db}: {total:,} seeds")
+                say(f"  conflict: {conflict['scenario']} seed {conflict['seed']}: {differs}")
+        say(f"{args.db}: {total:,} seeds")
     if conflicts:
-        print(
+        say(
             f"timetravel: {conflicts} seeds have rows from the same code that disagree (a determinism bug, or "
             "another platform)",
             file=sys.stderr,
@@ -147,7 +139,7 @@ def _merge(args: argparse.Namespace, inputs: list[str]) -> int:
 def _print_findings(findings: Findings) -> None:
     scenarios = ", ".join(f"{name} {count:,}" for name, count in findings.scenarios.items())
     signatures = len(findings.buckets)
-    print(
+    say(
         f"{findings.db}: {findings.seeds:,} seeds ({scenarios or 'none'}), {findings.failing:,} failing, "
         f"{signatures} signature{'s' if signatures != 1 else ''}"
     )
@@ -156,37 +148,49 @@ def _print_findings(findings: Findings) -> None:
 
 
 def _print_bucket(bucket: Bucket) -> None:
-    print(
-        f"\n{bucket.signature}  ({bucket.scenario})  {bucket.count:,} seeds, {bucket.share:.1%} of its seeds"
+    say(
+        "",
+        f"{bucket.signature}  ({bucket.scenario})  {bucket.count:,} seeds, {bucket.share:.1%} of its seeds",
     )
     if bucket.fault_kinds:
-        print(f"  {'fault kinds':<12} {'in bucket':>9}  {'all seeds':>9}")
+        say(f"  {'fault kinds':<12} {'in bucket':>9}  {'all seeds':>9}")
         for kind, stats in list(bucket.fault_kinds.items())[:FAULT_KINDS_SHOWN_MAX]:
-            print(f"    {kind:<10} {stats['share']:>9.0%}  {stats['share_all']:>9.0%}")
+            say(f"    {kind:<10} {stats['share']:>9.0%}  {stats['share_all']:>9.0%}")
     else:
-        print("  fault kinds  none")
+        say("  fault kinds  none")
     earliest = bucket.earliest
     when = ""
     if earliest["t_ns"] is not None:
         when = f", fails at {format_time_auto(earliest['t_ns'])}"
         when += f" after {earliest['events']:,} events" if earliest["events"] is not None else ""
-    print(f"  earliest     seed {earliest['seed']}{when}")
-    print(f"  open         {bucket.open_command}")
+    say(f"  earliest     seed {earliest['seed']}{when}")
+    say(f"  open         {bucket.open_command}")
     if bucket.open_command != bucket.reproduce_command:
-        print(f"  reproduce    {bucket.reproduce_command}")
+        say(f"  reproduce    {bucket.reproduce_command}")
+    if bucket.scenario_target:
+        say(
+            f"  untrusted    the database says its scenario code is {bucket.scenario_target!r}: check that "
+            "module before you add --scenario MODULE:ATTR to these commands (that imports it)"
+        )
+    for script in bucket.scripts:
+        say(
+            f"  untrusted    the database says the sweep ran the script {script!r}: the commands say "
+            "script=SCRIPT; replace it with the script you mean to run (a database never names code to run)"
+        )
     shown = " ".join(str(seed) for seed in bucket.seeds[:SEEDS_SHOWN_MAX])
     more = " ..." if bucket.count > SEEDS_SHOWN_MAX else ""
-    print(f"  seeds        {shown}{more}")
+    say(f"  seeds        {shown}{more}")
 
 
 def _print_comparison(comparison: BaselineComparison) -> None:
-    print(
-        f"\nagainst baseline {comparison.baseline}: {len(comparison.new)} new, {len(comparison.gone)} gone, "
-        f"{comparison.kept} in both"
+    say(
+        "",
+        f"against baseline {comparison.baseline}: {len(comparison.new)} new, {len(comparison.gone)} gone, "
+        f"{comparison.kept} in both",
     )
     for bucket in comparison.new:
-        print(
+        say(
             f"  NEW   {bucket['signature']} ({bucket['scenario']}, {bucket['count']:,} seeds): {bucket['open_command']}"
         )
     for bucket in comparison.gone:
-        print(f"  gone  {bucket['signature']} ({bucket['scenario']})")
+        say(f"  gone  {bucket['signature']} ({bucket['scenario']})")

@@ -16,14 +16,13 @@ import time
 from collections.abc import Callable
 from typing import IO, Any
 
-from timetravel.cli.common import print_json, register_user_error
+from timetravel.cli.common import add_json_argument, print_json
+from timetravel.cli.output import say
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.session import Session
-from timetravel.explore.work import ExploreError, WorkProgress
-
-register_user_error(ExploreError)
+from timetravel.explore.work import WorkProgress
 
 PROGRESS_BAR_CHARS = 30
 PROGRESS_REDRAW_S = 0.1
@@ -65,7 +64,7 @@ def progress_bar() -> ProgressBar | None:
 def add_common(parser: argparse.ArgumentParser, json_help: str, *, executes: bool = True) -> None:
     parser.add_argument("path", metavar="PATH", help="a .ttr recording")
     add_scenario_target(parser, executes=executes)
-    parser.add_argument("--json", action="store_true", help=json_help)
+    add_json_argument(parser, json_help)
 
 
 def run_engine(
@@ -79,7 +78,7 @@ def run_engine(
         try:
             result = work(session, bar)
         except ReplayDivergence as divergence:
-            print(f"timetravel: error: {divergence}", file=sys.stderr)
+            say(f"timetravel: error: {divergence}", file=sys.stderr)
             return EXIT_MISMATCH
         finally:
             if bar is not None:
@@ -87,9 +86,7 @@ def run_engine(
         if args.json:
             print_json(result.to_data())
             return 0
-        for line in render_text(result, session.display_unit):
-            print(line)
+        say(*render_text(result, session.display_unit))
         if extra_lines is not None:
-            for line in extra_lines(session, result):
-                print(line)
+            say(*extra_lines(session, result))
     return 0

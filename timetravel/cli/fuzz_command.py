@@ -9,21 +9,25 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, named_scripts, print_json, register_user_error, require_torch
+from timetravel.cli.common import (
+    UsageError,
+    add_database_argument,
+    add_json_argument,
+    add_seed_sweep_arguments,
+    named_scripts,
+    print_json,
+    require_torch,
+)
+from timetravel.cli.output import add_force_argument, say
 from timetravel.farm import (
-    DEFAULT_DATABASE,
-    FarmWorkerError,
     FindingsDatabase,
-    FindingsDatabaseError,
     LocalPool,
-    SeedSpecError,
     SweepSummary,
     parse_seeds,
     parse_shard,
     plan_sweep,
     run_sweep,
 )
-from timetravel.farm.dask_executor import DaskSetupError
 from timetravel.farm.local_pool import WORKERS_MAX
 from timetravel.farm.progress import ProgressBar
 from timetravel.farm.record import RECORDINGS_FOLDER_DEFAULT, RECORDINGS_PER_SIGNATURE_DEFAULT, RecordOptions
@@ -33,9 +37,6 @@ EXIT_CLEAN = 0
 EXIT_FAILURES_FOUND = 1
 EXIT_INTERRUPTED = 130
 DASK_LOCAL = "local"
-
-for _error in (SeedSpecError, FindingsDatabaseError, FarmWorkerError, DaskSetupError):
-    register_user_error(_error)
 
 
 def register(subparsers: Any) -> None:
@@ -51,23 +52,10 @@ def register(subparsers: Any) -> None:
             "(`timetravel findings` lists them), 2 on bad input, 130 when interrupted."
         ),
     )
-    parser.add_argument("scenario", metavar="SCENARIO", help="a scenario name (see `timetravel scenarios`)")
-    parser.add_argument(
-        "--seeds", required=True, metavar="A:B", help="seeds A (included) to B (excluded); also N or A:B,C:D"
-    )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="set a config key for every seed (repeatable; applied after any preset)",
-    )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it, in every worker too)",
+    add_seed_sweep_arguments(
+        parser,
+        "seeds A (included) to B (excluded); also N or A:B,C:D",
+        "set a config key for every seed (repeatable; applied after any preset)",
     )
     parser.add_argument("--workers", type=int, metavar="N", help="worker processes (default: one per CPU)")
     parser.add_argument(
@@ -79,12 +67,7 @@ def register(subparsers: Any) -> None:
         "(needs the `cluster` extra)",
     )
     parser.add_argument("--shard", metavar="I/N", help="run only the seeds s with s %% N == I (0 <= I < N)")
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--seed-timeout",
         type=float,
@@ -111,8 +94,9 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"record at most N seeds of each signature (default {RECORDINGS_PER_SIGNATURE_DEFAULT}; 0: none)",
     )
+    add_force_argument(parser)
     parser.add_argument("--no-swarm", action="store_true", help="do not turn on swarm fault schedules")
-    parser.add_argument("--json", action="store_true", help="print one JSON summary object on stdout")
+    add_json_argument(parser, "print one JSON summary object on stdout")
     parser.set_defaults(func=main)
 
 
@@ -140,7 +124,7 @@ def main(args: argparse.Namespace) -> int:
                 executor,
                 time_budget_s=args.time_budget,
                 progress=ProgressBar.for_terminal,
-                record=RecordOptions(Path(args.record_failures), args.recordings_per_signature),
+                record=RecordOptions(Path(args.record_failures), args.recordings_per_signature, args.force),
                 recording_pool=lambda: LocalPool(args.workers),
             )
     finally:
@@ -204,43 +188,43 @@ def _executor(args: argparse.Namespace) -> Any:
 def _print_human(summary: SweepSummary) -> None:
     where = f"{summary.workers} {summary.executor} worker{'s' if summary.workers != 1 else ''}"
     shard = f", shard {summary.shard}" if summary.shard != "0/1" else ""
-    print(
+    say(
         f"{summary.scenario}: ran {summary.ran:,} seeds of {summary.seeds}{shard} on {where} in "
         f"{summary.wall_s:.2f} s ({summary.seeds_per_s:,.1f} seeds/s); {summary.already_done:,} were done already"
     )
     if summary.settings:
-        print(f"settings: {' '.join('--set ' + setting for setting in summary.settings)}")
+        say(f"settings: {' '.join('--set ' + setting for setting in summary.settings)}")
     if summary.stopped == STOP_TIME_BUDGET:
-        print(f"time budget reached: {summary.remaining:,} seeds left; run the same command to continue")
+        say(f"time budget reached: {summary.remaining:,} seeds left; run the same command to continue")
     outcomes = ", ".join(f"{count:,} {outcome}" for outcome, count in summary.outcomes.items())
-    print(f"this run: {outcomes or 'nothing to do'}")
+    say(f"this run: {outcomes or 'nothing to do'}")
     done = summary.seeds_in_sweep - summary.remaining
-    print(f"sweep: {summary.failing:,} of {done:,} seeds fail")
+    say(f"sweep: {summary.failing:,} of {done:,} seeds fail")
     for signature, count in summary.signatures.items():
-        print(f"  {count:>8,}  {signature}")
+        say(f"  {count:>8,}  {signature}")
     if summary.worker_deaths or summary.killed_for_timeout:
-        print(
+        say(
             f"workers: {summary.worker_deaths} died ({summary.retries} seeds retried), "
             f"{summary.killed_for_timeout} killed past --seed-timeout"
         )
     if summary.other_code_rows:
-        print(
+        say(
             f"note: {summary.other_code_rows:,} rows were run by other code; "
             "`timetravel verify --bucket SIG` re-runs a bucket on this code"
         )
     _print_recordings(summary)
     if summary.failing:
-        print(f"details: timetravel findings --db {summary.db}")
+        say(f"details: timetravel findings --db {summary.db}")
 
 
 def _print_recordings(summary: SweepSummary) -> None:
     verified = [entry for entry in summary.recordings if entry["verified"]]
     if verified:
-        print(
+        say(
             f"recorded {len(verified)} failing seed{'s' if len(verified) != 1 else ''}, each checked to fail the same way:"
         )
         for entry in verified:
-            print(f"  {entry['path']}  {entry['signature']}")
+            say(f"  {entry['path']}  {entry['signature']}")
     for entry in summary.recordings:
         if not entry["verified"]:
-            print(f"  seed {entry['seed']}: NOT recorded: {entry['problem']}")
+            say(f"  seed {entry['seed']}: NOT recorded: {entry['problem']}")

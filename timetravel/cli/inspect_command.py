@@ -6,7 +6,8 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import bounded_int, print_json
+from timetravel.cli.common import add_json_argument, bounded_int, print_json
+from timetravel.cli.output import say
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.inspect_view import SUMMARY_DEPTH_DEFAULT, render, resolve, summarize
 from timetravel.explore.replay import ReplayDivergence
@@ -37,9 +38,7 @@ def register(subparsers: Any) -> None:
         help="levels of nested data to show (default 3)",
     )
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json", action="store_true", help="print one JSON object: at_ns, events, state_hash, path, value"
-    )
+    add_json_argument(parser, "print one JSON object: at_ns, events, state_hash, path, value")
     parser.set_defaults(func=main)
 
 
@@ -48,7 +47,7 @@ def main(args: argparse.Namespace) -> int:
         try:
             position = session.goto(args.at)
         except ReplayDivergence as divergence:
-            print(f"timetravel: error: {divergence}", file=sys.stderr)
+            say(f"timetravel: error: {divergence}", file=sys.stderr)
             return EXIT_MISMATCH
         world = session.world
 
@@ -72,13 +71,12 @@ def main(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(
+    say(
         f"{session.info.scenario} seed {session.info.seed} at {format_time(position.t_ns, unit)} "
-        f"(event #{position.events:,}), state {result['state_hash']}"
+        f"(event #{position.events:,}), state {result['state_hash']}",
+        f"{result['path'] or '/'}:",
+        *render(result["value"], 1),
     )
-    print(f"{result['path'] or '/'}:")
-    for line in render(result["value"], 1):
-        print(line)
     return 0
 
 

@@ -8,22 +8,20 @@ import sys
 import threading
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import UsageError, add_json_argument, print_json
+from timetravel.cli.output import add_force_argument
 from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
 from timetravel.explore.commands.render import render_text
-from timetravel.explore.minimize import (
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.minimize_trials import (
     MAX_RUNS_DEFAULT,
     MAX_SECONDS_DEFAULT,
     MAX_STALL_DEFAULT,
     Budget,
-    NothingToMinimize,
     Progress,
 )
-from timetravel.explore.minimize_run import minimize_run
-from timetravel.recording.files import check_output_path
 
-register_user_error(NothingToMinimize)
 EXIT_INTERRUPTED = 130
 
 
@@ -82,6 +80,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("--out", metavar="FILE.ttr", help="write the minimized run's recording here")
     parser.add_argument("--pytest", metavar="FILE.py", help="write a pytest file that replays the repro")
+    add_force_argument(parser)
     parser.add_argument(
         "--max-runs",
         type=int,
@@ -101,10 +100,9 @@ def register(subparsers: Any) -> None:
         help=f"stop after N runs without progress (default {MAX_STALL_DEFAULT})",
     )
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object: signature, faults_before, faults_after, faults_kept, choices_before, "
+    add_json_argument(
+        parser,
+        "print one JSON object: signature, faults_before, faults_after, faults_kept, choices_before, "
         "choices_after, runs, seconds, out, pytest",
     )
     parser.set_defaults(func=main)
@@ -116,9 +114,6 @@ def main(args: argparse.Namespace) -> int:
             raise UsageError(f"minimize: --{name.replace('_', '-')} must be at least 1")
     if not args.max_seconds > 0:
         raise UsageError("minimize: --max-seconds must be a positive number")
-    for output in (args.out, args.pytest):
-        if output:
-            check_output_path(output)  # refused now, not after minutes of minimizing
     budget = Budget(max_runs=args.max_runs, max_seconds=args.max_seconds, max_stall=args.max_stall)
     with (
         open_session(args.path, args.scenario_target, args.branch, script=script_use(args)) as session,
@@ -141,6 +136,7 @@ def main(args: argparse.Namespace) -> int:
             progress=progress,
             should_stop=stop,
             scenario_target=args.scenario_target,
+            force=args.force,
         )
         unit = session.display_unit
     if args.json:

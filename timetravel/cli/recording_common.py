@@ -7,16 +7,16 @@ import argparse
 import sys
 from dataclasses import dataclass
 
-from timetravel.cli.common import add_recorded_script_arguments, register_user_error
-from timetravel.explore.paths import PathError
+from timetravel.cli.common import (
+    add_recorded_script_arguments,
+    add_scenario_module_argument,
+)
+from timetravel.cli.output import warn
 from timetravel.explore.replay import CAUSE_CODE_CHANGED
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
 from timetravel.recording.format import RecordingError
 from timetravel.recording.reader import RecordingReader
-
-register_user_error(RecordingError)
-register_user_error(PathError)
 
 EXIT_MISMATCH = 1
 ALWAYS_EXECUTES = frozenset({"replay", "branch", "rerun", "fanout", "likelihood", "minimize", "origin"})
@@ -112,7 +112,7 @@ def open_session(
             f"{refuse_in_progress} once the run has finished"
         )
     for line in session.info.loss:
-        print(f"timetravel: warning: {path}: {line}", file=sys.stderr)
+        warn(path, line)
     try:
         name_recorded_script(session, script or ScriptUse())
     except BaseException:
@@ -124,10 +124,8 @@ def open_session(
 def add_scenario_target(parser: argparse.ArgumentParser, *, executes: bool = True) -> None:
     """``--scenario MODULE:ATTR`` and the torch script options every recording command takes."""
     add_recorded_script_arguments(parser, executes=executes)
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the recording's scenario from this module (only needed for scenarios that are "
+    add_scenario_module_argument(
+        parser,
+        "load the recording's scenario from this module (only needed for scenarios that are "
         "neither built in nor installed; a recording never makes timetravel import code by itself)",
     )

@@ -5,7 +5,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import print_json
+from timetravel.cli.common import add_json_argument, print_json
+from timetravel.cli.output import say
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.verify_replay import replay_session
 
@@ -25,10 +26,8 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("path", metavar="PATH", help="a .ttr recording")
     add_scenario_target(parser)
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object: events, verified, first_mismatch, cause, batches_checked, ...",
+    add_json_argument(
+        parser, "print one JSON object: events, verified, first_mismatch, cause, batches_checked, ..."
     )
     parser.set_defaults(func=main)
 
@@ -46,22 +45,28 @@ def main(args: argparse.Namespace) -> int:
 
 
 def _print_human(report: dict[str, Any]) -> None:
+    say(*_human_lines(report))
+
+
+def _human_lines(report: dict[str, Any]) -> list[str]:
+    lines = []
     checked = f"{report['batches_checked']} chain batches, {report['snapshots_checked']} snapshots"
     if report["verified"]:
-        print(
+        lines.append(
             f"replay of {report['recording']}: {report['events']:,} events verified ({checked}) "
             f"in {report['wall_s']:.2f} s; outcome {report['outcome']}"
         )
         if report["not_verified"]:
-            print(f"  not verified: {'; '.join(report['not_verified'])}")
-        return
+            lines.append(f"  not verified: {'; '.join(report['not_verified'])}")
+        return lines
     mismatch = report["first_mismatch"]
-    print(f"replay of {report['recording']}: MISMATCH after checking {checked}")
+    lines.append(f"replay of {report['recording']}: MISMATCH after checking {checked}")
     where = f"event #{mismatch['event']}" if mismatch["event"] is not None else "the recording"
     what = "the recording's own frames disagree" if mismatch["what"] == "recording" else mismatch["what"]
-    print(f"  first difference: {what} at {where}")
-    print(f"  {mismatch['detail']}")
+    lines.append(f"  first difference: {what} at {where}")
+    lines.append(f"  {mismatch['detail']}")
     if mismatch.get("recorded"):
-        print(f"  recorded: {mismatch['recorded']}")
-        print(f"  replayed: {mismatch['replayed']}")
-    print(f"  cause: {report['cause']}")
+        lines.append(f"  recorded: {mismatch['recorded']}")
+        lines.append(f"  replayed: {mismatch['replayed']}")
+    lines.append(f"  cause: {report['cause']}")
+    return lines

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from timetravel.cli.common import add_settings_argument
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.explore.rerun import rerun
 
@@ -28,14 +29,7 @@ def register(subparsers: Any) -> None:
         "print one JSON object: outcome, failure, recorded {outcome, failure}, settings, first_divergence, "
         "events, choices, faults_pinned",
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="change a config key for the rerun (repeatable)",
-    )
+    add_settings_argument(parser, "change a config key for the rerun (repeatable)")
     parser.set_defaults(func=_rerun)
 
 

@@ -10,13 +10,16 @@ from typing import Any
 from timetravel.cli.common import (
     UsageError,
     add_determinism_argument,
+    add_json_argument,
     add_scenario_arguments,
+    add_scenario_module_argument,
     bounded_int,
     chosen_seed,
     launch_for,
     print_json,
     resolve_scenario,
 )
+from timetravel.cli.output import add_force_argument
 from timetravel.recording.files import check_output_path
 from timetravel.sim.launch import Launch
 from timetravel.sim.runner import reproduce_command, run_report
@@ -39,12 +42,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--until", metavar="T", help="stop after every event with time <= T (950, 950ms, 1.5s, 120us)"
     )
-    parser.add_argument(
-        "--scenario",
-        dest="scenario_target",
-        metavar="MODULE:ATTR",
-        help="load the scenario from this module (your explicit opt-in to import it)",
-    )
+    add_scenario_module_argument(parser)
     add_determinism_argument(parser)
     parser.add_argument(
         "--record",
@@ -59,18 +57,13 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
-    parser.add_argument(
-        "--force",
-        action="store_true",
-        help="with --record: replace an existing recording even if it holds branches (they are lost; "
-        "without --force, recording over such a file is refused)",
-    )
+    add_force_argument(parser)
     parser.add_argument(
         "--record-choices",
         action="store_true",
         help="with --record: also log every choice drawn (for reruns on changed code; slower)",
     )
-    parser.add_argument("--json", action="store_true", help="print exactly one JSON object")
+    add_json_argument(parser, "print exactly one JSON object")
     parser.set_defaults(func=main)
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import print_json
+from timetravel.cli.common import add_json_argument, print_json
 from timetravel.scenarios import get_scenario, scenario_names
 from timetravel.sim.timefmt import format_time
 
@@ -17,7 +17,7 @@ def register(subparsers: Any) -> None:
         description="List every scenario that loads by name, or show one scenario's config keys and presets.",
     )
     parser.add_argument("name", nargs="?", help="show this scenario's config keys")
-    parser.add_argument("--json", action="store_true", help="print JSON")
+    add_json_argument(parser, "print JSON")
     parser.set_defaults(func=main)
 
 

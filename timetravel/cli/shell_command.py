@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from timetravel.cli import common
-from timetravel.cli.common import UsageError
+from timetravel.cli.common import UsageError, add_json_argument
+from timetravel.cli.output import say
 from timetravel.cli.recording_common import add_scenario_target, name_recorded_script, script_use
 from timetravel.explore.commands import CommandContext, open_context
 from timetravel.recording.files import NotRegularFileError, open_regular
@@ -66,10 +67,9 @@ def register(subparsers: Any) -> None:
         help="a file of commands, one or more a line (# starts a comment line); - reads standard input "
         "(--script FILE, when FILE is not a .py file, is read as this, as before)",
     )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help='one JSON object a line per command: {"command": ..., "result": ...} or {"command": ..., "error": ...}',
+    add_json_argument(
+        parser,
+        'one JSON object a line per command: {"command": ..., "result": ...} or {"command": ..., "error": ...}',
     )
     parser.add_argument(
         "--no-history",
@@ -164,4 +164,4 @@ def _read_bounded(stream: TextIO, source: str) -> str:
 def _warn_about_damage(path: str, context: CommandContext) -> None:
     """What a truncated or damaged recording lacks, one warning line each (it still opens)."""
     for line in context.session.info.loss:
-        print(f"{PROGRAM}: warning: {path}: {line}", file=sys.stderr)
+        say(f"{PROGRAM}: warning: {path}: {line}", file=sys.stderr)

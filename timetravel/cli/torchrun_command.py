@@ -13,7 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from timetravel.cli.common import UsageError, require_torch
+from timetravel.cli.common import UsageError, add_json_argument, add_settings_argument, require_torch
+from timetravel.cli.output import add_force_argument
 from timetravel.torch.protocol.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
@@ -69,15 +70,11 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--seed", type=int, default=0, help="the root seed that decides every choice (default 0)"
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="a torch scenario setting (repeatable): `timetravel scenarios torch` lists them",
+    add_settings_argument(
+        parser, "a torch scenario setting (repeatable): `timetravel scenarios torch` lists them"
     )
     parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
+    add_force_argument(parser)
     parser.add_argument(
         "--snapshot-every",
         type=int,
@@ -86,11 +83,7 @@ def register(subparsers: Any) -> None:
         help=f"with --record: a snapshot every N events (default {SNAPSHOT_EVERY_EVENTS_TORCH}; a seek "
         "re-executes at most N events from the nearest rank checkpoint)",
     )
-    parser.add_argument(
-        "--json",
-        action="store_true",
-        help="print one JSON object (the keys of run --json); rank output goes to stderr",
-    )
+    add_json_argument(parser, "print one JSON object (the keys of run --json); rank output goes to stderr")
     parser.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
     parser.add_argument(
         "script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments"
@@ -131,6 +124,12 @@ def main(args: argparse.Namespace) -> int:
     from timetravel.torch.world.specs import launch_naming
 
     settings = torch_settings(args)
+    if args.record:
+        from timetravel.recording.files import check_output_path
+        from timetravel.recording.replace import check_replaceable
+
+        check_output_path(args.record)
+        check_replaceable(args.record, force=args.force)  # before any rank starts
     require_torch()
     # the script named here may run; under --json the ranks' output goes to stderr (stdout is the JSON)
     launch = launch_naming([args.script], sys.stderr if args.json else None)
@@ -144,7 +143,13 @@ def main(args: argparse.Namespace) -> int:
         if args.snapshot_every < SNAPSHOT_EVERY_EVENTS_MIN:
             raise UsageError(f"--snapshot-every must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
         report, _world = record_run(
-            scenario, config, args.seed, args.record, snapshot_every_events=args.snapshot_every, launch=launch
+            scenario,
+            config,
+            args.seed,
+            args.record,
+            snapshot_every_events=args.snapshot_every,
+            launch=launch,
+            force=args.force,
         )
     else:
         report, _world = run_report(scenario, config, args.seed, launch=launch)

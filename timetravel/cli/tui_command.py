@@ -12,7 +12,8 @@ import argparse
 import sys
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json
+from timetravel.cli.common import UsageError, add_json_argument, print_json
+from timetravel.cli.output import say, warn
 from timetravel.cli.recording_common import add_scenario_target, name_recorded_script, script_use
 from timetravel.explore.commands import open_context, parse_moment
 from timetravel.explore.navigate import branch_failure
@@ -48,7 +49,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--headless", action="store_true", help="print the summary instead of opening the debugger"
     )
-    parser.add_argument("--json", action="store_true", help="print the summary as one JSON object")
+    add_json_argument(parser, "print the summary as one JSON object")
     parser.set_defaults(func=main)
 
 
@@ -63,7 +64,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         session = context.session
         for line in session.info.loss:
-            print(f"timetravel: warning: {args.path}: {line}", file=sys.stderr)
+            warn(args.path, line)
         name_recorded_script(session, script_use(args))
         if args.at is not None:
             try:
@@ -98,7 +99,7 @@ def _headless(engine: Any, args: argparse.Namespace) -> int:
     if args.json:
         print_json(data)
         return 0
-    print("\n".join(summary_lines(data, engine.unit)))
+    say(*summary_lines(data, engine.unit))
     if not args.headless:
         print(f"  (no terminal here: run `timetravel tui {args.path}` in one to open the debugger)")
     return 0

@@ -5,9 +5,15 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from timetravel.cli.common import UsageError, print_json, register_user_error
+from timetravel.cli.common import (
+    UsageError,
+    add_database_argument,
+    add_json_argument,
+    add_settings_argument,
+    print_json,
+)
+from timetravel.cli.output import say
 from timetravel.farm import (
-    DEFAULT_DATABASE,
     FindingsDatabase,
     LocalPool,
     bucket_jobs,
@@ -22,8 +28,6 @@ from timetravel.scenarios import load_target
 EXIT_ALL_FIXED = 0
 EXIT_STILL_FAILING = 1
 SEEDS_MAX_DEFAULT = 10_000
-
-register_user_error(BucketNotFoundError)
 
 
 def register(subparsers: Any) -> None:
@@ -40,12 +44,7 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--bucket", required=True, metavar="SIG", help="the signature of the bucket to re-run"
     )
-    parser.add_argument(
-        "--db",
-        default=DEFAULT_DATABASE,
-        metavar="PATH",
-        help=f"findings database (default {DEFAULT_DATABASE})",
-    )
+    add_database_argument(parser)
     parser.add_argument(
         "--scenario",
         metavar="NAME|MODULE:ATTR",
@@ -61,13 +60,9 @@ def register(subparsers: Any) -> None:
         metavar="N",
         help=f"re-run at most N seeds, the lowest first (default {SEEDS_MAX_DEFAULT:,})",
     )
-    parser.add_argument(
-        "--set",
-        dest="settings",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="re-run with this config key changed (repeatable): prove a fix that is a setting "
+    add_settings_argument(
+        parser,
+        "re-run with this config key changed (repeatable): prove a fix that is a setting "
         "(launch=posix_spawn, bug=none) on every seed of the bucket",
     )
     parser.add_argument(
@@ -76,7 +71,7 @@ def register(subparsers: Any) -> None:
         help="a torch bucket: the training script to run (your fixed version, say); a database never names "
         "code to run, so a torch bucket needs it",
     )
-    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    add_json_argument(parser)
     parser.set_defaults(func=main)
 
 
@@ -102,7 +97,13 @@ def main(args: argparse.Namespace) -> int:
             )
         bucket = buckets[0]
         jobs = bucket_jobs(
-            database, bucket.scenario, bucket.signature, args.seed_timeout, args.seeds_max, scenario_target
+            database,
+            bucket.scenario,
+            bucket.signature,
+            args.seed_timeout,
+            args.seeds_max,
+            scenario_target,
+            keys_set={setting.partition("=")[0] for setting in args.settings},
         )
     if bucket.scenario == "torch":
         jobs = _with_script(jobs, args.script)
@@ -156,7 +157,7 @@ def _with_settings(jobs: list[Any], settings: list[str]) -> list[Any]:
 
 
 def _print_human(result: Verification) -> None:
-    print(f"{result.signature} ({result.scenario}): {result.seeds:,} seeds re-run on today's code")
+    say(f"{result.signature} ({result.scenario}): {result.seeds:,} seeds re-run on today's code")
     for verdict, label in (
         ("fixed", "fixed"),
         ("still_failing", "still failing"),
@@ -166,6 +167,6 @@ def _print_human(result: Verification) -> None:
         listed = " ".join(str(seed) for seed in seeds[:12]) + (
             " ..." if getattr(result, verdict) > 12 else ""
         )
-        print(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}".rstrip())
+        say(f"  {label:<14} {getattr(result, verdict):>6,}  {listed}".rstrip())
     for signature, count in result.new_signatures.items():
-        print(f"    {count:,} now fail with {signature}")
+        say(f"    {count:,} now fail with {signature}")

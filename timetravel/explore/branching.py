@@ -257,37 +257,11 @@ def _record(
     progress: ProgressCallback | None,
     should_stop: StopCheck | None,
 ) -> BranchResult:
-    reader = session.reader
     fork_events, at_ns = world.events_processed, world.t_ns
-    writer = RecordingWriter.append(reader.path)
-    writer.frame(
-        FrameType.BRANCH,
-        {
-            "name": label,
-            "parent": track.branch,
-            "at_events": fork_events,
-            "at_ns": at_ns,
-            "changes": applied.texts,
-            "request": applied.request,
-            "overrides": [[node, site, index, value] for (node, site, index), value in overrides.items()],
-            "branch_key": world.branch_key,
-        },
-    )
-    recorder = Recorder(
-        session.scenario,
-        world,
-        reader.path,
-        snapshot_every_events=int(reader.header.get("snapshot_every_events", 0)) or 8192,
-        overrides=overrides or None,
-        record_choices=bool(reader.catalog.choices.get(MAIN_BRANCH)),
-        branch=label,
-        writer=writer,
-        determinism=session.determinism,
-        simulation_factory=track.simulation,
-    )
+    recorder = _branch_recorder(session, track, world, label, applied, overrides)
     parent_end = track.end
     events_max = events_bound(parent_end.events)
-    until_ns = parent_end.t_ns if (reader.end(track.branch) or {}).get("stop") == "until" else None
+    until_ns = parent_end.t_ns if (session.reader.end(track.branch) or {}).get("stop") == "until" else None
     total = max(parent_end.events - fork_events, 1)
 
     def report(events: int) -> None:
@@ -329,6 +303,40 @@ def _record(
         changes=tuple(applied.texts),
         t_end_ns=end["t_end_ns"],
         events=end["events"],
+    )
+
+
+def _branch_recorder(
+    session: Session, track: Session, world: World, label: str, applied: AppliedChanges, overrides: Overrides
+) -> Recorder:
+    """Append the BRANCH frame of ``label`` (forked from ``track`` where ``world`` stands) and the
+    Recorder that runs its future into the same file."""
+    reader = session.reader
+    writer = RecordingWriter.append(reader.path)
+    writer.frame(
+        FrameType.BRANCH,
+        {
+            "name": label,
+            "parent": track.branch,
+            "at_events": world.events_processed,
+            "at_ns": world.t_ns,
+            "changes": applied.texts,
+            "request": applied.request,
+            "overrides": [[node, site, index, value] for (node, site, index), value in overrides.items()],
+            "branch_key": world.branch_key,
+        },
+    )
+    return Recorder(
+        session.scenario,
+        world,
+        reader.path,
+        snapshot_every_events=int(reader.header.get("snapshot_every_events", 0)) or 8192,
+        overrides=overrides or None,
+        record_choices=bool(reader.catalog.choices.get(MAIN_BRANCH)),
+        branch=label,
+        writer=writer,
+        determinism=session.determinism,
+        simulation_factory=track.simulation,
     )
 
 

@@ -170,19 +170,16 @@ def _diff_at(
 ) -> DiffCommandResult:
     """The diff at ``at``, else at ``divergence``, else at the ends (what compare and diff share)."""
     with track_on(session, a) as track_a, track_on(session, b) as track_b:
-        return _diff_of_tracks(track_a, track_b, at, path, divergence, changes_max, curves)
+        at_ns, moment = _align(track_a, track_b, at, divergence)
+        changes, omitted = diff_worlds(track_a, track_b, path, changes_max)
+    return DiffCommandResult(a, b, at_ns, changes, omitted, divergence, curves, moment)
 
 
-def _diff_of_tracks(
-    track_a: Session,
-    track_b: Session,
-    at: int | str | None,
-    path: str,
-    divergence: Divergence | None,
-    changes_max: int,
-    curves: dict[str, dict[str, list[list[Any]]]],
-) -> DiffCommandResult:
-    a, b = track_a.branch, track_b.branch
+def _align(
+    track_a: Session, track_b: Session, at: int | str | None, divergence: Divergence | None
+) -> tuple[int, str]:
+    """Both tracks at ``at``, else right after the divergence, else at their ends: the time
+    compared and which of the three moments it is."""
     if at is not None:
         track_a.goto(at)
         track_b.goto(at)
@@ -198,8 +195,7 @@ def _diff_of_tracks(
         track_a.goto("end")
         track_b.goto("end")
         at_ns, moment = max(track_a.world.t_ns, track_b.world.t_ns), MOMENT_END
-    changes, omitted = diff_worlds(track_a, track_b, path, changes_max)
-    return DiffCommandResult(a, b, at_ns, changes, omitted, divergence, curves, moment)
+    return at_ns, moment
 
 
 def _goto_divergence(track: Session, event: int | None, t_ns: int) -> None:

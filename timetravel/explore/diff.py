@@ -21,7 +21,8 @@ queues is never reported, whatever its position. A scalar under a time key (``t_
 ``*_ns``) is shown as a time as well as a count of nanoseconds.
 
 An array change names the elements that differ (index, old and new value, the bits that differ),
-up to ``ELEMENTS_SHOWN``, because the first question about a flipped bit is *which one*.
+up to ``ELEMENTS_SHOWN``, because the first question about a flipped bit is *which one*
+(:mod:`timetravel.explore.array_diff`).
 
 Output is bounded (``changes_max``); the walk still counts what it did not keep, so a user sees
 "and 9,800 more" instead of a flood, and a diff of two 10,000-rank worlds stays readable.
@@ -35,6 +36,16 @@ from typing import Any
 
 import numpy as np
 
+from timetravel.explore.array_diff import (
+    ELEMENTS_SHOWN,
+    array_summary_text,
+    differing_elements,
+    element_bits,
+    elements_text,
+    summarize_arrays,
+    ulp_distance,
+    value_kind,
+)
 from timetravel.sim.elided import ElidedArray, ElidedError
 from timetravel.sim.encoding import array_digest, digest
 from timetravel.sim.timefmt import format_time
@@ -45,9 +56,8 @@ DEPTH_MAX = 64
 """Nesting depth past which two differing subtrees are reported as one change."""
 VALUE_TEXT_CHARS_MAX = 60
 """Longest rendering of one scalar inside a summary line."""
-ELEMENTS_SHOWN = 4
-"""Differing array elements named in a change's summary (the detail carries up to ELEMENTS_DETAIL_MAX)."""
 ELEMENTS_DETAIL_MAX = 32
+"""Differing array elements a change's detail names."""
 EVENT_KEYS = frozenset({"t_ns", "dst", "kind", "payload"})
 """The keys of a pending event in a world's tree (``seq`` left out): such lists match by identity."""
 TIME_KEYS = frozenset({"t", "t_start", "t_end", "at", "t_ns"})
@@ -59,43 +69,6 @@ TYPE = "type"
 SHAPE = "shape"
 DTYPE = "dtype"
 CHANGE_KINDS = (ADDED, REMOVED, CHANGED, TYPE, SHAPE, DTYPE)
-
-_UNSIGNED_BY_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
-_FLOAT_BY_WIDTH = {8: np.float32, 16: np.float64}
-
-
-@dataclass(frozen=True)
-class ArraySummary:
-    """How two arrays of one shape and dtype differ (every figure is over elements)."""
-
-    shape: tuple[int, ...]
-    dtype: str
-    differing: int
-    """Elements whose bits differ."""
-    first_index: tuple[int, ...] | None
-    """Index of the first differing element in C order, or None when none differs."""
-    max_abs: float | int | None
-    """Largest |a - b| over differing pairs where both are finite; None when there is none."""
-    max_ulp: int | None
-    """Largest distance in units in the last place over such pairs (floats only)."""
-    nan_a: int
-    nan_b: int
-    inf_a: int
-    inf_b: int
-
-    def to_data(self) -> dict[str, Any]:
-        return {
-            "shape": list(self.shape),
-            "dtype": self.dtype,
-            "differing": self.differing,
-            "first_index": None if self.first_index is None else list(self.first_index),
-            "max_abs": self.max_abs,
-            "max_ulp": self.max_ulp,
-            "nan_a": self.nan_a,
-            "nan_b": self.nan_b,
-            "inf_a": self.inf_a,
-            "inf_b": self.inf_b,
-        }
 
 
 @dataclass(frozen=True)
@@ -154,7 +127,7 @@ def _walk(a: Any, b: Any, path: str, depth: int) -> Iterator[Change]:
         if _digest_of(a) == _digest_of(b):
             return  # the same bits (what an elided array stands for: sim/elided.py)
         raise ElidedError(f"{path or 'the value'} differs: its values are rebuilt by re-execution")
-    kind_a, kind_b = _kind(a), _kind(b)
+    kind_a, kind_b = value_kind(a), value_kind(b)
     if kind_a != kind_b:
         yield Change(
             path,
@@ -312,28 +285,12 @@ def _nonzero_text(value: Any) -> str:
     """For an array facing a non-array (a pending bit mask against None): its few nonzero elements."""
     if not isinstance(value, np.ndarray) or value.size == 0:
         return ""
-    nonzero = int(np.count_nonzero(_element_bits(value).any(axis=1)))
+    nonzero = int(np.count_nonzero(element_bits(value).any(axis=1)))
     if nonzero == 0:
         return " (all zero)"
     if nonzero > ELEMENTS_SHOWN:
         return f" ({nonzero} nonzero)"
     return f" ({nonzero} nonzero: {elements_text(differing_elements(value, None, ELEMENTS_SHOWN))})"
-
-
-def _kind(value: Any) -> str:
-    if isinstance(value, bool):
-        return "bool"
-    if isinstance(value, dict):
-        return "dict"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    if isinstance(value, np.ndarray):
-        return "array"
-    if isinstance(value, np.generic):
-        return _kind(value.item())
-    if value is None:
-        return "none"
-    return type(value).__name__
 
 
 # -- scalars ------------------------------------------------------------------------------------
@@ -376,17 +333,13 @@ def _float_change(a: float, b: float, path: str) -> Change | None:
     detail: dict[str, Any] = {"a": a, "b": b}
     summary = f"{a!r} -> {b!r}"
     if np.isfinite(a) and np.isfinite(b):
-        ulp = int(_ulp_distance(np.array([a]), np.array([b]))[0])
+        ulp = int(ulp_distance(np.array([a]), np.array([b]))[0])
         detail.update(abs=abs(b - a), ulp=ulp)
         summary += f" (abs {abs(b - a):.3g}, {ulp} ulp)"
     return Change(path, CHANGED, summary, detail)
 
 
 # -- arrays -------------------------------------------------------------------------------------
-
-
-def _is_float(dtype: np.dtype[Any]) -> bool:
-    return dtype.kind == "f" or dtype.name == "bfloat16"
 
 
 def _array_change(a: np.ndarray, b: np.ndarray, path: str) -> Change | None:
@@ -416,171 +369,6 @@ def _array_change(a: np.ndarray, b: np.ndarray, path: str) -> Change | None:
     detail = summary.to_data()
     detail["elements"] = elements
     return Change(path, CHANGED, array_summary_text(summary, elements), detail)
-
-
-def _element_value(value: Any) -> Any:
-    item = value.item() if isinstance(value, np.generic) else value
-    if isinstance(value, np.generic) and value.dtype.name == "bfloat16":
-        item = float(value)
-    return item
-
-
-def differing_elements(a: np.ndarray, b: np.ndarray | None, limit: int) -> list[dict[str, Any]]:
-    """Up to ``limit`` differing elements of two same-shape arrays (``b`` None: ``a``'s nonzero
-    elements): ``{"index", "a", "b", "bits"}`` where ``bits`` lists the bit positions that differ
-    (0 is the least significant bit of the element's raw bits)."""
-    bits_a = _element_bits(a)
-    bits_b = np.zeros_like(bits_a) if b is None else _element_bits(b)
-    flipped = bits_a ^ bits_b
-    positions = np.flatnonzero(flipped.any(axis=1))[:limit]
-    flat_a = np.ascontiguousarray(a).reshape(-1)
-    flat_b = None if b is None else np.ascontiguousarray(b).reshape(-1)
-    elements = []
-    for position in positions.tolist():
-        index = [int(i) for i in np.unravel_index(position, a.shape)] if a.shape else []
-        mask = [int(word) for word in flipped[position]]
-        width = 8 * flipped.dtype.itemsize
-        bits = [
-            column * width + bit
-            for column, word in enumerate(mask)
-            for bit in range(width)
-            if word >> bit & 1
-        ]
-        elements.append(
-            {
-                "index": index,
-                "a": _element_value(flat_a[position]),
-                "b": None if flat_b is None else _element_value(flat_b[position]),
-                "bits": bits,
-            }
-        )
-    return elements
-
-
-def elements_text(elements: list[dict[str, Any]], shown: int = ELEMENTS_SHOWN) -> str:
-    """``[1234] 0.0123 -> 5.12e+03 (bit 14)``, one per element, joined by ``; ``."""
-    words = []
-    for element in elements[:shown]:
-        bits = element["bits"]
-        bit_text = (
-            f"bit {bits[0]}"
-            if len(bits) == 1
-            else f"{len(bits)} bits"
-            if len(bits) > 3
-            else ("bits " + ",".join(str(bit) for bit in bits))
-        )
-        if element["b"] is None:
-            words.append(f"{element['index']} {bit_text}")
-            continue
-        value = f"{_number(element['a'])} -> {_number(element['b'])}"
-        words.append(f"{element['index']} {value} ({bit_text})")
-    return "; ".join(words)
-
-
-def _number(value: Any) -> str:
-    return repr(value)
-
-
-def _element_bits(array: np.ndarray) -> np.ndarray:
-    """Each element's bits as unsigned integers, one row per element (complex: two columns)."""
-    flat = np.ascontiguousarray(array).reshape(-1)
-    if flat.dtype.kind == "c":
-        parts = flat.view(_FLOAT_BY_WIDTH[flat.dtype.itemsize]).reshape(-1, 2)
-        return parts.view(_UNSIGNED_BY_WIDTH[parts.dtype.itemsize])
-    return flat.view(_UNSIGNED_BY_WIDTH[flat.dtype.itemsize]).reshape(-1, 1)
-
-
-def _ulp_distance(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Units in the last place between finite floats of one dtype, as uint64 (exact for float64).
-
-    The bits of a float read as sign and magnitude; the magnitudes of two floats of one sign
-    are ordered like the floats, so their distance is |ma - mb|, and across zero it is ma + mb.
-    """
-    width = a.dtype.itemsize
-    unsigned = _UNSIGNED_BY_WIDTH[width]
-    sign_bit = np.uint64(1 << (8 * width - 1))
-    bits_a = a.view(unsigned).astype(np.uint64)
-    bits_b = b.view(unsigned).astype(np.uint64)
-    magnitude_a = bits_a & (sign_bit - np.uint64(1))
-    magnitude_b = bits_b & (sign_bit - np.uint64(1))
-    same_sign = (bits_a & sign_bit) == (bits_b & sign_bit)
-    larger = np.maximum(magnitude_a, magnitude_b)
-    smaller = np.minimum(magnitude_a, magnitude_b)
-    return np.where(same_sign, larger - smaller, magnitude_a + magnitude_b)
-
-
-def summarize_arrays(a: np.ndarray, b: np.ndarray) -> ArraySummary:
-    """The figures of :class:`ArraySummary` for two arrays of the same shape and dtype."""
-    if a.shape != b.shape or a.dtype != b.dtype:
-        raise ValueError("summarize_arrays needs two arrays of one shape and dtype")
-    differ_mask = (_element_bits(a) != _element_bits(b)).any(axis=1)
-    differing = int(np.count_nonzero(differ_mask))
-    first_index = None
-    if differing:
-        first_flat = int(np.argmax(differ_mask))
-        first_index = tuple(int(i) for i in np.unravel_index(first_flat, a.shape)) if a.shape else ()
-    nan_a = nan_b = inf_a = inf_b = 0
-    max_abs: float | int | None = None
-    max_ulp: int | None = None
-    dtype = a.dtype
-    if _is_float(dtype) or dtype.kind == "c":
-        flat_a, flat_b = a.reshape(-1), b.reshape(-1)
-        nan_a, nan_b = int(np.count_nonzero(np.isnan(flat_a))), int(np.count_nonzero(np.isnan(flat_b)))
-        inf_a, inf_b = int(np.count_nonzero(np.isinf(flat_a))), int(np.count_nonzero(np.isinf(flat_b)))
-        finite = differ_mask & np.isfinite(flat_a) & np.isfinite(flat_b)
-        if finite.any():
-            pair_a, pair_b = flat_a[finite], flat_b[finite]
-            wide = np.complex128 if dtype.kind == "c" else np.float64
-            max_abs = float(np.max(np.abs(pair_a.astype(wide) - pair_b.astype(wide))))
-            if _is_float(dtype):
-                max_ulp = int(np.max(_ulp_distance(pair_a, pair_b)))
-    elif dtype.kind in "iu" and differing:
-        pair_a, pair_b = a.reshape(-1)[differ_mask], b.reshape(-1)[differ_mask]
-        larger, smaller = np.maximum(pair_a, pair_b), np.minimum(pair_a, pair_b)
-        if dtype.kind == "i":
-            max_abs = int(
-                np.max(larger.astype(np.int64).astype(object) - smaller.astype(np.int64).astype(object))
-            )
-        else:
-            max_abs = int(np.max(larger - smaller))
-    return ArraySummary(
-        shape=tuple(int(n) for n in a.shape),
-        dtype=dtype.name,
-        differing=differing,
-        first_index=first_index,
-        max_abs=max_abs,
-        max_ulp=max_ulp,
-        nan_a=nan_a,
-        nan_b=nan_b,
-        inf_a=inf_a,
-        inf_b=inf_b,
-    )
-
-
-def array_summary_text(summary: ArraySummary, elements: list[dict[str, Any]] | None = None) -> str:
-    """One line: ``12/4096 elements differ, first at [37], max abs 1.2e-07, max 3 ulp, NaN 0 -> 5``;
-    with ``elements``, those elements first (``1/2042 elements differ: [1234] 0.5 -> 2.1e+38 (bit 30)``)."""
-    total = int(np.prod(summary.shape)) if summary.shape else 1
-    words = [f"{summary.differing}/{total} elements differ"]
-    if elements:
-        words[0] += ": " + elements_text(elements)
-        if summary.differing > ELEMENTS_SHOWN:
-            words[0] += "; ..."
-    elif summary.first_index is not None:
-        words.append(f"first at {list(summary.first_index)}")
-    if summary.max_abs is not None:
-        words.append(
-            f"max abs {summary.max_abs:.3g}"
-            if isinstance(summary.max_abs, float)
-            else f"max abs {summary.max_abs}"
-        )
-    if summary.max_ulp is not None:
-        words.append(f"max {summary.max_ulp} ulp")
-    if summary.nan_a or summary.nan_b:
-        words.append(f"NaN {summary.nan_a} -> {summary.nan_b}")
-    if summary.inf_a or summary.inf_b:
-        words.append(f"Inf {summary.inf_a} -> {summary.inf_b}")
-    return ", ".join(words)
 
 
 # -- rendering helpers --------------------------------------------------------------------------

@@ -55,7 +55,8 @@ from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.runner import build_world
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
-from timetravel.snapshot.store import Snapshot, SnapshotStore, restore
+from timetravel.snapshot.restore import restore
+from timetravel.snapshot.store import Snapshot, SnapshotStore
 
 STEP_EVENTS_MAX = 5_000_000
 """Events stepped side by side before the search gives up (it reports how far it got)."""

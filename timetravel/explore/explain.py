@@ -68,10 +68,10 @@ from timetravel.explore.explain_torch import (
 )
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.replay import ReplayDivergence
-from timetravel.explore.search import last_change
 from timetravel.explore.session import Session, reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before
 from timetravel.explore.tracks import check_branch, track_on
+from timetravel.explore.watchpoints import last_change
 from timetravel.explore.work import ExploreError, ProgressCallback, StopCheck, WorkProgress
 from timetravel.sim.encoding import digest
 from timetravel.sim.event import Event

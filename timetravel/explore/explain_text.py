@@ -13,7 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.explore.diff import differing_elements, elements_text, summarize_arrays, value_text
+from timetravel.explore.array_diff import differing_elements, elements_text, summarize_arrays
+from timetravel.explore.diff import value_text
 from timetravel.explore.explain_results import LINK_FAULT, ExplainLink, StateChange
 from timetravel.explore.provenance import EventTrace
 from timetravel.sim.encoding import digest

@@ -34,7 +34,8 @@ from timetravel.explore.work import (
     run_bounded,
 )
 from timetravel.sim.timefmt import parse_time
-from timetravel.snapshot.store import Snapshot, SnapshotStore, restore
+from timetravel.snapshot.restore import restore
+from timetravel.snapshot.store import Snapshot, SnapshotStore
 
 SAMPLES_DEFAULT = 20
 SAMPLES_MAX = 10_000

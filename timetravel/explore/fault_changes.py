@@ -34,7 +34,8 @@ from typing import Any
 
 from timetravel import fabric
 from timetravel.explore.work import ExploreError
-from timetravel.fabric.schedule import FAULT_KIND, PARAM_SPECS
+from timetravel.fabric.fault_kinds import PARAM_SPECS
+from timetravel.fabric.schedule import FAULT_KIND
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, TimeFormatError, parse_time
 from timetravel.sim.world import World

@@ -23,6 +23,8 @@ overrides (every choice it pinned, with its value), which replay it exactly.
 Budgets bound the search (``max_runs``, ``max_seconds`` of wall time — the minimizer is outside
 the simulation path — and ``max_stall``, runs without progress); when one runs out, or the
 caller cancels, the best candidate so far is the result. ``progress`` is called after every run.
+
+What a candidate is, how one runs and what a minimization returns: :mod:`timetravel.explore.minimize_trials`.
 """
 
 from __future__ import annotations
@@ -30,187 +32,41 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass, field
 from functools import partial
 from typing import Any, TypeVar
 
+from timetravel.explore.minimize_trials import (
+    STOP_CANCELLED,
+    STOP_FIXPOINT,
+    STOP_MAX_RUNS,
+    STOP_MAX_SECONDS,
+    STOP_MAX_STALL,
+    Budget,
+    Candidate,
+    MinimizeResult,
+    NothingToMinimize,
+    Progress,
+    Trial,
+    run_candidate,
+)
 from timetravel.sim.choices import Overrides
-from timetravel.sim.encoding import digest
-from timetravel.sim.kernel import Simulation
-from timetravel.sim.runner import build_world
+from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, Scenario
-from timetravel.sim.world import World
 
-MAX_RUNS_DEFAULT = 1_000
-MAX_SECONDS_DEFAULT = 600.0
-MAX_STALL_DEFAULT = 300
 CACHE_ENTRIES_MAX = 100_000
 RUN_EVENTS_FACTOR = 4
 RUN_EVENTS_SLACK = 100_000
 """A candidate run may process FACTOR times the original's events plus SLACK; past that it
 counts as not reproducing (shrinking must not turn a failure into an endless run)."""
 BISECT_STEPS_MAX = 64
-CHOICES_LISTED_MAX = 100_000
-"""Non-canonical choices kept per run for the choices pass (beyond it only whole sites shrink)."""
 CHOICES_SHRUNK_ONE_BY_ONE_MAX = 256
 CHOICE_BISECT_STEPS_MAX = 16
 """Bisection steps per single choice (a chance site's values span 2**32; a few steps get close)."""
 FAULTS_KEY = "faults"
 """The config key through which a scenario takes an explicit fault schedule (a JSON list)."""
 
-STOP_FIXPOINT = "fixpoint"
-STOP_MAX_RUNS = "max_runs"
-STOP_MAX_SECONDS = "max_seconds"
-STOP_MAX_STALL = "max_stall"
-STOP_CANCELLED = "cancelled"
 
 T = TypeVar("T")
-
-
-class NothingToMinimize(ValueError):
-    """The run given to the minimizer does not fail, so there is no failure to keep."""
-
-
-class ChoicePins(dict[tuple[str, str, int], int]):
-    """Overrides that pin listed choices and answer 0 for every draw at a zeroed site.
-
-    The kernel reads overrides with ``overrides.get((node, site, index))``; a zeroed site has
-    no listed keys, so its draws (even ones no earlier run made) come back canonical.
-    """
-
-    def __init__(self, pins: Iterable[tuple[tuple[str, str, int], int]], zero_sites: Iterable[str]) -> None:
-        super().__init__(pins)
-        self.zero_sites = frozenset(zero_sites)
-
-    def get(self, key: tuple[str, str, int], default: Any = None) -> Any:
-        value = dict.get(self, key)
-        if value is not None:
-            return value
-        if key[1] in self.zero_sites:
-            return 0
-        return default
-
-    def __bool__(self) -> bool:
-        return bool(self.zero_sites) or len(self) > 0
-
-
-@dataclass(frozen=True)
-class Budget:
-    max_runs: int = MAX_RUNS_DEFAULT
-    max_seconds: float = MAX_SECONDS_DEFAULT
-    max_stall: int = MAX_STALL_DEFAULT
-
-
-@dataclass(frozen=True)
-class Candidate:
-    """One input to try: the whole config (with an explicit schedule), pinned choices, zeroed sites."""
-
-    config: dict[str, Any]
-    pins: tuple[tuple[tuple[str, str, int], int], ...] = ()
-    zero_sites: tuple[str, ...] = ()
-
-    def key(self) -> bytes:
-        return digest([self.config, [[*key, value] for key, value in self.pins], list(self.zero_sites)])
-
-    def overrides(self) -> ChoicePins:
-        return ChoicePins(self.pins, self.zero_sites)
-
-    def with_config(self, **changes: Any) -> Candidate:
-        return Candidate({**self.config, **changes}, self.pins, self.zero_sites)
-
-
-@dataclass(frozen=True)
-class Trial:
-    """What one run of a candidate did."""
-
-    outcome: str
-    failure: dict[str, Any] | None
-    events: int
-    t_end_ns: int
-    faults: list[dict[str, Any]]
-    choices: list[tuple[str, str, int, int]]
-    """Non-canonical choices drawn, ``(node, site, index, value)`` (at most CHOICES_LISTED_MAX)."""
-    choices_nonzero: int
-    pinned: list[tuple[str, str, int, int]]
-    """Every choice the candidate forced (pinned or zeroed), to replay it with plain overrides."""
-
-    @property
-    def signature(self) -> str | None:
-        return None if self.failure is None else self.failure["signature"]
-
-
-@dataclass(frozen=True)
-class Progress:
-    runs: int
-    seconds: float
-    pass_name: str
-    faults: int
-    choices_nonzero: int
-    accepted: int
-
-
-@dataclass(frozen=True)
-class MinimizeResult:
-    scenario: str
-    seed: int
-    signature: str
-    config: dict[str, Any]
-    overrides: dict[tuple[str, str, int], int]
-    """Every choice the minimized run forced, with its value: plain overrides that replay it."""
-    pins: dict[tuple[str, str, int], int]
-    zero_sites: tuple[str, ...]
-    """The same run said compactly: these pins, and every draw at these sites is 0."""
-    failure: dict[str, Any]
-    faults_before: int
-    faults_after: int
-    faults_kept: tuple[str, ...]
-    choices_before: int
-    choices_after: int
-    runs: int
-    seconds: float
-    stopped_by: str
-    params_changed: dict[str, tuple[Any, Any]] = field(default_factory=dict)
-    passes: dict[str, dict[str, int]] = field(default_factory=dict)
-    out: str | None = None
-    pytest: str | None = None
-    events: int = 0
-    """Events the minimized run processes until it fails."""
-    start_events: int = 0
-    start_ns: int = 0
-    """Where the repro's pytest starts: the latest snapshot of the repro recording (``out``) before the
-    first kept fault and the first difference from the fault-free run (explore/minimize_run.py)."""
-    start_check: str = ""
-    """What the export check found: the run from the start passes without the kept faults, or why not."""
-    repro_branch: str = "main"
-    """The branch of ``out`` that holds the minimized run (a minimized branch: ``<branch>-min``)."""
-
-    @property
-    def partial(self) -> bool:
-        """True when a budget or a cancel stopped the search before a fixpoint: the best result so far."""
-        return self.stopped_by != STOP_FIXPOINT
-
-    def to_data(self) -> dict[str, Any]:
-        """The ``minimize --json`` object."""
-        return {
-            "signature": self.signature,
-            "faults_before": self.faults_before,
-            "faults_after": self.faults_after,
-            "faults_kept": list(self.faults_kept),
-            "choices_before": self.choices_before,
-            "choices_after": self.choices_after,
-            "runs": self.runs,
-            "seconds": round(self.seconds, 3),
-            "stopped_by": self.stopped_by,
-            "partial": self.partial,
-            "out": self.out,
-            "pytest": self.pytest,
-            "start_events": self.start_events,
-            "start_check": self.start_check,
-        }
-
-    def choice_pins(self) -> ChoicePins:
-        """The overrides to run the minimized candidate with (compact form)."""
-        return ChoicePins(self.pins.items(), self.zero_sites)
 
 
 class _Stop(Exception):
@@ -219,64 +75,8 @@ class _Stop(Exception):
         self.reason = reason
 
 
-def run_candidate(
-    scenario: Scenario,
-    seed: int,
-    candidate: Candidate,
-    events_max: int | None = None,
-) -> Trial:
-    """Build and run one candidate, logging its choices (no hash chain: nothing is recorded)."""
-    world = build_world(scenario, copy.deepcopy(candidate.config), seed)
-    return run_world(scenario, world, candidate, events_max, copy.deepcopy(world.faults))
-
-
-def run_world(
-    scenario: Scenario,
-    world: World,
-    candidate: Candidate,
-    events_max: int | None,
-    faults: list[dict[str, Any]],
-    simulation_factory: Callable[..., Simulation] | None = None,
-) -> Trial:
-    """Run ``world`` (built or restored for ``candidate``) with the candidate's choices, logging them;
-    ``faults`` is the schedule the trial reports (what a minimizer may remove). ``simulation_factory``
-    (``factory(world, **options)``): how a world restored from a session is re-executed (its
-    ``session.simulation``); None for a world this module built."""
-    overrides = candidate.overrides()
-    log = _ChoiceLog(overrides)
-    build = simulation_factory or partial(Simulation, scenario)
-    result = build(world, overrides=overrides or None, choice_log=log, chain=False).run(max_events=events_max)
-    failure = result.failure if result.stop == "failure" else None
-    return Trial(
-        outcome="fail" if failure else "pass",
-        failure=failure,
-        events=result.events,
-        t_end_ns=result.t_end_ns,
-        faults=faults,
-        choices=log.nonzero,
-        choices_nonzero=log.nonzero_count,
-        pinned=log.pinned,
-    )
-
-
-class _ChoiceLog(list[list[Any]]):
-    """A choice log that keeps only what the minimizer needs (bounded), not every draw."""
-
-    def __init__(self, overrides: ChoicePins) -> None:
-        super().__init__()
-        self.overrides = overrides
-        self.nonzero: list[tuple[str, str, int, int]] = []
-        self.nonzero_count = 0
-        self.pinned: list[tuple[str, str, int, int]] = []
-
-    def append(self, entry: list[Any]) -> None:
-        node, site, index, value = entry
-        if value:
-            self.nonzero_count += 1
-            if len(self.nonzero) < CHOICES_LISTED_MAX:
-                self.nonzero.append((node, site, index, value))
-        if self.overrides.get((node, site, index)) is not None:
-            self.pinned.append((node, site, index, value))
+BUDGET_DEFAULT = Budget()
+"""The budgets of a minimization nobody bounded (Budget's defaults)."""
 
 
 class Minimizer:
@@ -290,10 +90,11 @@ class Minimizer:
         overrides: Overrides | None = None,
         *,
         signature: str | None = None,
-        budget: Budget = Budget(),
+        budget: Budget = BUDGET_DEFAULT,
         progress: Callable[[Progress], None] | None = None,
         should_stop: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        launch: Launch | None = None,
     ) -> None:
         self.scenario = scenario
         self.seed = seed
@@ -314,6 +115,8 @@ class Minimizer:
         self.signature = signature
         self.best = self.original
         self.best_trial: Trial | None = None
+        self.launch = launch
+        """What the user named (sim/launch.py): a torch run's script may run in its trials."""
 
     # -- running candidates ---------------------------------------------------------------------
 
@@ -338,7 +141,7 @@ class Minimizer:
 
     def run_trial(self, candidate: Candidate) -> Trial:
         """Run one candidate from a fresh build (a subclass may start elsewhere: a snapshot)."""
-        return run_candidate(self.scenario, self.seed, candidate, self.events_max)
+        return run_candidate(self.scenario, self.seed, candidate, self.events_max, self.launch)
 
     def reproduces(self, candidate: Candidate) -> bool:
         """Does ``candidate`` fail with the signature? Cached by the candidate's digest."""
@@ -650,11 +453,13 @@ def minimize(
     overrides: Overrides | None = None,
     *,
     signature: str | None = None,
-    budget: Budget = Budget(),
+    budget: Budget = BUDGET_DEFAULT,
     progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
+    launch: Launch | None = None,
 ) -> MinimizeResult:
-    """Minimize the failure of (scenario, config, seed, overrides); see the module docstring."""
+    """Minimize the failure of (scenario, config, seed, overrides); see the module docstring.
+    ``launch``: what the user named (a torch run's script may run in the trials)."""
     minimizer = Minimizer(
         scenario,
         config,
@@ -664,5 +469,6 @@ def minimize(
         budget=budget,
         progress=progress,
         should_stop=should_stop,
+        launch=launch,
     )
     return minimizer.run()

@@ -27,22 +27,16 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from timetravel.explore.minimize import (
-    FAULTS_KEY,
-    Budget,
-    Candidate,
-    Minimizer,
-    MinimizeResult,
-    Progress,
-    Trial,
-    run_world,
-)
+from timetravel.explore.minimize import FAULTS_KEY, Minimizer
+from timetravel.explore.minimize_trials import Budget, Candidate, MinimizeResult, Progress, Trial, run_world
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import position_at_or_before
 from timetravel.recording.catalog import MAIN_BRANCH
+from timetravel.recording.files import is_same_file, make_parent_folders, partial_path, rename_over
 from timetravel.recording.format import FrameType
 from timetravel.recording.reader import RecordingReader
 from timetravel.recording.recorder import Recorder
+from timetravel.recording.replace import check_replaceable
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.world import World
 
@@ -153,13 +147,37 @@ def minimize_branch(
 
 
 def record_branch_repro(
-    session: Session, minimizer: ForkMinimizer, result: MinimizeResult, out: str | Path, interval: int
+    session: Session,
+    minimizer: ForkMinimizer,
+    result: MinimizeResult,
+    out: str | Path,
+    interval: int,
+    *,
+    force: bool = False,
 ) -> str:
-    """Copy the recording to ``out`` and append the minimized future as a new branch; its name."""
-    target = Path(out)
-    if target.resolve() != Path(session.reader.path).resolve():
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(session.reader.path, target)
+    """Append the minimized future as a new branch, to the session's recording when ``out`` is it,
+    else to a copy of it written as ``out.partial`` and renamed to ``out`` once complete (over a
+    file there only when ``force``: recording/replace.py); the branch's name."""
+    source = Path(session.reader.path)
+    final = Path(out)
+    copied = not is_same_file(final, source)
+    if copied:
+        check_replaceable(final, force=force)
+        make_parent_folders(final)
+        target = partial_path(final)
+        shutil.copyfile(source, target)
+    else:
+        target = final
+    name = _append_minimized(session, minimizer, result, target, interval)
+    if copied:
+        check_replaceable(final, force=force)  # nobody wrote it meanwhile
+        rename_over(target, final)
+    return name
+
+
+def _append_minimized(
+    session: Session, minimizer: ForkMinimizer, result: MinimizeResult, target: Path, interval: int
+) -> str:
     name = _free_name(target, session.branch + REPRO_SUFFIX)
     world, _ = minimizer.start_world(minimizer.best)
     info = session.reader.catalog.branches.get(session.branch, {})
@@ -189,12 +207,7 @@ def record_branch_repro(
         determinism=session.determinism,
         simulation_factory=session.simulation,
     )
-    try:
-        run = recorder.run()
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(run)
+    _, end = recorder.run_to_end()
     if end["failure"] is None or end["failure"]["signature"] != result.signature:
         raise AssertionError(f"the minimized branch recorded as {end['failure']}, not {result.signature}")
     return name

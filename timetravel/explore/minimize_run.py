@@ -37,31 +37,28 @@ its best candidate so far, and its start is searched the same way (the result sa
 from __future__ import annotations
 
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from timetravel.explore.effects import effects_key
-from timetravel.explore.minimize import (
-    RUN_EVENTS_FACTOR,
-    RUN_EVENTS_SLACK,
-    Budget,
-    MinimizeResult,
-    NothingToMinimize,
-    Progress,
-    minimize,
-)
+from timetravel.explore.minimize import RUN_EVENTS_FACTOR, RUN_EVENTS_SLACK, minimize
 from timetravel.explore.minimize_branch import (
+    ForkMinimizer,
     minimize_branch,
     pending_fault_ids,
     record_branch_repro,
     remove_pending_faults,
 )
+from timetravel.explore.minimize_trials import Budget, MinimizeResult, NothingToMinimize, Progress
 from timetravel.explore.repro import write_replay_pytest
 from timetravel.explore.session import Session
 from timetravel.recording.catalog import MAIN_BRANCH
+from timetravel.recording.files import check_output_path, is_same_file
 from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_MIN, Recorder
+from timetravel.recording.replace import RecordingExistsError, check_replaceable
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.runner import build_world
 
@@ -95,12 +92,18 @@ def minimize_run(
     progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     scenario_target: str | None = None,
+    force: bool = False,
 ) -> MinimizeResult:
     """Minimize the recorded failure and write the repro files (see the module docstring).
 
     ``pytest`` without ``out`` writes the recording next to the test, with the test's name and
     ``.ttr``. ``scenario_target`` (``module:attr``) is how the test loads a scenario that is
-    neither built in nor installed."""
+    neither built in nor installed. A repro file that exists is refused before any run, unless
+    ``force`` (recording/replace.py; the recording a branch is minimized in is appended to, not
+    replaced)."""
+    if pytest is not None and out is None:
+        out = Path(pytest).with_suffix(".ttr")
+    check_repro_outputs(session, out, pytest, force=force)
     failure = session.info.failure
     if failure is None:
         raise NothingToMinimize(
@@ -109,35 +112,17 @@ def minimize_run(
         )
     started = time.monotonic()
     header = session.header
-    on_branch = session.branch != MAIN_BRANCH
-    minimizer = None
-    if on_branch:
-        result, minimizer = minimize_branch(
-            session, failure["signature"], budget=budget, progress=progress, should_stop=should_stop
-        )
-    else:
-        result = minimize(
-            session.scenario,
-            dict(header["config"]),
-            int(header["seed"]),
-            session.overrides or None,
-            signature=failure["signature"],
-            budget=budget,
-            progress=progress,
-            should_stop=should_stop,
-        )
-    if pytest is not None and out is None:
-        out = Path(pytest).with_suffix(".ttr")
+    result, minimizer = _minimize_recorded(session, failure["signature"], budget, progress, should_stop)
     if out is None:
         return result
     interval = repro_snapshot_interval(
         result.events - session.fork_events, int(header.get("snapshot_every_events", 0))
     )
     if minimizer is not None:
-        branch = record_branch_repro(session, minimizer, result, out, interval)
+        branch = record_branch_repro(session, minimizer, result, out, interval, force=force)
     else:
         branch = MAIN_BRANCH
-        record_repro(session, result, out, interval)
+        record_repro(session, result, out, interval, force=force)
     start = repro_start(
         session.scenario, out, result.signature, result.faults_kept, should_stop, branch, session.launch
     )
@@ -164,17 +149,62 @@ def minimize_run(
     return result
 
 
+def check_repro_outputs(
+    session: Session, out: str | Path | None, pytest: str | Path | None, *, force: bool
+) -> None:
+    """Refuse, before minutes of minimizing, repro files that cannot be written or that exist
+    (unless ``force``); a branch's repro appended to its own recording replaces nothing."""
+    for path in (out, pytest):
+        if path is not None:
+            check_output_path(path)
+    if out is not None and not is_same_file(out, session.reader.path):
+        check_replaceable(out, force=force)
+    if pytest is not None and not force and os.path.lexists(pytest):
+        raise RecordingExistsError(
+            f"{pytest} exists: write the test to another path, or pass --force to replace it"
+        )
+
+
+def _minimize_recorded(
+    session: Session,
+    signature: str,
+    budget: Budget,
+    progress: Callable[[Progress], None] | None,
+    should_stop: Callable[[], bool] | None,
+) -> tuple[MinimizeResult, ForkMinimizer | None]:
+    """The minimized failure of the session's branch: a branch from its fork (with the ForkMinimizer
+    its repro is written from), main from the recorded seed, config and overrides."""
+    if session.branch != MAIN_BRANCH:
+        return minimize_branch(session, signature, budget=budget, progress=progress, should_stop=should_stop)
+    header = session.header
+    result = minimize(
+        session.scenario,
+        dict(header["config"]),
+        int(header["seed"]),
+        session.overrides or None,
+        signature=signature,
+        budget=budget,
+        progress=progress,
+        should_stop=should_stop,
+        launch=session.launch,
+    )
+    return result, None
+
+
 def repro_snapshot_interval(events: int, recorded_interval: int) -> int:
     """About REPRO_SNAPSHOTS snapshots over the minimized run, within the recorder's limits."""
     ceiling = min(recorded_interval or REPRO_SNAPSHOT_EVERY_EVENTS_MAX, REPRO_SNAPSHOT_EVERY_EVENTS_MAX)
     return max(SNAPSHOT_EVERY_EVENTS_MIN, min(events // REPRO_SNAPSHOTS, ceiling))
 
 
-def record_repro(session: Session, result: MinimizeResult, out: str | Path, interval: int) -> dict[str, Any]:
-    """Record the minimized run into ``out``; it must fail with the signature again."""
+def record_repro(
+    session: Session, result: MinimizeResult, out: str | Path, interval: int, *, force: bool = False
+) -> dict[str, Any]:
+    """Record the minimized run into ``out`` (over a file there only when ``force``); it must fail
+    with the signature again."""
     scenario = session.scenario
     config = scenario.resolve_config(result.config)
-    report, _ = _record_with_overrides(session, config, result, out, interval)
+    report, _ = _record_with_overrides(session, config, result, out, interval, force)
     recorded = report["failure"]
     if recorded is None or recorded["signature"] != result.signature:
         raise AssertionError(
@@ -185,7 +215,12 @@ def record_repro(session: Session, result: MinimizeResult, out: str | Path, inte
 
 
 def _record_with_overrides(
-    session: Session, config: dict[str, Any], result: MinimizeResult, out: str | Path, interval: int
+    session: Session,
+    config: dict[str, Any],
+    result: MinimizeResult,
+    out: str | Path,
+    interval: int,
+    force: bool,
 ) -> tuple[dict[str, Any], Any]:
     """Record a run with the minimized run's plain overrides (stored in the header)."""
     world = build_world(session.scenario, config, int(session.header["seed"]), session.launch)
@@ -197,13 +232,9 @@ def _record_with_overrides(
         overrides=dict(result.overrides) or None,
         determinism=session.determinism,
         simulation_factory=session.simulation,
+        replace=force,
     )
-    try:
-        run = recorder.run()
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(run)
+    _, end = recorder.run_to_end()
     return {"failure": end["failure"], "events": end["events"]}, world
 
 

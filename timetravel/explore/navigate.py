@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.explore import search
+from timetravel.explore import search, watchpoints
 from timetravel.explore.replay import PAYLOAD_TEXT_CHARS_MAX
 from timetravel.explore.results import CursorResult, EventRow, EventsResult, WatchValue
 from timetravel.explore.session import Session
@@ -135,9 +135,11 @@ def next_change(session: Session, path: str, events_max: int = WATCH_SCAN_EVENTS
     """Move the cursor to the first event after it that changes ``path``; None (the cursor
     unmoved) when none does before the end or within ``events_max`` re-executed events.
 
-    The search is :func:`timetravel.explore.search.next_change`: it re-executes from the nearest
+    The search is :func:`timetravel.explore.watchpoints.next_change`: it re-executes from the nearest
     snapshot without moving the cursor, and jumps between the events of the watched node."""
-    found = search.next_change(session, path, start_events=session.position.events, events_max=events_max)
+    found = watchpoints.next_change(
+        session, path, start_events=session.position.events, events_max=events_max
+    )
     if not found.found or found.event is None:
         return None
     session.goto_event(found.event)
@@ -150,12 +152,12 @@ def previous_change(session: Session, path: str, events_max: int = WATCH_SCAN_EV
     re-executed events. The event the cursor stands after is left out, so asking again walks
     further back, change by change.
 
-    The search is :func:`timetravel.explore.search.last_change`: window by window between
+    The search is :func:`timetravel.explore.watchpoints.last_change`: window by window between
     snapshots, latest first, skipping windows in which no event reaches the watched node."""
     cursor = session.position.events
     if cursor <= 0:
         return None
-    found = search.last_change(session, path, start_events=cursor - 1, events_max=events_max)
+    found = watchpoints.last_change(session, path, start_events=cursor - 1, events_max=events_max)
     if not found.found or found.event is None:
         return None
     session.goto_event(found.event)

@@ -60,6 +60,7 @@ from timetravel.explore.perfetto_collectives import (
 from timetravel.explore.results import ExportResult
 from timetravel.explore.stepper import Stepper
 from timetravel.explore.work import ProgressCallback, WorkProgress
+from timetravel.recording.files import make_parent_folders
 from timetravel.sim.event import Event
 
 if TYPE_CHECKING:
@@ -165,6 +166,7 @@ def export_perfetto(
     document = _document(session, trace, stepper.events, truncated)
     text = json.dumps(document, separators=(",", ":"), allow_nan=False)
     target = Path(path)
+    make_parent_folders(target)
     target.write_text(text)
     return ExportResult(
         path=str(target),

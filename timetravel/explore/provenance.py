@@ -10,7 +10,7 @@ say. So provenance is *derived*: replay from the nearest snapshot and watch.
 * :func:`scheduled_by` finds the event that scheduled another one (a message's send, a timer's
   arming): ``seq`` is a global counter, so the scheduler is the event during which the world's
   counter passed that ``seq``; events scheduled when the world was built have none.
-* :func:`origin` answers ``origin PATH --at T``: the reverse watchpoint (:func:`.search.last_change`)
+* :func:`origin` answers ``origin PATH --at T``: the reverse watchpoint (:func:`.watchpoints.last_change`)
   finds the last event at or before T that changed the value, then :func:`trace_event` says what it
   read and :func:`scheduled_by` what caused it.
 
@@ -30,9 +30,9 @@ from timetravel.explore.diff import Change, value_text
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.explain_results import OriginResult, ReadValue, StateChange
 from timetravel.explore.paths import parse_path, select, world_tree
-from timetravel.explore.search import last_change
 from timetravel.explore.session import Session, reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before, resumable_positions, stepper_at
+from timetravel.explore.watchpoints import last_change
 from timetravel.explore.work import ExploreError
 from timetravel.sim.event import Event
 

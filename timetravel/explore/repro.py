@@ -20,7 +20,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.minimize_trials import MinimizeResult
+from timetravel.recording.files import make_parent_folders
 from timetravel.scenarios import UnknownScenarioError, get_scenario
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.timefmt import format_time_auto
@@ -34,7 +35,7 @@ fixed it passes. Keep it.
 
 import json
 
-from timetravel.explore.minimize import ChoicePins
+from timetravel.explore.minimize_trials import ChoicePins
 from timetravel.scenarios import {loader}
 from timetravel.sim import Simulation
 from timetravel.sim.runner import build_world
@@ -104,6 +105,7 @@ def _summary(result: MinimizeResult) -> str:
 def write_pytest(result: MinimizeResult, path: str | Path, scenario_target: str | None = None) -> str:
     """Write the pytest file and return its path."""
     target = Path(path)
+    make_parent_folders(target)
     target.write_text(pytest_source(result, scenario_target))
     return str(target)
 
@@ -228,5 +230,6 @@ def write_replay_pytest(
         reference = str(recording_path.relative_to(folder))
     except ValueError:
         reference = str(recording_path)
+    make_parent_folders(target)
     target.write_text(replay_pytest_source(result, reference, start_events, scenario_target, branch, launch))
     return str(target)

@@ -1,4 +1,4 @@
-"""Search in time: the first moment a predicate holds, and the last or next change of a path.
+"""Search in time: the first moment a predicate holds.
 
 **find_first(predicate)** answers "when did the replicas first differ, and on which rank?" for a
 predicate over state paths (:mod:`timetravel.explore.paths`, e.g. ``nonfinite(nodes/*/weights)``).
@@ -24,13 +24,8 @@ predicate lives in the state of named nodes (``nodes/rank3/...``), only the even
 those nodes can change it (a handler changes its own node only; replays enforce that), and the
 recorded event stream says which events those are without running them.
 
-**last_change(path) / next_change(path)** are reverse and forward watchpoints, as rr users know
-them: from the cursor, the latest event at or before it (or the first after it) that changed the
-value under ``path`` (wildcards allowed: the witnesses name which match changed). Values compare by
-their digests (bitwise, arrays by pages). Going backwards works window by window between snapshots,
-latest first: re-execute a window, note every change, and the last one is the answer; a window
-without an event for the watched node is skipped without re-executing it. A value that changed and
-changed back (A, B, A) is still found, because every relevant event in the window is compared.
+The reverse and forward watchpoints (``last_change``, ``next_change``) are searches of the same
+kind, in :mod:`timetravel.explore.watchpoints`; they share this module's budget and results.
 
 The state after event #N is what a search looks at; at the recorded end it is the final state
 (after end-of-run checks), so a failure recorded by an end-of-run oracle is found "at the end".
@@ -49,21 +44,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from timetravel.explore.paths import (
-    WORLD_PARTS,
-    Path,
-    Predicate,
-    PredicateResult,
-    parse_path,
-    parse_predicate,
-    select,
-    world_tree,
-)
+from timetravel.explore.paths import WORLD_PARTS, Path, select, world_tree
+from timetravel.explore.predicates import Predicate, PredicateResult, parse_predicate
 from timetravel.explore.results import FindResult
 from timetravel.explore.session import reads_values
-from timetravel.explore.stepper import Stepper, position_at_or_before, recorded_events, walk
+from timetravel.explore.stepper import Stepper, recorded_events, walk
 from timetravel.explore.work import ProgressCallback, WorkProgress
-from timetravel.sim.encoding import digest
 from timetravel.sim.event import Event
 
 if TYPE_CHECKING:
@@ -88,14 +74,14 @@ END_KIND = "end"
 """The ``kind`` a result names when the end-of-run checks (not an event) made the difference."""
 
 
-class _Stopped(Exception):
+class Stopped(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
 
 
 @dataclass(frozen=True)
-class _Hit:
+class Hit:
     """A moment found: the state after event #``event``, with the paths that witness it."""
 
     event: int
@@ -105,7 +91,7 @@ class _Hit:
     """The end-of-run checks (not an event) made the difference."""
 
 
-class _Search:
+class Search:
     """The budget, progress and steppers of one search."""
 
     def __init__(
@@ -136,9 +122,9 @@ class _Search:
 
     def check(self) -> None:
         if self.should_stop is not None and self.should_stop():
-            raise _Stopped(STOP_CANCELLED)
+            raise Stopped(STOP_CANCELLED)
         if self.spent > self.events_max:
-            raise _Stopped(STOP_EVENTS_MAX)
+            raise Stopped(STOP_EVENTS_MAX)
 
     def walk(self, stepper: Stepper, count: int) -> Stepper:
         """Advance ``stepper`` by ``count`` events, or just past the budget (which then stops the search)."""
@@ -170,7 +156,7 @@ class _Search:
 # -- evaluating predicates --------------------------------------------------------------------------
 
 
-def _parts_read(paths: list[Path]) -> frozenset[str] | None:
+def parts_read(paths: list[Path]) -> frozenset[str] | None:
     """The world parts a set of paths reads (None: it may read any part)."""
     parts = set()
     for path in paths:
@@ -182,7 +168,7 @@ def _parts_read(paths: list[Path]) -> frozenset[str] | None:
 
 def tree_for(world: World, paths: list[Path]) -> dict[str, Any]:
     """The part of the world tree that ``paths`` read (all of it when they may read anything)."""
-    return partial_tree(world, _parts_read(paths))
+    return partial_tree(world, parts_read(paths))
 
 
 def partial_tree(world: World, parts: frozenset[str] | None) -> dict[str, Any]:
@@ -225,7 +211,7 @@ class _Evaluator:
     def __init__(self, predicate: Predicate) -> None:
         self.predicate = predicate
         self.paths = predicate.paths
-        self.parts = _parts_read(self.paths)
+        self.parts = parts_read(self.paths)
         self.nodes = _nodes_read(self.paths)
         self.previous: Any = None
 
@@ -262,25 +248,25 @@ def find_first(
         strategy = STRATEGY_SCAN if parsed.uses_changed or parsed.uses_equality else STRATEGY_BISECT
     end_events = session.end.events
     start_events = min(max(start_events, 0), end_events)
-    search = _Search(session, events_max, progress, should_stop, end_events - start_events)
+    search = Search(session, events_max, progress, should_stop, end_events - start_events)
     evaluate = _Evaluator(parsed)
-    hit: _Hit | None = None
+    hit: Hit | None = None
     stopped_by = None
     try:
         if strategy == STRATEGY_SCAN:
             hit = _scan(search, evaluate, start_events)
         else:
             hit = _bisect(search, evaluate, start_events)
-    except _Stopped as stop:
+    except Stopped as stop:
         stopped_by = stop.reason
-    return _find_result(session, parsed.text, hit, search, strategy, stopped_by)
+    return find_result(session, parsed.text, hit, search, strategy, stopped_by)
 
 
-def _find_result(
+def find_result(
     session: Session,
     expression: str,
-    hit: _Hit | None,
-    search: _Search,
+    hit: Hit | None,
+    search: Search,
     strategy: str,
     stopped_by: str | None,
 ) -> FindResult:
@@ -307,7 +293,7 @@ def _find_result(
     )
 
 
-def _state_at_start(search: _Search, start_events: int) -> tuple[Stepper | None, World]:
+def _state_at_start(search: Search, start_events: int) -> tuple[Stepper | None, World]:
     """The world at #``start_events`` (the final state when that is the recorded end)."""
     if start_events >= search.session.end.events:
         return None, search.final_world()
@@ -315,11 +301,11 @@ def _state_at_start(search: _Search, start_events: int) -> tuple[Stepper | None,
     return stepper, stepper.world
 
 
-def _hit_here(world: World, result: PredicateResult, at_end: bool = False) -> _Hit:
-    return _Hit(world.events_processed, world.t_ns, result.witnesses, at_end)
+def _hit_here(world: World, result: PredicateResult, at_end: bool = False) -> Hit:
+    return Hit(world.events_processed, world.t_ns, result.witnesses, at_end)
 
 
-def _bisect(search: _Search, evaluate: _Evaluator, start_events: int) -> _Hit | None:
+def _bisect(search: Search, evaluate: _Evaluator, start_events: int) -> Hit | None:
     session = search.session
     stepper, world = _state_at_start(search, start_events)
     result = evaluate(world)
@@ -344,8 +330,8 @@ def _bisect(search: _Search, evaluate: _Evaluator, start_events: int) -> _Hit | 
 
 
 def _first_in_interval(
-    search: _Search, evaluate: _Evaluator, low_events: int, high_events: int, *, final: bool
-) -> _Hit | None:
+    search: Search, evaluate: _Evaluator, low_events: int, high_events: int, *, final: bool
+) -> Hit | None:
     """The first event in (low, high] after which the (monotone) predicate holds; with ``final``,
     the end-of-run state at ``high`` counts too."""
     search.phase = "events"
@@ -364,11 +350,11 @@ def _first_in_interval(
         world = search.final_world(stepper)
         result = evaluate(world)
         if result.holds:
-            return _Hit(world.events_processed, world.t_ns, result.witnesses, at_end=True)
+            return Hit(world.events_processed, world.t_ns, result.witnesses, at_end=True)
     return None
 
 
-def _first_event(search: _Search, evaluate: _Evaluator, after_events: int, by_events: int) -> _Hit | None:
+def _first_event(search: Search, evaluate: _Evaluator, after_events: int, by_events: int) -> Hit | None:
     """Event by event in (after, by]: the first after which the predicate holds."""
     stepper = search.stepper_at(after_events)
     while stepper.events < by_events:
@@ -381,7 +367,7 @@ def _first_event(search: _Search, evaluate: _Evaluator, after_events: int, by_ev
     return None
 
 
-def _scan(search: _Search, evaluate: _Evaluator, start_events: int) -> _Hit | None:
+def _scan(search: Search, evaluate: _Evaluator, start_events: int) -> Hit | None:
     search.phase = "events"
     if evaluate.predicate.uses_changed and 0 < start_events < search.session.end.events:
         # changed() at the start compares with the state before it: start one event earlier
@@ -401,7 +387,7 @@ def _scan(search: _Search, evaluate: _Evaluator, start_events: int) -> _Hit | No
         return _hit_here(world, result)
     while not stepper.at_end():
         before = stepper.events
-        stepper = search.walk(stepper, _events_to_next_relevant(search.session, evaluate.nodes, before))
+        stepper = search.walk(stepper, events_to_next_relevant(search.session, evaluate.nodes, before))
         if stepper.events == before:
             break
         result = evaluate(stepper.world)
@@ -411,11 +397,11 @@ def _scan(search: _Search, evaluate: _Evaluator, start_events: int) -> _Hit | No
         world = search.final_world(stepper)
         result = evaluate(world)
         if result.holds:
-            return _Hit(world.events_processed, world.t_ns, result.witnesses, at_end=True)
+            return Hit(world.events_processed, world.t_ns, result.witnesses, at_end=True)
     return None
 
 
-def _events_to_next_relevant(session: Session, nodes: frozenset[str] | None, after: int) -> int:
+def events_to_next_relevant(session: Session, nodes: frozenset[str] | None, after: int) -> int:
     """How many events to run from #``after`` to the next one delivered to ``nodes`` (all: 1)."""
     if nodes is None:
         return 1
@@ -423,185 +409,3 @@ def _events_to_next_relevant(session: Session, nodes: frozenset[str] | None, aft
         if event.dst in nodes:
             return number - after
     return max(session.end.events - after, 1)
-
-
-# -- watchpoints: the last and the next change of a path ----------------------------------------------
-
-
-class _Watch:
-    """The digests of the values under one path, grouped by node when the path is in node state."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        segments = path.segments
-        self.node_scoped = len(segments) >= 2 and segments[0] == "nodes"
-        self.node = segments[1] if self.node_scoped and segments[1] != "*" else None
-        self.parts = _parts_read([path])
-
-    def relevant(self, event: Event | None) -> bool:
-        if event is None or not self.node_scoped:
-            return True
-        return self.node is None or event.dst == self.node
-
-    def digests(self, world: World) -> dict[str, bytes]:
-        return {
-            concrete: digest(value) for concrete, value in select(partial_tree(world, self.parts), self.path)
-        }
-
-    def node_digests(self, world: World, node: str) -> dict[str, bytes]:
-        """The digests of the matches inside ``node``'s state (node-scoped paths only)."""
-        state = world.nodes.get(node)
-        if state is None:
-            return {}
-        segments = ("nodes", node, *self.path.segments[2:])
-        return {
-            concrete: digest(value) for concrete, value in select({"nodes": {node: state}}, Path(segments))
-        }
-
-    def compare(self, world: World, event: Event | None, known: dict[str, bytes]) -> tuple[str, ...]:
-        """Update ``known`` after ``event``; return the concrete paths whose value changed."""
-        if event is not None and self.node_scoped:
-            now = self.node_digests(world, event.dst)
-            prefix = f"nodes/{event.dst}"
-            before = {
-                path: value
-                for path, value in known.items()
-                if path == prefix or path.startswith(prefix + "/")
-            }
-        else:
-            now = self.digests(world)
-            before = dict(known)
-        changed = tuple(sorted(path for path in set(now) | set(before) if now.get(path) != before.get(path)))
-        for path in before:
-            known.pop(path, None)
-        known.update(now)
-        return changed
-
-
-@reads_values
-def next_change(
-    session: Session,
-    path: str,
-    *,
-    start_events: int | None = None,
-    events_max: int = SEARCH_EVENTS_MAX,
-    progress: ProgressCallback | None = None,
-    should_stop: Callable[[], bool] | None = None,
-) -> FindResult:
-    """The first event after #``start_events`` (default: the cursor) that changes the value at ``path``."""
-    watch = _Watch(parse_path(path))
-    start = session.position.events if start_events is None else start_events
-    end_events = session.end.events
-    start = min(max(start, 0), end_events)
-    search = _Search(session, events_max, progress, should_stop, end_events - start)
-    search.phase = "events"
-    hit: _Hit | None = None
-    stopped_by = None
-    try:
-        hit = _next_change(search, watch, start)
-    except _Stopped as stop:
-        stopped_by = stop.reason
-    return _find_result(session, str(watch.path), hit, search, STRATEGY_NEXT_CHANGE, stopped_by)
-
-
-def _next_change(search: _Search, watch: _Watch, start: int) -> _Hit | None:
-    session = search.session
-    if start >= session.end.events:
-        return None
-    stepper = search.stepper_at(start)
-    known = watch.digests(stepper.world)
-    nodes = frozenset([watch.node]) if watch.node is not None else None
-    while not stepper.at_end():
-        before = stepper.events
-        stepper = search.walk(stepper, _events_to_next_relevant(session, nodes, before))
-        if stepper.events == before:
-            break
-        event = stepper.last_event()
-        if not watch.relevant(event):
-            continue
-        changed = watch.compare(stepper.world, event, known)
-        if changed:
-            return _Hit(stepper.events, stepper.world.t_ns, changed)
-    if stepper.at_end():
-        world = search.final_world(stepper)
-        changed = watch.compare(world, None, known)
-        if changed:
-            return _Hit(world.events_processed, world.t_ns, changed, at_end=True)
-    return None
-
-
-@reads_values
-def last_change(
-    session: Session,
-    path: str,
-    *,
-    start_events: int | None = None,
-    events_max: int = SEARCH_EVENTS_MAX,
-    progress: ProgressCallback | None = None,
-    should_stop: Callable[[], bool] | None = None,
-) -> FindResult:
-    """The latest event at or before #``start_events`` (default: the cursor) that changed the value
-    at ``path``: a reverse watchpoint. At the recorded end the end-of-run checks count as a change."""
-    watch = _Watch(parse_path(path))
-    start = session.position.events if start_events is None else start_events
-    start = min(max(start, 0), session.end.events)
-    search = _Search(session, events_max, progress, should_stop, start)
-    search.phase = "events"
-    hit: _Hit | None = None
-    stopped_by = None
-    try:
-        hit = _last_change(search, watch, start)
-    except _Stopped as stop:
-        stopped_by = stop.reason
-    return _find_result(session, str(watch.path), hit, search, STRATEGY_LAST_CHANGE, stopped_by)
-
-
-def _last_change(search: _Search, watch: _Watch, start: int) -> _Hit | None:
-    session = search.session
-    snapshots = session.snapshots()
-    window_end = start
-    include_end = start >= session.end.events
-    while window_end > 0:
-        position = position_at_or_before(session, window_end - 1)
-        window_start = snapshots[position].events
-        if include_end or _window_touches(session, watch, window_start, window_end):
-            hit = _last_change_in(search, watch, position, window_end, include_end)
-            if hit is not None:
-                return hit
-        include_end = False
-        window_end = window_start
-    return None
-
-
-def _window_touches(session: Session, watch: _Watch, start: int, end: int) -> bool:
-    """Whether any event in (start, end] can change the watched value (read from the recording)."""
-    if watch.node is None:
-        return True
-    return any(event.dst == watch.node for _, event in recorded_events(session, start + 1, end))
-
-
-def _last_change_in(
-    search: _Search, watch: _Watch, position: int, window_end: int, include_end: bool
-) -> _Hit | None:
-    """Re-execute the window from snapshot ``position`` to #``window_end``; the last change in it."""
-    session = search.session
-    stepper = Stepper(session, position)
-    search.check()
-    known = watch.digests(stepper.world)
-    nodes = frozenset([watch.node]) if watch.node is not None else None
-    last: _Hit | None = None
-    while stepper.events < window_end:
-        before = stepper.events
-        step = min(_events_to_next_relevant(session, nodes, before), window_end - before)
-        stepper = search.walk(stepper, step)
-        if stepper.events == before:
-            break
-        event = stepper.last_event()
-        if watch.relevant(event) and (changed := watch.compare(stepper.world, event, known)):
-            last = _Hit(stepper.events, stepper.world.t_ns, changed)
-    if include_end and stepper.at_end():
-        world = search.final_world(stepper)
-        changed = watch.compare(world, None, known)
-        if changed:
-            return _Hit(world.events_processed, world.t_ns, changed, at_end=True)
-    return last

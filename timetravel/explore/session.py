@@ -60,7 +60,7 @@ them, so explore/ has no import circle — tests/test_layers.py checks it). Keyw
     divergence.first_divergence(session, a, b)                 Divergence | None
     rerun.rerun(session, settings=())      RerunResult: today's code on the recorded inputs
     search.find_first(session, predicate, start_events=0, strategy="auto")   FindResult
-    search.last_change(session, path), search.next_change(session, path)     FindResult: watchpoints
+    watchpoints.last_change(session, path), .next_change(session, path) FindResult: watchpoints
     minimize_run.minimize_run(session, out=None, pytest=None, budget=Budget())   MinimizeResult
     perfetto.export_perfetto(session, path)                    ExportResult
     verify_replay.replay_session(session, progress=None)       ReplayReport: re-execute and verify
@@ -89,8 +89,8 @@ import contextlib
 import functools
 import gc
 from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import Any, TypeVar
 
 from timetravel.explore import seek_nodes
@@ -166,7 +166,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-class Session:
+class Session(AbstractContextManager["Session"]):
     """A recording opened for seeking. See the module docstring for the API."""
 
     def __init__(
@@ -329,12 +329,7 @@ class Session:
         self._may_share = rule_kept(reader, self.branch)
         self._parked.clear()
 
-    def __enter__(self) -> Session:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- where things are -------------------------------------------------------------------------
@@ -391,7 +386,7 @@ class Session:
         it needs to run: ``WorldSource.before_copy``)."""
         self.source.before_copy(self.world)
         store = SnapshotStore(bytes_max=0)
-        from timetravel.snapshot.store import restore
+        from timetravel.snapshot.restore import restore
 
         return restore(store.take(self.world), verify=False)
 

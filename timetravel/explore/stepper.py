@@ -76,12 +76,16 @@ class Stepper:
         self._last_flushed = events[-1] if events else None
         self.verifier.on_chain_batch(first, events, digest)
 
-    def advance(self, count: int) -> int:
-        """Run up to ``count`` more events (never past the horizon); return how many ran."""
+    def _runnable(self, count: int) -> int:
+        """How many of ``count`` more events may run: none once final, never past the horizon."""
         if self.final:
             return 0
-        count = min(count, self.horizon - self.world.events_processed)
-        if count <= 0:
+        return max(0, min(count, self.horizon - self.world.events_processed))
+
+    def advance(self, count: int) -> int:
+        """Run up to ``count`` more events (never past the horizon); return how many ran."""
+        count = self._runnable(count)
+        if count == 0:
             return 0
         before = self.world.events_processed
         self.simulation.run(max_events=count)
@@ -93,10 +97,8 @@ class Stepper:
     def advance_observed(self, count: int, on_event: Callable[[Event], None]) -> int:
         """Like :meth:`advance`, calling ``on_event(event)`` after each event with the world as it
         left it (one run with a pause after every event: no per-event call overhead of its own)."""
-        if self.final:
-            return 0
-        count = min(count, self.horizon - self.world.events_processed)
-        if count <= 0:
+        count = self._runnable(count)
+        if count == 0:
             return 0
         before = self.world.events_processed
         observed = [before]

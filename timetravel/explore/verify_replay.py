@@ -122,17 +122,9 @@ def replay_session(session: Session, progress: Callable[[int, int], None] | None
     manifests: list[ManifestInfo] = session.snapshots_info
     end_info = session.end
     mismatch = structure_mismatch(session)
-    if session.fork_events:
-        start = next(info for info in manifests if info.events >= session.fork_events)
-        world = session.restore_world(start, full_check=True)
-    else:
-        world = build_world(session.scenario, dict(header["config"]), int(header["seed"]), session.launch)
-        world.branch_key = int(header.get("branch_key", 0))
-        first = manifests[0]
-        if mismatch is None and first.events == 0 and world.state_hash() != first.state_hash:
-            mismatch = Mismatch(
-                "initial_state", 0, 0, None, None, "the scenario builds another initial world", cause
-            )
+    world = _start_world(session, manifests)
+    if mismatch is None:
+        mismatch = _initial_mismatch(session, world, manifests[0], cause)
     verifier = ChainVerifier(reader, session.event_batches, cause)
     simulation = session.simulation(
         world,
@@ -188,6 +180,25 @@ def replay_session(session: Session, progress: Callable[[int, int], None] | None
         wall_s=round(time.perf_counter() - started, 3),
         not_verified=not_verified(session, end),
     )
+
+
+def _start_world(session: Session, manifests: list[ManifestInfo]) -> World:
+    """Where a replay starts: a branch's first snapshot at or after its fork (its history before
+    the fork is its parent's), else the world the scenario builds from the recorded config and seed."""
+    if session.fork_events:
+        start = next(info for info in manifests if info.events >= session.fork_events)
+        return session.restore_world(start, full_check=True)
+    header = session.header
+    world = build_world(session.scenario, dict(header["config"]), int(header["seed"]), session.launch)
+    world.branch_key = int(header.get("branch_key", 0))
+    return world
+
+
+def _initial_mismatch(session: Session, world: World, first: ManifestInfo, cause: str) -> Mismatch | None:
+    """A main run whose scenario now builds another initial world than the one recorded at #0."""
+    if session.fork_events or first.events != 0 or world.state_hash() == first.state_hash:
+        return None
+    return Mismatch("initial_state", 0, 0, None, None, "the scenario builds another initial world", cause)
 
 
 def run_to_end(session: Session, simulation: Simulation, end: dict[str, Any] | None) -> RunResult | None:

@@ -15,10 +15,11 @@ from typing import Any
 
 import numpy as np
 
+from timetravel.explore.array_diff import value_kind
 from timetravel.explore.inspect_view import render, resolve, summarize_array
 from timetravel.explore.paths import WORLD_PARTS, Path, parse_path, select, world_tree
 from timetravel.explore.results import ValueEntry
-from timetravel.fabric.schedule import FAULT_KINDS, expected_outcome
+from timetravel.fabric.fault_kinds import FAULT_KINDS, expected_outcome
 from timetravel.sim.elided import ElidedArray, ElidedError
 from timetravel.sim.encoding import digest
 from timetravel.sim.world import World
@@ -32,21 +33,6 @@ VALUE_TEXT_CHARS_MAX = 120
 WATCH_TEXT_CHARS_MAX = 240
 """Characters of a watch's line (a wildcard watch lists its matches until this)."""
 ABSENT = "<absent>"
-
-
-def value_kind(value: Any) -> str:
-    """``dict``, ``list``, ``array``, ``str``, ``bytes``, ``bool``, ``int``, ``float``, ``none`` or the type."""
-    if isinstance(value, dict):
-        return "dict"
-    if isinstance(value, (list, tuple)):
-        return "list"
-    if isinstance(value, (np.ndarray, ElidedArray)):
-        return "array"
-    if isinstance(value, np.generic):
-        return value_kind(value.item())
-    if value is None:
-        return "none"
-    return type(value).__name__
 
 
 def value_summary(value: Any) -> str:

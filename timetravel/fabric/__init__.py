@@ -38,6 +38,7 @@ from __future__ import annotations
 from typing import Any
 
 from timetravel.fabric.edit import edit_fault
+from timetravel.fabric.fault_kinds import EXPECTED_OUTCOMES, FAULT_KINDS, VIEW_STATES, expected_outcome
 from timetravel.fabric.faults import add_fault, find_fault, remove_fault
 from timetravel.fabric.gpu import (
     DONE_KIND,
@@ -55,7 +56,7 @@ from timetravel.fabric.hooks import BUFFERS_KEY, Hooks
 from timetravel.fabric.install import FABRIC_EVENT_KINDS, install, with_handlers
 from timetravel.fabric.network import HELD_KIND, transport
 from timetravel.fabric.params import FABRIC_PARAM_NAMES, FABRIC_PARAMS, fabric_params, fabric_settings
-from timetravel.fabric.schedule import EXPECTED_OUTCOMES, FAULT_KIND, FAULT_KINDS, expected_outcome
+from timetravel.fabric.schedule import FAULT_KIND
 from timetravel.fabric.topology import Topology
 from timetravel.sim.world import World
 
@@ -85,6 +86,7 @@ __all__ = [
     "FAULT_KINDS",
     "GPU_KEY",
     "HELD_KIND",
+    "VIEW_STATES",
     "Hooks",
     "Topology",
     "add_fault",

@@ -48,10 +48,11 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from timetravel.fabric import speedups
+from timetravel.fabric.fault_kinds import FOLDED_KINDS, acts_once
 from timetravel.fabric.faults import prepare_rule
 from timetravel.fabric.schedule import fault_site
 from timetravel.fabric.topology import NS_PER_S, Topology
-from timetravel.sim import speedups
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Sequence
@@ -60,9 +61,6 @@ if TYPE_CHECKING:
     from timetravel.sim.world import World
 
 COLLECTIVES_KEY = "collectives"
-FOLDED_KINDS = ("partition", "drop", "duplicate", "reorder", "delay", "corrupt")
-"""Fault kinds that act on messages, folded into a collective (slow acts through the link table and
-the GPU, crash through the scenario)."""
 OPEN_COLLECTIVES_MAX = 64
 """Collectives open at once (a job has one or two; more is a runaway bug, reported as such)."""
 
@@ -333,7 +331,7 @@ def tree_completions(
     chunk c arrived before its left child's (what an arrival-order sum depends on).
 
     At 10,000 ranks that is 20,000 reservations a chunk, ~0.13 s a step in Python: the compiled
-    core computes it (sim/_speedups_tree.h, the same integer arithmetic) and hands back None for
+    core computes it (fabric/_speedups_tree.h, the same integer arithmetic) and hands back None for
     anything but plain ints that stay in int64, when :func:`tree_completions_python` runs.
     """
     compiled = speedups.compiled
@@ -530,7 +528,7 @@ def fault_effects(
         record
         for record in world.faults
         if record["kind"] in FOLDED_KINDS
-        and not (record["kind"] == "corrupt" and record["params"].get("buffer") is not None)
+        and not acts_once(record)
         and record["t_start"] <= last_ns
         and (record["t_end"] is None or record["t_end"] >= first_ns)
     ]

@@ -23,6 +23,7 @@ import heapq
 from collections.abc import Mapping
 from typing import Any
 
+from timetravel.fabric.fault_kinds import acts_once
 from timetravel.fabric.faults import _activate_rule, apply_slow, deactivate, find_fault, schedule_context
 from timetravel.fabric.schedule import FAULT_KIND, normalize_record, schedule_fault_events
 from timetravel.sim.scenario import ConfigError
@@ -121,7 +122,7 @@ def _edit_active(
         raise ConfigError(
             f"{label}: it started at {record['t_start']} ns; {fixed[0]} cannot change now (t_end and params can)"
         )
-    if record["kind"] == "corrupt" and record["params"]["buffer"] is not None and changes.get("params"):
+    if acts_once(record) and changes.get("params"):
         raise ConfigError(f"{label}: its bit flip happened at its start; its params cannot change now")
     if edited["t_end"] is not None and edited["t_end"] < world.t_ns:
         raise ConfigError(f"{label}: t_end ({edited['t_end']} ns) is before now ({world.t_ns} ns)")
@@ -141,7 +142,7 @@ def _reactivate(world: World, record: dict[str, Any]) -> None:
     if kind == "slow":
         fabric["active_faults"][record["id"]] = [kind, record["target"]]
         apply_slow(world, record["target"])
-    elif kind == "crash" or (kind == "corrupt" and record["params"]["buffer"] is not None):
+    elif kind == "crash" or acts_once(record):
         return
     else:
         _activate_rule(fabric, record)

@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from timetravel.fabric.fault_kinds import acts_once
 from timetravel.fabric.gpu import GPU_KEY, reset_gpu
 from timetravel.fabric.hooks import BUFFERS_KEY, Hooks
 from timetravel.fabric.network import flip_bit
@@ -94,7 +95,7 @@ def start_fault(record: dict[str, Any], state: dict[str, Any], ctx: Context, hoo
         fabric["active_faults"][record["id"]] = [kind, record["target"]]
         fabric["fault_hits"][record["id"]] += 1
         apply_slow(ctx.world, record["target"])
-    elif kind == "corrupt" and record["params"]["buffer"] is not None:
+    elif acts_once(record):
         _corrupt_buffer(record, state, ctx, hooks)
     else:
         _activate_rule(fabric, record)

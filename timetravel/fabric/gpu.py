@@ -38,9 +38,8 @@ import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from timetravel.fabric import race
+from timetravel.fabric import race, speedups
 from timetravel.fabric.race import check_kernel, join
-from timetravel.sim import speedups
 from timetravel.sim.event import Event
 
 if TYPE_CHECKING:
@@ -418,7 +417,7 @@ def _report_unhandled(ctx: Context, running: dict[str, Any], done_kind: str) -> 
 
 
 def _compiled_pump() -> Any:
-    """The compiled core's twin of :func:`_pump_python` (sim/_speedups_gpu.h), or the Python one.
+    """Fabric's compiled twin of :func:`_pump_python` (fabric/_speedups_gpu_pump.h), or the Python one.
 
     The pump and the kernel starts under it were ~30% of a 10,000-rank tree step in Python (dict
     lookups and small lists, per rank and per kernel). The C pump does the same steps on the same
@@ -446,22 +445,23 @@ def _compiled_pump() -> Any:
 
 
 _pump = _compiled_pump()
-"""Advance every stream until none can move: :func:`_pump_python`, in C when the core is built."""
+"""Advance every stream until none can move: :func:`_pump_python`, in C when fabric's compiled code
+is built."""
 
 _engine: Any = speedups.compiled
-"""The compiled core when it is built: :func:`launch`, :func:`record`, :func:`wait` and the
-``gpu.done`` handler run its twins of their Python bodies (``_launch_python``, ...), which hand
-back NotImplemented for whatever they leave to Python (a stream or event used for the first
-time, a bad argument, a full queue: Python creates or raises as it always did, nothing changed
-before). None runs the Python bodies; tests set it to None to compare the two."""
+"""Fabric's compiled module when it is built (fabric/speedups.py): :func:`launch`, :func:`record`,
+:func:`wait` and the ``gpu.done`` handler run its twins of their Python bodies (``_launch_python``,
+...), which hand back NotImplemented for whatever they leave to Python (a stream or event used for
+the first time, a bad argument, a full queue: Python creates or raises as it always did, nothing
+changed before). None runs the Python bodies; tests set it to None to compare the two."""
 
 
 def make_done_handler(table: Mapping[str, Handler]) -> Handler:
     """The ``gpu.done`` handler for one role: advance the streams, then call ``table[done_kind]``.
 
-    With the compiled core built, the handler is its ``gpu_done_entry`` bound to the table and to
+    With fabric's compiled code built, the handler is its ``gpu_done_entry`` bound to the table and to
     the Python handler below (a ``functools.partial``: a C call, no Python frame, 4 times a rank and
-    step of dp_training): it runs the compiled ``gpu_done`` while ``_engine`` is the compiled core,
+    step of dp_training): it runs the compiled ``gpu_done`` while ``_engine`` is the compiled module,
     and the Python handler otherwise or for its NotImplemented, as the Python handler alone would.
     """
 
@@ -500,13 +500,13 @@ def make_done_handler(table: Mapping[str, Handler]) -> Handler:
 
 
 def _compiled_entries() -> tuple[Any, Any, Any]:
-    """:func:`launch`, :func:`record` and :func:`wait` as the compiled core's entries, or as above.
+    """:func:`launch`, :func:`record` and :func:`wait` as fabric's compiled entries, or as above.
 
     A scenario's handler calls ``fabric.launch`` eight times a rank and step (with ``record`` and
     ``wait``); as Python functions, each call bound its keywords in a frame and called the engine's
-    ``gpu_launch`` from there, ~500 instructions before any work. The entries (sim/_speedups_entry.h)
+    ``gpu_launch`` from there, ~500 instructions before any work. The entries (fabric/_speedups_entry.h)
     are C functions taking the same arguments, keywords included, that run what the Python
-    functions above run: the compiled body while ``_engine`` is the compiled core, the Python body
+    functions above run: the compiled body while ``_engine`` is the compiled module, the Python body
     (``_launch_python``, ...) for its NotImplemented or when ``_engine`` is None (tests set it), and
     the Python function itself for anything else, a call it would refuse included (its TypeError).
     """

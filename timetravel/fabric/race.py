@@ -50,42 +50,36 @@ def check_kernel(
 ) -> None:
     """Check a starting kernel's accesses against earlier ones and record them; fail on the first race.
 
-    Runs at every kernel start of every rank (40,000 times a step at 10,000 ranks), so
-    the lookup of a buffer's entry and the test "this access by another stream is not ordered
-    before the kernel" (its tick above the kernel's clock entry for that stream) are written out.
+    The pure-Python reference of fabric's compiled ``check_kernel`` (fabric/_speedups_gpu_race.h), which
+    runs at every kernel start of every rank (40,000 times a step at 10,000 ranks).
     """
     access = gpu["access"]
     index = stream["index"]
     clock = stream["clock"]
-    clock_length = len(clock)
     mine = [index, clock[index], kernel]
     for buffer in reads:
         entry = access.get(buffer) or _entry(access, buffer)
-        write = entry["write"]
-        if (
-            write is not None
-            and write[0] != index
-            and write[1] > (clock[write[0]] if write[0] < clock_length else 0)
-        ):
-            _report(ctx, gpu, buffer, write, "wrote", kernel, stream_name, "reads")
+        if _unordered(entry["write"], index, clock):
+            _report(ctx, gpu, buffer, entry["write"], "wrote", kernel, stream_name, "reads")
             return
         entry["reads"][stream_name] = mine
     for buffer in writes:
         entry = access.get(buffer) or _entry(access, buffer)
-        write = entry["write"]
-        if (
-            write is not None
-            and write[0] != index
-            and write[1] > (clock[write[0]] if write[0] < clock_length else 0)
-        ):
-            _report(ctx, gpu, buffer, write, "wrote", kernel, stream_name, "writes")
-            return
-        for reader in entry["reads"].values():
-            if reader[0] != index and reader[1] > (clock[reader[0]] if reader[0] < clock_length else 0):
-                _report(ctx, gpu, buffer, reader, "read", kernel, stream_name, "writes")
+        for position, other in enumerate([entry["write"], *entry["reads"].values()]):
+            if _unordered(other, index, clock):
+                verb = "wrote" if position == 0 else "read"
+                _report(ctx, gpu, buffer, other, verb, kernel, stream_name, "writes")
                 return
         entry["write"] = mine
         entry["reads"] = {}
+
+
+def _unordered(other: list[Any] | None, index: int, clock: list[int]) -> bool:
+    """An access ``[stream index, tick, kernel]`` by another stream that is not ordered before the
+    kernel: its tick is above the kernel's clock entry for that stream (0 past the clock's end)."""
+    if other is None or other[0] == index:
+        return False
+    return bool(other[1] > (clock[other[0]] if other[0] < len(clock) else 0))
 
 
 def _entry(access: dict[str, Any], buffer: str) -> dict[str, Any]:

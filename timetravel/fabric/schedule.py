@@ -29,14 +29,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from timetravel.fabric.fault_kinds import FAULT_KINDS, PARAM_SPECS
 from timetravel.fabric.topology import Topology
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.timefmt import TimeFormatError, parse_time
 
 FAULT_KIND = "fault"
 """Event kind of fault start and end events (the one kind a crashed node still receives)."""
-FAULT_KINDS = ("partition", "slow", "corrupt", "crash", "drop", "duplicate", "reorder", "delay")
-MESSAGE_FAULT_KINDS = ("drop", "duplicate", "reorder", "delay")
 SCHEDULE_LENGTH_MAX = 10_000
 RECORD_KEYS = (
     "id",
@@ -58,63 +57,6 @@ _LINK_PATTERN = re.compile(
     r"|leaf_up\[l(?P<up_leaf>\d+)->s(?P<up_spine>\d+)\]"
     r"|spine_down\[s(?P<down_spine>\d+)->l(?P<down_leaf>\d+)\])$"
 )
-
-EXPECTED_OUTCOMES: dict[str, str] = {
-    "partition": "survivable when it heals (t_end set) and the protocol retransmits or waits; fatal when it never heals",
-    "slow": "survivable: a straggler slows the job down but must not change its results",
-    "corrupt": "detectable: a correct system notices the flipped bit (guard, checksum, replica comparison)",
-    "crash": "survivable when the scenario restarts the node (t_end set, restart hook); fatal otherwise",
-    "drop": "survivable when the protocol retransmits after a timeout",
-    "duplicate": "survivable when receivers ignore a message they already have",
-    "reorder": "survivable when receivers do not depend on arrival order",
-    "delay": "survivable: only timing changes",
-}
-"""What a correct system does with each kind (DESIGN.md): the oracle's contract."""
-
-_MESSAGE_PARAMS: dict[str, tuple[str, Any]] = {
-    "direction": ("direction_out", "out"),
-    "peer": ("node_or_none", None),
-    "kinds": ("strings_or_none", None),
-    "probability": ("probability", 1.0),
-    "count": ("count_or_none", None),
-}
-PARAM_SPECS: dict[str, dict[str, tuple[str, Any]]] = {
-    "partition": {
-        "nodes": ("nodes_or_none", None),
-        "scope": ("scope", "node"),
-        "peers": ("nodes_or_none", None),
-        "direction": ("direction_both", "both"),
-        "mode": ("mode", "drop"),
-        "links": ("links_or_none", None),
-        "spines": ("spines_or_none", None),
-    },
-    "slow": {"bandwidth_factor": ("fraction", 0.25), "compute_factor": ("factor", 4.0)},
-    "corrupt": {
-        "buffer": ("string_or_none", None),
-        "element": ("count_or_none", None),
-        "bit": ("count_or_none", None),
-        **_MESSAGE_PARAMS,
-        "count": ("count_or_none", 1),
-    },
-    "crash": {},
-    "drop": dict(_MESSAGE_PARAMS),
-    "duplicate": {**_MESSAGE_PARAMS, "gap_ns": ("time", 1_000)},
-    "reorder": {**_MESSAGE_PARAMS, "window_ns": ("time", 50_000)},
-    "delay": {**_MESSAGE_PARAMS, "delay_ns": ("time", 100_000)},
-}
-"""Per kind: parameter name -> (checker, default). docs/fabric.md explains every one."""
-
-
-def expected_outcome(record: Mapping[str, Any], restartable: bool) -> str:
-    """``survivable``, ``detectable`` or ``fatal`` for one record in a scenario that can (or cannot) restart nodes."""
-    kind = record["kind"]
-    if kind == "corrupt":
-        return "detectable"
-    if kind == "crash":
-        return "survivable" if restartable and record["t_end"] is not None else "fatal"
-    if kind == "partition" and record["t_end"] is None:
-        return "fatal"
-    return "survivable"
 
 
 class ScheduleContext:
@@ -246,7 +188,7 @@ def _normalize_params(
 
 
 def _check_value(checker: str, value: Any, label: str, context: ScheduleContext) -> Any:
-    """One parameter value, checked and normalized by the checker named in PARAM_SPECS."""
+    """One parameter value, checked and normalized by the checker its kind names (fault_kinds.py)."""
     if value is None and checker.endswith("_or_none"):
         return None
     if checker in ("direction_out", "direction_both"):

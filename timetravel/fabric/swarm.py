@@ -20,34 +20,21 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from timetravel.fabric.schedule import FAULT_KINDS, MESSAGE_FAULT_KINDS
+from timetravel.fabric.fault_kinds import BY_NAME, FAULT_KINDS, FaultKind
 from timetravel.sim.choices import choose_world
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
 
 WEIGHT_LEVELS = 4
 """An enabled kind's weight is 1, 2, 4 or 8: how often it is picked relative to the others."""
-PROBABILITY_LEVELS = (0.01, 0.05, 0.2, 1.0)
-DELAY_LEVELS_NS = (10_000, 100_000, 1_000_000)
-REORDER_WINDOW_LEVELS_NS = (10_000, 100_000)
-DUPLICATE_GAP_LEVELS_NS = (0, 1_000, 50_000)
-BANDWIDTH_FACTOR_LEVELS = (0.5, 0.25, 0.1)
-COMPUTE_FACTOR_LEVELS = (1.5, 2.0, 4.0)
 PER_MILLE = 1000
-DURATION_PER_MILLE: dict[str, tuple[int, int]] = {
-    "partition": (1, 50),
-    "slow": (20, 250),
-    "crash": (1, 20),
-    "corrupt": (5, 100),
-    **dict.fromkeys(MESSAGE_FAULT_KINDS, (5, 100)),
-}
-"""How long each kind lasts, in thousandths of ``faults_window`` (a crash: its downtime)."""
 
 
 def swarm_kinds(text: str, restartable: bool) -> list[str]:
-    """The kinds ``faults_kinds`` allows: ``all`` means every kind, crash only if the scenario restarts nodes."""
+    """The kinds ``faults_kinds`` allows: ``all`` means every kind, one that needs a restart (crash)
+    only if the scenario restarts nodes."""
     if text.strip() == "all":
-        return [kind for kind in FAULT_KINDS if kind != "crash" or restartable]
+        return [kind for kind in FAULT_KINDS if restartable or not BY_NAME[kind].needs_restart]
     kinds = [word.strip() for word in text.split(",") if word.strip()]
     for kind in kinds:
         if kind not in FAULT_KINDS:
@@ -107,48 +94,30 @@ def _draw_record(
     start, window = span
     target = ranks[choose_world(world, "fault.swarm.target", len(ranks))]
     t_start = start + choose_world(world, "fault.swarm.start", window - start)
-    low, high = DURATION_PER_MILLE[kind]
+    declared = BY_NAME[kind]
+    low, high = declared.swarm_span
     low_ns = max(1, window * low // PER_MILLE)
     duration = low_ns + choose_world(
         world, "fault.swarm.duration", max(1, window * high // PER_MILLE - low_ns + 1)
     )
-    params = _draw_params(world, kind, buffers)
-    one_shot = kind == "corrupt" and params.get("buffer") is not None
+    params = _draw_params(world, declared, buffers)
     return {
         "id": f"f{number}",
         "kind": kind,
         "target": target,
         "t_start": t_start,
-        "t_end": None if one_shot else t_start + duration,
+        "t_end": None if params.get("buffer") is not None else t_start + duration,
         "params": params,
     }
 
 
-def _draw_params(world: World, kind: str, buffers: Sequence[str]) -> dict[str, Any]:
-    if kind == "partition":
-        return {
-            "scope": _level(world, "fault.swarm.partition.scope", ("node", "host")),
-            "direction": _level(world, "fault.swarm.partition.direction", ("both", "out", "in")),
-            "mode": _level(world, "fault.swarm.partition.mode", ("hold", "drop")),
-        }
-    if kind == "slow":
-        return {
-            "bandwidth_factor": _level(world, "fault.swarm.slow.bandwidth", BANDWIDTH_FACTOR_LEVELS),
-            "compute_factor": _level(world, "fault.swarm.slow.compute", COMPUTE_FACTOR_LEVELS),
-        }
-    if kind == "crash":
-        return {}
-    if kind == "corrupt":
-        if buffers and choose_world(world, "fault.swarm.corrupt.where", 2) == 0:
-            return {"buffer": _level(world, "fault.swarm.corrupt.buffer", list(buffers))}
+def _draw_params(world: World, declared: FaultKind, buffers: Sequence[str]) -> dict[str, Any]:
+    """The parameters a swarm sets (the rest keep their defaults). A kind with a ``buffer``
+    parameter flips a bit of one of the scenario's buffers half the time (a one-shot fault with no
+    end), else of one message in flight."""
+    if "buffer" in declared.params:
+        site = f"fault.swarm.{declared.name}"
+        if buffers and choose_world(world, f"{site}.where", 2) == 0:
+            return {"buffer": _level(world, f"{site}.buffer", list(buffers))}
         return {"count": 1}
-    params: dict[str, Any] = {
-        "probability": _level(world, f"fault.swarm.{kind}.probability", PROBABILITY_LEVELS)
-    }
-    if kind == "delay":
-        params["delay_ns"] = _level(world, "fault.swarm.delay.delay", DELAY_LEVELS_NS)
-    elif kind == "reorder":
-        params["window_ns"] = _level(world, "fault.swarm.reorder.window", REORDER_WINDOW_LEVELS_NS)
-    elif kind == "duplicate":
-        params["gap_ns"] = _level(world, "fault.swarm.duplicate.gap", DUPLICATE_GAP_LEVELS_NS)
-    return params
+    return {level.param: _level(world, level.site, level.values) for level in declared.swarm_levels}

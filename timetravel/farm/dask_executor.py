@@ -52,6 +52,16 @@ def _distributed() -> Any:
     return distributed
 
 
+def dropped(future: Any) -> bool:
+    """Whether a task came back with neither a result nor an error of its own: cancelled by the
+    scheduler, or ``lost`` — its result was on a worker that died before it was fetched (seen on a
+    loaded machine while another seed kept killing workers: the future's status was ``lost`` and its
+    exception None, reported before as "failed: NoneType: None")."""
+    if future.status in ("cancelled", "lost"):
+        return True
+    return bool(future.status != "finished" and future.exception() is None)
+
+
 class DaskExecutor:
     """Seeds as Dask tasks (see the module docstring)."""
 
@@ -111,13 +121,13 @@ class DaskExecutor:
                 done = {future for future in in_flight if future.done()}
             for future in done:
                 job, _submitted = in_flight.pop(future)
-                if future.status != "cancelled":
+                if not dropped(future):
                     yield self._row(distributed, future, job)
                 elif self._lost(job):
                     resubmitted = self.client.submit(run_job, job, pure=False, retries=0)
                     in_flight[resubmitted] = (job, time.monotonic())
                 else:
-                    yield crash_row(job, SEED_ATTEMPTS_MAX, "Dask cancelled the task")
+                    yield crash_row(job, SEED_ATTEMPTS_MAX, f"Dask {future.status} the task")
             yield from self._expire(in_flight)
 
     def _warm(self, job: SeedJob) -> None:
@@ -126,7 +136,7 @@ class DaskExecutor:
         self.client.run(warm_worker, job)
 
     def _lost(self, job: SeedJob) -> bool:
-        """A seed's task came back cancelled though this executor cancels only the tasks it
+        """A seed's task came back ``dropped`` (cancelled, or lost) though this executor cancels only the tasks it
         records as ``timeout`` (and takes those out of flight first): the scheduler dropped it —
         seen on a loaded CI machine while another seed kept killing workers. Whether to run it
         again: yes, up to SEED_ATTEMPTS_MAX times in all, as for a worker's death."""

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.farm.job import ROW_FIELDS, check_row
-from timetravel.recording.files import check_output_path
+from timetravel.recording.files import check_output_path, make_parent_folders
 
 SCHEMA_VERSION = "timetravel.findings/1"
 BUSY_TIMEOUT_MS = 30_000
@@ -122,19 +122,31 @@ class FindingsDatabase:
             raise IsADirectoryError(f"{self.path} is a directory, not a findings database")
         check_output_path(self.path)  # a FIFO or device would block sqlite or feed it garbage
         if create:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            make_parent_folders(self.path)
         try:
             self.connection = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None)
-            self._prepare()
         except sqlite3.DatabaseError as error:
             raise FindingsDatabaseError(f"{self.path} is not a findings database ({error})") from None
+        try:
+            self._prepare(create)
+        except sqlite3.DatabaseError as error:
+            self.connection.close()
+            raise FindingsDatabaseError(f"{self.path} is not a findings database ({error})") from None
+        except BaseException:
+            self.connection.close()
+            raise
 
-    def _prepare(self) -> None:
+    def _prepare(self, create: bool) -> None:
         connection = self.connection
         connection.execute(f"PRAGMA busy_timeout = {BUSY_TIMEOUT_MS}")
         tables = {row[0] for row in connection.execute("SELECT name FROM sqlite_master WHERE type='table'")}
         if tables and "meta" not in tables:
             raise FindingsDatabaseError(f"{self.path} is an SQLite file but not a findings database")
+        if not tables and not create:  # an empty file (or database) is no sweep's: it is read, never made one
+            what = "an empty file" if self.path.stat().st_size == 0 else "an SQLite file with no tables"
+            raise FindingsDatabaseError(
+                f"{self.path} is {what}, not a findings database (run `timetravel fuzz` first)"
+            )
         if "meta" in tables:
             found = connection.execute("SELECT value FROM meta WHERE key='schema'").fetchone()
             if found is None or found[0] != SCHEMA_VERSION:

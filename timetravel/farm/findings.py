@@ -8,6 +8,12 @@ the least to replay; ties go to fewer events, then the lower seed) and the exact
 opens it: its recording when there is one, else ``timetravel run`` with every ``--set`` the
 sweep used.
 
+A database is untrusted input: the ``--scenario MODULE:ATTR`` a sweep stored is never put in a
+command meant to be pasted (pasting it would import that module); it is reported on its own as
+``scenario_target``, for the user to check before they pass it themselves. Likewise a torch sweep's
+``script=PATH``: a pasted command would run that file, so the commands say ``script=SCRIPT`` (name
+your script) and the stored path is reported on its own as ``scripts``.
+
 ``compare_to_baseline`` is the CI gate: the signatures found here that the baseline lacks.
 """
 
@@ -38,6 +44,12 @@ class Bucket:
     open_command: str
     reproduce_command: str
     seeds: list[int] = field(default_factory=list)
+    scenario_target: str | None = None
+    """The ``--scenario MODULE:ATTR`` the database says the sweep ran with: untrusted, so shown on
+    its own and never inside ``open_command`` or ``reproduce_command``."""
+    scripts: list[str] = field(default_factory=list)
+    """The scripts (``script=PATH``) the database says the sweep ran: untrusted code, shown on its
+    own; the commands say ``script=SCRIPT`` instead."""
 
 
 @dataclass
@@ -58,20 +70,30 @@ def open_command(
     """The command that opens a seed: ``timetravel OPENER RECORDING`` when it was recorded, else a run.
 
     ``opener`` is the front end that opens recordings (the CLI passes the best one it has: the
-    TUI, the shell, or ``inspect``, which shows the world where the run ended).
+    TUI, the shell, or ``inspect``, which shows the world where the run ended). Never with the
+    database's ``--scenario`` (see the module docstring).
     """
     if not recording:
         return run_command(scenario, seed, sweep)
-    words = ["timetravel", opener, recording]
-    if sweep is not None and sweep.scenario_target:
-        words += ["--scenario", sweep.scenario_target]
-    return shlex.join(words)
+    return shlex.join(["timetravel", opener, recording])
+
+
+SCRIPT_PLACEHOLDER = "script=SCRIPT"
+"""What a pasteable command says where the database names a script (the user names their own)."""
 
 
 def run_command(scenario: str, seed: int, sweep: Sweep | None) -> str:
-    if sweep is None:
-        return reproduce_command(scenario, seed, ())
-    return reproduce_command(scenario, seed, sweep.settings, scenario_target=sweep.scenario_target)
+    """``timetravel run`` with the sweep's settings (never the database's ``--scenario``, and never a
+    script path it names: ``script=SCRIPT``)."""
+    settings = sweep.settings if sweep is not None else ()
+    pasteable = [SCRIPT_PLACEHOLDER if setting.startswith("script=") else setting for setting in settings]
+    return reproduce_command(scenario, seed, pasteable)
+
+
+def named_scripts(sweep: Sweep | None) -> list[str]:
+    """The scripts the database says the sweep ran (untrusted: see the module docstring)."""
+    settings = sweep.settings if sweep is not None else ()
+    return [setting.partition("=")[2] for setting in settings if setting.startswith("script=")]
 
 
 def list_findings(database: FindingsDatabase, opener: str = OPENER_DEFAULT) -> Findings:
@@ -145,6 +167,8 @@ def _bucket(
         open_command=open_command(scenario, seed, sweep, recording, opener),
         reproduce_command=run_command(scenario, seed, sweep),
         seeds=seeds,
+        scenario_target=sweep.scenario_target if sweep is not None else None,
+        scripts=named_scripts(sweep),
     )
 
 

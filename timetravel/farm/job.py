@@ -85,6 +85,8 @@ class SeedJob:
     seed_timeout_s: float | None = None
     record_path: str | None = None
     """When set, the job records the seed into this path instead (farm/record.py)."""
+    record_force: bool = False
+    """With ``record_path``: record over a file that exists there (``fuzz --force``)."""
     scripts_named: tuple[str, ...] = ()
     """Scripts the user named on the command line that planned the sweep (a torch run executes only
     those; a database that names a script never makes a worker run it)."""

@@ -5,8 +5,10 @@ When the sweep is done, the earliest-failing seeds of each signature (at most
 ``per_signature`` of them, earliest failure time first: the least to replay) are run again with
 recording into ``<folder>/<scenario>-<seed>.ttr`` — by the worker processes of this machine, so
 the files land next to the findings database even when the sweep ran on a Dask cluster. A
-worker records into ``<name>.part`` and renames it when complete, so an interrupted recording
-never looks like a finished one.
+worker records into ``<name>.partial`` and renames it when complete and checked, so an
+interrupted recording never looks like a finished one. A file that exists at ``<name>`` is not
+replaced unless the sweep was started with ``--force`` (recording/replace.py): the seed is then
+reported as not recorded, naming the file.
 
 Each recording is then *checked*: the file is read back and its END frame must carry the same
 failure signature and the same final state hash as the seed's row. A recording that differs from
@@ -28,17 +30,19 @@ from timetravel.farm.database import FindingsDatabase
 from timetravel.farm.executor import Executor
 from timetravel.farm.job import MESSAGE_CHARS_MAX, SeedJob, job_launch, resolve
 from timetravel.recording import RecordingReader, default_recording_path, record_run
-from timetravel.recording.recorder import check_replaceable
+from timetravel.recording.files import partial_path, rename_over
+from timetravel.recording.replace import check_replaceable, in_progress
 
 RECORDINGS_FOLDER_DEFAULT = "recordings"
 RECORDINGS_PER_SIGNATURE_DEFAULT = 5
-PART_SUFFIX = ".part"
 
 
 @dataclass(frozen=True)
 class RecordOptions:
     folder: Path = Path(RECORDINGS_FOLDER_DEFAULT)
     per_signature: int = RECORDINGS_PER_SIGNATURE_DEFAULT
+    force: bool = False
+    """Record over files that exist (``fuzz --force``); without it such a seed is not recorded."""
 
 
 def record_seed(job: SeedJob) -> dict[str, Any]:
@@ -56,24 +60,22 @@ def record_seed(job: SeedJob) -> dict[str, Any]:
         "state_hash": None,
     }
     try:
-        check_replaceable(final)  # a recording someone branched is never replaced by a sweep
+        check_replaceable(final, force=job.record_force)
+        if not in_progress(partial):
+            partial.unlink(missing_ok=True)  # what a killed worker left
         record_run(scenario, config, job.seed, partial, launch=job_launch(job))
         with RecordingReader.open(partial) as reader:
             end = reader.end() or {}
         failure = end.get("failure") or {}
         result.update(signature=failure.get("signature"), state_hash=end.get("state_hash"))
-        partial.replace(final)
+        check_replaceable(final, force=job.record_force)  # nobody wrote it meanwhile
+        rename_over(partial, final)
         result["bytes"] = final.stat().st_size
     except Exception as error:
         partial.unlink(missing_ok=True)
         result["error"] = f"{type(error).__name__}: {error}"[:MESSAGE_CHARS_MAX]
     result["wall_s"] = round(time.perf_counter() - started, 6)
     return result
-
-
-def partial_path(final: Path) -> Path:
-    """Where a recording is written until it is complete."""
-    return final.with_name(final.name + PART_SUFFIX)
 
 
 def recording_jobs(

@@ -24,8 +24,9 @@ from timetravel.farm.executor import Executor
 from timetravel.farm.job import SeedJob, check_row, config_hash
 from timetravel.farm.local_pool import LocalPool
 from timetravel.farm.progress import ProgressBar
-from timetravel.farm.record import RecordOptions, partial_path, record_failures, recording_jobs
+from timetravel.farm.record import RecordOptions, record_failures, recording_jobs
 from timetravel.farm.seeds import SeedSet, Shard
+from timetravel.recording.files import partial_path
 from timetravel.scenarios import get_scenario, load_target
 from timetravel.sim.fingerprint import code_fingerprint
 from timetravel.sim.scenario import ConfigError, Scenario
@@ -273,12 +274,16 @@ def _record(
 ) -> None:
     """The recording phase: the earliest failing seeds of each signature, recorded and checked.
 
-    ``partials`` receives the ``.part`` paths the workers may leave behind, for the caller to remove
+    ``partials`` receives the ``.partial`` paths the workers may leave behind, for the caller to remove
     once every worker is stopped.
     """
     where, parameters = seed_filter(plan)
     jobs = recording_jobs(
-        database, lambda seed, path: replace(plan.job(seed), record_path=path), where, parameters, options
+        database,
+        lambda seed, path: replace(plan.job(seed), record_path=path, record_force=options.force),
+        where,
+        parameters,
+        options,
     )
     partials += [partial_path(Path(str(job.record_path))) for job in jobs]
     bar = progress(len(jobs), f"{plan.sweep.scenario} recordings") if progress and jobs else None

@@ -8,12 +8,15 @@ and a fresh sweep into a new file is what a CI gate compares against (``findings
 **A database is untrusted input.** A sweep records the ``--scenario MODULE:ATTR`` it was run with,
 but a database can come from anyone, so that stored value is only shown, never imported: the
 scenario loads by its registered name, or from the ``scenario_target`` the user passes now (and
-then only that one).
+then only that one). Nor may a stored setting make us read a file: a ``@FILE`` value from the
+database is refused (``/dev/zero`` once exhausted 3.8 GB), unless the user sets that key with
+``--set`` now, which leaves the stored one out.
 """
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Collection
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -54,10 +57,13 @@ def bucket_jobs(
     seed_timeout_s: float | None,
     seeds_max: int,
     scenario_target: str | None = None,
+    keys_set: Collection[str] = (),
 ) -> list[SeedJob]:
     """Today's jobs for the bucket's seeds (the earliest seeds first when there are more than ``seeds_max``).
 
-    ``scenario_target``: the user's ``--scenario MODULE:ATTR``; the database's own is never imported."""
+    ``scenario_target``: the user's ``--scenario MODULE:ATTR``; the database's own is never imported.
+    ``keys_set``: the keys the user sets with ``--set`` (a stored setting of one of them that names
+    a file is left out rather than refused)."""
     sweeps = database.sweeps()
     loaded: dict[str, Scenario] = {}
     rows = database.connection.execute(
@@ -71,7 +77,9 @@ def bucket_jobs(
             raise BucketNotFoundError(f"the database lacks the settings of config {old_hash[:12]}")
         if sweep.scenario not in loaded:
             loaded[sweep.scenario] = trusted_scenario(sweep, scenario_target)
-        jobs.append(_job_today(sweep, loaded[sweep.scenario], seed, seed_timeout_s, scenario_target))
+        jobs.append(
+            _job_today(sweep, loaded[sweep.scenario], seed, seed_timeout_s, scenario_target, keys_set)
+        )
     return jobs
 
 
@@ -94,13 +102,31 @@ def trusted_scenario(sweep: Sweep, scenario_target: str | None) -> Scenario:
         ) from None
 
 
+def stored_settings(sweep: Sweep, scenario: Scenario, keys_set: Collection[str]) -> tuple[str, ...]:
+    """The sweep's settings without those that name a file and that the user sets anew (the
+    rest are resolved with files refused: ``resolve_config(..., files=False)``)."""
+    kept = []
+    for setting in sweep.settings:
+        key, _, text = setting.partition("=")
+        if key in keys_set and scenario.param(key).names_file(text):
+            continue
+        kept.append(setting)
+    return tuple(kept)
+
+
 def _job_today(
-    sweep: Sweep, scenario: Scenario, seed: int, seed_timeout_s: float | None, scenario_target: str | None
+    sweep: Sweep,
+    scenario: Scenario,
+    seed: int,
+    seed_timeout_s: float | None,
+    scenario_target: str | None,
+    keys_set: Collection[str],
 ) -> SeedJob:
-    config = scenario.resolve_config(sweep.settings)
+    settings = stored_settings(sweep, scenario, keys_set)
+    config = scenario.resolve_config(settings, files=False)
     return SeedJob(
         scenario=sweep.scenario,
-        settings=sweep.settings,
+        settings=settings,
         config_hash=config_hash(config),
         seed=seed,
         code_fingerprint=code_fingerprint(scenario.build.__module__),

@@ -6,12 +6,8 @@
 from timetravel.recording.catalog import MAIN_BRANCH, Catalog, EventBatchInfo, ManifestInfo
 from timetravel.recording.format import FORMAT_VERSION, RecordingError
 from timetravel.recording.reader import RecordingReader
-from timetravel.recording.recorder import (
-    SNAPSHOT_EVERY_EVENTS_DEFAULT,
-    Recorder,
-    default_recording_path,
-    record_run,
-)
+from timetravel.recording.record_run import default_recording_path, record_run
+from timetravel.recording.recorder import SNAPSHOT_EVERY_EVENTS_DEFAULT, Recorder
 from timetravel.recording.writer import RecordingWriter
 
 __all__ = [

@@ -1,9 +1,5 @@
-"""Opening paths a user names, refusing what is not a regular file before it can hang or flood us.
-
-A FIFO blocks in ``open()`` until someone writes to it, /dev/zero reads forever and /dev/urandom
-never ends: a path that is not a regular file is refused at once. The check is made on the open
-file descriptor (opened non-blocking, so opening a FIFO does not wait), not on a ``stat`` of the
-name before opening, so a file swapped in between cannot slip past it.
+"""Paths a user names: inputs that must be regular files (sim/regular_files.py), output paths and
+their folders, and the ``.partial`` file a recording that replaces another is written to.
 """
 
 from __future__ import annotations
@@ -12,34 +8,28 @@ import contextlib
 import os
 import stat
 import threading
-from collections.abc import Callable
 from pathlib import Path
 from typing import IO
 
+from timetravel.sim.regular_files import NotRegularFileError, describe_kind, open_regular
 
-class NotRegularFileError(OSError):
-    """A path that names a FIFO, a device, a socket or a directory where a file was expected."""
-
-
-def open_regular(path: str | Path) -> IO[bytes]:
-    """``path`` opened for binary reading, when it is a regular file (else NotRegularFileError;
-    FileNotFoundError and PermissionError as ``open`` raises them)."""
-    descriptor = os.open(path, os.O_RDONLY | getattr(os, "O_NONBLOCK", 0))
-    try:
-        mode = os.fstat(descriptor).st_mode
-        if not stat.S_ISREG(mode):
-            raise NotRegularFileError(f"{path}: {describe_kind(mode)}, not a regular file")
-        if hasattr(os, "set_blocking"):
-            os.set_blocking(descriptor, True)
-        return os.fdopen(descriptor, "rb")
-    except BaseException:
-        os.close(descriptor)
-        raise
+__all__ = [
+    "NotRegularFileError",
+    "check_output_path",
+    "describe_kind",
+    "is_same_file",
+    "make_parent_folders",
+    "open_regular",
+    "partial_path",
+    "rename_over",
+]
 
 
 def check_output_path(path: str | Path) -> None:
     """Refuse an output path that exists and is not a regular file (a FIFO would block the
-    writer, a directory cannot be written); a missing path is fine (it will be created)."""
+    writer, a directory cannot be written), or whose nearest existing folder is a file; a missing
+    path is fine, and so are missing folders on the way to it (the writer creates them:
+    :func:`make_parent_folders`)."""
     try:
         mode = os.stat(path).st_mode
     except FileNotFoundError:
@@ -50,55 +40,51 @@ def check_output_path(path: str | Path) -> None:
         raise NotRegularFileError(f"{path}: {describe_kind(mode)}, not a regular file")
 
 
-def describe_kind(mode: int) -> str:
-    if stat.S_ISDIR(mode):
-        return "a directory"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    return "not a regular file"
-
-
-REPLACE_BYTES_MIN = 1024 * 1024
-"""An existing file of at least this size is replaced by a new one rather than truncated in place
-(:func:`replace_with_new_file`); a smaller one is cheap to truncate."""
-
-
-def replace_with_new_file(old: IO[bytes], target: Path, lock: Callable[[IO[bytes], Path], None]) -> IO[bytes]:
-    """A new, empty file at ``target`` in place of ``old`` (``target``'s open, locked file), or
-    ``old`` itself when it cannot be replaced; the caller then empties what it gets.
-
-    Truncating a recording of 20 MB in place frees its pages and blocks there and then: 6-8 ms on
-    this machine's ext4, inside a run that records over its previous recording (the bench's
-    ``record_overhead_ratio``, ``make demo``). A new file renamed over ``target`` takes microseconds;
-    the old one is freed when its last descriptor closes, which a short thread does (the close
-    releases the GIL), and a reader that still has it open reads the old recording to its end
-    instead of a cut one. The new file is created beside the target, locked with ``lock`` and then
-    renamed over it, so the path always names a file whose writer holds its lock. A symlink or a
-    file with other hard links is truncated in place, as a user linking it expects."""
+def is_same_file(path: str | Path, other: str | Path) -> bool:
+    """True when both paths exist and name one file (through links too)."""
     try:
-        status = os.lstat(target)
-        if (
-            not stat.S_ISREG(status.st_mode)
-            or status.st_nlink != 1
-            or status.st_ino != os.fstat(old.fileno()).st_ino
-        ):
-            return old
-        temporary = target.with_name(f".{target.name}.{os.getpid()}.new")
-        descriptor = os.open(temporary, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+        return os.path.samefile(path, other)
     except OSError:
-        return old
-    new = os.fdopen(descriptor, "r+b")
+        return False
+
+
+def make_parent_folders(path: str | Path) -> None:
+    """Create the missing folders on the way to an output file: the one rule for every file
+    timetravel writes (recordings, findings databases, traces, repro tests; docs/cli.md)."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
+
+
+PARTIAL_SUFFIX = ".partial"
+"""A recording that replaces another (``--force``) is written beside it as ``NAME.partial`` and
+renamed over it only when complete: an interrupted run leaves the old file whole and the new one
+readable as a partial recording (docs/recording-format.md)."""
+RELEASE_BYTES_MIN = 1024 * 1024
+"""An old file of at least this size that a complete recording replaces is freed by a short
+thread (:func:`rename_over`); a smaller one is cheap to free."""
+
+
+def partial_path(target: str | Path) -> Path:
+    """Where a recording that replaces ``target`` is written until it is complete."""
+    target = Path(target)
+    return target.with_name(target.name + PARTIAL_SUFFIX)
+
+
+def rename_over(partial: Path, target: Path) -> None:
+    """Rename the complete file ``partial`` over ``target``.
+
+    Freeing the blocks of a recording of 20 MB took 6-8 ms on this machine's ext4, inside the run
+    when the kernel frees them in the rename. So an old file of RELEASE_BYTES_MIN or more is held
+    open across the rename and closed by a short thread (the close releases the GIL); a reader that
+    still has it open reads the old recording to its end."""
+    old: IO[bytes] | None = None
+    with contextlib.suppress(OSError):
+        if os.lstat(target).st_size >= RELEASE_BYTES_MIN:
+            old = open_regular(target)
     try:
-        lock(new, target)
-        os.replace(temporary, target)
+        os.replace(partial, target)
     except BaseException:
-        new.close()
-        with contextlib.suppress(OSError):
-            os.unlink(temporary)
-        return old
-    threading.Thread(target=old.close, name=f"timetravel release {target.name}", daemon=True).start()
-    return new
+        if old is not None:
+            old.close()
+        raise
+    if old is not None:
+        threading.Thread(target=old.close, name=f"timetravel release {target.name}", daemon=True).start()

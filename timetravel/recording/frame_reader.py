@@ -15,7 +15,6 @@ import os
 import struct
 from collections.abc import Callable
 from pathlib import Path
-from types import TracebackType
 from typing import IO, Any, Self
 
 from timetravel.recording.catalog import Catalog
@@ -121,9 +120,7 @@ class FrameReader:
     def __enter__(self) -> Self:
         return self
 
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     # -- opening ----------------------------------------------------------------------------------

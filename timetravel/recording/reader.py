@@ -31,6 +31,7 @@ import msgpack
 import numpy as np
 import xxhash
 
+from timetravel.recording import speedups
 from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo, check_blob_entry
 from timetravel.recording.format import (
     BLOB_ARRAY,
@@ -43,9 +44,8 @@ from timetravel.recording.format import (
 from timetravel.recording.frame_reader import FrameReader, items_max_for
 from timetravel.recording.schema import schema_for
 from timetravel.recording.structure import structure_warnings
-from timetravel.sim import speedups
 from timetravel.sim.elided import ElidedArray
-from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
+from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack, unpackb_bounded
 from timetravel.sim.event import Event, events_from_lists
 from timetravel.sim.world import World, queue_digest_from
 from timetravel.snapshot.assemble import (
@@ -90,7 +90,7 @@ them from header and pages. A 10,000-rank dp_training snapshot holds 220,000 sma
 of them (data shards, unchanged slots) the same from one snapshot to the next; rebuilding each
 (header lookup, page lookups, shape check, frombuffer) was half of a seek's time."""
 _blob_entries = getattr(speedups.compiled, "blob_entries", None)
-"""The compiled check of a BLOBS frame's entries (sim/_speedups_plain.h; None: catalog's, in Python)."""
+"""The compiled check of a BLOBS frame's entries (recording/_speedups.c; None: catalog's, in Python)."""
 NodeValue = Callable[[str, bytes], Any]
 """``node_value(name, digest) -> state``: a node's state for :meth:`RecordingReader.restore`."""
 QueueChunkValue = Callable[[bytes], list[Any]]
@@ -365,7 +365,7 @@ class RecordingReader(FrameReader):
         if kind != BLOB_ARRAY:
             raise RecordingError(f"{self.path}: blob {digest.hex()} is not an array")
         try:
-            dtype, shape, pages = msgpack.unpackb(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
+            dtype, shape, pages = unpackb_bounded(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
             if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(pages, list):
                 raise DecodeError("array header fields have the wrong types")
             if array_digest_from_pages(dtype, shape, pages) != digest:
@@ -477,10 +477,10 @@ class RecordingReader(FrameReader):
 
     def fresh_value(self, digest: bytes) -> Any:
         """:meth:`value` (writeable), copied from a kept read-only decode of the same digest when
-        the compiled core can copy it (``DECODED_PART_BYTES_MAX``): the same value, built faster."""
+        snapshot's compiled code can copy it (``DECODED_PART_BYTES_MAX``): the same value, built faster."""
         held = self._decoded_parts.get(digest)
         if held is None:
-            if fresh_copy(None) is NotImplemented:  # no compiled core: decode as always
+            if fresh_copy(None) is NotImplemented:  # no compiled copy: decode as always
                 return self.value(digest)
             held, blob_bytes, array_bytes = self.value_sized(digest, writeable=False)
             self._decoded_parts.put(digest, held, 100 + 6 * blob_bytes + array_bytes)
@@ -610,8 +610,8 @@ def kept_untracked(value: Any) -> None:
     Decoded recording data is acyclic plain data, freed by reference counting alone; but cached, it
     lives long, and every full collection walked it: at 10,000 ranks a manifest's node list is
     10,000 two-item lists and the array headers another 80,000 containers, most of the ~290,000
-    tracked objects a full collection during a seek walked (220-370 ms). Without the compiled core
-    this does nothing (a Python walk would cost what the collector's does)."""
+    tracked objects a full collection during a seek walked (220-370 ms). Without recording's compiled
+    code this does nothing (a Python walk would cost what the collector's does)."""
     if speedups.compiled is not None:
         speedups.compiled.untrack(value)
 
@@ -619,7 +619,7 @@ def kept_untracked(value: Any) -> None:
 def kept_events_untracked(events: list[Event]) -> None:
     """:func:`kept_untracked` for a decoded event batch the reader keeps (the Event tuples and their
     payloads: 4,096 events a batch, several batches kept)."""
-    if speedups.compiled is not None and hasattr(speedups.compiled, "untrack_events"):
+    if speedups.compiled is not None:
         speedups.compiled.untrack_events(events)
 
 

@@ -54,10 +54,7 @@ from timetravel.recording.format import (
     BLOB_PAGE,
     BLOB_VALUE,
     FORMAT_VERSION,
-    RECORDING_SUFFIX,
-    RECORDINGS_FOLDER_DEFAULT,
     FrameType,
-    RecordingError,
 )
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
@@ -74,7 +71,7 @@ from timetravel.sim.kernel import (
     pack_chain_batch,
 )
 from timetravel.sim.launch import Launch
-from timetravel.sim.runner import build_world, public_failure
+from timetravel.sim.runner import public_failure
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
 from timetravel.snapshot.changes import Changes
@@ -100,14 +97,6 @@ ranks); below it a whole interval re-executes in tens of ms, and on the 16-rank 
 QUIET_SNAPSHOT_FRACTION = 16
 """A quiet snapshot needs at least 1/16 of the interval's events since the previous snapshot, so
 they add at most 16x the snapshots of a run whose gaps are that frequent (a gossip run has none)."""
-BRANCHES_NAMED_MAX = 5
-
-
-def default_recording_path(
-    scenario_name: str, seed: int, folder: str | Path = RECORDINGS_FOLDER_DEFAULT
-) -> Path:
-    """``recordings/<scenario>-<seed>.ttr``."""
-    return Path(folder) / f"{scenario_name}-{seed}{RECORDING_SUFFIX}"
 
 
 def recording_header(
@@ -139,6 +128,11 @@ def recording_header(
     }
 
 
+def check_snapshot_interval(snapshot_every_events: int) -> None:
+    if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
+        raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+
+
 def usable_cores() -> int:
     """The cores this process may run on (its affinity where the OS tells it)."""
     if hasattr(os, "sched_getaffinity"):
@@ -166,6 +160,7 @@ class Recorder:
         background_writes: bool | None = None,
         compress_ahead: bool | None = None,
         launch: Launch | None = None,
+        replace: bool = False,
     ) -> None:
         """``launch``: what the user named (sim/launch.py), for the default Simulation of a scenario
         whose worlds run their code. ``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
@@ -174,9 +169,9 @@ class Recorder:
         ``background_writes``: write frames on a writer thread (None: when the scenario's worlds own
         external processes; write_thread.py says why). ``compress_ahead``: with inline writes, compress
         frames on a second thread (None: when the process may use COMPRESS_AHEAD_CORES_MIN cores;
-        compress_ahead.py says why)."""
-        if snapshot_every_events < SNAPSHOT_EVERY_EVENTS_MIN:
-            raise ValueError(f"snapshot interval must be at least {SNAPSHOT_EVERY_EVENTS_MIN} events")
+        compress_ahead.py says why). ``replace``: record over a file that exists at ``path``
+        (``--force``; recording/replace.py), else one is refused."""
+        check_snapshot_interval(snapshot_every_events)
         self.scenario = scenario
         self.world = world
         self.branch = branch
@@ -204,22 +199,17 @@ class Recorder:
             on_chain_batch=self._on_batch,
             determinism=determinism,
         )
-        header = recording_header(
-            scenario,
-            world,
-            snapshot_every_events=snapshot_every_events,
-            chain_batch_events=self.simulation.chain_batch_events,
-            overrides=overrides,
-            snapshot_quiet_ns=self.snapshot_quiet_ns,
+        self.writer = (
+            writer
+            if writer is not None
+            else RecordingWriter.create(path, self._header(overrides), replace=replace)
         )
-        header["determinism"] = self.simulation.determinism
+        self.path = self.writer.final_path
         record_state = getattr(self.simulation.processes, "record_state", None)
         self.pulls: Any = record_state() if callable(record_state) else None
         """The bytes of arrays the World holds elided that this recording keeps (a torch run's
         training state at the steps it keeps: torch/world/state_pull.py), or None. A snapshot is
         taken where such a step is stored in the World (``_on_pause``)."""
-        self.writer = writer if writer is not None else RecordingWriter.create(path, header)
-        self.path = self.writer.path
         if background_writes is None:
             background_writes = scenario.world_source is not None
         writes = WriteThread if background_writes else InlineWrites
@@ -233,6 +223,19 @@ class Recorder:
             self.writer.compress_ahead()  # zstd on another core, frames still in order (compress_ahead.py)
         self.snapshot()
 
+    def _header(self, overrides: Overrides | None) -> dict[str, Any]:
+        """The header of a new recording of this run."""
+        header = recording_header(
+            self.scenario,
+            self.world,
+            snapshot_every_events=self.snapshot_every_events,
+            chain_batch_events=self.simulation.chain_batch_events,
+            overrides=overrides,
+            snapshot_quiet_ns=self.snapshot_quiet_ns,
+        )
+        header["determinism"] = self.simulation.determinism
+        return header
+
     # -- the run ----------------------------------------------------------------------------------
 
     def run(self, until_ns: int | None = None, max_events: int | None = None) -> RunResult:
@@ -245,6 +248,18 @@ class Recorder:
             pause_every_ns=self.snapshot_quiet_ns or None,
             on_pause=self._on_pause,
         )
+
+    def run_to_end(
+        self, until_ns: int | None = None, max_events: int | None = None
+    ) -> tuple[RunResult, dict[str, Any]]:
+        """:meth:`run`, then :meth:`finish`: the result and the END record. Interrupted by any
+        exception, the recording is closed by :meth:`abort` (what was written stays readable)."""
+        try:
+            result = self.run(until_ns, max_events)
+        except BaseException:
+            self.abort()
+            raise
+        return result, self.finish(result)
 
     def flush(self) -> None:
         """Write every frame so far and flush the file to the OS, waiting for the writer thread (and
@@ -478,101 +493,3 @@ def write_pulled(writer: RecordingWriter, pulled: list[np.ndarray]) -> None:
             codec, data = encode_page(bytes(raw[start : start + PAGE_BYTES]), name, None)
             writer.blob([digest, BLOB_PAGE, codec, None, element_bytes(name), data])
     writer.flush_blobs()
-
-
-def check_replaceable(path: str | Path, *, force: bool = False) -> None:
-    """Refuse to record over ``path`` when that would lose work: a recording still being written
-    (always), or one that holds branches (unless ``force``: ``run --record --force``).
-
-    Recording replaces the whole file, and branches live in the recording they branch from, so
-    ``run --record`` over a recording someone explored used to delete its branches without a
-    word. A file that is not a readable recording is left to the writer (it is replaced)."""
-    from timetravel.recording.reader import RecordingReader
-
-    target = Path(path)
-    if not target.is_file():
-        return
-    try:
-        reader = RecordingReader.open(target)
-    except RecordingError:
-        return
-    with reader:
-        in_progress = reader.in_progress
-        branches = list(reader.catalog.branches)
-    if in_progress:
-        raise RecordingError(f"{target}: another process is writing this recording (it is in progress)")
-    if branches and not force:
-        shown = ", ".join(branches[:BRANCHES_NAMED_MAX]) + (
-            ", ..." if len(branches) > BRANCHES_NAMED_MAX else ""
-        )
-        raise RecordingError(
-            f"{target} holds {len(branches)} branch{'es' if len(branches) != 1 else ''} ({shown}) that "
-            "recording over it would delete: record to another path, or pass --force to replace it"
-        )
-
-
-def record_run(
-    scenario: Scenario,
-    config: dict[str, Any],
-    seed: int,
-    path: str | Path,
-    *,
-    until_ns: int | None = None,
-    max_events: int | None = None,
-    snapshot_every_events: int | None = None,
-    record_choices: bool = False,
-    determinism: str | None = None,
-    force: bool = False,
-    launch: Launch | None = None,
-) -> tuple[dict[str, Any], World]:
-    """Run one seed while recording it to ``path``; the report has ``run --json``'s fields.
-
-    ``snapshot_every_events`` None: the scenario's own interval (``Scenario.snapshot_every_events``:
-    a torch run's is small, each re-executed event may be a training step), else the default —
-    as ``timetravel run --record`` chooses.
-    ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
-    replays run under the same mode. ``force``: replace a recording that holds branches
-    (``check_replaceable``). ``launch``: what the user named (sim/launch.py: a torch run's script)."""
-    check_replaceable(path, force=force)
-    world = build_world(scenario, config, seed, launch)
-    recorder = Recorder(
-        scenario,
-        world,
-        path,
-        snapshot_every_events=snapshot_every_events
-        or scenario.snapshot_every_events
-        or SNAPSHOT_EVERY_EVENTS_DEFAULT,
-        record_choices=record_choices,
-        determinism=determinism,
-        launch=launch,
-    )
-    try:
-        result = recorder.run(until_ns=until_ns, max_events=max_events)
-    except BaseException:
-        recorder.abort()
-        raise
-    end = recorder.finish(result)
-    report: dict[str, Any] = {
-        "scenario": scenario.name,
-        "seed": seed,
-        "config": config,
-        "outcome": result.outcome,
-        "failure": public_failure(result.failure),
-        "events": result.events,
-        "t_end_ns": result.t_end_ns,
-        "state_hash": end["state_hash"],
-        "hash_chain": end["hash_chain"],
-        "determinism": recorder.simulation.determinism,
-        "code_fingerprint": code_fingerprint(scenario.build.__module__),
-        "platform_fingerprint": platform_fingerprint(),
-    }
-    if scenario.summarize is not None:
-        report["summary"] = scenario.summarize(world)
-    report["recording"] = {
-        "path": str(recorder.path),
-        "bytes": recorder.writer.offset,
-        "snapshots": len(recorder.writer.catalog.manifests.get(recorder.branch, [])),
-        "snapshot_every_events": recorder.snapshot_every_events,
-        "notes": recorder.notes,
-    }
-    return report, world

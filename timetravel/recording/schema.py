@@ -15,6 +15,7 @@ is 1.4 GB of Python lists, so the count is what bounds memory, not the bytes.
 
 from __future__ import annotations
 
+import reprlib
 from dataclasses import dataclass
 from typing import Any
 
@@ -260,8 +261,14 @@ def _check_value(rule: FieldRule, value: Any) -> str | None:
     return None
 
 
+_SHOWN = reprlib.Repr()
+"""Quotes a wrong value in an error: bounded in depth and length, whatever a forged frame holds."""
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxdict = 3, 4, 4
+_SHOWN.maxstring = _SHOWN.maxother = _SHOWN.maxlong = 40
+
+
 def _shown(value: Any) -> str:
-    text = repr(value)
+    text = _SHOWN.repr(value)
     return text if len(text) <= 40 else text[:37] + "..."
 
 

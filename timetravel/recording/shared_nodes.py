@@ -43,9 +43,9 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any
 
+from timetravel.recording import speedups
 from timetravel.recording.catalog import ManifestInfo
 from timetravel.recording.reader import RecordingReader
-from timetravel.sim import speedups
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
 from timetravel.snapshot.assemble import stored_events
@@ -69,9 +69,9 @@ hold beyond those is the containers of states the LRU has let go (tens of MB at 
 
 
 def untrack_events(events: list[Event]) -> None:
-    """:func:`untrack` for kept read-only events (their tuples and payloads; the compiled core's
+    """:func:`untrack` for kept read-only events (their tuples and payloads; recording's compiled
     ``untrack_events``): a 10,000-rank snapshot's queue chunks hold ~20,000 of them."""
-    if speedups.compiled is not None and hasattr(speedups.compiled, "untrack_events"):
+    if speedups.compiled is not None:
         speedups.compiled.untrack_events(events)
 
 
@@ -83,7 +83,7 @@ def untrack(value: Any) -> None:
     walked them all in the first young collection after the seek (170-330 ms) and again in the
     older generations (a full collection of 610-800 ms inside a later seek), for nothing: decoded
     plain data is acyclic, so reference counting frees it when the last world and this cache let it
-    go. The compiled core untracks them (~50 ms for 10,000 ranks); without it they stay tracked, as
+    go. Recording's compiled code untracks them (~50 ms for 10,000 ranks); without it they stay tracked, as
     before (a Python walk would cost what the collector's does). The value itself is unchanged: the
     World is the same, and a dict that is given a tracked item later is tracked again by CPython."""
     if speedups.compiled is not None:

@@ -29,7 +29,7 @@ from timetravel.recording.compress_ahead import (
     Compression,
     stored_payload,
 )
-from timetravel.recording.files import REPLACE_BYTES_MIN, check_output_path, replace_with_new_file
+from timetravel.recording.files import check_output_path, make_parent_folders, partial_path, rename_over
 from timetravel.recording.format import (
     BLOB_FRAME_BYTES,
     FRAME_HEADER_BYTES,
@@ -43,6 +43,7 @@ from timetravel.recording.format import (
     payload_checksum,
 )
 from timetravel.recording.lock import hold_writer_lock
+from timetravel.recording.replace import check_replaceable
 from timetravel.recording.schema import schema_for
 from timetravel.recording.writeback import start_writeback
 from timetravel.sim.encoding import PACKER_BUFFER_BYTES, pack, reusable_packer
@@ -132,9 +133,17 @@ class RecordingWriter:
     After ``compress_ahead()`` frames are compressed on a second thread and written in the order
     they were given, when their turn comes (compress_ahead.py): ``frame`` then returns None."""
 
-    def __init__(self, file: IO[bytes], path: Path, catalog: Catalog) -> None:
+    def __init__(
+        self, file: IO[bytes], path: Path, catalog: Catalog, *, final_path: Path | None = None
+    ) -> None:
         self.file = file
         self.path = path
+        """The file written: ``final_path``, or its ``.partial`` while it replaces another file."""
+        self.final_path = final_path or path
+        """The recording's name, as the caller gave it."""
+        self.replaces: Path | None = None
+        """The file ``close`` renames ``path`` over once the recording is complete (``final_path``,
+        or the file it links to), when this recording replaces one (``create(replace=True)``)."""
         self.catalog = catalog
         self.offset = file.tell()
         self.page_depths: dict[bytes, int] = {}
@@ -169,24 +178,35 @@ class RecordingWriter:
         """Blobs in queued BLOBS frames (not in the catalog until their frame is written)."""
 
     @classmethod
-    def create(cls, path: str | Path, header: dict[str, Any]) -> RecordingWriter:
-        """Start a new recording at ``path`` (its folder is created; an existing file is replaced,
-        but only once this writer holds its lock: a recording in progress is never cut; a large one
-        by a new file, files.replace_with_new_file says why)."""
+    def create(cls, path: str | Path, header: dict[str, Any], *, replace: bool = False) -> RecordingWriter:
+        """Start a new recording at ``path`` (missing folders are created). A path that exists is
+        refused (replace.py) unless ``replace``: then the recording goes to ``path.partial`` and
+        ``close`` renames it over ``path`` (a symlink is followed: the file it names is replaced)."""
         target = Path(path)
         check_output_path(target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        file: IO[bytes] = os.fdopen(os.open(target, os.O_RDWR | os.O_CREAT, 0o666), "r+b")
+        make_parent_folders(target)
+        written, replaces = target, None
+        flags = os.O_RDWR | os.O_CREAT | os.O_EXCL
+        if replace and os.path.lexists(target):
+            check_replaceable(target, force=True)  # never over a recording in progress
+            replaces = Path(os.path.realpath(target))
+            written = partial_path(replaces)
+            flags = os.O_RDWR | os.O_CREAT
         try:
-            hold_writer_lock(file, target)
+            descriptor = os.open(written, flags, 0o666)
+        except FileExistsError:
+            check_replaceable(target)  # raises the one line naming what the file holds
+            raise
+        file: IO[bytes] = os.fdopen(descriptor, "r+b")
+        try:
+            hold_writer_lock(file, written)
         except BaseException:
             file.close()
             raise
-        if os.fstat(file.fileno()).st_size >= REPLACE_BYTES_MIN:  # freeing it is not the run's work
-            file = replace_with_new_file(file, target, hold_writer_lock)
         file.truncate(0)
         file.write(MAGIC)
-        writer = cls(file, target, Catalog())
+        writer = cls(file, written, Catalog(), final_path=target)
+        writer.replaces = replaces
         writer.frame(FrameType.HEADER, header)
         return writer
 
@@ -398,6 +418,18 @@ class RecordingWriter:
             os.fsync(self.file.fileno())
         except OSError as error:
             raise self._failed(error) from None
+        if self.replaces is not None:  # complete: it replaces the old file now, under its lock
+            try:
+                rename_over(self.path, self.replaces)
+            except OSError as error:
+                self.file.close()
+                self.closed = True
+                raise OSError(
+                    error.errno,
+                    f"{error.strerror} (the complete recording is {self.path})",
+                    str(self.final_path),
+                ) from None
+            self.path, self.replaces = self.replaces, None
         self.file.close()
         self.closed = True
 

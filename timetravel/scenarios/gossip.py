@@ -14,7 +14,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.sim import Context, Event, Param, Scenario, World
+from timetravel.sim import Context, Event, Param, Scenario, ScenarioView, World
 from timetravel.sim.world import NODES_MAX
 
 MESSAGE_BYTES = 256
@@ -112,4 +112,5 @@ SCENARIO = Scenario(
     handlers={"peer": {"rumor": peer_rumor}, "load": {"tick": load_tick}},
     on_end=on_end,
     summarize=summarize,
+    view=ScenarioView(rank_role="peer", step_key="received"),
 )

@@ -26,7 +26,7 @@ import random
 import time
 from typing import Any
 
-from timetravel.sim import Context, Event, Param, Scenario, World
+from timetravel.sim import Context, Event, Param, Scenario, ScenarioView, World
 
 MESSAGE_BYTES = 64
 LEAKS = ("none", "set", "clock", "random", "stamp")
@@ -119,4 +119,5 @@ SCENARIO = Scenario(
         "worker": {"work": worker_work, "finish": worker_finish},
     },
     summarize=summarize,
+    view=ScenarioView(rank_role="worker"),
 )

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.sim import Context, Event, Param, Scenario, World, choose_world
+from timetravel.sim import Context, Event, Param, Scenario, ScenarioView, World, choose_world
 
 PERIOD_NS = 4_000_000
 TIMEOUT_NS = 1_000_000
@@ -43,6 +43,8 @@ DECOY_KINDS = ("delay", "slow", "jitter")
 FAULT_KINDS = (*DECOY_KINDS, "drop", "restart")
 FAULT_FIELDS = ("id", "kind", "target", "t_start", "t_end", "params")
 FAULTS_MAX = 10_000
+RECORD_SHOWN_CHARS_MAX = 120
+"""A malformed fault record is quoted in its error up to this length."""
 LEADER = "leader"
 
 
@@ -95,6 +97,12 @@ def _record(kind: str, target: str, t_start: int, t_end: int, params: dict[str, 
     return {"id": "", "kind": kind, "target": target, "t_start": t_start, "t_end": t_end, "params": params}
 
 
+def check_faults_setting(value: Any) -> None:
+    """The ``faults`` key's own check (Param.validate): needle, none, or a schedule check_schedule takes."""
+    if value not in ("needle", "none"):
+        check_schedule(value)
+
+
 def check_schedule(records: Any) -> list[dict[str, Any]]:
     """An explicit schedule from the config, checked field by field (it is user input)."""
     if not isinstance(records, list) or len(records) > FAULTS_MAX:
@@ -102,7 +110,10 @@ def check_schedule(records: Any) -> list[dict[str, Any]]:
     checked = []
     for record in records:
         if not isinstance(record, dict) or set(record) != set(FAULT_FIELDS):
-            raise ValueError(f"a fault record has exactly the fields {', '.join(FAULT_FIELDS)}: {record!r}")
+            shown = repr(record) if len(repr(record)) <= RECORD_SHOWN_CHARS_MAX else "that record"
+            raise ValueError(f"a fault record has exactly the fields {', '.join(FAULT_FIELDS)}, not {shown}")
+        if not isinstance(record["id"], str) or not isinstance(record["target"], str):
+            raise ValueError("a fault record's id and target are strings")
         if record["kind"] not in FAULT_KINDS:
             raise ValueError(f"fault {record['id']}: unknown kind {record['kind']!r}")
         if not all(isinstance(record[key], int) and record[key] >= 0 for key in ("t_start", "t_end")):
@@ -273,6 +284,7 @@ SCENARIO = Scenario(
             "json",
             "needle",
             "needle (decoys + the planted pair), none, or an explicit list of fault records",
+            validate=check_faults_setting,
         ),
         Param(
             "bug",
@@ -290,4 +302,5 @@ SCENARIO = Scenario(
     },
     transport=transport,
     summarize=summarize,
+    view=ScenarioView(rank_role="worker", fault_states={"slow": "slow"}),
 )

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from timetravel.sim import Context, Event, Param, Scenario, World
+from timetravel.sim import Context, Event, Param, Scenario, ScenarioView, World
 
 MESSAGE_BYTES = 64
 
@@ -68,4 +68,5 @@ SCENARIO = Scenario(
     build=build,
     handlers={"ping": {"start": ping_start, "pong": ping_pong}, "pong": {"ping": pong_ping}},
     summarize=summarize,
+    view=ScenarioView(step_key="round"),
 )

@@ -3,8 +3,8 @@
 Every command that acts on a recording is the language's (``timetravel.explore.commands``) and
 runs through its handlers, exactly as in the TUI. The shell adds only what belongs to a terminal:
 ``plot`` (a metric of chosen branches, drawn in braille — the TUI draws the same curves in its
-plot widget) and ``quit``. Their specs use the language's own spec classes and value converters,
-so completion, ``help`` and error messages treat them like every other command.
+plot widget) and ``quit``. Their specs are the language's own spec classes, parsed by the language's
+one parser, so completion, ``help`` and error messages treat them like every other command.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from timetravel.explore.commands import ArgumentSpec, CommandError, CommandSpec, Invocation, OptionSpec
-from timetravel.explore.commands.parse import convert
+from timetravel.explore.commands.parse import parse_words
 from timetravel.explore.results import HelpEntry, HelpResult
 from timetravel.shell.render.plot import PLOT_HEIGHT_MAX, PLOT_WIDTH_MAX, SERIES_MAX, Series
 from timetravel.shell.results import PlotResult
@@ -33,6 +33,7 @@ PLOT_SPEC = CommandSpec(
             f"the branches to plot, at most {SERIES_MAX} (default: all)",
             required=False,
             rest=True,
+            each=True,
         ),
     ),
     (
@@ -56,88 +57,10 @@ def shell_spec(name: str) -> CommandSpec | None:
 
 
 def parse_shell_command(words: Sequence[str], display_unit: str) -> Invocation:
-    """Parse one of the shell's own commands with the language's value converters.
-
-    Options may come before or among the positional words (``plot main --log b1``); a ``rest``
-    argument collects every positional word as a list.
-    """
+    """One of the shell's own commands, by the language's one parser (:func:`parse_words`)."""
     spec = shell_spec(words[0])
     assert spec is not None, words[0]
-    positional: list[str] = []
-    options: dict[str, Any] = {}
-    index = 1
-    while index < len(words):
-        word = words[index]
-        if word.startswith("--") and len(word) > 2:
-            index = _option(spec, list(words), index, options, display_unit)
-        else:
-            positional.append(word)
-            index += 1
-    return Invocation(spec, _arguments(spec, positional, display_unit), options, " ".join(words))
-
-
-def _option(
-    spec: CommandSpec, words: list[str], index: int, options: dict[str, Any], display_unit: str
-) -> int:
-    name, equals, inline = words[index].partition("=")
-    option = spec.option(name)
-    if option is None:
-        known = ", ".join(o.name for o in spec.options) or "none"
-        raise CommandError(f"{spec.name}: unknown option {name} (options: {known})")
-    if option.key in options:
-        raise CommandError(f"{spec.name}: {name} given twice")
-    if option.is_flag:
-        if equals:
-            raise CommandError(f"{spec.name}: {name} takes no value")
-        options[option.key] = True
-        return index + 1
-    if equals:
-        text, following = inline, index + 1
-    elif index + 1 < len(words):
-        text, following = words[index + 1], index + 2
-    else:
-        raise CommandError(f"{spec.name}: {name} needs a value ({option.kind})")
-    options[option.key] = convert(option.kind or "word", text, display_unit, f"{spec.name} {name}")
-    return following
-
-
-def _arguments(spec: CommandSpec, positional: list[str], display_unit: str) -> dict[str, Any]:
-    values: dict[str, Any] = {}
-    remaining = list(positional)
-    for argument in spec.arguments:
-        if not remaining:
-            if argument.required:
-                raise CommandError(f"{spec.name}: missing {argument.name.upper()}; usage: {spec.usage}")
-            continue
-        taken, remaining = (remaining, []) if argument.rest else (remaining[:1], remaining[1:])
-        converted = [
-            convert(argument.kind, text, display_unit, f"{spec.name} {argument.name.upper()}")
-            for text in taken
-        ]
-        values[argument.name] = converted if argument.rest else converted[0]
-    if remaining:
-        raise CommandError(f"{spec.name}: unexpected {remaining[0]!r}; usage: {spec.usage}")
-    return values
-
-
-# -- help ----------------------------------------------------------------------------------------
-
-
-def help_detail(spec: CommandSpec) -> str:
-    """A command's usage, summary, arguments, options and examples (the language's help layout)."""
-    lines = [spec.usage, "", spec.summary]
-    if spec.arguments:
-        lines += ["", "arguments:"] + [f"  {a.name.upper():<12} {a.help}" for a in spec.arguments]
-    if spec.options:
-        lines += ["", "options:"] + [
-            f"  {o.name + ('' if o.is_flag else ' ' + (o.kind or '').upper()):<24} {o.help}"
-            for o in spec.options
-        ]
-    if spec.aliases:
-        lines += ["", f"aliases: {', '.join(spec.aliases)}"]
-    if spec.examples:
-        lines += ["", "examples:"] + [f"  {example}" for example in spec.examples]
-    return "\n".join(lines)
+    return parse_words(words, display_unit, spec=spec)
 
 
 def with_shell_commands(language_help: HelpResult) -> HelpResult:
@@ -147,7 +70,7 @@ def with_shell_commands(language_help: HelpResult) -> HelpResult:
 
 
 def shell_help(spec: CommandSpec) -> HelpResult:
-    return HelpResult((HelpEntry(spec.name, spec.usage, spec.summary),), help_detail(spec))
+    return HelpResult((HelpEntry(spec.name, spec.usage, spec.summary),), spec.help_detail)
 
 
 # -- plot ----------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ from typing import Protocol
 from timetravel.explore.commands import COMMANDS, CommandSpec, OptionSpec, ValueSource
 from timetravel.explore.commands.parse import argument_at
 from timetravel.explore.commands.spec import ALIASES
-from timetravel.explore.paths import NUMBER_FUNCTIONS, TRUTH_FUNCTIONS
+from timetravel.explore.predicates import NUMBER_FUNCTIONS, TRUTH_FUNCTIONS
 from timetravel.shell.fuzzy import CANDIDATES_MAX, rank
 from timetravel.shell.words import LineState, line_state, quote_word
 

@@ -22,8 +22,8 @@ already been drawn; :attr:`Shell.last` keeps it, and :meth:`Shell.run` returns i
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
-from types import TracebackType
 from typing import Any
 
 from rich.console import Console
@@ -34,17 +34,18 @@ from timetravel.shell.completion import complete
 from timetravel.shell.language import LanguageEngine, recording_engine
 from timetravel.shell.prompt import prompt_text
 from timetravel.shell.render import RenderContext, render
+from timetravel.shell.render.safe_console import terminal_safe_console
 from timetravel.shell.script import split_commands
 from timetravel.sim.scenario import Scenario
 
 
-class Shell:
+class Shell(AbstractContextManager["Shell"]):
     """The shell's commands over one open recording, for Python callers (see the module docstring)."""
 
     def __init__(self, context: CommandContext, console: Console | None = None) -> None:
         self.context = context
         self.engine: LanguageEngine = recording_engine(context)
-        self.console = console if console is not None else Console()
+        self.console = terminal_safe_console(console if console is not None else Console())
         self.last: object = None
         """The result of the last command run."""
 
@@ -106,12 +107,7 @@ class Shell:
     def close(self) -> None:
         self.context.close()
 
-    def __enter__(self) -> Shell:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
     def __repr__(self) -> str:

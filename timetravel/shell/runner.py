@@ -37,6 +37,7 @@ from timetravel.shell.engine import Engine, ExitShell
 from timetravel.shell.monitor import CommandMonitor
 from timetravel.shell.prompt import prompt_text
 from timetravel.shell.render import RenderContext, render
+from timetravel.shell.render.safe_console import terminal_safe_console
 from timetravel.shell.script import ScriptCommand, ScriptError, split_commands
 
 EXIT_OK = 0
@@ -101,8 +102,8 @@ class CommandRunner:
         program: str = "",
     ) -> None:
         self.engine = engine
-        self.console = console
-        self.error_console = error_console or console
+        self.console = terminal_safe_console(console)
+        self.error_console = terminal_safe_console(error_console or console)
         self.json_output = json_output
         self.monitor = monitor
         self.program = program

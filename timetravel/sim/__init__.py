@@ -10,7 +10,7 @@ from timetravel.sim.event import Event
 from timetravel.sim.failure import make_failure
 from timetravel.sim.guard import DeterminismError
 from timetravel.sim.kernel import RunResult, Simulation, chain_head
-from timetravel.sim.scenario import ConfigError, Param, Scenario
+from timetravel.sim.scenario import ConfigError, Param, Scenario, ScenarioView
 from timetravel.sim.timefmt import TimeFormatError, format_time, format_time_auto, parse_time
 from timetravel.sim.world import World
 
@@ -22,6 +22,7 @@ __all__ = [
     "Param",
     "RunResult",
     "Scenario",
+    "ScenarioView",
     "Simulation",
     "TimeFormatError",
     "World",

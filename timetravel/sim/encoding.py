@@ -17,6 +17,7 @@ digest; it has no bytes to encode otherwise.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from typing import Any
 
 import msgpack
@@ -32,6 +33,19 @@ ARRAY_BYTES_MAX = 1 << 31
 ARRAY_DIMENSIONS_MAX = 32
 DECODE_BYTES_MAX = 1 << 31
 DECODE_CONTAINER_LENGTH_MAX = 50_000_000
+DECODE_DEPTH_MAX = 128
+"""A decoded value nests containers at most this deep (the deepest recording we have: 10). A forged
+one nested 1,000 deep decoded, then made every command end in a RecursionError; nesting is a
+limit checked while decoding, like sizes (:func:`unpackb_bounded`; the compiled decoder, sim/
+_speedups_plain.h PLAIN_DEPTH_MAX, hands a deeper value back to it)."""
+MSGPACK_STACK_DEPTH = 1024
+"""msgpack-python refuses a value whose containers nest deeper than this (StackError: the fixed
+stack of its C unpacker; tests/test_encoding.py pins it)."""
+_DEPTH_WRAPPERS = MSGPACK_STACK_DEPTH - DECODE_DEPTH_MAX
+_DEPTH_PREFIX = b"\x91" * _DEPTH_WRAPPERS
+"""One-element arrays (msgpack fixarray 1) a value is decoded inside (:func:`unpackb_bounded`)."""
+_NOT_CONTAINER_TAGS = bytes(code for code in range(256) if not (0x80 <= code <= 0x9F or 0xDC <= code <= 0xDF))
+"""Every byte but msgpack's map and array headers (fixmap, fixarray, array 16/32, map 16/32)."""
 PACKER_BUFFER_BYTES = 4096
 """Initial buffer of each msgpack Packer (it grows as needed).
 
@@ -203,34 +217,65 @@ def _ext_hook(code: int, data: bytes) -> Any:
     raise DecodeError(f"unknown msgpack extension type {code}")
 
 
+def unpackb_bounded(data: bytes, *, budget: ItemBudget | None = None, **options: Any) -> Any:
+    """``msgpack.unpackb(data, **options)``, refusing a value nested deeper than DECODE_DEPTH_MAX
+    (DecodeError) while decoding. Bytes with more map and array headers than that are decoded
+    inside _DEPTH_WRAPPERS one-element arrays, so that msgpack's own fixed stack of
+    MSGPACK_STACK_DEPTH stops a deeper value before it is built (a copy of the bytes, and ~0.7 ms of
+    list hooks; fewer headers cannot nest that deep, and decode as they are). ``budget`` counts
+    what is built (not the wrapping arrays). Other errors are msgpack's."""
+    data = bytes(data)
+    if budget is not None:
+        options.update(list_hook=budget.take, object_hook=budget.take)
+    if len(data.translate(None, _NOT_CONTAINER_TAGS)) <= DECODE_DEPTH_MAX:
+        return msgpack.unpackb(data, **options)  # too few container headers to nest deeper
+    if budget is not None:
+        budget.left += 2 * _DEPTH_WRAPPERS  # each wrapping array: its length and itself
+    try:
+        value = msgpack.unpackb(_DEPTH_PREFIX + data, **options)
+    except msgpack.StackError:
+        raise DecodeError(f"nested more than {DECODE_DEPTH_MAX} deep") from None
+    for _wrapper in range(_DEPTH_WRAPPERS):
+        value = value[0]
+    return value
+
+
 def unpack(data: bytes, *, bytes_max: int = DECODE_BYTES_MAX, items_max: int | None = None) -> Any:
     """Decode bytes made by :func:`pack`, with size limits on everything; raises DecodeError.
 
     ``items_max``: also cap the containers and container entries decoded (untrusted input)."""
     if len(data) > bytes_max:
         raise DecodeError(f"encoded value of {len(data)} bytes exceeds the limit of {bytes_max}")
-    hooks: dict[str, Any] = {}
-    length_max = DECODE_CONTAINER_LENGTH_MAX
-    if items_max is not None:
-        budget = ItemBudget(items_max)
-        hooks = {"list_hook": budget.take, "object_hook": budget.take}
-        length_max = min(length_max, items_max)
+    return unpack_bounded(data, _ext_hook, bytes_max=bytes_max, items_max=items_max)
+
+
+def unpack_bounded(
+    data: bytes, ext_hook: Callable[[int, bytes], Any], *, bytes_max: int, items_max: int | None = None
+) -> Any:
+    """msgpack with every string, bytes and extension capped at ``bytes_max``, every container at
+    ``DECODE_CONTAINER_LENGTH_MAX`` (and ``items_max`` in all, when given) and nesting at
+    DECODE_DEPTH_MAX (:func:`unpackb_bounded`); anything wrong, an error of ``ext_hook`` included, is
+    a DecodeError."""
+    budget = ItemBudget(items_max) if items_max is not None else None
+    length_max = (
+        DECODE_CONTAINER_LENGTH_MAX if items_max is None else min(DECODE_CONTAINER_LENGTH_MAX, items_max)
+    )
     try:
-        return msgpack.unpackb(
+        return unpackb_bounded(
             data,
+            budget=budget,
             raw=False,
             strict_map_key=True,
-            ext_hook=_ext_hook,
+            ext_hook=ext_hook,
             max_bin_len=bytes_max,
             max_str_len=bytes_max,
             max_array_len=length_max,
             max_map_len=length_max,
             max_ext_len=bytes_max,
-            **hooks,
         )
     except DecodeError:
         raise
-    except (ValueError, TypeError, msgpack.UnpackException) as error:
+    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
         raise DecodeError(f"not valid msgpack: {error}") from error
 
 

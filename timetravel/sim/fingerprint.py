@@ -1,7 +1,7 @@
 """Fingerprints that tell "your code changed" and "another platform" apart from a determinism bug.
 
 The code fingerprint hashes the source of the timetravel package (its Python files and the kernel's
-optional compiled core, ``_speedups.c`` and its headers) and of the scenario's module;
+layers' optional compiled code, each ``_speedups.c`` and its headers) and of the scenario's module;
 the platform fingerprint hashes what can change float results or hashing between machines (the
 Python version, numpy's version, the CPU architecture, the byte order). A recording carries both,
 so when a replay does not match, the report can say which of the three it is.

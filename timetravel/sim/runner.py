@@ -12,7 +12,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
-from timetravel.sim.kernel import PauseCallback, Simulation, chain_head
+from timetravel.sim.kernel import PauseCallback, RunResult, Simulation, chain_head
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.world import World
@@ -55,6 +55,24 @@ def run_report(
     result = simulation.run(
         until_ns=until_ns, max_events=max_events, pause_every_events=pause_every_events, on_pause=on_pause
     )
+    report = finished_report(
+        scenario, config, seed, simulation, result, world.state_hash(), chain_head(world)
+    )
+    return report, world
+
+
+def finished_report(
+    scenario: Scenario,
+    config: dict[str, Any],
+    seed: int,
+    simulation: Simulation,
+    result: RunResult,
+    state_hash: str,
+    hash_chain: str,
+) -> dict[str, Any]:
+    """The report of a finished run (``run --json``'s keys): the one shape of a plain run's
+    report and a recorded run's."""
+    world = simulation.world
     report: dict[str, Any] = {
         "scenario": scenario.name,
         "seed": seed,
@@ -63,15 +81,15 @@ def run_report(
         "failure": public_failure(result.failure),
         "events": result.events,
         "t_end_ns": result.t_end_ns,
-        "state_hash": world.state_hash(),
-        "hash_chain": chain_head(world),
+        "state_hash": state_hash,
+        "hash_chain": hash_chain,
         "determinism": simulation.determinism,
         "code_fingerprint": code_fingerprint(scenario.build.__module__),
         "platform_fingerprint": platform_fingerprint(),
     }
     if scenario.summarize is not None:
         report["summary"] = scenario.summarize(world)
-    return report, world
+    return report
 
 
 def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:

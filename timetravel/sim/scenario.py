@@ -4,17 +4,27 @@ A scenario is code, and only code: everything it needs at run time lives in the 
 Its config is a flat dict of typed values. Users set values from the command line with
 ``--set key=value`` (applied after any ``preset``); a wrong key or a value of the wrong type is
 a :class:`ConfigError` whose one-line message names the key.
+
+Every value is checked when it is set, before any world is built, whether it comes from the
+command line, a preset, a recording or Python (``Param.check``): of its kind (a float is finite, a
+time is not negative unless its Param says so, an int fits in 64 bits), in the Param's range, one
+of its choices, and through the Param's own ``validate`` (a fault schedule's shape). A json value is
+plain data nested at most JSON_DEPTH_MAX deep, with finite numbers; ``@FILE`` reads a regular file
+of at most JSON_FILE_BYTES_MAX bytes, and only where files are allowed (not in settings that come
+from a findings database: ``Scenario.resolve_config(..., files=False)``).
 """
 
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from timetravel.sim.guard.state import MODE_DEFAULT, check_mode
+from timetravel.sim.regular_files import read_regular
 from timetravel.sim.timefmt import TimeFormatError, parse_time
 
 if TYPE_CHECKING:
@@ -26,6 +36,8 @@ if TYPE_CHECKING:
 Handler = Callable[[dict[str, Any], "Event", "Context"], None]
 PARAM_KINDS = ("int", "float", "str", "bool", "time", "json")
 JSON_FILE_BYTES_MAX = 16 * 1024 * 1024
+JSON_DEPTH_MAX = 32
+"""A json setting nests lists and maps at most this deep (a fault schedule needs 3)."""
 _TRUE_WORDS = ("1", "true", "yes", "on")
 _FALSE_WORDS = ("0", "false", "no", "off")
 
@@ -63,6 +75,9 @@ class Param:
     """The largest value that makes sense (checked before the world is built, so a typo such as
     nodes=10**26 is one error, not minutes of allocation)."""
     shrinkable: bool = False
+    validate: Callable[[Any], object] | None = None
+    """The scenario's own check of a value beyond its kind and range (a fault schedule's shape):
+    raises ValueError naming what is wrong; run whenever the value is set, before any world."""
 
     def __post_init__(self) -> None:
         if self.kind not in PARAM_KINDS:
@@ -70,15 +85,19 @@ class Param:
         if self.shrinkable and (self.kind != "int" or self.minimum is None):
             raise ValueError(f"param {self.name}: a shrinkable param is an int with a minimum")
 
-    def parse(self, text: str) -> Any:
-        """Read a command-line value for this key."""
+    def parse(self, text: str, *, files: bool = True) -> Any:
+        """Read a command-line value for this key (``files``: may a json value be ``@FILE``)."""
         try:
-            value = self._parse(text)
+            value = self._parse(text, files)
         except (ValueError, TimeFormatError) as error:
             raise ConfigError(f"config key {self.name!r}: {error}") from None
         return self.check(value)
 
-    def _parse(self, text: str) -> Any:
+    def names_file(self, text: str) -> bool:
+        """True when ``text`` set on this key would read a file (a json ``@FILE``)."""
+        return self.kind == "json" and text.startswith("@")
+
+    def _parse(self, text: str, files: bool) -> Any:
         if self.kind == "int":
             return int(text.replace("_", ""))
         if self.kind == "float":
@@ -93,6 +112,11 @@ class Param:
         if self.kind == "time":
             return parse_time(text)
         if self.kind == "json":
+            if self.names_file(text) and not files:
+                raise ValueError(
+                    f"{text!r} names a file, which a setting from a findings database may not "
+                    f"(--set {self.name}=... replaces it)"
+                )
             return _parse_json_value(text)
         return text
 
@@ -109,35 +133,123 @@ class Param:
             raise ConfigError(f"config key {self.name!r}: expected {self.kind}, got a boolean")
         if not isinstance(value, expected):
             raise ConfigError(f"config key {self.name!r}: expected {self.kind}, got {type(value).__name__}")
-        if self.kind == "float" and isinstance(value, (int, float)):
-            value = float(value)
+        if self.kind == "float":
+            value = _finite_float(self.name, value)
+        if self.kind == "json":
+            _check_plain(self.name, value)
         if self.choices and value not in self.choices:
             raise ConfigError(f"config key {self.name!r}: {value!r} is not one of {', '.join(self.choices)}")
-        if self.minimum is not None and isinstance(value, (int, float)) and value < self.minimum:
-            raise ConfigError(f"config key {self.name!r}: {value!r} is below the minimum {self.minimum}")
+        minimum = self.minimum if self.minimum is not None or self.kind != "time" else 0
+        if minimum is not None and isinstance(value, (int, float)) and value < minimum:
+            unit = " ns" if self.kind == "time" else ""
+            raise ConfigError(
+                f"config key {self.name!r}: {value!r}{unit} is below the minimum {minimum}{unit}"
+            )
         if self.maximum is not None and isinstance(value, (int, float)) and value > self.maximum:
             raise ConfigError(f"config key {self.name!r}: {value!r} is above the maximum {self.maximum}")
         if isinstance(value, int) and not -(2**63) <= value < 2**63:
             raise ConfigError(f"config key {self.name!r}: {value!r} does not fit in 64 bits")
+        if self.validate is not None:
+            try:
+                self.validate(value)
+            except ValueError as error:
+                raise ConfigError(f"config key {self.name!r}: {error}") from None
         return value
+
+
+def _finite_float(name: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except OverflowError:
+        number = math.inf
+    if not math.isfinite(number):
+        raise ConfigError(f"config key {name!r}: {value!r} is not a finite number")
+    return number
+
+
+def _check_plain(name: str, value: Any) -> None:
+    """A json value: lists, maps with string keys and scalars, at most JSON_DEPTH_MAX deep, every
+    float finite (walked without recursion, so no depth can overflow the stack)."""
+    stack = [(value, 0)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, float) and not math.isfinite(item):
+            raise ConfigError(f"config key {name!r}: {item!r} is not a finite number")
+        if isinstance(item, (list, dict)):
+            if depth >= JSON_DEPTH_MAX:
+                raise ConfigError(f"config key {name!r}: nested more than {JSON_DEPTH_MAX} deep")
+            if isinstance(item, dict):
+                if not all(isinstance(key, str) for key in item):
+                    raise ConfigError(f"config key {name!r}: a map's keys must be strings")
+                stack.extend((child, depth + 1) for child in item.values())
+            else:
+                stack.extend((child, depth + 1) for child in item)
 
 
 def _parse_json_value(text: str) -> Any:
     if text.startswith("@"):
         path = Path(text[1:])
         try:
-            if path.stat().st_size > JSON_FILE_BYTES_MAX:
-                raise ValueError(f"{path} is larger than {JSON_FILE_BYTES_MAX} bytes")
-            text = path.read_text()
-        except OSError as error:
-            raise ValueError(f"cannot read {path}: {error.strerror}") from None
+            text = read_regular(path, JSON_FILE_BYTES_MAX).decode()
+        except OSError as error:  # not found, not allowed, not a regular file (a FIFO, /dev/zero)
+            raise ValueError(
+                f"cannot read {path}: {error.strerror}" if error.strerror else str(error)
+            ) from None
+        except UnicodeDecodeError:
+            raise ValueError(f"{path} is not UTF-8 text") from None
     stripped = text.strip()
     if stripped[:1] in ("[", "{", '"') or stripped in ("null", "true", "false"):
         try:
-            return json.loads(stripped)
+            return json.loads(stripped, parse_constant=_refuse_constant)
         except json.JSONDecodeError as error:
             raise ValueError(f"invalid JSON: {error.msg} at position {error.pos}") from None
+        except RecursionError:
+            raise ValueError(f"JSON nested more than {JSON_DEPTH_MAX} deep") from None
     return stripped
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a finite number (JSON has none)")
+
+
+FAULT_VIEW_STATES = ("slow", "partitioned")
+"""The conditions a fault's target can be shown in (the TUI's rank states with a fault behind them)."""
+
+
+@dataclass(frozen=True)
+class ScenarioView:
+    """What a front end reads in this scenario's worlds (the TUI's rank grid and timeline), declared by
+    the scenario: the TUI looks up these keys and nothing else. Each ``*_key`` is a key of a rank's
+    node state, ``""`` where the scenario keeps no such value (the grid then shows none)."""
+
+    rank_role: str = ""
+    """The role of the nodes the rank grid shows; "": the role most nodes have (every node when no
+    role is shared)."""
+    step_key: str = ""
+    """A rank's progress as a count: its training step, round, messages received."""
+    collective_seq_key: str = ""
+    """How many collectives the rank has entered."""
+    progress_key: str = ""
+    """When the rank last made progress (integer ns)."""
+    weight_key: str = ""
+    """A numpy array of the rank's weights: a rank whose weights differ from the majority's is diverged."""
+    status_key: str = ""
+    """A rank state the scenario sets itself (one of the TUI's rank states, e.g. ``crashed``)."""
+    waiting_key: str = ""
+    """Whom the rank waits on, as text (``r2,r3``)."""
+    collectives_role: str = ""
+    """The role of a node that keeps each rank's last collective as ``last/<rank index>/seq``, for a
+    scenario whose rank nodes keep no count of their own (the torch scenario's ``c10d``)."""
+    loss_metric: str = "loss"
+    """The metric drawn along the timeline."""
+    fault_states: Mapping[str, str] = field(default_factory=dict)
+    """Fault kind -> the condition its target is shown in while a fault of that kind is active
+    (``FAULT_VIEW_STATES``); a scenario on the fabric passes ``fabric.VIEW_STATES``."""
+
+    def __post_init__(self) -> None:
+        unknown = [state for state in self.fault_states.values() if state not in FAULT_VIEW_STATES]
+        if unknown:
+            raise ValueError(f"fault_states: {unknown[0]!r} is not one of {', '.join(FAULT_VIEW_STATES)}")
 
 
 @dataclass(frozen=True)
@@ -198,6 +310,9 @@ class Scenario:
     the user launched (sim/launch.py). A Simulation given none makes its own and closes it when its
     run can go no further; a Session's world source hands its own to every Simulation it makes.
     Handlers reach it as ``ctx.processes`` (None for plain-data scenarios)."""
+    view: ScenarioView = field(default_factory=ScenarioView)
+    """What a front end shows of its worlds: the rank nodes, their step, weights and status keys, the
+    fault kinds that make a rank look slow or partitioned (:class:`ScenarioView`)."""
 
     def __post_init__(self) -> None:
         check_mode(self.determinism)
@@ -219,13 +334,16 @@ class Scenario:
     def defaults(self) -> dict[str, Any]:
         return {param.name: param.default for param in self.params}
 
-    def resolve_config(self, settings: Iterable[str] | Mapping[str, Any] = ()) -> dict[str, Any]:
+    def resolve_config(
+        self, settings: Iterable[str] | Mapping[str, Any] = (), *, files: bool = True
+    ) -> dict[str, Any]:
         """Defaults, then the preset named in ``settings`` (if any), then ``settings`` in order.
 
         ``settings`` is either ``key=value`` strings from the command line or a mapping of
-        already-typed values (from Python or a recording).
+        already-typed values (from Python or a recording). ``files=False``: a ``@FILE`` value is
+        refused (settings from a findings database may not make us read files).
         """
-        pairs = list(_settings_pairs(self, settings))
+        pairs = list(_settings_pairs(self, settings, files))
         config = self.defaults()
         for name, value in pairs:
             if name == "preset":
@@ -247,7 +365,7 @@ class Scenario:
 
 
 def _settings_pairs(
-    scenario: Scenario, settings: Iterable[str] | Mapping[str, Any]
+    scenario: Scenario, settings: Iterable[str] | Mapping[str, Any], files: bool
 ) -> Iterable[tuple[str, Any]]:
     if isinstance(settings, Mapping):
         for name, value in settings.items():
@@ -257,4 +375,4 @@ def _settings_pairs(
         name, separator, text = setting.partition("=")
         if not separator or not name:
             raise ConfigError(f"--set expects key=value, got {setting!r}")
-        yield name.strip(), scenario.param(name.strip()).parse(text)
+        yield name.strip(), scenario.param(name.strip()).parse(text, files=files)

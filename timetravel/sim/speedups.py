@@ -1,11 +1,13 @@
-"""Whether the kernel's compiled core is in use, and the switch that turns it off.
+"""Whether the kernel's compiled core is in use, and the switch that turns every layer's C off.
 
-``timetravel/sim/_speedups.c`` holds the event loop and the Context's hot methods (``choose``,
-``timer``, ``deliver``) in C, and the GPU stream engine's pump (fabric/gpu.py, which hands it the
-Python functions it calls back). It is optional: ``make install`` builds it when the machine has a C
-compiler, and without it the pure-Python code in kernel.py and context.py runs, giving the same
-bits. ``TIMETRAVEL_PURE_PYTHON=1`` in the environment (read once, at import) forces the pure-Python
-path, which is how the tests compare the two and how to rule the compiled core out of a bug hunt.
+``timetravel/sim/_speedups.c`` holds the kernel in C: the event loop, the Context's hot methods
+(``choose``, ``timer``, ``deliver``) and the chain batch's packer. It is optional: ``make install``
+builds it when the machine has a C compiler, and without it the pure-Python code in kernel.py and
+context.py runs, giving the same bits. The layers above keep their own optional C beside their
+Python reference (fabric/speedups.py, snapshot/speedups.py, recording/speedups.py), each loaded by
+:func:`load_extension`. ``TIMETRAVEL_PURE_PYTHON=1`` in the environment (read once, at import)
+forces the pure-Python path in every layer, which is how the tests compare the two and how to rule
+the compiled code out of a bug hunt.
 """
 
 from __future__ import annotations
@@ -15,24 +17,31 @@ import os
 from types import ModuleType
 
 PURE_PYTHON_ENV = "TIMETRAVEL_PURE_PYTHON"
-INTERFACE_VERSION = 4
+INTERFACE_VERSION = 5
 """What this Python code expects of the compiled module; a build that says otherwise is stale
 (``make install`` rebuilds it) and is not used."""
 
 
-def _load() -> ModuleType | None:
-    if os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0"):
+def pure_python() -> bool:
+    """Whether ``TIMETRAVEL_PURE_PYTHON`` switches every layer's compiled code off."""
+    return os.environ.get(PURE_PYTHON_ENV, "") not in ("", "0")
+
+
+def load_extension(name: str, interface_version: int) -> ModuleType | None:
+    """The compiled module ``name`` when it is built, current (its ``INTERFACE_VERSION`` is
+    ``interface_version``) and not switched off; otherwise None, and its layer runs Python."""
+    if pure_python():
         return None
     try:
-        module = importlib.import_module("timetravel.sim._speedups")
+        module = importlib.import_module(name)
     except ImportError:
         return None
-    if getattr(module, "INTERFACE_VERSION", None) != INTERFACE_VERSION:
+    if getattr(module, "INTERFACE_VERSION", None) != interface_version:
         return None
     return module
 
 
-compiled: ModuleType | None = _load()
+compiled: ModuleType | None = load_extension("timetravel.sim._speedups", INTERFACE_VERSION)
 """The compiled core, or None when the pure-Python kernel runs."""
 
 

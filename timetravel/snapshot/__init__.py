@@ -8,13 +8,8 @@ codec used by recordings lives in :mod:`timetravel.snapshot.codec`.
 """
 
 from timetravel.snapshot.changes import Changes, SnapshotError, dirty_nodes
-from timetravel.snapshot.store import (
-    SNAPSHOT_BYTES_MAX_DEFAULT,
-    Snapshot,
-    SnapshotStore,
-    decode_blob,
-    restore,
-)
+from timetravel.snapshot.restore import decode_blob, restore
+from timetravel.snapshot.store import SNAPSHOT_BYTES_MAX_DEFAULT, Snapshot, SnapshotStore
 
 __all__ = [
     "SNAPSHOT_BYTES_MAX_DEFAULT",

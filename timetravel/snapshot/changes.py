@@ -27,14 +27,14 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from operator import itemgetter
 
-from timetravel.sim import speedups
 from timetravel.sim.event import Event
+from timetravel.snapshot import speedups
 
 _get_dst = itemgetter(2)
 _get_seq = itemgetter(1)
 _changes_add = getattr(speedups.compiled, "changes_add", None)
-"""The compiled loop of :meth:`Changes.add` (sim/_speedups_pack.h; None: no compiled core, or a
-build from before it). The same dict and list, in the same order: a batch's ~4,096 events cost
+"""The compiled loop of :meth:`Changes.add` (snapshot/_speedups_changes.h; None: snapshot's compiled
+code is not in use). The same dict and list, in the same order: a batch's ~4,096 events cost
 ~80 ns each in Python (two map passes, a comprehension) and were ~15 ms of the message-level demo's
 recorded run, read from memory that the batch's packing had moved past."""
 

@@ -23,7 +23,6 @@ import msgpack
 import numpy as np
 import xxhash
 
-from timetravel.sim import speedups
 from timetravel.sim.elided import ElidedArray
 from timetravel.sim.encoding import (
     DECODE_CONTAINER_LENGTH_MAX,
@@ -31,11 +30,12 @@ from timetravel.sim.encoding import (
     PACKER_BUFFER_BYTES,
     PAGE_BYTES,
     DecodeError,
-    ItemBudget,
     check_shape,
     dtype_from_name,
     dtype_name,
+    unpack_bounded,
 )
+from timetravel.snapshot import speedups
 from timetravel.snapshot.entries import ArrayEntry, Page
 
 FLOAT_DTYPE_NAMES = frozenset({"float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
@@ -46,8 +46,7 @@ CODEC_SHUFFLE = 1
 CODEC_XOR_SHUFFLE = 2
 CODEC_NAMES = {CODEC_RAW: "raw", CODEC_SHUFFLE: "shuffle", CODEC_XOR_SHUFFLE: "xor-shuffle"}
 _decode_plain = getattr(speedups.compiled, "decode_plain", None)
-"""The compiled decoder of stored values (None: msgpack decodes every one; a build from before it
-has the rest of the compiled core without it)."""
+"""The compiled decoder of stored values (snapshot/_speedups_plain.h; None: msgpack decodes every one)."""
 _copy_plain = getattr(speedups.compiled, "copy_plain", None)
 _decode_plain_against = getattr(speedups.compiled, "decode_plain_against", None)
 
@@ -237,8 +236,8 @@ def decode_value_sized(
 ) -> tuple[Any, int]:
     """:func:`decode_value`, and the bytes of the arrays it took from ``arrays`` (below).
 
-    With the compiled core (sim/_speedups_plain.h ``decode_plain``) the common case is decoded in
-    C, to the value msgpack gives (anything unusual, or over ``items_max``, is handed back and
+    With snapshot's compiled code (snapshot/_speedups_plain.h ``decode_plain``) the common case is
+    decoded in C, to the value msgpack gives (anything unusual, or over ``items_max``, is handed back and
     decoded here, which raises the error it always raised); ``arrays`` ({digest: (read-only array,
     nbytes)}, the reader's array cache) then supplies the arrays it holds without calling the
     factory (``copy_arrays``: a copy of each, as a writeable factory gives); they are what the
@@ -248,7 +247,7 @@ def decode_value_sized(
     same dict (equal bytes, equal values; not under ``items_max``, whose count a shared container
     would skip). ``untracked``: build the containers out of the collector's reach (as ``shared``
     does) without sharing any: a writeable value whose owner knows it stays acyclic
-    (recording/shared_nodes.py: the states a seek re-executes). Without the compiled core these
+    (recording/shared_nodes.py: the states a seek re-executes). Without snapshot's compiled code these
     options change nothing but speed."""
     if _decode_plain is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
         decoded = _compiled_decode(
@@ -270,32 +269,7 @@ def decode_value_sized(
             raise DecodeError(f"unexpected msgpack extension {code} in a stored value")
         return array_factory(payload)
 
-    hooks: dict[str, Any] = {}
-    length_max = DECODE_CONTAINER_LENGTH_MAX
-    if items_max is not None:
-        budget = ItemBudget(items_max)
-        hooks = {"list_hook": budget.take, "object_hook": budget.take}
-        length_max = min(length_max, items_max)
-    try:
-        return (
-            msgpack.unpackb(
-                data,
-                raw=False,
-                strict_map_key=True,
-                ext_hook=ext_hook,
-                max_bin_len=bytes_max,
-                max_str_len=bytes_max,
-                max_array_len=length_max,
-                max_map_len=length_max,
-                max_ext_len=bytes_max,
-                **hooks,
-            ),
-            0,
-        )
-    except DecodeError:
-        raise
-    except (ValueError, TypeError, KeyError, msgpack.UnpackException) as error:
-        raise DecodeError(f"not valid msgpack: {error}") from error
+    return unpack_bounded(data, ext_hook, bytes_max=bytes_max, items_max=items_max), 0
 
 
 def decode_value_against(
@@ -310,14 +284,14 @@ def decode_value_against(
     """:func:`decode_value_sized` of a read-only value (``shared``, no ``items_max``), sharing with
     ``base`` — ``(base_data, base_value)``, ``base_value`` what this function or
     ``decode_value_sized`` gave for ``base_data`` with the same ``bytes_max`` — every part whose
-    bytes the two encodings have in common (sim/_speedups_against.h ``decode_plain_against``: a map
+    bytes the two encodings have in common (snapshot/_speedups_against.h ``decode_plain_against``: a map
     with the base map's keys is a copy of the base's dict with only the entries whose bytes differ
     decoded again). Equal bytes decode to equal values, so the value is the one a decode gives; its
     containers are shared with ``base_value``, so only for values nobody writes (the Session's
     shared node states, recording/shared_nodes.py, each decoded against the one before it: at
     10,000 ranks neighbouring ranks' states differ in a few entries). ``shared`` serves the plain
-    decode of a value the compiled core hands back (or all of them without it), not the parts
-    decoded against the base. Without the compiled core, or for anything it hands back, this is
+    decode of a value the compiled code hands back (or all of them without it), not the parts
+    decoded against the base. Without the compiled code, or for anything it hands back, this is
     ``decode_value_sized``."""
     if _decode_plain_against is not None and base is not None and len(data) <= DECODE_CONTAINER_LENGTH_MAX:
         # No memo here: what differs from the neighbour is nearly always the rank's own (its
@@ -333,8 +307,9 @@ def decode_value_against(
 
 def fresh_copy(value: Any) -> Any:
     """What decoding ``value``'s bytes afresh gives (new dicts and lists, writeable arrays), copied
-    from ``value`` by the compiled core (sim/_speedups_plain.h ``copy_plain``), or NotImplemented:
-    no compiled core, or something in ``value`` that a decode does not build (decode it then)."""
+    from ``value`` by snapshot's compiled code (snapshot/_speedups_copy.h ``copy_plain``), or
+    NotImplemented: no compiled code, or something in ``value`` that a decode does not build
+    (decode it then)."""
     if _copy_plain is None:
         return NotImplemented
     return _copy_plain(value)

@@ -33,16 +33,13 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import xxhash
 
-from timetravel.sim.elided import ElidedArray
-from timetravel.sim.encoding import DECODE_BYTES_MAX, merkle_root
+from timetravel.sim.encoding import merkle_root
 from timetravel.sim.event import Event
-from timetravel.sim.kernel import pack_chain_batch
 from timetravel.sim.world import (
     METRIC_CHUNK_ENTRIES,
     PART_NAMES_EXCLUDED_FROM_EFFECTS,
@@ -54,14 +51,14 @@ from timetravel.sim.world import (
 from timetravel.snapshot.assemble import (
     PART_ORDER,
     STORED_PARTS,
-    assemble_world,
     metrics_root,
     node_segment,
     nodes_root_from_segments,
 )
 from timetravel.snapshot.changes import Changes, SnapshotError, last_events
-from timetravel.snapshot.codec import Capture, build_array, decode_value
+from timetravel.snapshot.codec import Capture
 from timetravel.snapshot.entries import ArrayEntry, Blob, Item, Page, QueueChunk
+from timetravel.snapshot.snapshot import Snapshot
 
 SNAPSHOT_BYTES_MAX_DEFAULT = 512 * 1024 * 1024
 """Default memory budget of a store: 512 MiB of snapshot data."""
@@ -82,92 +79,22 @@ def part_value(world: World, name: str) -> Any:
     return getattr(world, name)
 
 
-@dataclass(eq=False)
-class Snapshot:
-    """One moment of a world: blobs shared by reference with neighbouring snapshots."""
-
-    index: int
-    events: int
-    t_ns: int
-    seq: int
-    state_hash: str
-    effects_hash: str
-    display_unit: str
-    part_digests: dict[str, bytes]
-    parts: dict[str, Blob]
-    nodes: dict[str, Blob]
-    node_segments: dict[str, bytes]
-    queue: tuple[QueueChunk, ...]
-    metrics: dict[str, tuple[int, tuple[Blob, ...]]]
-    chain_digest: bytes
-    chain_events: int
-    chain_open: tuple[Event, ...]
-    """The events of the chain batch still open (immutable tuples, shared, packed only when written)."""
-    new_items: list[Item] = field(default_factory=list)
-    """Blobs and pages this snapshot created (what a recorder writes); kept for the latest only."""
-    bases: dict[int, Page] = field(default_factory=dict)
-    """New float page (by id) -> the page it replaced in its slot; kept for the latest only."""
-    bytes_new: int = 0
-    """Bytes of ``new_items`` when the snapshot was taken."""
-
-    def blobs(self) -> Iterable[tuple[str, Blob]]:
-        """Every blob this snapshot references, with what it is (part, node, queue, metric)."""
-        for name, blob in self.parts.items():
-            yield f"part:{name}", blob
-        for name, blob in self.nodes.items():
-            yield f"node:{name}", blob
-        for chunk in self.queue:
-            yield "queue", chunk.blob
-        for name, (_length, chunks) in self.metrics.items():
-            for chunk_blob in chunks:
-                yield f"metric:{name}", chunk_blob
-
-    def manifest(self, chain_open_bytes: bytes | None = None) -> dict[str, Any]:
-        """The plain-data manifest a recording stores: every blob by digest (see recording-format.md).
-
-        ``chain_open_bytes``: the open batch already packed (``pack_chain_batch(list(chain_open))``),
-        when the caller has it: a recorder's final snapshot packs that batch once for its EVENTS
-        frame, its hash and the manifest (4,096 message-level events take ~25 ms to pack)."""
-        if chain_open_bytes is None:
-            chain_open_bytes = pack_chain_batch(list(self.chain_open)) if self.chain_open else b""
-        return {
-            "index": self.index,
-            "events": self.events,
-            "t_ns": self.t_ns,
-            "seq": self.seq,
-            "state_hash": self.state_hash,
-            "effects_hash": self.effects_hash,
-            "display_unit": self.display_unit,
-            "parts": {name: blob.digest for name, blob in self.parts.items()},
-            "nodes": [[name, blob.digest] for name, blob in self.nodes.items()],
-            "queue": [
-                [
-                    chunk.seq_low,
-                    chunk.seq_high,
-                    chunk.count,
-                    chunk.total.to_bytes(16, "little"),
-                    chunk.blob.digest,
-                ]
-                for chunk in self.queue
-            ],
-            "metrics": [
-                [name, length, [chunk.digest for chunk in chunks]]
-                for name, (length, chunks) in self.metrics.items()
-            ],
-            "chain": [
-                self.chain_digest,
-                self.chain_events,
-                chain_open_bytes,
-            ],
-        }
-
-
 def effects_hash_from(part_digests: dict[str, bytes]) -> str:
     """Hex Merkle root over the parts a branch does not change on purpose (``World.effects_hash``)."""
     parts = [
         (name, part_digests[name]) for name in PART_ORDER if name not in PART_NAMES_EXCLUDED_FROM_EFFECTS
     ]
     return merkle_root(parts).hex()
+
+
+@dataclass
+class _Taking:
+    """The snapshot being taken: its index, the items it stores first, the pages its XOR pages
+    were encoded against."""
+
+    index: int
+    born: list[Item]
+    bases: dict[int, Page]
 
 
 class SnapshotStore:
@@ -183,6 +110,7 @@ class SnapshotStore:
         self.thinned = 0
         self._next_index = 0
         self._capture = Capture(0)
+        self._taking = _Taking(0, [], {})
         self._dying: dict[int, list[Item]] = {}
         """Replaced items by the index of the snapshot that replaced them (see :meth:`drop`)."""
 
@@ -222,26 +150,15 @@ class SnapshotStore:
         self._next_index += 1
         born: list[Item] = []
         bases: dict[int, Page] = {}
+        self._taking = _Taking(index, born, bases)
         self._capture = Capture(index, elide_bytes_min)
-        parts = self._take_parts(world, base, index, born, bases)
-        if base is None:
-            changes = None
-        elif changes is not None:
-            changes.check(base.seq, world.events_processed - base.events)
-        elif since is not None:
-            changes = Changes.of(last_events(since, world.events_processed - base.events), base.seq)
+        parts = self._take_parts(world, base)
+        changes = _tracked_changes(world, base, since, changes)
         dirty = None if changes is None else changes.nodes
-        nodes, segments = self._take_nodes(world, base, dirty, index, born, bases)
-        queue = self._take_queue(world, base, changes, index, born, bases)
-        metrics = self._take_metrics(world, base, index, born, bases)
-        part_digests = {name: blob.digest for name, blob in parts.items()}
-        part_digests["nodes"] = nodes_root_from_segments(list(segments.values()))
-        part_digests["queue"] = queue_digest_from(
-            sum(chunk.count for chunk in queue), sum(chunk.total for chunk in queue)
-        )
-        part_digests["metrics"] = metrics_root(
-            [(name, length, [chunk.digest for chunk in chunks]) for name, (length, chunks) in metrics.items()]
-        )
+        nodes, segments = self._take_nodes(world, base, dirty)
+        queue = self._take_queue(world, base, changes)
+        metrics = self._take_metrics(world, base)
+        part_digests = _part_digests(parts, segments, queue, metrics)
         state_hash = merkle_root([(name, part_digests[name]) for name in PART_ORDER]).hex()
         if self.verify and state_hash != world.state_hash():
             raise SnapshotError(
@@ -274,11 +191,10 @@ class SnapshotStore:
         self._thin()
         return snapshot
 
-    def _slot(
-        self, old: Blob | None, value: Any, index: int, born: list[Item], bases: dict[int, Page]
-    ) -> Blob:
+    def _slot(self, old: Blob | None, value: Any) -> Blob:
         """The blob for ``value`` in a slot whose previous blob is ``old`` (reused when equal)."""
         capture = self._capture
+        taking = self._taking
         data = capture.pack(value, old.arrays if old is not None else ())
         blob_digest = xxhash.xxh3_128_digest(data)
         if (
@@ -287,35 +203,31 @@ class SnapshotStore:
             and (capture.elide_bytes_min is not None or not _gains_bytes(old.arrays, capture.arrays))
         ):
             return old  # (the same value with bytes where the old blob had digests: a new blob)
-        blob = Blob(blob_digest, data, tuple(capture.arrays), index)
-        born.append(blob)
-        born.extend(capture.new_pages)
-        bases.update(capture.bases)
+        blob = Blob(blob_digest, data, tuple(capture.arrays), taking.index)
+        taking.born.append(blob)
+        taking.born.extend(capture.new_pages)
+        taking.bases.update(capture.bases)
         if old is not None:
-            self._mark_replaced(old, index, keep=capture.reused)
+            self._replaced(old, keep=capture.reused)
         return blob
 
-    def _take_parts(
-        self, world: World, base: Snapshot | None, index: int, born: list[Item], bases: dict[int, Page]
-    ) -> dict[str, Blob]:
+    def _replaced(self, blob: Blob, keep: set[int] | frozenset[int] = frozenset()) -> None:
+        """``blob`` left the snapshot being taken."""
+        self._mark_replaced(blob, self._taking.index, keep)
+
+    def _take_parts(self, world: World, base: Snapshot | None) -> dict[str, Blob]:
         previous = base.parts if base is not None else {}
-        return {
-            name: self._slot(previous.get(name), part_value(world, name), index, born, bases)
-            for name in STORED_PARTS
-        }
+        return {name: self._slot(previous.get(name), part_value(world, name)) for name in STORED_PARTS}
 
     def _take_nodes(
         self,
         world: World,
         base: Snapshot | None,
         dirty: Iterable[str] | None,
-        index: int,
-        born: list[Item],
-        bases: dict[int, Page],
     ) -> tuple[dict[str, Blob], dict[str, bytes]]:
         world_nodes = world.nodes
         if base is None or dirty is None or list(world_nodes) != list(base.nodes):
-            return self._take_all_nodes(world_nodes, base, dirty, index, born, bases)
+            return self._take_all_nodes(world_nodes, base, dirty)
         nodes = dict(base.nodes)
         segments = dict(base.node_segments)
         for name in dirty:
@@ -323,7 +235,7 @@ class SnapshotStore:
             if state is None:
                 continue
             old = nodes[name]
-            blob = self._slot(old, state, index, born, bases)
+            blob = self._slot(old, state)
             if blob is not old:
                 nodes[name] = blob
                 segments[name] = node_segment(name, blob.digest)
@@ -334,9 +246,6 @@ class SnapshotStore:
         world_nodes: dict[str, dict[str, Any]],
         base: Snapshot | None,
         dirty: Iterable[str] | None,
-        index: int,
-        born: list[Item],
-        bases: dict[int, Page],
     ) -> tuple[dict[str, Blob], dict[str, bytes]]:
         previous = base.nodes if base is not None else {}
         dirty_set = None if dirty is None else set(dirty)
@@ -347,12 +256,12 @@ class SnapshotStore:
             if old is not None and dirty_set is not None and name not in dirty_set:
                 blob = old
             else:
-                blob = self._slot(old, state, index, born, bases)
+                blob = self._slot(old, state)
             nodes[name] = blob
             segments[name] = node_segment(name, blob.digest)
         for name, old in previous.items():
             if name not in world_nodes:
-                self._mark_replaced(old, index)
+                self._replaced(old)
         return nodes, segments
 
     def _take_queue(
@@ -360,16 +269,13 @@ class SnapshotStore:
         world: World,
         base: Snapshot | None,
         changes: Changes | None,
-        index: int,
-        born: list[Item],
-        bases: dict[int, Page],
     ) -> tuple[QueueChunk, ...]:
         queue = world.queue
         if base is None or changes is None:
-            chunks = [self._queue_chunk(0, world.seq, queue, index, born, bases)] if queue else []
+            chunks = [self._queue_chunk(0, world.seq, queue)] if queue else []
             if base is not None:
                 for chunk in base.queue:
-                    self._mark_replaced(chunk.blob, index)
+                    self._replaced(chunk.blob)
             return tuple(chunks)
         seq_before = base.seq
         ran = sorted(set(changes.seqs_ran))
@@ -384,17 +290,17 @@ class SnapshotStore:
             if len(kept) == chunk.count:
                 chunks.append(chunk)
                 continue
-            self._mark_replaced(chunk.blob, index)
+            self._replaced(chunk.blob)
             if kept:
-                chunks.append(self._queue_chunk(chunk.seq_low, chunk.seq_high, kept, index, born, bases))
+                chunks.append(self._queue_chunk(chunk.seq_low, chunk.seq_high, kept))
         if len(chunks) >= QUEUE_GENERATIONS_MAX:
             merged = [event for chunk in chunks for event in chunk.events]
             for chunk in chunks:
-                self._mark_replaced(chunk.blob, index)
-            chunks = [self._queue_chunk(0, seq_before, merged, index, born, bases)]
+                self._replaced(chunk.blob)
+            chunks = [self._queue_chunk(0, seq_before, merged)]
         fresh = [event for event in queue if event[1] >= seq_before]
         if fresh:
-            chunks.append(self._queue_chunk(seq_before, world.seq, fresh, index, born, bases))
+            chunks.append(self._queue_chunk(seq_before, world.seq, fresh))
         return tuple(chunks)
 
     def _queue_chunk(
@@ -402,18 +308,13 @@ class SnapshotStore:
         seq_low: int,
         seq_high: int,
         events: Sequence[Event],
-        index: int,
-        born: list[Item],
-        bases: dict[int, Page],
     ) -> QueueChunk:
         ordered = tuple(sorted(events))
         values = tuple(map(event_digest_value, ordered))
-        blob = self._slot(None, list(ordered), index, born, bases)
+        blob = self._slot(None, list(ordered))
         return QueueChunk(seq_low, seq_high, ordered, values, sum(values) % QUEUE_SUM_MODULUS, blob)
 
-    def _take_metrics(
-        self, world: World, base: Snapshot | None, index: int, born: list[Item], bases: dict[int, Page]
-    ) -> dict[str, tuple[int, tuple[Blob, ...]]]:
+    def _take_metrics(self, world: World, base: Snapshot | None) -> dict[str, tuple[int, tuple[Blob, ...]]]:
         previous = base.metrics if base is not None else {}
         metrics: dict[str, tuple[int, tuple[Blob, ...]]] = {}
         for name, series in world.metrics.items():
@@ -422,20 +323,18 @@ class SnapshotStore:
             if length < old_length:
                 old_length, old_chunks = 0, ()
                 for chunk_blob in previous[name][1]:
-                    self._mark_replaced(chunk_blob, index)
+                    self._replaced(chunk_blob)
             full = old_length // METRIC_CHUNK_ENTRIES
             chunks = list(old_chunks[:full])
             for start in range(full * METRIC_CHUNK_ENTRIES, length, METRIC_CHUNK_ENTRIES):
                 number = start // METRIC_CHUNK_ENTRIES
                 old = old_chunks[number] if number < len(old_chunks) else None
-                chunks.append(
-                    self._slot(old, series[start : start + METRIC_CHUNK_ENTRIES], index, born, bases)
-                )
+                chunks.append(self._slot(old, series[start : start + METRIC_CHUNK_ENTRIES]))
             metrics[name] = (length, tuple(chunks))
         for name, (_length, old_chunks) in previous.items():
             if name not in metrics:
                 for chunk_blob in old_chunks:
-                    self._mark_replaced(chunk_blob, index)
+                    self._replaced(chunk_blob)
         return metrics
 
     # -- memory -----------------------------------------------------------------------------------
@@ -520,6 +419,41 @@ def _gains_bytes(old: Sequence[ArrayEntry], new: Sequence[ArrayEntry]) -> bool:
     return False
 
 
+def _tracked_changes(
+    world: World,
+    base: Snapshot | None,
+    since: Sequence[Sequence[Event]] | None,
+    changes: Changes | None,
+) -> Changes | None:
+    """What ran since ``base`` (checked when given, gathered from ``since`` else); None: re-encode all."""
+    if base is None:
+        return None
+    ran = world.events_processed - base.events
+    if changes is not None:
+        changes.check(base.seq, ran)
+        return changes
+    return None if since is None else Changes.of(last_events(since, ran), base.seq)
+
+
+def _part_digests(
+    parts: dict[str, Blob],
+    segments: dict[str, bytes],
+    queue: tuple[QueueChunk, ...],
+    metrics: dict[str, tuple[int, tuple[Blob, ...]]],
+) -> dict[str, bytes]:
+    """The digest of every part of a snapshot: the stored parts' blobs, the nodes' root over their
+    segments, the queue's sum of event digests, the metrics' root over their chunks."""
+    digests = {name: blob.digest for name, blob in parts.items()}
+    digests["nodes"] = nodes_root_from_segments(list(segments.values()))
+    digests["queue"] = queue_digest_from(
+        sum(chunk.count for chunk in queue), sum(chunk.total for chunk in queue)
+    )
+    digests["metrics"] = metrics_root(
+        [(name, length, [chunk.digest for chunk in chunks]) for name, (length, chunks) in metrics.items()]
+    )
+    return digests
+
+
 def _victim(snapshots: list[Snapshot]) -> int:
     """Position of the snapshot to drop: smallest gap left behind relative to its age."""
     newest = snapshots[-1].events
@@ -534,56 +468,3 @@ def _victim(snapshots: list[Snapshot]) -> int:
             best_score = score
             best_position = position
     return best_position
-
-
-# -- restoring --------------------------------------------------------------------------------------
-
-
-def _array_factory(arrays: tuple[ArrayEntry, ...], *, writeable: bool) -> Any:
-    by_digest = {array.digest: array for array in arrays}
-
-    def factory(array_digest: bytes) -> np.ndarray | ElidedArray:
-        array = by_digest[array_digest]
-        pages = [page.data for page in array.pages]
-        if any(page is None for page in pages):
-            return ElidedArray(array.dtype, array.shape, tuple(array.page_digests))
-        return build_array(array.dtype, array.shape, pages, writeable=writeable)  # type: ignore[arg-type]
-
-    return factory
-
-
-def decode_blob(blob: Blob, *, writeable: bool = True) -> Any:
-    """The value a blob holds, with fresh arrays (read-only ones for event payloads)."""
-    return decode_value(
-        blob.data, _array_factory(blob.arrays, writeable=writeable), bytes_max=DECODE_BYTES_MAX
-    )
-
-
-def restore(snapshot: Snapshot, *, verify: bool = True) -> World:
-    """A new World equal to the one snapshotted; with ``verify``, its state hash is checked."""
-    parts = {name: decode_blob(blob) for name, blob in snapshot.parts.items()}
-    nodes = {name: decode_blob(blob) for name, blob in snapshot.nodes.items()}
-    events: list[Any] = []
-    for chunk in snapshot.queue:
-        events.extend(decode_blob(chunk.blob, writeable=False))
-    metrics: dict[str, list[Any]] = {}
-    for name, (_length, chunks) in snapshot.metrics.items():
-        series: list[Any] = []
-        for chunk_blob in chunks:
-            series.extend(decode_blob(chunk_blob))
-        metrics[name] = series
-    open_batch = list(snapshot.chain_open)
-    world = assemble_world(
-        parts,
-        nodes,
-        events,
-        metrics,
-        (snapshot.chain_digest, snapshot.chain_events, open_batch),
-        snapshot.display_unit,
-    )
-    if verify and world.state_hash() != snapshot.state_hash:
-        raise SnapshotError(
-            f"snapshot {snapshot.index} (event #{snapshot.events}) restored to state "
-            f"{world.state_hash()}, recorded {snapshot.state_hash}"
-        )
-    return world

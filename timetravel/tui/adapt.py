@@ -21,8 +21,6 @@ from timetravel.sim.timefmt import format_time
 from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
 from timetravel.tui.widgets.explain_pane import ExplainRow
 
-LOSS_METRIC = "loss"
-
 
 def failure_label(failure: dict[str, Any] | None, unit: str) -> str:
     """``nan on rank5 @1040ms``: what failed, where and when."""
@@ -81,11 +79,13 @@ def compare_data(
     diff: r.DiffCommandResult | None,
     unit: str,
     changes: dict[str, str] | None = None,
+    loss_metric: str = "loss",
 ) -> CompareData:
-    """The compare view's record: outcomes and divergence from ``compare``, paths from ``diff``."""
+    """The compare view's record: outcomes and divergence from ``compare``, paths from ``diff``;
+    ``loss_metric`` is the curve drawn (the scenario's ``view.loss_metric``)."""
     changes = changes or {}
     diff = diff if diff is not None else compare.diff
-    loss = compare.metrics.get(LOSS_METRIC, {})
+    loss = compare.metrics.get(loss_metric, {})
     first = compare.first_divergence or (diff.first_divergence if diff is not None else None)
     at_ns = diff.at_ns if diff is not None else (first.t_ns if first is not None else 0)
     entries = (
@@ -135,7 +135,9 @@ def _reference_fields(overlays: Sequence[ReferenceOverlay]) -> dict[str, Any]:
     }
 
 
-def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: str) -> CompareData:
+def diff_data(
+    diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: str, loss_metric: str = "loss"
+) -> CompareData:
     """The compare view's record from a ``diff`` alone (outcomes from the branch tree)."""
     known = {branch.name: branch for branch in branches}
     sides = tuple(
@@ -149,7 +151,7 @@ def diff_data(diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: s
     entries = tuple(DiffEntry(entry.path, entry.change, entry.summary) for entry in diff.paths)
     if diff.omitted:
         entries += (DiffEntry("…", "omitted", f"{diff.omitted} more paths differ"),)
-    loss = diff.metrics.get(LOSS_METRIC, {})
+    loss = diff.metrics.get(loss_metric, {})
     return CompareData(
         a=sides[0],
         b=sides[1],

@@ -493,11 +493,14 @@ class TimeTravelApp(App[None]):
         elif job.kind != "command":
             return
         elif isinstance(result, CompareResult):
-            self.push_screen(CompareScreen(compare_data(result, None, unit)))
+            loss_metric = self.engine.session.scenario.view.loss_metric
+            self.push_screen(CompareScreen(compare_data(result, None, unit, loss_metric=loss_metric)))
         elif isinstance(result, DiffCommandResult):
             branches = self.view.branches if self.view is not None else ()
             at_divergence = "--at" not in job.args[0].split()
-            screen = CompareScreen(diff_data(result, branches, unit))
+            screen = CompareScreen(
+                diff_data(result, branches, unit, self.engine.session.scenario.view.loss_metric)
+            )
             screen.diff_at_ns = None if at_divergence else result.at_ns
             self.push_screen(screen)
         elif isinstance(result, ExplainResult):

@@ -61,7 +61,8 @@ async def _probe(stop: asyncio.Event, lags: list[float]) -> None:
         lags.append(time.perf_counter() - start - PROBE_INTERVAL_S)
 
 
-async def _settle(app: TimeTravelApp, pilot: Any) -> None:
+async def settle(app: TimeTravelApp, pilot: Any) -> None:
+    """Wait until the App's workers are done and it is idle (at most SETTLE_ROUNDS_MAX pauses)."""
     for _ in range(SETTLE_ROUNDS_MAX):
         await app.workers.wait_for_complete()
         await pilot.pause()
@@ -85,7 +86,7 @@ async def _measure(path: Path) -> dict[str, float]:
         seeks: list[float] = []
         lags: list[float] = []
         async with app.run_test(size=SCREEN) as pilot:
-            await _settle(app, pilot)
+            await settle(app, pilot)
             assert app.view is not None
             end_ns = app.view.timeline.t_end_ns
             stop = asyncio.Event()
@@ -94,7 +95,7 @@ async def _measure(path: Path) -> dict[str, float]:
                 t_ns = (index * 7 % SEEKS + 1) * end_ns // (SEEKS + 1)  # spread over the run, out of order
                 start = time.perf_counter()
                 app.run_command(f"goto {format_time(t_ns, app.engine.unit)}", kind="seek")
-                await _settle(app, pilot)
+                await settle(app, pilot)
                 seeks.append(time.perf_counter() - start)
                 assert app.view.cursor_ns == t_ns
             stop.set()

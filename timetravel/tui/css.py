@@ -13,3 +13,8 @@ from pathlib import Path
 def css_beside(module_file: str) -> str:
     """The ``.tcss`` file named like the module (``timeline.py`` -> ``timeline.tcss``)."""
     return Path(module_file).with_suffix(".tcss").read_text(encoding="utf-8")
+
+
+def component_classes(widget: str, *parts: str) -> set[str]:
+    """A widget's ``COMPONENT_CLASSES``: ``widget--part`` for each part (``timeline--cursor``)."""
+    return {f"{widget}--{part}" for part in parts}

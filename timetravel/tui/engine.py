@@ -212,7 +212,7 @@ class Engine:
             if not isinstance(compare, CompareResult) or not isinstance(diff, DiffCommandResult):
                 raise TypeError(f"compare and diff returned {type(compare).__name__}, {type(diff).__name__}")
             changes = {row.name: row.changes for row in branch_rows(self.session)}
-            data = compare_data(compare, diff, self.unit, changes)
+            data = compare_data(compare, diff, self.unit, changes, self.session.scenario.view.loss_metric)
             return Outcome(lines, tuple(results), tuple(text), None, self._view_if_changed(), compare=data)
 
     def open_diff(

@@ -1,14 +1,14 @@
 """Turn what the kernel produces (a World, its metrics, its processed events) into widget data.
 
-This is the only module of the TUI that knows the shape of a World. It reads conventions rather
-than one scenario: a rank is a node of role ``rank`` (or of the most common role); its progress
-is the first of ``STEP_KEYS`` its state holds (its collective sequence number the first of
-``COLLECTIVE_SEQ_KEYS``, dp_training's ``coll_seq``, or torch's ``c10d`` node's ``last/<rank>/seq``;
-its last progress the first of ``PROGRESS_KEYS``, dp_training's ``progress_ns``); it is crashed when the world has it ``down``,
-``nan`` when a float in its state is not finite, ``diverged`` when its weights differ from the
-majority's, and ``partitioned`` or ``slow`` while a fault of that kind targets it. Anything a
-scenario records beyond that (a ``status`` key, ``waiting_on``) is shown as it is; whom a rank
-waits on also comes from a hang failure's flight recorder (dp_training's or torch's), at the hang.
+This is the only module of the TUI that knows the shape of a World, and it reads only what the
+scenario declares in its ``view`` (:class:`~timetravel.sim.scenario.ScenarioView`): a rank is a node
+of the declared role; its step, collective count, last progress, status and whom it waits on are
+the declared state keys (its collective count may come from a declared ``collectives`` node instead,
+the torch scenario's ``c10d``: ``last/<rank>/seq``); it is crashed when the world has it ``down``,
+``nan`` when a float in its state is not finite, ``diverged`` when its declared weights differ from
+the majority's, and ``partitioned`` or ``slow`` while a fault of a kind the scenario declares so
+targets it. Whom a rank waits on also comes from a hang failure's flight recorder (dp_training's or
+torch's), at the hang.
 
 Nothing here imports textual, so the adapters are tested (and reused by other front ends) alone.
 """
@@ -28,7 +28,7 @@ from timetravel.sim.encoding import array_digest
 from timetravel.sim.event import Event
 from timetravel.sim.kernel import Simulation
 from timetravel.sim.runner import build_world
-from timetravel.sim.scenario import Scenario
+from timetravel.sim.scenario import Scenario, ScenarioView
 from timetravel.sim.world import World
 from timetravel.tui.model import (
     RANK_STATES,
@@ -38,19 +38,8 @@ from timetravel.tui.model import (
     TimeMark,
 )
 
-RANK_ROLE = "rank"
-STEP_KEYS = ("step", "round", "received", "state_step")
-COLLECTIVE_SEQ_KEYS = ("collective_seq", "coll_seq", "seq")
-PROGRESS_KEYS = ("last_progress_ns", "progress_ns")
-WEIGHT_KEYS = ("weights", "params")
-STATUS_KEY = "status"
-WAITING_KEY = "waiting_on"
-COLLECTIVES_ROLE = "collectives"
 FLIGHT_RECORDER_KEY = "flight_recorder"
 """A hang failure's table of ranks (dp_training's): rows of ``rank`` and ``waits_on``."""
-LOSS_METRIC = "loss"
-SLOW_FAULT_KINDS = ("slow", "slow_node", "straggler")
-PARTITION_FAULT_KINDS = ("partition",)
 EVENTS_KEPT_MAX = 5_000_000
 """Bound on the events an in-memory run keeps for the event log (a recording streams instead)."""
 PAYLOAD_TEXT_MAX = 60
@@ -89,6 +78,7 @@ def metric_points(world: World, name: str) -> tuple[tuple[int, float], ...]:
 
 def timeline_from_world(
     world: World,
+    view: ScenarioView,
     *,
     t_end_ns: int | None = None,
     snapshots_ns: Iterable[int] = (),
@@ -112,7 +102,7 @@ def timeline_from_world(
         t_end_ns=max(end, 1),
         unit=world.display_unit,
         marks=tuple(marks),
-        loss=metric_points(world, LOSS_METRIC),
+        loss=metric_points(world, view.loss_metric),
         likelihood=tuple(likelihood),
     )
 
@@ -120,12 +110,12 @@ def timeline_from_world(
 # -- the rank grid --------------------------------------------------------------------------------
 
 
-def rank_names(world: World) -> list[str]:
-    """The nodes the rank grid shows: role ``rank``, else the most common role, else every node."""
+def rank_names(world: World, view: ScenarioView) -> list[str]:
+    """The nodes the rank grid shows: those of the declared role, else of the role most nodes have
+    (every node when no role is shared)."""
     roles = world.roles
-    named = [name for name in world.nodes if roles.get(name) == RANK_ROLE]
-    if named:
-        return named
+    if view.rank_role:
+        return [name for name in world.nodes if roles.get(name) == view.rank_role]
     counts = Counter(roles.get(name, "") for name in world.nodes)
     if not counts:
         return []
@@ -135,11 +125,11 @@ def rank_names(world: World) -> list[str]:
     return [name for name in world.nodes if roles.get(name) == role]
 
 
-def _first_int(state: Mapping[str, Any], keys: Sequence[str]) -> int:
-    for key in keys:
-        value = state.get(key)
-        if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
-            return int(value)
+def _int_at(state: Mapping[str, Any], key: str) -> int:
+    """The integer under a declared key (0 when none is declared or the state holds none)."""
+    value = state.get(key) if key else None
+    if isinstance(value, (int, np.integer)) and not isinstance(value, bool):
+        return int(value)
     return 0
 
 
@@ -158,12 +148,9 @@ def has_nonfinite(value: Any, depth: int = 2) -> bool:
     return False
 
 
-def _weights_digest(state: Mapping[str, Any]) -> str | None:
-    for key in WEIGHT_KEYS:
-        value = state.get(key)
-        if isinstance(value, np.ndarray):
-            return array_digest(value).hex()
-    return None
+def _weights_digest(state: Mapping[str, Any], key: str) -> str | None:
+    value = state.get(key) if key else None
+    return array_digest(value).hex() if isinstance(value, np.ndarray) else None
 
 
 def _fault_targets(fault: Mapping[str, Any]) -> list[str]:
@@ -177,15 +164,17 @@ def _fault_targets(fault: Mapping[str, Any]) -> list[str]:
     return []
 
 
-def _active_fault_kinds(world: World, now_ns: int) -> dict[str, set[str]]:
+def _fault_states(world: World, now_ns: int, view: ScenarioView) -> dict[str, set[str]]:
+    """Node -> the conditions active faults put it in (the kinds the scenario declares as shown)."""
     active: dict[str, set[str]] = {}
     for fault in world.faults:
         start = fault_start_ns(fault)
         end = fault.get("t_end", fault.get("t_end_ns"))
-        if start is None or start > now_ns or (isinstance(end, int) and end <= now_ns):
+        state = view.fault_states.get(str(fault.get("kind", "")))
+        if state is None or start is None or start > now_ns or (isinstance(end, int) and end <= now_ns):
             continue
         for target in _fault_targets(fault):
-            active.setdefault(target, set()).add(str(fault.get("kind", "")))
+            active.setdefault(target, set()).add(state)
     return active
 
 
@@ -226,13 +215,15 @@ def _collective_key(key: Any) -> tuple[str, int] | None:
     return (group, int(seq)) if seq.isdigit() else None
 
 
-def collective_seqs_from_recorder(world: World) -> dict[str, int]:
-    """``"r1" -> 8``: each rank's last collective sequence number where the torch scenario keeps it
-    (a node of role ``collectives`` holding ``last/<rank index>/seq``), since its rank nodes keep
-    none; empty for other worlds."""
+def collective_seqs_from_recorder(world: World, view: ScenarioView) -> dict[str, int]:
+    """``"r1" -> 8``: each rank's last collective sequence number where a scenario keeps it in a node
+    of its declared ``collectives_role`` (``last/<rank index>/seq``: the torch scenario, whose rank
+    nodes keep none); empty for other worlds."""
     found: dict[str, int] = {}
+    if not view.collectives_role:
+        return found
     for name, role in world.roles.items():
-        last = world.nodes[name].get("last") if role == COLLECTIVES_ROLE else None
+        last = world.nodes[name].get("last") if role == view.collectives_role else None
         if not isinstance(last, dict):
             continue
         for index, entry in last.items():
@@ -241,28 +232,25 @@ def collective_seqs_from_recorder(world: World) -> dict[str, int]:
     return found
 
 
-def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> list[RankCell]:
+def rank_cells_from_world(
+    world: World, view: ScenarioView, names: Sequence[str] | None = None
+) -> list[RankCell]:
     """Each rank's condition and counters in ``world`` (see the module docstring for the rules)."""
-    names = rank_names(world) if names is None else list(names)
-    digests = {name: _weights_digest(world.nodes[name]) for name in names}
+    names = rank_names(world, view) if names is None else list(names)
+    digests = {name: _weights_digest(world.nodes[name], view.weight_key) for name in names}
     known = [digest for digest in digests.values() if digest is not None]
     majority = Counter(known).most_common(1)[0][0] if known else None
-    active = _active_fault_kinds(world, world.t_ns)
+    active = _fault_states(world, world.t_ns, view)
     failed = {(failure.get("node"), failure["kind"]) for failure in world.failures}
     waits = flight_recorder_waits(world.failures)
-    sequence_numbers = collective_seqs_from_recorder(world)
+    sequence_numbers = collective_seqs_from_recorder(world, view)
     cells = []
     for name in names:
         state = world.nodes[name]
-        candidates = ["healthy"]
-        status = state.get(STATUS_KEY)
+        candidates = ["healthy", *sorted(active.get(name, ()))]
+        status = state.get(view.status_key) if view.status_key else None
         if status in RANK_STATES:
             candidates.append(status)
-        kinds = active.get(name, set())
-        if kinds & set(SLOW_FAULT_KINDS):
-            candidates.append("slow")
-        if kinds & set(PARTITION_FAULT_KINDS):
-            candidates.append("partitioned")
         if (name, "hang") in failed:  # the rank a hang names: the others wait for it
             candidates.append("hung")
         if (digests[name] is not None and digests[name] != majority) or (name, "divergence") in failed:
@@ -271,18 +259,16 @@ def rank_cells_from_world(world: World, names: Sequence[str] | None = None) -> l
             candidates.append("crashed")
         if (name, "nan") in failed or has_nonfinite(state):
             candidates.append("nan")
-        waiting = state.get(WAITING_KEY)
+        waiting = state.get(view.waiting_key) if view.waiting_key else None
         if not isinstance(waiting, str) or not waiting:
             waiting = waits.get(name, "")
         cells.append(
             RankCell(
                 name=name,
                 state=max(candidates, key=RANK_STATES.index),
-                step=_first_int(state, STEP_KEYS),
-                collective_seq=_first_int(state, COLLECTIVE_SEQ_KEYS)
-                if name not in sequence_numbers
-                else sequence_numbers[name],
-                last_progress_ns=_first_int(state, PROGRESS_KEYS),
+                step=_int_at(state, view.step_key),
+                collective_seq=sequence_numbers.get(name, _int_at(state, view.collective_seq_key)),
+                last_progress_ns=_int_at(state, view.progress_key),
                 waiting_on=waiting if isinstance(waiting, str) else "",
             )
         )

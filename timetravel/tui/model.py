@@ -4,7 +4,8 @@ Widgets never reach into a World, a Session or a recording. A front end (the App
 script) turns whatever it has into these records and sets them as widget attributes; widgets
 post messages back up when the user asks for something. Keeping the records plain (ints, floats,
 strings, tuples) is what lets every widget be tested on its own with hand-written data, and lets
-one adapter (``timetravel.tui.feed``) serve both a live kernel run and a recording.
+one adapter (``timetravel.tui.feed``) serve both a live kernel run and a recording. A row of the
+event log is the explore engine's own plain record (``EventRow``, from ``explore.results``).
 
 Times are integer nanoseconds everywhere, as in the kernel; only the widgets format them, in the
 recording's display unit.
@@ -14,6 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+from timetravel.explore.results import EventRow
 
 MARK_KINDS = ("snapshot", "fault", "branch", "failure", "cursor")
 """What a timeline mark can be; later kinds win a column shared with earlier ones."""
@@ -152,17 +155,6 @@ class RaceEdge:
     buffer: str
     first: str
     second: str
-
-
-@dataclass(frozen=True)
-class EventRow:
-    """One processed event as the event log shows it; ``number`` counts from 0 in run order."""
-
-    number: int
-    t_ns: int
-    dst: str
-    kind: str
-    payload: str = ""
 
 
 class EventSource(Protocol):

@@ -23,7 +23,7 @@ from timetravel.explore.results import BranchesResult
 from timetravel.explore.session import Session
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.adapt import branch_infos, failure_label
-from timetravel.tui.feed import LOSS_METRIC, fault_label, fault_start_ns, payload_text, rank_cells_from_world
+from timetravel.tui.feed import fault_label, fault_start_ns, payload_text, rank_cells_from_world
 from timetravel.tui.model import (
     BranchInfo,
     CollectiveSpan,
@@ -74,7 +74,8 @@ def curve(series: Sequence[Sequence[Any]]) -> tuple[tuple[int, float], ...]:
 def branch_facts(session: Session) -> BranchFacts:
     snapshots = [info.t_ns for info in session.snapshots()]
     step = max(1, -(-len(snapshots) // SNAPSHOT_MARKS_MAX))
-    loss = curve(session.metric_series(LOSS_METRIC)) if LOSS_METRIC in session.metric_names() else ()
+    loss_metric = session.scenario.view.loss_metric
+    loss = curve(session.metric_series(loss_metric)) if loss_metric in session.metric_names() else ()
     failure = branch_failure(session)
     if session.info.in_progress:
         outcome = OUTCOME_IN_PROGRESS
@@ -187,7 +188,7 @@ def cursor_view(
         unit=unit,
         cursor_ns=position.t_ns,
         timeline=timeline(facts, world.faults, branches, likelihood, unit),
-        ranks=tuple(rank_cells_from_world(copy)),
+        ranks=tuple(rank_cells_from_world(copy, session.scenario.view)),
         spans=tuple(spans),
         races=tuple(races),
         events=events,

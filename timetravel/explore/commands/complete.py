@@ -16,7 +16,7 @@ from typing import Protocol
 
 from timetravel.explore.commands.parse import CommandError, argument_at, resolve_command, split_words
 from timetravel.explore.commands.spec import ALIASES, COMMANDS, CommandSpec, OptionSpec
-from timetravel.explore.paths import NUMBER_FUNCTIONS, TRUTH_FUNCTIONS
+from timetravel.explore.predicates import NUMBER_FUNCTIONS, TRUTH_FUNCTIONS
 
 COMPLETIONS_MAX = 200
 _PREDICATE_BREAK = re.compile(r"[\s(),<>=!]")

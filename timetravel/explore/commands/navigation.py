@@ -87,19 +87,14 @@ def _goto(invocation: Invocation, context: CommandContext) -> CursorResult:
     return _cursor(context)
 
 
-def _step(invocation: Invocation, context: CommandContext) -> CursorResult:
-    session = context.require_session("step")
+def _step_or_back(invocation: Invocation, context: CommandContext) -> CursorResult:
+    """``step [N]`` / ``back [N]``: by events, or with ``--collective`` by collectives."""
+    forward = invocation.name == "step"
+    session = context.require_session(invocation.name)
     if invocation.value("collective"):
-        return _by_collectives(invocation, context, session, forward=True)
-    session.step(invocation.value("count", 1))
-    return _cursor(context)
-
-
-def _back(invocation: Invocation, context: CommandContext) -> CursorResult:
-    session = context.require_session("back")
-    if invocation.value("collective"):
-        return _by_collectives(invocation, context, session, forward=False)
-    session.back(invocation.value("count", 1))
+        return _by_collectives(invocation, context, session, forward=forward)
+    move = session.step if forward else session.back
+    move(invocation.value("count", 1))
     return _cursor(context)
 
 
@@ -108,7 +103,7 @@ def _by_collectives(
 ) -> CursorResult:
     """``step --collective [N]`` / ``back --collective [N]`` (explore/navigate.py: any rank's)."""
     count = invocation.value("count", 1)
-    name = "step" if forward else "back"
+    name = invocation.name
     try:
         _position, moved = step_collectives(session, count) if forward else back_collectives(session, count)
     except NoCollectives as error:
@@ -223,8 +218,8 @@ def _branches(invocation: Invocation, context: CommandContext) -> BranchesResult
 
 HANDLERS: dict[str, Any] = {
     "goto": _goto,
-    "step": _step,
-    "back": _back,
+    "step": _step_or_back,
+    "back": _step_or_back,
     "where": _where,
     "events": _events,
     "print": _print,

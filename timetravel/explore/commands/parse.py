@@ -12,13 +12,14 @@ from __future__ import annotations
 import difflib
 import json
 import shlex
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from timetravel.explore.commands.spec import ALIASES, COMMANDS, ArgumentSpec, CommandSpec, OptionSpec
 from timetravel.explore.fault_changes import parse_fault_edit, parse_fault_spec
-from timetravel.explore.paths import PathError, parse_path, parse_predicate
+from timetravel.explore.paths import PathError, parse_path
+from timetravel.explore.predicates import parse_predicate
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, TimeFormatError, parse_time
 
 LINE_CHARS_MAX = 10_000
@@ -117,8 +118,16 @@ def resolve_command(name: str) -> CommandSpec:
     return spec
 
 
-def parse_words(words: list[str], display_unit: str = DISPLAY_UNIT_DEFAULT, text: str = "") -> Invocation:
-    spec = resolve_command(words[0])
+def parse_words(
+    words: Sequence[str],
+    display_unit: str = DISPLAY_UNIT_DEFAULT,
+    text: str = "",
+    spec: CommandSpec | None = None,
+) -> Invocation:
+    """One command's words: ``words[0]`` names the language's command, or ``spec`` (a front end's own
+    command, such as the shell's ``plot``) is the command that name stands for."""
+    words = list(words)
+    spec = spec if spec is not None else resolve_command(words[0])
     positional: list[str] = []
     options: dict[str, Any] = {}
     index = 1
@@ -176,10 +185,12 @@ def _bind_arguments(spec: CommandSpec, positional: list[str], display_unit: str)
                     f"{spec.name}: missing {argument.name.upper()} ({argument.help}); usage: {spec.usage}"
                 )
             continue
-        text = " ".join(remaining) if argument.rest else remaining[0]
-        remaining = [] if argument.rest else remaining[1:]
-        arguments[argument.name] = convert(
-            argument.kind, text, display_unit, f"{spec.name} {argument.name.upper()}"
+        taken, remaining = (remaining, []) if argument.rest else (remaining[:1], remaining[1:])
+        where = f"{spec.name} {argument.name.upper()}"
+        arguments[argument.name] = (
+            [convert(argument.kind, word, display_unit, where) for word in taken]
+            if argument.each
+            else convert(argument.kind, " ".join(taken), display_unit, where)
         )
     if remaining:
         raise CommandError(f"{spec.name}: unexpected {remaining[0]!r}; usage: {spec.usage}")

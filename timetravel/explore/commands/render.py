@@ -12,8 +12,9 @@ from typing import Any
 
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
-from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.explore.reference import overlay_lines
+from timetravel.sim.terminal_text import terminal_safe
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, format_time
 
 FANOUT_KEYS_SHOWN = 10
@@ -453,8 +454,9 @@ _RENDERERS: dict[type, Callable[[Any, str], list[str]]] = {
 
 
 def render_text(result: Any, unit: str = DISPLAY_UNIT_DEFAULT) -> list[str]:
-    """The lines that show ``result`` in a terminal."""
+    """The lines that show ``result`` in a terminal, each with the control characters of any text
+    from the recording in it escaped (sim/terminal_text.py): one line stays one line."""
     renderer = _RENDERERS.get(type(result))
     if renderer is None:
         raise TypeError(f"no text rendering for {type(result).__name__}")
-    return renderer(result, unit)
+    return [terminal_safe(line) for line in renderer(result, unit)]

@@ -1,6 +1,6 @@
 """The command language's ``minimize`` and ``export``: a minimal repro, and a trace for Perfetto.
 
-``minimize [--out FILE.ttr] [--pytest FILE.py] [--max-runs N] [--max-seconds S] [--max-stall N]``
+``minimize [--out FILE.ttr] [--pytest FILE.py] [--force] [--max-runs N] [--max-seconds S] [--max-stall N]``
 minimizes the failure of the cursor's branch, or of ``--branch B``
 (:func:`timetravel.explore.minimize_run.minimize_run`), and returns its :class:`MinimizeResult`.
 ``export --perfetto FILE.json [--branch B]`` writes the branch as Chrome trace events
@@ -13,7 +13,8 @@ from __future__ import annotations
 from timetravel.explore.branch_tree import branch_names
 from timetravel.explore.commands.parse import CommandError, Invocation
 from timetravel.explore.commands.run import CommandContext, register_handler
-from timetravel.explore.minimize import (
+from timetravel.explore.minimize_run import minimize_run
+from timetravel.explore.minimize_trials import (
     MAX_RUNS_DEFAULT,
     MAX_SECONDS_DEFAULT,
     MAX_STALL_DEFAULT,
@@ -21,7 +22,6 @@ from timetravel.explore.minimize import (
     MinimizeResult,
     NothingToMinimize,
 )
-from timetravel.explore.minimize_run import minimize_run
 from timetravel.explore.perfetto import export_perfetto
 from timetravel.explore.results import ExportResult
 from timetravel.explore.session import Session
@@ -58,6 +58,7 @@ def _minimize(invocation: Invocation, context: CommandContext) -> MinimizeResult
             budget=budget_of(invocation),
             progress=context.progress,
             should_stop=context.should_stop,
+            force=bool(invocation.value("force", False)),
         )
     except NothingToMinimize as error:
         raise CommandError(f"minimize: {error}") from None

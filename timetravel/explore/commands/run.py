@@ -10,8 +10,8 @@ open, an unknown branch) raises :class:`CommandError` with one line that says wh
 from __future__ import annotations
 
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any
 
 from timetravel.explore.branch_tree import branch_names
@@ -26,7 +26,7 @@ Handler = Callable[[Invocation, "CommandContext"], Any]
 
 
 @dataclass
-class CommandContext:
+class CommandContext(AbstractContextManager["CommandContext"]):
     """What commands run against. ``session`` is None until a recording is open."""
 
     session: Any = None
@@ -74,12 +74,7 @@ class CommandContext:
             self.session.close()
             self.session = None
 
-    def __enter__(self) -> CommandContext:
-        return self
-
-    def __exit__(
-        self, kind: type[BaseException] | None, error: BaseException | None, trace: TracebackType | None
-    ) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.close()
 
 
@@ -89,17 +84,7 @@ def _help(invocation: Invocation, context: CommandContext) -> HelpResult:
         entries = tuple(HelpEntry(spec.name, spec.usage, spec.summary) for spec in COMMAND_SPECS)
         return HelpResult(entries)
     spec = resolve_command(name)
-    lines = [spec.usage, "", spec.summary]
-    if spec.arguments:
-        lines += ["", "arguments:"] + [f"  {a.name.upper():<12} {a.help}" for a in spec.arguments]
-    if spec.options:
-        lines += ["", "options:"] + [
-            f"  {o.name + ('' if o.is_flag else ' ' + (o.kind or '').upper()):<24} {o.help}"
-            for o in spec.options
-        ]
-    if spec.examples:
-        lines += ["", "examples:"] + [f"  {example}" for example in spec.examples]
-    return HelpResult((HelpEntry(spec.name, spec.usage, spec.summary),), "\n".join(lines))
+    return HelpResult((HelpEntry(spec.name, spec.usage, spec.summary),), spec.help_detail)
 
 
 HANDLERS: dict[str, Handler] = {"help": _help}

@@ -7,7 +7,7 @@ cursor there, switching the cursor to ``B`` first when one is named. Long search
 :class:`~timetravel.explore.work.WorkProgress` reports through the context and stop when it asks them to.
 
 (``watch --previous/--next``, in :mod:`timetravel.explore.commands.navigation`, finds changes with
-the same engine: :func:`timetravel.explore.search.last_change` and ``next_change``.)
+the same engine: :func:`timetravel.explore.watchpoints.last_change` and ``next_change``.)
 """
 
 from __future__ import annotations

@@ -54,16 +54,19 @@ ARGUMENT_KINDS = (
 
 @dataclass(frozen=True)
 class ArgumentSpec:
-    """A positional argument. ``rest`` takes every remaining word (joined by spaces)."""
+    """A positional argument. ``rest`` takes every remaining word: joined by spaces into one value,
+    or with ``each`` a list of one value a word (``plot main b1``)."""
 
     name: str
     kind: str
     help: str
     required: bool = True
     rest: bool = False
+    each: bool = False
 
     def __post_init__(self) -> None:
         assert self.kind in ARGUMENT_KINDS, self.kind
+        assert self.rest or not self.each, f"{self.name}: only a rest argument takes each word"
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,23 @@ class CommandSpec:
             if option.name == name:
                 return option
         return None
+
+    @property
+    def help_detail(self) -> str:
+        """Usage, summary, arguments, options, aliases and examples: what ``help NAME`` shows."""
+        lines = [self.usage, "", self.summary]
+        if self.arguments:
+            lines += ["", "arguments:"] + [f"  {a.name.upper():<12} {a.help}" for a in self.arguments]
+        if self.options:
+            lines += ["", "options:"] + [
+                f"  {o.name + ('' if o.is_flag else ' ' + (o.kind or '').upper()):<24} {o.help}"
+                for o in self.options
+            ]
+        if self.aliases:
+            lines += ["", f"aliases: {', '.join(self.aliases)}"]
+        if self.examples:
+            lines += ["", "examples:"] + [f"  {example}" for example in self.examples]
+        return "\n".join(lines)
 
 
 def _branch_option(help_text: str = "the branch to act on (default: the cursor's branch)") -> OptionSpec:
@@ -333,6 +353,7 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
             _branch_option("the failing branch to minimize (default: the cursor's)"),
             OptionSpec("--out", "file", "write the repro recording here (.ttr)"),
             OptionSpec("--pytest", "file", "write a standalone pytest file that replays it"),
+            OptionSpec("--force", None, "write over repro files that exist (else they are refused)"),
             OptionSpec("--max-runs", "count", "stop after this many runs"),
             OptionSpec("--max-seconds", "seconds", "stop after this much wall time"),
             OptionSpec("--max-stall", "count", "stop after this many runs without progress"),

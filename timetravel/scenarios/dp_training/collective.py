@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from timetravel.scenarios.dp_training import device, reliability
-from timetravel.sim import Context
+from timetravel.sim import Context, Event
 
 STALE = 0
 CURRENT = 1
@@ -91,12 +91,46 @@ def report_mismatch(state: dict[str, Any], ctx: Context, message: list[Any], sen
     )
 
 
+Process = Callable[[dict[str, Any], Context, str, list[Any]], None]
+"""``process(state, ctx, kind, message)``: a collective's handling of a current message."""
+SenderOf = Callable[[str, list[Any]], str]
+"""``sender_of(kind, message)``: who sent it, as a mismatch report names them."""
+
+
+def receivers(up: str, down: str, process: Process, sender_of: SenderOf) -> dict[str, Any]:
+    """The handlers of a parameter-server or tree collective's two message kinds: each routes its
+    message through :func:`dispatch`."""
+
+    def on_up(state: dict[str, Any], event: Event, ctx: Context) -> None:
+        dispatch(state, ctx, up, event[4], process, sender_of(up, event[4]))
+
+    def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
+        dispatch(state, ctx, down, event[4], process, sender_of(down, event[4]))
+
+    return {up: on_up, down: on_down}
+
+
+def drain(
+    state: dict[str, Any], ctx: Context, kinds: tuple[str, str], process: Process, sender_of: SenderOf
+) -> None:
+    """Handle the kept messages of ``kinds`` that are for the collective now current; stop at a
+    mismatch (a kept message was checked intact when it was kept)."""
+    for kind in kinds:
+        for message in take_current(state, kind):
+            verdict = classify(state, message)
+            if verdict == MISMATCH:
+                report_mismatch(state, ctx, message, sender_of(kind, message))
+                return
+            if verdict == CURRENT:
+                process(state, ctx, kind, message)
+
+
 def dispatch(
     state: dict[str, Any],
     ctx: Context,
     kind: str,
     message: list[Any],
-    process: Callable[[dict[str, Any], Context, str, list[Any]], None],
+    process: Process,
     sender: str,
 ) -> None:
     """Route one checked message of a parameter-server or tree collective: process it when it is

@@ -19,9 +19,9 @@ from typing import Any
 import numpy as np
 
 from timetravel.scenarios.dp_training import collective, reliability
-from timetravel.scenarios.dp_training.collective import CURRENT, DATA, MISMATCH, PART
+from timetravel.scenarios.dp_training.collective import DATA, PART
 from timetravel.scenarios.dp_training.numerics import sequential_sum
-from timetravel.sim import Context, Event
+from timetravel.sim import Context
 
 UP = "ps_up"
 DOWN = "ps_down"
@@ -50,20 +50,11 @@ def start(state: dict[str, Any], ctx: Context) -> None:
             _broadcast(state, ctx)
             return
     if state["inbox"]:
-        _drain(state, ctx)
+        collective.drain(state, ctx, (UP, DOWN), _process, _sender)
 
 
-def on_up(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    _receive(state, ctx, UP, event[4])
-
-
-def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    _receive(state, ctx, DOWN, event[4])
-
-
-def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
-    sender = f"r{message[PART]}" if kind == UP else SERVER
-    collective.dispatch(state, ctx, kind, message, _process, sender)
+def _sender(kind: str, message: list[Any]) -> str:
+    return f"r{message[PART]}" if kind == UP else SERVER
 
 
 def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
@@ -101,17 +92,6 @@ def _broadcast(state: dict[str, Any], ctx: Context) -> None:
     collective.complete(state, ctx, total.copy())
 
 
-def _drain(state: dict[str, Any], ctx: Context) -> None:
-    for kind in (UP, DOWN):
-        for message in collective.take_current(state, kind):
-            verdict = collective.classify(state, message)
-            if verdict == MISMATCH:
-                _receive(state, ctx, kind, message)
-                return
-            if verdict == CURRENT:
-                _process(state, ctx, kind, message)
-
-
 def waits_on(state: dict[str, Any]) -> list[str]:
     """The server waits on the ranks it has not heard; every other rank waits on the server."""
     if not state["coll_active"]:
@@ -137,4 +117,4 @@ def missing(state: dict[str, Any]) -> list[list[Any]]:
     return [[f"r{rank}", UP, rank] for rank, heard in enumerate(state["ps_heard"]) if not heard]
 
 
-HANDLERS = {UP: on_up, DOWN: on_down}
+HANDLERS = collective.receivers(UP, DOWN, _process, _sender)

@@ -198,6 +198,10 @@ PRESETS: dict[str, dict[str, Any]] = {
 }
 
 
+COMPUTE_TIME_NS_MAX = 86_400 * 10**9
+"""One step's compute time at most (model_flops / gpu_tflops): a day of simulated time."""
+
+
 def compute_time_ns(config: dict[str, Any]) -> int:
     """The compute kernel's duration before jitter: the FLOP model, at least 1 ns."""
     return max(1, round(config["model_flops"] / (config["gpu_tflops"] * FLOPS_PER_TFLOP_NS)))
@@ -223,3 +227,8 @@ def check_config(config: dict[str, Any]) -> None:
         )
     if config["reduce_dtype"] not in DTYPES or config["dtype"] not in DTYPES:
         raise ConfigError("config keys 'dtype'/'reduce_dtype': unknown dtype")
+    if config["model_flops"] / (config["gpu_tflops"] * FLOPS_PER_TFLOP_NS) > COMPUTE_TIME_NS_MAX:
+        raise ConfigError(
+            f"config keys 'model_flops'/'gpu_tflops': one step's compute would take more than "
+            f"{COMPUTE_TIME_NS_MAX:,} ns (a day)"
+        )

@@ -18,7 +18,7 @@ from timetravel.scenarios.dp_training.build import (
 from timetravel.scenarios.dp_training.detectors import weights_digest
 from timetravel.scenarios.dp_training.model import layout_for
 from timetravel.scenarios.dp_training.params import DEMO_SEED, PARAMS, PRESETS
-from timetravel.sim import Param, Scenario, World
+from timetravel.sim import Param, Scenario, ScenarioView, World
 
 
 def summarize(world: World) -> dict[str, Any]:
@@ -99,4 +99,12 @@ SCENARIO = Scenario(
     on_end=monitor.on_end,
     summarize=summarize,
     determinism="forbid",
+    view=ScenarioView(
+        rank_role=ROLE_RANK,
+        step_key="step",
+        collective_seq_key="coll_seq",
+        progress_key="progress_ns",
+        weight_key="weights",
+        fault_states=fabric.VIEW_STATES,
+    ),
 )

@@ -27,8 +27,8 @@ from typing import Any
 import numpy as np
 
 from timetravel.scenarios.dp_training import collective, reliability
-from timetravel.scenarios.dp_training.collective import CURRENT, DATA, MISMATCH, PART
-from timetravel.sim import Context, Event
+from timetravel.scenarios.dp_training.collective import DATA, PART
+from timetravel.sim import Context
 
 UP = "tree_up"
 DOWN = "tree_down"
@@ -128,19 +128,11 @@ def start(state: dict[str, Any], ctx: Context) -> None:
         for chunk in range(chunks):
             _chunk_reduced(state, ctx, chunk, contribution[bounds[chunk] : bounds[chunk + 1]].copy())
     if state["inbox"]:
-        _drain(state, ctx)
+        collective.drain(state, ctx, (UP, DOWN), _process, _sender)
 
 
-def on_up(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    _receive(state, ctx, UP, event[4])
-
-
-def on_down(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    _receive(state, ctx, DOWN, event[4])
-
-
-def _receive(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
-    collective.dispatch(state, ctx, kind, message, _process, "a tree neighbour")
+def _sender(_kind: str, _message: list[Any]) -> str:
+    return "a tree neighbour"
 
 
 def _process(state: dict[str, Any], ctx: Context, kind: str, message: list[Any]) -> None:
@@ -202,17 +194,6 @@ def _received_down(state: dict[str, Any], ctx: Context, chunk: int, total: np.nd
         collective.complete(state, ctx, state["result"])
 
 
-def _drain(state: dict[str, Any], ctx: Context) -> None:
-    for kind in (UP, DOWN):
-        for message in collective.take_current(state, kind):
-            verdict = collective.classify(state, message)
-            if verdict == MISMATCH:
-                collective.report_mismatch(state, ctx, message, "a tree neighbour")
-                return
-            if verdict == CURRENT:
-                _process(state, ctx, kind, message)
-
-
 def waits_on(state: dict[str, Any]) -> list[str]:
     """Children whose sums are missing for some chunk, else the parent (broadcast pending)."""
     if not state["coll_active"]:
@@ -249,4 +230,4 @@ def missing(state: dict[str, Any]) -> list[list[Any]]:
     return wanted
 
 
-HANDLERS = {UP: on_up, DOWN: on_down}
+HANDLERS = collective.receivers(UP, DOWN, _process, _sender)

@@ -7,7 +7,7 @@ from typing import Any
 from timetravel import fabric
 from timetravel.scenarios.rdma_fork import process
 from timetravel.scenarios.rdma_fork.params import PARAMS, check_config, dontfork_applies, node_names
-from timetravel.sim import Scenario, World
+from timetravel.sim import Scenario, ScenarioView, World
 
 SCENARIO_NAME = "rdma_fork"
 ROLE_HOST = "host"
@@ -57,4 +57,5 @@ SCENARIO = Scenario(
     transport=fabric.transport,
     summarize=summarize,
     determinism="forbid",
+    view=ScenarioView(rank_role=ROLE_HOST, fault_states=fabric.VIEW_STATES),
 )

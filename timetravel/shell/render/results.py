@@ -21,7 +21,7 @@ from rich.tree import Tree
 from timetravel.explore import results as r
 from timetravel.explore.commands.render import collective_text, event_refs, fanout_heading
 from timetravel.explore.diff import DiffResult
-from timetravel.explore.minimize import MinimizeResult
+from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.explore.reference import overlay_lines
 from timetravel.shell.render.plot import plot
 from timetravel.shell.render.registry import RenderContext, renders

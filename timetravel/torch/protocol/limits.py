@@ -55,7 +55,7 @@ checkpoint set in memory (a forked copy of every rank, ~34 MB each for bench tor
 model, and a World copy). At 96 events (~1 snapshot per optimizer step of that run, 41 points) the
 default checkpoint budget held 23 sets, so random seeks re-executed several intervals (p95 1.57 s),
 and recording cost 1.74x the run; at 192 every set fits the budget and a seek re-executes at most one
-interval (p95 0.94 s measured quiet, docs/performance.md)."""
+interval (p95 0.94 s measured quiet, docs/performance-history.md)."""
 
 WORK_NS_MAX = 3_600 * 1_000_000_000
 """The most compute one interval between two calls may charge under ``compute_model=flops`` (an

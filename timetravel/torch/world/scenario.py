@@ -18,7 +18,7 @@ from typing import Any
 from timetravel.sim.context import Context
 from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.launch import NO_LAUNCH, Launch
-from timetravel.sim.scenario import Scenario
+from timetravel.sim.scenario import Scenario, ScenarioView
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import SNAPSHOT_ELIDE_BYTES_MIN, SNAPSHOT_EVERY_EVENTS_TORCH
 from timetravel.torch.world import c10d, digests, hangs, ranks, resume, store, timing, workdir
@@ -108,6 +108,13 @@ SCENARIO = Scenario(
     determinism=MODE_OFF,
     world_source=_torch_worlds,
     processes=RankHost,
+    view=ScenarioView(
+        rank_role="rank",
+        step_key="state_step",
+        status_key="status",
+        collectives_role=C10D_NODE,
+        fault_states={"slow": "slow", "partition": "partitioned"},
+    ),
     describe_divergence=digests.describe_divergence,
     divergence_t_ns=digests.divergence_t_ns,
     repro_setup=_repro_setup,

@@ -165,7 +165,6 @@ class TorchWorlds:
         it makes; closed with the Session."""
         self.host.on_evict = self._evicted
 
-
     def _launch(self) -> Launch:
         """What the user named for this Session (``--script``: sim/launch.py); re-executed ranks' output
         is not shown (it was when the run was recorded) unless the command sends it somewhere."""

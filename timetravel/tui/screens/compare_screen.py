@@ -15,10 +15,11 @@ from textual.app import ComposeResult
 from textual.binding import Binding, BindingType
 from textual.containers import Horizontal
 from textual.screen import Screen
-from textual.widgets import DataTable, Footer, Static
+from textual.widgets import DataTable, Footer
 
 from timetravel.tui.css import css_beside
 from timetravel.tui.model import CompareData
+from timetravel.tui.safe_lines import SafeStatic
 from timetravel.tui.timefmt import exact_time
 from timetravel.tui.widgets import CompareView, StateInspector
 
@@ -70,7 +71,7 @@ class DiffScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         when = exact_time(self.at_ns, self.unit)
-        yield Static(
+        yield SafeStatic(
             f"diff {self.path} @{when}: {self.names[0]} | {self.names[1]}", id="diff-title", markup=False
         )
         with Horizontal(id="diff-sides"):

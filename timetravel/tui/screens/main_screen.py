@@ -27,6 +27,7 @@ from textual.widgets import Footer, RichLog, Static
 
 from timetravel.tui.css import css_beside
 from timetravel.tui.model import RANK_STATES, CursorView, EventSource, KernelSpan, RaceEdge
+from timetravel.tui.safe_lines import SafeRichLog, SafeStatic
 from timetravel.tui.timefmt import exact_time
 from timetravel.tui.values import ViewValues
 from timetravel.tui.widgets import (
@@ -81,7 +82,7 @@ class MainScreen(Screen[None]):
         self.active_pane = "events"
 
     def compose(self) -> ComposeResult:
-        yield Static("timetravel", id="title", markup=False)
+        yield SafeStatic("timetravel", id="title", markup=False)
         yield Timeline(id="timeline")
         yield FlightRecorder(id="flight")
         with Horizontal(id="middle"):
@@ -93,7 +94,7 @@ class MainScreen(Screen[None]):
                 yield StateInspector(id="state", classes="pane")
                 yield StreamsView(id="streams", classes="pane")
                 yield BranchTree(id="branches", classes="pane")
-                output = RichLog(
+                output = SafeRichLog(
                     id="output",
                     classes="pane",
                     max_lines=OUTPUT_LINES_MAX,

@@ -22,8 +22,9 @@ from textual.reactive import reactive
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import BranchInfo
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import exact_time
 
 PICKS_MAX = 2
@@ -31,18 +32,13 @@ ROOT_BRANCH = "main"
 OUTCOME_GLYPHS = {"pass": "✔", "fail": "✖", "running": "…", "cancelled": "⊘", "unknown": "?"}
 
 
-class BranchTree(Tree[str]):
+class BranchTree(TerminalSafeLines, Tree[str]):
     """The tree of runs and branches. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "branch-tree--pass",
-        "branch-tree--fail",
-        "branch-tree--running",
-        "branch-tree--muted",
-        "branch-tree--picked",
-        "branch-tree--current",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "branch-tree", "pass", "fail", "running", "muted", "picked", "current"
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("space", "pick", "pick", tooltip="pick the branch for comparison (two at most)"),
         Binding(

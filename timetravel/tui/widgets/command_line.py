@@ -21,6 +21,7 @@ from textual.widgets import Input
 
 from timetravel.explore.commands.complete import ValueSource
 from timetravel.tui.css import css_beside
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.values import completion_lines
 
 HISTORY_MAX = 500
@@ -39,7 +40,7 @@ class CommandSuggester(Suggester):
         return candidates[0] if candidates else None
 
 
-class CommandLine(Input):
+class CommandLine(TerminalSafeLines, Input):
     """The command prompt. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

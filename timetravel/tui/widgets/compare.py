@@ -24,8 +24,9 @@ from textual.widget import Widget
 from textual.widgets import DataTable, Static
 
 from timetravel.explore.commands.render import event_refs
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import BranchInfo, CompareData
+from timetravel.tui.safe_lines import SafeDataTable, SafeStatic
 from timetravel.tui.timefmt import exact_time
 from timetravel.tui.widgets.branch_tree import OUTCOME_GLYPHS
 from timetravel.tui.widgets.loss_plot import LossPlot
@@ -47,13 +48,9 @@ class CompareView(Widget):
     """Two runs compared. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "compare--pass",
-        "compare--fail",
-        "compare--muted",
-        "compare--changed",
-        "compare--alarm",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "compare", "pass", "fail", "muted", "changed", "alarm"
+    )
 
     data: reactive[CompareData | None] = reactive(None, always_update=True)
 
@@ -84,8 +81,8 @@ class CompareView(Widget):
         self.set_reactive(CompareView.data, data)
 
     def compose(self) -> ComposeResult:
-        yield Static(id="compare-header")
-        table: DataTable[Text] = DataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
+        yield SafeStatic(id="compare-header")
+        table = SafeDataTable(id="compare-table", cursor_type="row", zebra_stripes=True)
         yield table
         yield LossPlot()
 

@@ -25,8 +25,9 @@ from textual.reactive import reactive
 from textual.scroll_view import ScrollView
 from textual.strip import Strip
 
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import EventRow, EventSource
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import fixed_time
 
 NODE_COLUMNS_MAX = 12
@@ -34,16 +35,13 @@ KIND_COLUMNS_MAX = 14
 FAULT_KINDS = ("fault",)
 
 
-class EventLog(ScrollView, can_focus=True):
+class EventLog(TerminalSafeLines, ScrollView, can_focus=True):
     """A virtualized log of events. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "event-log--selected",
-        "event-log--future",
-        "event-log--fault",
-        "event-log--number",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "event-log", "selected", "future", "fault", "number"
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("up", "move(-1)", "up", show=False, tooltip="previous event"),
         Binding("down", "move(1)", "down", show=False, tooltip="next event"),

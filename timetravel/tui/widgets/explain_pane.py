@@ -21,6 +21,7 @@ from textual.widgets import OptionList
 from textual.widgets.option_list import Option
 
 from timetravel.tui.css import css_beside
+from timetravel.tui.safe_lines import TerminalSafeLines
 
 ROLE_STYLES = {
     "detector": "bold red",
@@ -45,7 +46,7 @@ class ExplainRow:
     because: str = ""
 
 
-class ExplainPane(OptionList):
+class ExplainPane(TerminalSafeLines, OptionList):
     """The causal chain of a failure. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)

@@ -19,20 +19,19 @@ from rich.text import Text
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import FlightRow
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import exact_time
 
 
-class FlightRecorder(Widget):
+class FlightRecorder(TerminalSafeLines, Widget):
     """A hang's flight recorder, a row a rank. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "flight-recorder--header",
-        "flight-recorder--waiting",
-        "flight-recorder--culprit",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "flight-recorder", "header", "waiting", "culprit"
+    )
 
     rows: reactive[tuple[FlightRow, ...]] = reactive((), layout=True)
     unit: reactive[str] = reactive("ms")

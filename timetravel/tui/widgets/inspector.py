@@ -27,8 +27,9 @@ from textual.reactive import reactive
 from textual.widgets import Tree
 from textual.widgets.tree import TreeNode
 
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.describe import array_rows, children, describe, is_container, lookup, path_text
+from timetravel.tui.safe_lines import TerminalSafeLines
 
 CHILDREN_SHOWN_MAX = 256
 """Bound on the children one expansion creates; bigger containers are split into groups of this size."""
@@ -53,16 +54,13 @@ def split_path(text: str) -> list[str]:
     return [part for part in text.strip().strip("/").split("/") if part]
 
 
-class StateInspector(Tree[Entry]):
+class StateInspector(TerminalSafeLines, Tree[Entry]):
     """A lazily expanded tree of the world. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "inspector--key",
-        "inspector--summary",
-        "inspector--alarm",
-        "inspector--changed",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "inspector", "key", "summary", "alarm", "changed"
+    )
 
     document: reactive[Any] = reactive(None, always_update=True)
     highlight_paths: reactive[frozenset[str]] = reactive(frozenset())

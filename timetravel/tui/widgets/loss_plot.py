@@ -20,8 +20,9 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from timetravel.tui.charts import column_values, hold_gaps, plot_rows, value_range
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.describe import number_text
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import short_time
 
 GUTTER_COLUMNS = 7
@@ -31,18 +32,13 @@ STYLES = {1: "a", 2: "b", 3: "both", 4: "reference", 5: "agree", 6: "agree", 7: 
 Points = tuple[tuple[int, float], ...]
 
 
-class LossPlot(Widget):
+class LossPlot(TerminalSafeLines, Widget):
     """Two loss curves on one plot. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "loss-plot--a",
-        "loss-plot--b",
-        "loss-plot--both",
-        "loss-plot--reference",
-        "loss-plot--agree",
-        "loss-plot--axis",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "loss-plot", "a", "b", "both", "reference", "agree", "axis"
+    )
 
     curve_a: reactive[Points] = reactive(())
     curve_b: reactive[Points] = reactive(())

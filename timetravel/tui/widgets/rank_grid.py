@@ -25,26 +25,22 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from timetravel.tui import rank_layout
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import RANK_STATES, RankCell
 from timetravel.tui.rank_layout import MODE_TITLES, MODES, VALUE_WIDTHS, GridItem, RankColumns
+from timetravel.tui.safe_lines import TerminalSafeLines
 
 WIDE_DETAIL_COLUMNS = 70
 """From this content width the selected rank's detail fits one line; narrower grids give it two."""
 
 
-class RankGrid(Widget, can_focus=True):
+class RankGrid(TerminalSafeLines, Widget, can_focus=True):
     """Every rank as a cell. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "rank-grid--label",
-        "rank-grid--selected",
-        "rank-grid--bucket",
-        "rank-grid--summary",
-        "rank-grid--detail",
-        *(f"rank-grid--{state}" for state in RANK_STATES),
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "rank-grid", "label", "selected", "bucket", "summary", "detail", *RANK_STATES
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding("left", "move(-1, 0)", "left", show=False, tooltip="select the previous cell"),
         Binding("right", "move(1, 0)", "right", show=False, tooltip="select the next cell"),

@@ -13,6 +13,7 @@ from textual.widget import Widget
 from textual.widgets import ProgressBar, Static
 
 from timetravel.tui.css import css_beside
+from timetravel.tui.safe_lines import SafeStatic
 
 
 class StatusLine(Widget):
@@ -25,7 +26,7 @@ class StatusLine(Widget):
         self.text = ""
 
     def compose(self) -> ComposeResult:
-        yield Static("", id="status-text", markup=False)
+        yield SafeStatic("", id="status-text", markup=False)
         yield ProgressBar(total=1.0, show_eta=False, id="status-progress")
 
     def _show(self, text: str) -> None:

@@ -25,9 +25,10 @@ from textual.binding import Binding, BindingType
 from textual.reactive import reactive
 from textual.widget import Widget
 
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.model import KernelSpan, RaceEdge
 from timetravel.tui.rank_layout import short_labels
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import exact_time, short_time
 
 LABEL_COLUMNS = 11
@@ -107,21 +108,13 @@ def activity_at(spans: Sequence[KernelSpan], rank: str, stream: str, t_ns: int) 
     return f"{stream}: idle"
 
 
-class StreamsView(Widget, can_focus=True):
+class StreamsView(TerminalSafeLines, Widget, can_focus=True):
     """A Gantt chart of GPU streams around the cursor. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "streams--label",
-        "streams--compute",
-        "streams--comm",
-        "streams--compute-alt",
-        "streams--comm-alt",
-        "streams--race",
-        "streams--edge",
-        "streams--cursor",
-        "streams--detail",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "streams", "label", "compute", "comm", "compute-alt", "comm-alt", "race", "edge", "cursor", "detail"
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "plus,equals_sign",

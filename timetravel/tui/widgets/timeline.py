@@ -33,9 +33,10 @@ from textual.reactive import reactive
 from textual.widget import Widget
 
 from timetravel.tui.charts import column_values, curve_array, hold_gaps, nice_step, sparkline_glyphs
-from timetravel.tui.css import css_beside
+from timetravel.tui.css import component_classes, css_beside
 from timetravel.tui.lane_text import lane_line, lane_rows
 from timetravel.tui.model import MARK_KINDS, TimelineData, TimeMark
+from timetravel.tui.safe_lines import TerminalSafeLines
 from timetravel.tui.timefmt import exact_time, short_time
 
 GUTTER_COLUMNS = 6
@@ -67,26 +68,27 @@ class Axis:
         return min((t_ns - self.start_ns) * self.columns // span, self.columns - 1)
 
 
-class Timeline(Widget, can_focus=True):
+class Timeline(TerminalSafeLines, Widget, can_focus=True):
     """The run's logical time axis with the cursor. See the module docstring."""
 
     DEFAULT_CSS = css_beside(__file__)
-    COMPONENT_CLASSES: ClassVar[set[str]] = {
-        "timeline--cursor",
-        "timeline--gutter",
-        "timeline--axis",
-        "timeline--snapshot",
-        "timeline--fault",
-        "timeline--branch",
-        "timeline--failure",
-        "timeline--loss",
-        "timeline--nonfinite",
-        "timeline--likelihood",
-        "timeline--no-return",
-        "timeline--span",
-        "timeline--hung",
-        "timeline--step",
-    }
+    COMPONENT_CLASSES: ClassVar[set[str]] = component_classes(
+        "timeline",
+        "cursor",
+        "gutter",
+        "axis",
+        "snapshot",
+        "fault",
+        "branch",
+        "failure",
+        "loss",
+        "nonfinite",
+        "likelihood",
+        "no-return",
+        "span",
+        "hung",
+        "step",
+    )
     BINDINGS: ClassVar[list[BindingType]] = [
         Binding(
             "left",

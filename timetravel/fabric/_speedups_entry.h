@@ -1,6 +1,6 @@
 /* fabric.launch, fabric.record, fabric.wait and the gpu.done handler as C callables: what the
  * scenario's handler calls is this code itself, not a Python function that calls it.
- * Included once, by _speedups.c, after _speedups_gpu.h (it runs that file's gpu_launch, gpu_record,
+ * Included once, by fabric/_speedups.c, last of the engine's headers (it runs gpu_launch, gpu_record,
  * gpu_wait and gpu_done).
  *
  * fabric/gpu.py's ``launch`` (and ``record``, ``wait``) was a Python function whose body asked the
@@ -20,7 +20,7 @@
  * configure_entries(globals, launch, record, wait, launch_python, record_python, wait_python,
  * streams_max, events_max) hands over gpu.py's module dict, its Python functions and their bodies,
  * and the bounds the engine's first use of a stream or an event checks (gpu_launch, gpu_record
- * create them in C as gpu._stream and gpu._event_entry would; sim/_speedups_gpu.h).
+ * create them in C as gpu._stream and gpu._event_entry would; _speedups_gpu_host.h).
  */
 #ifndef _SPEEDUPS_ENTRY_H
 #define _SPEEDUPS_ENTRY_H

@@ -1,5 +1,5 @@
 /* Decoding a stored value against an earlier decoded version of it.
- * Included once, by _speedups.c (one translation unit), after _speedups_plain.h, whose decoder
+ * Included once, by snapshot/_speedups.c (one translation unit), after _speedups_plain.h, whose decoder
  * (PlainInput, plain_value, plain_skip) it reuses.
  *
  * decode_plain_against(data, base_data, base_value, factory, bytes_max, memo, arrays)
@@ -125,6 +125,62 @@ against_release(PyObject **keys, PyObject **items, Py_ssize_t count)
     }
 }
 
+/* One entry of a map read against the base map's entry at *base_at (both cursors move past it):
+ * PLAIN_OK with *key NULL when its bytes are the base's (or its map value decodes to the base's
+ * own), PLAIN_OK with *key and *item (new references) for an entry to set in a copy of the base
+ * dict, PLAIN_UNUSUAL when the keys differ (or cannot be read), PLAIN_ERROR. */
+static int
+against_entry(PlainInput *input, int depth, const unsigned char **base_at, const unsigned char *base_end,
+              PyObject *base_dict, PyObject **key, PyObject **item)
+{
+    const unsigned char *at = input->at, *base = *base_at, *key_end, *base_key_end, *end, *base_value_end = NULL;
+    PyObject *base_item;
+    int status, item_same = 0, maps;
+    *key = NULL;
+    key_end = against_skip(at, input->end);
+    base_key_end = against_skip(base, base_end);
+    if (key_end == NULL || base_key_end == NULL || key_end - at != base_key_end - base)
+        return PLAIN_UNUSUAL; /* other keys */
+    maps = AGAINST_IS_MAP_TAG(*key_end) && base_key_end < base_end && AGAINST_IS_MAP_TAG(*base_key_end);
+    if (!maps) { /* the common entry: one comparison of key and value together */
+        end = against_skip(key_end, input->end);
+        base_value_end = against_skip(base_key_end, base_end);
+        if (end == NULL || base_value_end == NULL)
+            return PLAIN_UNUSUAL;
+        if (end - at == base_value_end - base && against_equal(at, base, end - at)) {
+            input->at = end;
+            *base_at = base_value_end;
+            return PLAIN_OK;
+        }
+    }
+    if (!against_equal(at, base, key_end - at))
+        return PLAIN_UNUSUAL; /* other keys */
+    input->reading_key = 1;
+    status = plain_value(input, depth + 1, key);
+    input->reading_key = 0;
+    if (status != PLAIN_OK)
+        return status;
+    if (!maps) { /* keys equal, values differ (end and base_value_end were found above) */
+        *base_at = base_value_end;
+        status = plain_value(input, depth + 1, item);
+    } else {
+        base_item = PyDict_GetItemWithError(base_dict, *key); /* borrowed */
+        if (base_item == NULL) {
+            status = PyErr_Occurred() ? PLAIN_ERROR : PLAIN_UNUSUAL;
+        } else {
+            *base_at = base_key_end;
+            status = against_value(input, depth + 1, base_at, base_end, base_item, item, &item_same);
+            if (status == PLAIN_OK && item_same)
+                Py_DECREF(*item); /* the base's own: nothing to set */
+        }
+        if (status == PLAIN_OK && item_same)
+            Py_CLEAR(*key);
+    }
+    if (status != PLAIN_OK)
+        Py_CLEAR(*key);
+    return status;
+}
+
 /* The map at input->at (its header read: ``length`` entries) against the base map whose entries
  * start at *base_at and decode to the exact dict ``base_dict`` (as many entries). When both have
  * the same keys in the same order, byte for byte: base_dict itself if every value's bytes are
@@ -135,69 +191,20 @@ static int
 against_map(PlainInput *input, int depth, Py_ssize_t length, const unsigned char **base_at,
             const unsigned char *base_end, PyObject *base_dict, PyObject **out, int *same)
 {
-    PyObject *keys[AGAINST_ENTRIES_MAX], *items[AGAINST_ENTRIES_MAX], *key, *item, *base_item, *dict;
+    PyObject *keys[AGAINST_ENTRIES_MAX], *items[AGAINST_ENTRIES_MAX], *dict;
     const unsigned char *start = input->at, *base_start = *base_at;
     Py_ssize_t index, count = 0;
-    int status = PLAIN_UNUSUAL, item_same;
-    for (index = 0; index < length; index++) {
-        const unsigned char *at = input->at, *base = *base_at, *key_end, *base_key_end, *end = NULL, *base_value_end = NULL;
-        key_end = against_skip(at, input->end);
-        base_key_end = against_skip(base, base_end);
-        if (key_end == NULL || base_key_end == NULL || key_end - at != base_key_end - base)
-            goto plainly; /* other keys */
-        if (!AGAINST_IS_MAP_TAG(*key_end) || base_key_end >= base_end || !AGAINST_IS_MAP_TAG(*base_key_end)) {
-            /* the common entry: one comparison of key and value together */
-            end = against_skip(key_end, input->end);
-            base_value_end = against_skip(base_key_end, base_end);
-            if (end == NULL || base_value_end == NULL)
-                goto plainly;
-            if (end - at == base_value_end - base && against_equal(at, base, end - at)) {
-                input->at = end;
-                *base_at = base_value_end;
-                continue;
-            }
-        }
-        if (!against_equal(at, base, key_end - at))
-            goto plainly; /* other keys */
-        if (AGAINST_IS_MAP_TAG(*key_end) && base_key_end < base_end && AGAINST_IS_MAP_TAG(*base_key_end)) {
-            input->reading_key = 1;
-            status = plain_value(input, depth + 1, &key);
-            input->reading_key = 0;
-            if (status != PLAIN_OK)
-                goto failed;
-            base_item = PyDict_GetItemWithError(base_dict, key); /* borrowed */
-            if (base_item == NULL) {
-                Py_DECREF(key);
-                status = PyErr_Occurred() ? PLAIN_ERROR : PLAIN_UNUSUAL;
-                goto failed;
-            }
-            *base_at = base_key_end;
-            status = against_value(input, depth + 1, base_at, base_end, base_item, &item, &item_same);
-            if (status != PLAIN_OK) {
-                Py_DECREF(key);
-                goto failed;
-            }
-            if (item_same) {
-                Py_DECREF(key);
-                Py_DECREF(item);
-                continue;
-            }
-        } else { /* keys equal, values differ (end and base_value_end were found above) */
-            *base_at = base_value_end;
-            input->reading_key = 1;
-            status = plain_value(input, depth + 1, &key);
-            input->reading_key = 0;
-            if (status != PLAIN_OK)
-                goto failed;
-            status = plain_value(input, depth + 1, &item);
-            if (status != PLAIN_OK) {
-                Py_DECREF(key);
-                goto failed;
-            }
-        }
-        keys[count] = key;
-        items[count] = item;
-        count++;
+    int status = PLAIN_OK;
+    for (index = 0; index < length && status == PLAIN_OK; index++) {
+        status = against_entry(input, depth, base_at, base_end, base_dict, &keys[count], &items[count]);
+        if (status == PLAIN_OK && keys[count] != NULL)
+            count++;
+    }
+    if (status != PLAIN_OK) {
+        against_release(keys, items, count);
+        input->at = start;
+        *base_at = base_start;
+        return status;
     }
     if (count == 0) {
         *same = 1;
@@ -217,13 +224,6 @@ against_map(PlainInput *input, int depth, Py_ssize_t length, const unsigned char
     *same = 0;
     *out = dict;
     return PLAIN_OK;
-plainly:
-    status = PLAIN_UNUSUAL;
-failed:
-    against_release(keys, items, count);
-    input->at = start;
-    *base_at = base_start;
-    return status;
 }
 
 /* The value at input->at against the base value at *base_at (which decodes to ``base_value``):
