@@ -15,7 +15,8 @@ from timetravel.scenarios import get_scenario
 from timetravel.sim.elided import ElidedArray, ElidedError
 from timetravel.sim.encoding import array_digest, digest, elided, pack
 from timetravel.sim.runner import build_world
-from timetravel.snapshot.store import SnapshotStore, restore
+from timetravel.snapshot.restore import restore
+from timetravel.snapshot.store import SnapshotStore
 
 
 def _arrays(world_nodes: dict[str, object]) -> list[object]:
