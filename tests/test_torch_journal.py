@@ -86,7 +86,7 @@ def test_a_seek_needs_no_script_and_a_tensor_then_says_it_does(
     with Session.open(path) as session:  # no script named: nothing of the user's may run
         session.goto_event(150)
         assert session.state_hash() == expected
-        # the 1st and 4th state steps are kept (state_pull.py): the 6th is digests only
+        # a 10-step run keeps its last state only (state_pull.py): the 6th is digests
         while session.world.nodes["r0"].get("state_step") != 6:
             session.step()
         assert isinstance(session.world.nodes["r0"]["grads"]["0.weight"], ElidedArray)

@@ -82,7 +82,12 @@ def note_results(
         for array, summary in zip(entry["inputs"], entry.get("summary", ()), strict=False)
     }
     for entry, outputs in zip(entries, received, strict=True):
-        summaries = [known.get(id(array)) or summary_of(array) for array in outputs]
+        summaries = []
+        for array in outputs:  # an all_reduce hands every rank the same array: summarized once
+            summary = known.get(id(array))
+            if summary is None:
+                summary = known[id(array)] = list(summary_of(array))
+            summaries.append(summary)
         note_result(state, entry, outputs, summaries, t_done, ctx)
 
 

@@ -13,10 +13,10 @@ digests, which are the same — so a recorded run and an unrecorded one are the 
   collective's result). And at the end (:meth:`StatePulls.final`): every rank still there (waiting,
   or lingering after its exit) is asked for its latest step, once.
 * **Which** (a recording, :meth:`StatePulls.for_recording`): the parameters and optimizer state of the
-  steps on a geometric grid — the 1st, 4th, 16th, 64th … state step since the recording started (a
-  branch counts from its fork: dense near branch points) — and at the end everything, the ranks'
-  local gradients too: dense where failures are. Pages already pulled are not asked for again (DDP
-  replicas hold the same parameters and moments: one rank's are pulled). A recording stays
+  steps on a geometric grid — the 32nd, 64th, 128th … state step since the recording started (a
+  branch counts from its fork) — and at the end the last state of every rank, its local gradients
+  too when the run failed: dense where failures are. Pages already pulled are not asked for again
+  (DDP replicas hold the same parameters and moments: one rank's are pulled). A recording stays
   logarithmic in the run's steps; ``--max-record-bytes`` thins what it kept (recording/budget.py).
 * **For a command** (:meth:`StatePulls.into_every_step`): a torch Session's re-executions pull every
   tensor of every state step into the World in place of the elided arrays, so the worlds a command
@@ -36,14 +36,22 @@ from timetravel.sim.world import World
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
 
-STATE_STEP_GRID_BASE = 4
-"""A recording keeps the state of the 1st, 4th, 16th … state step: ~log4(steps) states and the last."""
+STATE_STEP_GRID_BASE = 2
+STATE_STEP_GRID_FIRST = 32
+"""A recording keeps the state of the 32nd, 64th, 128th … state step (and the last): at most one
+state per 32 steps, and log2(steps) - 4 of them, so a recording grows less than linearly with the
+steps and, from 200 steps on, stays under a tenth of (parameters x 4 bytes x steps) for AdamW (three
+tensors a parameter kept: docs/performance.md has the formula)."""
 PULLED_ARRAYS_MAX = 100_000
 """Arrays pulled and not yet handed to the recorder (it takes them at its next snapshot)."""
 
 
-def on_grid(ordinal: int, base: int = STATE_STEP_GRID_BASE) -> bool:
-    """Whether the ``ordinal``-th state step (1-based) is one a recording keeps: 1, base, base², …"""
+def on_grid(ordinal: int, base: int = STATE_STEP_GRID_BASE, first: int = STATE_STEP_GRID_FIRST) -> bool:
+    """Whether the ``ordinal``-th state step (1-based) is one a recording keeps: first, first x base,
+    first x base², …"""
+    if ordinal < first or ordinal % first:
+        return False
+    ordinal //= first
     while ordinal > 1 and ordinal % base == 0:
         ordinal //= base
     return ordinal == 1
@@ -193,8 +201,9 @@ class StatePulls:
         return taken
 
     def final(self, live: Any, world: World) -> None:
-        """At the end: each rank's latest state step, gradients too, into the World (once): a run's
-        last world holds its ranks' last state, and a recording's final snapshot stores it."""
+        """At the end: each rank's latest state step into the World (once), its local gradients too
+        when the run failed (dense where failures are): a run's last world holds its ranks' last
+        state, and a recording's final snapshot stores it."""
         if self.finished or live is None:
             return
         self.finished = True
@@ -211,7 +220,7 @@ class StatePulls:
                     live.quiesce(rank)
             except (ChannelClosed, ProtocolError, TimeoutError):
                 continue
-            self.pull(live, rank, step, described, grads=True, into_world=True)
+            self.pull(live, rank, step, described, grads=bool(world.failures), into_world=True)
 
 
 def latest_described(node: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
