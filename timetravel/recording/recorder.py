@@ -48,18 +48,21 @@ import numpy as np
 
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
+from timetravel.recording.compact import BUDGET_FILL, FINAL_GROUP, drop_groups, victims
 from timetravel.recording.compress_ahead import COMPRESS_AHEAD_CORES_MIN
 from timetravel.recording.format import (
     BLOB_ARRAY,
     BLOB_PAGE,
     BLOB_VALUE,
     FORMAT_VERSION,
+    FRAME_HEADER_BYTES,
+    TRAILER_BYTES,
     FrameType,
 )
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
-from timetravel.sim.encoding import PAGE_BYTES, dtype_name, page_digests
+from timetravel.sim.encoding import PAGE_BYTES, dtype_name, pack, page_digests
 from timetravel.sim.event import Event
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
 from timetravel.sim.kernel import (
@@ -161,6 +164,7 @@ class Recorder:
         compress_ahead: bool | None = None,
         launch: Launch | None = None,
         replace: bool = False,
+        max_record_bytes: int | None = None,
     ) -> None:
         """``launch``: what the user named (sim/launch.py), for the default Simulation of a scenario
         whose worlds run their code. ``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
@@ -170,7 +174,9 @@ class Recorder:
         external processes; write_thread.py says why). ``compress_ahead``: with inline writes, compress
         frames on a second thread (None: when the process may use COMPRESS_AHEAD_CORES_MIN cores;
         compress_ahead.py says why). ``replace``: record over a file that exists at ``path``
-        (``--force``; recording/replace.py), else one is refused."""
+        (``--force``; recording/replace.py), else one is refused. ``max_record_bytes``: keep the file
+        within this many bytes by dropping kept states of the past (``--max-record-bytes``:
+        recording/compact.py)."""
         check_snapshot_interval(snapshot_every_events)
         self.scenario = scenario
         self.world = world
@@ -186,6 +192,8 @@ class Recorder:
         self.choice_log: list[list[Any]] | None = [] if record_choices else None
         self.choices_written = 0
         self.store = SnapshotStore(bytes_max=0)
+        self.max_record_bytes = max_record_bytes
+        self.kept_states = 0
         self.elide_bytes_min = scenario.snapshot_elide_bytes_min
         """Arrays of more bytes are stored as page digests (sim/elided.py) but in the final snapshot."""
         self.changes: Changes | None = None
@@ -331,7 +339,12 @@ class Recorder:
         if self.pulls is not None:
             pulled = self.pulls.take_arrays()
             if pulled:
-                self.write_thread.submit(functools.partial(write_pulled, self.writer, pulled))
+                self.kept_states += 1
+                group = FINAL_GROUP if final else f"state{self.kept_states}"
+                self.write_thread.submit(functools.partial(write_pulled, self.writer, pulled, group))
+            if self.max_record_bytes is not None:
+                budget = functools.partial(within_budget, self.writer, self.max_record_bytes, self.notes)
+                self.write_thread.submit(budget)
         # every array's bytes at the end, and at a branch's fork (its re-executions start there)
         keep_all = (final or (self.branch != MAIN_BRANCH and not self.store.snapshots)) and (
             self.elide_bytes_min is not None
@@ -399,6 +412,11 @@ class Recorder:
             "hash_chain": chain_digest.hex(),
         }
         self._write(FrameType.END, end)
+        if self.max_record_bytes is not None:  # the whole file, its index and trailer to come too
+            budget = functools.partial(
+                within_budget, self.writer, self.max_record_bytes, self.notes, closing=True
+            )
+            self.write_thread.submit(budget)
         try:
             self.write_thread.submit(self.writer.close)
             self.write_thread.drain()
@@ -480,16 +498,45 @@ def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> 
         writer.blob([blob.digest, BLOB_VALUE, 0, None, 0, blob.data])
 
 
-def write_pulled(writer: RecordingWriter, pulled: list[np.ndarray]) -> None:
+def write_pulled(writer: RecordingWriter, pulled: list[np.ndarray], group: str) -> None:
     """The pages of arrays the World holds elided and this recording keeps (the recorder's ``pulls``),
     each stored whole (shuffled, never an XOR delta: a kept state may be thinned away later, and a
-    delta against a state many steps apart saves little), in frames of their own."""
-    for array in pulled:
-        name = dtype_name(array.dtype)
-        raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
-        for digest, start in zip(page_digests(array), range(0, max(len(raw), 1), PAGE_BYTES), strict=True):
-            if writer.has_blob(digest):
-                continue
-            codec, data = encode_page(bytes(raw[start : start + PAGE_BYTES]), name, None)
-            writer.blob([digest, BLOB_PAGE, codec, None, element_bytes(name), data])
+    delta against a state many steps apart saves little), in frames of their own: ``group``
+    (recording/compact.py), which leans on no other group."""
     writer.flush_blobs()
+    writer.group = group
+    try:
+        for array in pulled:
+            name = dtype_name(array.dtype)
+            raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+            for digest, start in zip(
+                page_digests(array), range(0, max(len(raw), 1), PAGE_BYTES), strict=True
+            ):
+                if writer.has_blob_for(digest, group):
+                    continue
+                codec, data = encode_page(bytes(raw[start : start + PAGE_BYTES]), name, None)
+                writer.blob([digest, BLOB_PAGE, codec, None, element_bytes(name), data])
+        writer.flush_blobs()
+    finally:
+        writer.group = None
+
+
+def within_budget(writer: RecordingWriter, budget: int, notes: list[str], *, closing: bool = False) -> None:
+    """Drop kept states, oldest gaps first, while the file is over ``budget`` bytes (compact.py);
+    say once when what cannot be dropped is over it alone. ``closing``: the index footer is next,
+    and counts (at its size now, which dropping states only makes smaller)."""
+    reserve = len(pack(writer.catalog.to_index())) + FRAME_HEADER_BYTES + TRAILER_BYTES if closing else 0
+    if writer.offset + reserve <= budget:
+        return
+    over = writer.offset + reserve - (budget if closing else int(budget * BUDGET_FILL))
+    names = victims(list(writer.groups), writer.group_bytes, over)
+    if names:
+        drop_groups(writer, names)
+    if writer.offset + reserve > budget and not any(note.startswith(BUDGET_NOTE) for note in notes):
+        notes.append(
+            f"{BUDGET_NOTE} {budget} bytes: the run's events and snapshots, and the states it keeps "
+            f"last, take {writer.offset} bytes"
+        )
+
+
+BUDGET_NOTE = "the recording is over --max-record-bytes"

@@ -151,7 +151,7 @@ class StatePulls:
         pulled = self._checked(rank, step, elided, reply.get("tensors", {}))
         if into_world:
             _replace(described, pulled)
-        elif len(self.arrays) < PULLED_ARRAYS_MAX:
+        if not self.into_world and len(self.arrays) < PULLED_ARRAYS_MAX:  # a recording's: it writes them
             self.arrays.extend(pulled.values())
         return bool(pulled)
 
