@@ -24,7 +24,7 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
     """Run ``python -m timetravel ARGS`` in a subprocess, as a user would."""
 
     def run(
-        *args: str, env: dict[str, str] | None = None, timeout: float = 120
+        *args: str, env: dict[str, str] | None = None, timeout: float = 120, cwd: Path = REPOSITORY_ROOT
     ) -> subprocess.CompletedProcess[str]:
         full_env = {**os.environ, **(env or {})}
         full_env["PYTHONPATH"] = str(REPOSITORY_ROOT) + os.pathsep + full_env.get("PYTHONPATH", "")
@@ -34,7 +34,7 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
             text=True,
             env=full_env,
             timeout=timeout,
-            cwd=REPOSITORY_ROOT,
+            cwd=cwd,
         )
 
     return run

@@ -7,11 +7,13 @@ interactive REPL on a pseudo-terminal with persistent history.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pty
 import re
 import select
+import signal
 import subprocess
 import sys
 import time
@@ -239,3 +241,29 @@ def test_the_repl_on_a_terminal_runs_typed_commands_and_keeps_its_history(
     )
     assert code == 0
     assert (tmp_path / "state" / "shell_history").read_text(encoding="utf-8") == history
+
+
+def test_sigterm_ends_the_shell_at_its_prompt_with_exit_code_143(recording: Path, tmp_path: Path) -> None:
+    """SIGTERM stops a command as Ctrl-C does (cli/interrupts.py), but the shell's prompt takes a
+    Ctrl-C as "drop this line": a SIGTERM must still end it."""
+    env = {**os.environ, "PYTHONPATH": str(TESTS.parent), "TIMETRAVEL_STATE_DIR": str(tmp_path / "state")}
+    pid, descriptor = pty.fork()
+    if pid == 0:
+        os.execvpe(sys.executable, [sys.executable, "-m", "timetravel", "shell", str(recording)], env)
+    try:
+        read_until(descriptor, b"[main 0ms #0]>", bytearray(), 0)
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + PTY_TIMEOUT_S
+        while time.monotonic() < deadline:
+            finished, status = os.waitpid(pid, os.WNOHANG)
+            if finished:
+                assert os.waitstatus_to_exitcode(status) == 143
+                return
+            with contextlib.suppress(OSError):  # keep the terminal drained
+                if select.select([descriptor], [], [], 0.1)[0]:
+                    os.read(descriptor, 4096)
+        os.kill(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+        raise AssertionError("the shell went on after SIGTERM")
+    finally:
+        os.close(descriptor)

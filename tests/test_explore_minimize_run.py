@@ -44,6 +44,14 @@ JSON_KEYS = {
     "seconds",
     "out",
     "pytest",
+    "same_failure",
+    "input_bytes",
+    "out_bytes",
+    # each shrinkable size of the scenario, before and after (needle's; a torch run's nproc)
+    "workers_before",
+    "workers_after",
+    "rounds_before",
+    "rounds_after",
 }
 
 

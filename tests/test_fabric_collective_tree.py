@@ -1,5 +1,5 @@
 """The tree all-reduce's timing computed for speed — by the compiled core (fabric/_speedups_tree.h,
-what fabric/collective.py ``tree_completions`` runs when it is built) and written out in Python
+what fabric/collective_timing.py ``tree_completions`` runs when it is built) and written out in Python
 (``tree_completions_python``) — gives what the plain version gives (``tree_completions_reference``):
 the same completion times, the same arrival order at every parent and the same links left busy, on
 trees of every shape (a root alone, one child, odd and even counts, several hosts, leaves and
@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from timetravel.fabric import collective, speedups
+from timetravel.fabric import collective_timing, speedups
 from timetravel.scenarios import get_scenario
 
 
@@ -43,8 +43,10 @@ def test_the_written_out_tree_matches_the_reference(ranks: int, entries_kind: st
         entries = random.integers(0, 3, ranks).astype(np.int64) * 1_000
     sizes = [4_096, 1_000, 17]
     reference_fabric = _copy(fabric)
-    expected_times, expected_order = collective.tree_completions_reference(reference_fabric, entries, sizes)
-    for implementation in (collective.tree_completions, collective.tree_completions_python):
+    expected_times, expected_order = collective_timing.tree_completions_reference(
+        reference_fabric, entries, sizes
+    )
+    for implementation in (collective_timing.tree_completions, collective_timing.tree_completions_python):
         fabric_under_test = _copy(fabric)
         times, order = implementation(fabric_under_test, entries, sizes)
         assert times.dtype == expected_times.dtype
@@ -57,7 +59,7 @@ def test_the_arrival_order_differs_between_parents_on_a_tree_with_ranks_apart() 
     """Both orders occur, so the comparison above checks the tie-breaks and not a constant."""
     fabric = _fabric(130)
     entries = np.random.default_rng(7).integers(0, 100_000, 130).astype(np.int64)
-    _, order = collective.tree_completions(fabric, entries, [4_096])
+    _, order = collective_timing.tree_completions(fabric, entries, [4_096])
     parents = order[0][: (130 - 2) // 2 + 1]
     assert any(parents) and not all(parents)
 
@@ -79,7 +81,7 @@ def test_the_compiled_tree_runs_and_hands_what_it_cannot_take_to_python() -> Non
     slow = _copy(fabric)
     slow["link_bytes_per_s"] = [float(rate) for rate in fabric["link_bytes_per_s"]]
     reference = _copy(slow)
-    times, order = collective.tree_completions(slow, entries, [512])
-    expected_times, expected_order = collective.tree_completions_reference(reference, entries, [512])
+    times, order = collective_timing.tree_completions(slow, entries, [512])
+    expected_times, expected_order = collective_timing.tree_completions_reference(reference, entries, [512])
     assert times.tolist() == expected_times.tolist() and order == expected_order
     assert slow["link_busy_until_ns"] == reference["link_busy_until_ns"]

@@ -5,6 +5,8 @@ running."""
 from __future__ import annotations
 
 import gc
+import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Any
@@ -124,3 +126,43 @@ def test_submit_blocks_once_the_queue_is_full() -> None:
     assert not blocked.is_alive()
     writes.drain()
     writes.stop()
+
+
+CTRL_C_INSIDE_THE_QUEUE_LOCK = """
+import os, signal
+from timetravel.cli.interrupts import CommandSignals
+from timetravel.recording.write_thread import WriteThread
+
+CommandSignals().install()  # the command line's handlers, as `timetravel torchrun` has them
+writer = WriteThread("test")
+
+
+class Interrupting(type(writer._jobs.not_full)):
+    armed = True
+
+    def __enter__(self):
+        entered = super().__enter__()
+        if Interrupting.armed:  # the queue's lock is taken: Ctrl-C now, once
+            Interrupting.armed = False
+            os.kill(os.getpid(), signal.SIGINT)
+            for _ in range(10_000):
+                pass  # Python runs the handler here, inside the lock
+        return entered
+
+
+writer._jobs.not_full.__class__ = Interrupting
+try:
+    writer.submit(lambda: None)
+except KeyboardInterrupt:
+    print("interrupted")
+writer.stop()  # puts the end of the queue: waited for ever on the lock the Ctrl-C had left taken
+print("stopped")
+"""
+
+
+def test_a_ctrl_c_that_comes_inside_the_queue_s_lock_is_raised_after_it(tmp_path: Path) -> None:
+    """Seen once in 50 Ctrl-Cs of torchrun --record: the command hung in abort (issue 32's soak)."""
+    done = subprocess.run(
+        [sys.executable, "-c", CTRL_C_INSIDE_THE_QUEUE_LOCK], capture_output=True, text=True, timeout=60
+    )
+    assert done.stdout.split() == ["interrupted", "stopped"], done.stderr[-2000:]

@@ -214,6 +214,31 @@ def test_a_built_extension_is_used_unless_switched_off() -> None:
         assert fabric_speedups.compiled is None
 
 
+def test_a_ctrl_c_while_the_compiled_packer_calls_back_into_python_is_raised_not_swallowed() -> None:
+    """The compiled packer falls back to Python when a payload's ``pack`` fails, so it cleared the
+    error; a Ctrl-C that came during that call (a dict payload: a torch run's every call event) was
+    cleared with it and the run went on (issue 32's soak: 3 Ctrl-Cs in 50 ignored)."""
+    import pytest
+
+    from timetravel.sim.encoding import pack
+
+    if speedups.compiled is None:
+        assert speedups.kernel_implementation() == "python"
+        return
+    batch = [Event(0, 0, "a", "b", {"payload": 1})]
+
+    def interrupted(value: Any) -> bytes:
+        raise KeyboardInterrupt
+
+    def refusing(value: Any) -> bytes:
+        raise ValueError("Python's path says why")
+
+    with pytest.raises(KeyboardInterrupt):
+        speedups.compiled.pack_events(batch, interrupted)
+    assert speedups.compiled.pack_events(batch, refusing) is None  # Python packs it and raises its own
+    assert speedups.compiled.pack_events(batch, pack) == pack(batch)
+
+
 def test_the_kernels_extension_holds_the_kernel_only() -> None:
     """The layers above keep their C with them: the kernel's module has its loop, its Context core
     and its packer, and the C interface fabric's engine uses (issue 29)."""

@@ -31,7 +31,9 @@ from timetravel.explore.explain import explain
 from timetravel.explore.explain_torch import failure_site
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
+from timetravel.sim.context import Context
 from timetravel.sim.event import Event
+from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
 from timetravel.torch.rank.batches import _plain_indices
 from timetravel.torch.world import state as training_state
@@ -151,7 +153,12 @@ def test_the_probe_starts_at_a_snapshot_before_the_step_and_answers_as_from_the_
         monkeypatch.setattr(explain_torch, "probe_start", lambda *_args: None)
         from_start = failure_site(session, failure)
     assert from_start is not None and from_start.probe_from == 0
-    assert dataclasses.replace(near, probe_from=0) == from_start  # the same rank, step and module
+    # from #0 the probe also watched the parameters from their allocation: every one was initialised
+    memory = from_start.uninitialised or {}
+    assert memory["report"]["uninitialised_count"] == 0 and memory["report"]["parameters"] == 4
+    assert near.uninitialised is None  # a resumed process cannot tell: its parameters exist already
+    same = dataclasses.replace(near, probe_from=0, uninitialised=from_start.uninitialised)
+    assert same == from_start  # the same rank, step and module
 
 
 def test_a_resumed_rank_refuses_the_probe_when_it_may_be_inside_the_step_already() -> None:
@@ -283,15 +290,16 @@ def test_sampler_yields_become_plain_indices_or_nothing() -> None:
 
 def test_a_step_keeps_at_most_the_named_limit_of_indices_and_counts_the_rest() -> None:
     state: dict = {"incarnation": 0}
+    context = Context(World("torch", {"detect_duplicate_batches": "off"}, 0))
     half = BATCH_INDICES_MAX // 2 + 1
     for first in (0, half):
         payload = {"step": 4, "indices": list(range(first, first + half)), "dropped": 0, "incarnation": 0}
-        training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), None)  # type: ignore[arg-type]
+        training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), context)
     assert state["batch"]["step"] == 4 and state["batch"]["batches"] == 2
     assert state["batch"]["indices"] == list(range(BATCH_INDICES_MAX))
     assert state["batch"]["indices_dropped"] == 2 * half - BATCH_INDICES_MAX
     payload = {"step": 5, "indices": [9], "dropped": 3, "incarnation": 0}
-    training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), None)  # type: ignore[arg-type]
+    training_state.on_batch(state, Event(0, 0, "r0", "batch", payload), context)
     assert state["batch"] == {"step": 5, "indices": [9], "batches": 1, "indices_dropped": 3}
 
 

@@ -91,7 +91,8 @@ def test_a_bit_flip_divergence_ends_at_the_fault_the_collective_it_hit_and_its_r
     )
     assert "element 5 bit 30" in hit.fault["hit"] and "result" in hit.fault["hit"]
     assert hit.what.startswith(f"fault f1 (corrupt) acted on r1 in all_reduce {collective['collective']} ")
-    assert hit.because == "hit r1, the replica that drifted"
+    # the divergence names the collective whose results differ (world/replicas.py): the fault hit it
+    assert hit.because == f"hit {collective['collective']}, the collective the divergence names"
     assert (root.kind, root.t_ns, root.node) == ("fault record", FLIP["t_start"], "r1")
     assert root.what.startswith("f1 corrupt r1 side=result")
     # the site is the step the divergence names (the failure record's own step, not one later)
@@ -100,7 +101,7 @@ def test_a_bit_flip_divergence_ends_at_the_fault_the_collective_it_hit_and_its_r
     # one result, every front end: the text (CLI and shell), the JSON, the TUI's explain pane
     lines = render_text(result, "ms")
     assert f"<- #{hit.event} " in "\n".join(lines) and any(hit.what in line for line in lines)
-    assert "     because it hit r1, the replica that drifted" in lines
+    assert f"     because it hit {collective['collective']}, the collective the divergence names" in lines
     data = result.to_data()
     assert data["links"][1]["fault"]["collective"] == collective["collective"]
     _headline, rows = explain_rows(result, "ms")
@@ -109,26 +110,29 @@ def test_a_bit_flip_divergence_ends_at_the_fault_the_collective_it_hit_and_its_r
 
 def test_a_nan_a_bit_flip_caused_names_the_rank_s_step_and_the_fault_that_fed_it(tmp_path: Path) -> None:
     """Bit 30 of an element of r1's contribution: the summed gradient is ~4e37 on every rank, the
-    next steps overflow, and r1 feeds an Inf into a later all_reduce. The rank's own step made the
-    non-finite values, from what the fault corrupted: the chain must not say the step alone did."""
+    next steps overflow, and every rank feeds an Inf into a later all_reduce (the nan names them all,
+    the lowest first). Each rank's own step made the non-finite values, from what the fault corrupted:
+    the chain must not say the step alone did."""
     path = tmp_path / "nan.ttr"
     flip = {**FLIP, "params": {**FLIP["params"], "side": "contribution"}}
     report = record(path, "--steps 6", [flip])
     failure = report["failure"]
-    assert report["outcome"] == "fail" and (failure["kind"], failure["node"]) == ("nan", "r1"), failure
+    assert report["outcome"] == "fail" and (failure["kind"], failure["node"]) == ("nan", "r0"), failure
+    assert failure["message"].startswith("r0, r1 and r2 fed non-finite values into all_reduce #")
     result = explained(path)
     assert [link.role for link in result.links] == ["detector", "message", "fault", "root"], result.links
     _detector, rank, hit, root = result.links
-    assert rank.node == "r1" and rank.what == (
-        "sent the call whose inputs held the non-finite values: r1's own step made them (below), "
+    assert rank.node == "r0" and rank.what == (
+        "sent the call whose inputs held the non-finite values: r0's own step made them (below), "
         "from values the fault in the next link corrupted"
     )
+    assert hit.because == "hit r1, a rank the nan involves"
     assert hit.event is not None and hit.fault is not None
     collective = entered(path, hit.event)
     assert (hit.fault["id"], hit.fault["collective"]) == ("f1", collective["collective"])
     assert "contribution: element 5 bit 30" in hit.fault["hit"]
     assert root.what.startswith("f1 corrupt r1 side=contribution")
-    assert result.site is not None and result.site.rank == "r1"
+    assert result.site is not None and result.site.rank == "r0"
 
 
 def test_the_cli_json_names_the_fault_and_its_collective(flip_run: Path) -> None:

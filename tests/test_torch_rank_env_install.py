@@ -134,6 +134,7 @@ def test_install_all_and_uninstall_in_process() -> None:
             "torch_settings",
             "time",
             "entropy",
+            "identity",
             "cuda",
             "dataloader",
             "compile",

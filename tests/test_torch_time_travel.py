@@ -88,10 +88,13 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
 ) -> None:
     path, report = flipped
     assert report["outcome"] == "fail" and report["failure"]["kind"] == "divergence"
-    assert (
-        report["failure"]["node"] == "r1"
-        and "differs on r1 from the other 2 replicas" in report["failure"]["message"]
-    )
+    assert report["failure"]["node"] == "r1"
+    # found where the flip happened: at the collective whose result r1 received, not steps later
+    assert re.match(
+        r"in optimizer step \d+, r1 received another result from all_reduce 0#\d+ \(group 0, seq \d+\) than "
+        r"the other 2 members: output tensor 0 \(float32\[577\]\), first at element \d+$",
+        report["failure"]["message"],
+    ), report["failure"]["message"]
     users = world_source._SHARED.users
     with Session.open(path, launch=TEST_SCRIPTS) as session:
         fixed = branch(session, FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
@@ -100,13 +103,16 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
         first = compared.first_divergence
         assert first is not None and first.node == "c10d" and first.t_ns >= FLIP_AT_NS
         assert "all_reduce 0#" in first.reason and "on r1, output tensor 0" in first.reason
-        changed = diff(session, "main", fixed.name, at=report["failure"]["t_ns"], path="nodes/r1/params")
+        assert compared.metric_rows[0].name == "loss"  # recorded after lr and the grad norms: listed first
+        changed = diff(session, "main", fixed.name, at=report["failure"]["t_ns"], path="nodes/c10d/last/1")
+        session.goto(report["failure"]["t_ns"])
+        hit_line = next(entry[2] for entry in session.world.log if str(entry[2]).startswith("fault f1"))
     # every track the branch, compare and diff opened on other branches ended with the session: no
     # rank checkpoint outlives it (they kept the shared checkpoints alive before)
     assert world_source._SHARED.users == users
-    entries = [entry for entry in changed.paths if entry.path.startswith("nodes/r1/params/")]
-    assert len(entries) == 1  # one parameter tensor
-    assert "1/" in entries[0].summary and "elements differ" in entries[0].summary  # one element, named
+    assert [entry.path for entry in changed.paths] == ["nodes/c10d/last/1/out_digest/0"]  # r1's result
+    element = report["failure"]["message"].rsplit(" ", 1)[1]
+    assert f"result: element {element} bit" in hit_line  # the element the flip hit, named by the detector
 
 
 def test_the_first_divergence_is_dated_at_the_completion_of_the_collective_whose_results_differ(

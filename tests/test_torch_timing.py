@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch_functions
 
-from timetravel.fabric import collective as fabric_collective
+from timetravel.fabric import collective_timing
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import ConfigError
@@ -117,9 +117,9 @@ def test_the_ring_generalised_to_members_and_steps_keeps_dp_training_s_ring() ->
     fabric = fabric_state(_config(nproc=8))
     entries = np.array([0, 10, 0, 700, 5, 0, 0, 3], dtype=np.int64)
     table = list(fabric["link_busy_until_ns"])
-    default = fabric_collective.ring_completions(fabric, entries, 4096)
+    default = collective_timing.ring_completions(fabric, entries, 4096)
     fabric["link_busy_until_ns"] = table
-    explicit = fabric_collective.ring_completions(fabric, entries, 4096, members=list(range(8)), steps=14)
+    explicit = collective_timing.ring_completions(fabric, entries, 4096, members=list(range(8)), steps=14)
     assert default.tolist() == explicit.tolist()
 
 

@@ -126,7 +126,14 @@ def test_two_executions_resumed_from_one_checkpoint_each_read_back_their_own_fil
     scenario = get_scenario("torch")
     flip = {"kind": "corrupt", "target": "r1", "t_start": RESULT_FLIP_AT_NS, "params": {"side": "result"}}
     config = scenario.resolve_config(
-        [f"script={READS_BACK}", "nproc=2", "args=6", "rank_output=quiet", f"faults={json.dumps([flip])}"]
+        [
+            f"script={READS_BACK}",
+            "nproc=2",
+            "args=6",
+            "rank_output=quiet",
+            "detect_divergence=off",  # the flipped result must reach r1's file, not stop the run
+            f"faults={json.dumps([flip])}",
+        ]
     )
     path = tmp_path / "files.ttr"
     recorded, _ = record_run(scenario, config, 5, path, snapshot_every_events=64, force=True, launch=launch)

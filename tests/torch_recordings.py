@@ -7,6 +7,7 @@ They share this one way of making it, so a change to the torchrun command line i
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from collections.abc import Mapping, Sequence
@@ -39,3 +40,28 @@ def record_torchrun(
         cwd=cwd,
         env=None if env is None else dict(env),
     )
+
+
+REAL_TORCHRUN_ATTEMPTS = 3
+
+
+def real_torchrun(
+    script: Path, nproc: int, script_arguments: Sequence[str]
+) -> subprocess.CompletedProcess[str]:
+    """Run SCRIPT under real ``torchrun --standalone`` with gloo (the reference the simulator's numbers
+    are held to). Real gloo on loopback aborts now and then on a loaded machine (SIGABRT in a rank):
+    that is the reference's flake, not the simulator's, so it gets a few attempts; the last is returned."""
+    environment = {**os.environ, "GLOO_SOCKET_IFNAME": "lo"}
+    command = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", str(nproc)]
+    for _attempt in range(REAL_TORCHRUN_ATTEMPTS):
+        real = subprocess.run(
+            [*command, str(script), *script_arguments],
+            capture_output=True,
+            text=True,
+            timeout=RECORD_TIMEOUT_S,
+            cwd=ROOT,
+            env=environment,
+        )
+        if real.returncode == 0:
+            break
+    return real

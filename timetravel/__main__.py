@@ -2,6 +2,9 @@
 
 import sys
 
-from timetravel.cli import main
+try:
+    from timetravel.cli import main
+except KeyboardInterrupt:  # Ctrl-C while the command is still being imported: nothing started yet
+    sys.exit(130)
 
 sys.exit(main())

@@ -32,5 +32,5 @@ assert not underlying.check(["plain"])
 if len(sys.argv) > 1 and sys.argv[1] == "timeout" and rank == 1:
     store.wait(["never_set"], datetime.timedelta(seconds=2))
 if len(sys.argv) > 1 and sys.argv[1] == "get_missing" and rank == 1:
-    store.get("never_set")  # torch's default store timeout: 300 s
+    store.get("never_set")  # the default store's timeout: the group's (gloo: 30 minutes)
 print(f"rank {rank} saw {peers}")

@@ -63,9 +63,10 @@ def memory_bytes(pid: int) -> tuple[int, int] | None:
 
 def _job_pids(simulation: Any) -> list[int]:
     from timetravel.torch.world import driver
+    from timetravel.torch.world.params import PYTHON_HASH_SEED_DEFAULT
 
     pids = [os.getpid()]
-    zygote = driver.zygote()
+    zygote = driver.zygote(PYTHON_HASH_SEED_DEFAULT)
     pids.append(zygote.process.pid)
     for live in simulation.processes.drivers:
         pids.extend(live.pids.values())
@@ -124,9 +125,10 @@ def _fit(points: list[tuple[float, float]]) -> tuple[float, float]:
 def run_scale_bench(quick: bool = False) -> dict[str, Any]:
     """The ``torch_ranks_in_16gib`` figures (``quick``: two small N, a smoke test)."""
     from timetravel.torch.world import driver
+    from timetravel.torch.world.params import PYTHON_HASH_SEED_DEFAULT
 
     counts = RANK_COUNTS_QUICK if quick else RANK_COUNTS
-    driver.zygote()  # warm: the zygote's start is not a step
+    driver.zygote(PYTHON_HASH_SEED_DEFAULT)  # warm: the zygote's start is not a step
     steps = STEPS_SHORT + 1 if quick else STEPS
     runs = [measure_ranks(ranks, STEPS_SHORT) for ranks in counts]
     for run in runs[-WALL_RANK_COUNTS:]:

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from typing import NamedTuple
 
 from timetravel.cli.common import OneLineArgumentParser, UsageError, user_errors
+from timetravel.cli.interrupts import CommandSignals, stopped
 
 
 class CommandEntry(NamedTuple):
@@ -45,6 +46,11 @@ COMMANDS: tuple[CommandEntry, ...] = (
         "torchrun",
         _PACKAGE + "torchrun_command",
         "run your torch.distributed training script as N simulated ranks",
+    ),
+    CommandEntry(
+        "python",
+        _PACKAGE + "torchrun_command",
+        "run a script that starts its own ranks (torch.multiprocessing.spawn): each one simulated",
     ),
     CommandEntry(
         "bench", _PACKAGE + "bench_command", "measure speed and memory against reference implementations"
@@ -154,7 +160,6 @@ COMMANDS: tuple[CommandEntry, ...] = (
 )
 COMMAND_MODULES = tuple(dict.fromkeys(entry.module for entry in COMMANDS))
 EXIT_USAGE = 2
-EXIT_INTERRUPTED = 130
 
 
 def build_parser(argv: Sequence[str] | None = None) -> argparse.ArgumentParser:
@@ -192,16 +197,27 @@ def _modules_named(argv: Sequence[str]) -> set[str]:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    arguments = list(sys.argv[1:] if argv is None else argv)
+    """Run the command ``argv`` names (None: the process's own command line, whose SIGINT and
+    SIGTERM then stop it with exit code 130 or 143 at any moment: cli/interrupts.py)."""
+    signals = CommandSignals() if argv is None else None
+    if signals is not None:
+        signals.install()
+    try:
+        return _run(list(sys.argv[1:] if argv is None else argv))
+    finally:
+        if signals is not None:
+            signals.ending = True
+
+
+def _run(arguments: list[str]) -> int:
     parser = build_parser(arguments)
     try:
         args = parser.parse_args(arguments)
         return int(args.func(args))
     except UsageError as error:
         return _error(str(error))
-    except KeyboardInterrupt:
-        print("timetravel: interrupted", file=sys.stderr)
-        return EXIT_INTERRUPTED
+    except KeyboardInterrupt as stop:
+        return stopped(stop)
     except BrokenPipeError:
         return 0
     except Exception as error:

@@ -102,6 +102,15 @@ def _register_diff(subparsers: Any) -> None:
         help="with --at: also find and report the first divergence (always done without --at)",
     )
     parser.add_argument(
+        "--ops",
+        action="store_true",
+        help=(
+            "a torch run (with --script): re-execute the first step in which the branches differ on both, "
+            "every rank's torch ops hashed as they run, and list in execution order the first ops whose "
+            "outputs differ (rank, step, module, op, shapes, max abs and ULP difference; --json: ops)"
+        ),
+    )
+    parser.add_argument(
         "--max",
         type=bounded_int(1, 1_000_000),
         default=CHANGES_MAX_DEFAULT,
@@ -176,25 +185,47 @@ def _diff(args: argparse.Namespace) -> int:
             with_divergence=args.first_divergence,
             changes_max=max(args.max, 0),
             progress=progress,
+            ops=args.ops,
         ),
     )
 
 
+METRIC_NAME_WIDTH = 30
+"""The metric table's name column; a longer name wraps onto the next lines (never cut: two tensors'
+``grad_norm/transformer.h.0.attn...`` must not read alike)."""
+
+
 def _metric_lines(session: Session, result: CompareResult) -> list[str]:
-    """The metric table (its figures are ``metrics`` in ``--json`` too)."""
+    """The metric table (its figures are ``metrics`` in ``--json`` too), ``loss`` first."""
     unit = session.display_unit
     if not result.metric_rows:
         return []
-    lines = ["metrics (summed over nodes)       points a/b        last a        last b  first differs"]
+    header = "metrics (summed over nodes)".ljust(METRIC_NAME_WIDTH + 4)
+    lines = [f"{header}points a/b        last a        last b  first differs"]
     for row in result.metric_rows[:METRIC_ROWS_MAX]:
         differs = "never" if row.first_differs_ns is None else format_time(row.first_differs_ns, unit)
+        name, *rest = wrap_name(row.name, METRIC_NAME_WIDTH)
         lines.append(
-            f"  {row.name[:30]:<30} {row.points_a:>6}/{row.points_b:<6} {_last(row.last_a):>13} "
+            f"  {name:<{METRIC_NAME_WIDTH}} {row.points_a:>6}/{row.points_b:<6} {_last(row.last_a):>13} "
             f"{_last(row.last_b):>13}  {differs}"
         )
+        lines += [f"    {part}" for part in rest]
     if len(result.metric_rows) > METRIC_ROWS_MAX:
-        lines.append(f"  ... and {len(result.metric_rows) - METRIC_ROWS_MAX} more metrics")
+        lines.append(f"  ... and {len(result.metric_rows) - METRIC_ROWS_MAX} more metrics (all in --json)")
     return lines
+
+
+def wrap_name(name: str, width: int) -> list[str]:
+    """``name`` in pieces of at most ``width`` characters (the later ones ``width - 2``: they are
+    indented), broken after a ``/``, ``.`` or ``_`` where one falls in the piece."""
+    pieces = []
+    while len(name) > width:
+        cut = max(name.rfind(separator, 0, width) for separator in "/._") + 1
+        cut = cut if cut > 0 else width
+        pieces.append(name[:cut])
+        name = name[cut:]
+        width = max(width - 2, 1) if len(pieces) == 1 else width
+    return [*pieces, name]
 
 
 def _last(value: float | int | None) -> str:

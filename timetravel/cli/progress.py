@@ -27,6 +27,7 @@ class ProgressLine:
         self._last = 0.0
 
     def update(self, done: int, total: int | None, text: str = "") -> None:
+        """Draw ``done/total`` as a bar, ``[done]`` without a total, or ``text`` alone when done < 0."""
         if not self.enabled:
             return
         now = time.monotonic()
@@ -37,7 +38,7 @@ class ProgressLine:
             filled = min(BAR_WIDTH, BAR_WIDTH * done // max(total, 1))
             line = f"[{'#' * filled}{'-' * (BAR_WIDTH - filled)}] {done}/{total} {text}"
         else:
-            line = f"[{done}] {text}"
+            line = f"[{done}] {text}" if done >= 0 else text
         line = line[:LINE_CHARS_MAX]
         self.stream.write("\r" + line.ljust(self._drawn))
         self.stream.flush()

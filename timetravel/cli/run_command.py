@@ -145,6 +145,11 @@ def _print_human(report: dict[str, Any]) -> None:
         print(f"outcome: FAIL  {failure['kind']} on {failure['node']} at {format_time_auto(failure['t_ns'])}")
         print(f"  {failure['message']}")
         print(f"  signature {failure['signature']}")
+        for line in flight_recorder_lines(failure.get("flight_recorder")):
+            print(f"  {line}")
+        if failure["kind"] == "internal":  # the simulator's own traceback: what its developers need
+            for line in str(failure.get("traceback", "")).rstrip().splitlines():
+                print(f"  | {line}")
     for key, value in report.get("summary", {}).items():
         print(f"  {key}: {value}")
     print(f"state_hash {report['state_hash']}  hash_chain {report['hash_chain']}")
@@ -156,3 +161,39 @@ def _print_human(report: dict[str, Any]) -> None:
         )
         for note in recording["notes"]:
             print(f"  warning: {note}")
+
+
+FLIGHT_RECORDER_COLUMNS = (
+    ("rank", "rank"),
+    ("last_entered", "last entered"),
+    ("last_completed", "last completed"),
+    ("status", "status"),
+    ("waits_on", "waits on"),
+)
+
+
+def flight_recorder_lines(rows: Any) -> list[str]:
+    """A hang's flight recorder as a table: per rank its last collective entered and completed, its
+    status and whom it waits on (the failure's ``flight_recorder``; every field is in ``--json``)."""
+    if not isinstance(rows, list) or not rows:
+        return []
+    cells = [
+        [_cell(row.get(key)) if isinstance(row, dict) else "" for key, _title in FLIGHT_RECORDER_COLUMNS]
+        for row in rows
+    ]
+    titles = [title for _key, title in FLIGHT_RECORDER_COLUMNS]
+    widths = [max(len(text) for text in column) for column in zip(titles, *cells, strict=True)]
+    lines = ["flight recorder (per rank: its last collectives, as NCCL's recorder keeps them):"]
+    for values in (titles, *cells):
+        lines.append(
+            "  " + "  ".join(text.ljust(width) for text, width in zip(values, widths, strict=True)).rstrip()
+        )
+    return lines
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return "-"
+    if isinstance(value, list):
+        return ", ".join(str(item) for item in value) or "-"
+    return str(value)

@@ -19,7 +19,7 @@ from timetravel.torch.protocol.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TO
 
 
 def register(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
+    torchrun = subparsers.add_parser(
         "torchrun",
         help="run your torch.distributed training script as N simulated ranks",
         description=(
@@ -30,6 +30,30 @@ def register(subparsers: Any) -> None:
             "exception: the failure and the command that reproduces it are printed), 2 on bad input."
         ),
     )
+    _add_ranks(torchrun)
+    _add_torchrun_options(torchrun)
+    _add_run_options(torchrun)
+    torchrun.set_defaults(func=main, launcher="torchrun")
+    python = subparsers.add_parser(
+        "python",
+        help="run a script that starts its own ranks (torch.multiprocessing.spawn): each one simulated",
+        description=(
+            "Run `python SCRIPT` for a script that launches its own ranks with torch.multiprocessing.spawn "
+            "or start_processes (the PyTorch DDP tutorial's non-torchrun scripts): every simulated rank runs "
+            "the script, and its spawn runs the function as that rank (index = its local rank), so each "
+            "spawned process is a simulated rank. --nproc-per-node is the number of processes the script "
+            "spawns (torch.cuda.device_count() reports it). The code before and after the spawn runs once "
+            "per rank. Exit codes as torchrun's: 0 pass, 1 a simulated failure, 2 bad input."
+        ),
+    )
+    _add_ranks(python)
+    _add_run_options(python)
+    python.set_defaults(
+        func=main, launcher="python", env="python", max_restarts=0, against_real=False, real_timeout=0.0
+    )
+
+
+def _add_ranks(parser: Any) -> None:
     parser.add_argument(
         "--nproc-per-node",
         "--nproc_per_node",
@@ -42,6 +66,16 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "--nnodes", type=int, default=1, metavar="N", help="hosts; ranks = nproc-per-node x nnodes"
     )
+    parser.add_argument(
+        "-m",
+        "--module",
+        action="store_true",
+        help="SCRIPT is a module name, run as `python -m SCRIPT` (as torchrun -m): found on the Python "
+        "path (the current folder first) without importing it here",
+    )
+
+
+def _add_torchrun_options(parser: Any) -> None:
     parser.add_argument(
         "--standalone", action="store_true", help="accepted for torchrun compatibility (always true)"
     )
@@ -60,6 +94,25 @@ def register(subparsers: Any) -> None:
         metavar="K",
         help="restart every rank after a crash or exception, up to K times, as torchelastic does",
     )
+    parser.add_argument(
+        "--against-real",
+        action="store_true",
+        help="run the script under real `torchrun --standalone` (gloo, this machine) and under the "
+        "simulator with cuda=off (real torch here has no CUDA), and compare per rank the loss of each "
+        "optimizer step, the printed losses and the state after each step and at the end: identical, "
+        "within summation order (the largest relative difference named) or differs (the first step and "
+        "tensor named); exit 0 same, 1 differs, 2 a script real torch cannot run here",
+    )
+    parser.add_argument(
+        "--real-timeout",
+        type=float,
+        default=900.0,
+        metavar="S",
+        help="with --against-real: wall seconds real torchrun may run before it is ended (default 900)",
+    )
+
+
+def _add_run_options(parser: Any) -> None:
     parser.add_argument(
         "--workdir",
         metavar="DIR",
@@ -89,7 +142,6 @@ def register(subparsers: Any) -> None:
     parser.add_argument(
         "script_args", nargs=argparse.REMAINDER, metavar="...", help="the script's own arguments"
     )
-    parser.set_defaults(func=main)
 
 
 def torch_settings(args: argparse.Namespace) -> list[str]:
@@ -98,12 +150,9 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
         raise UsageError(f"--nproc-per-node must be between 1 and {NPROC_MAX}, got {args.nproc}")
     if not args.nnodes >= 1 or args.nproc * args.nnodes > NPROC_MAX:
         raise UsageError(f"--nnodes x --nproc-per-node must be between 1 and {NPROC_MAX}")
-    script = Path(args.script)
-    if not script.is_file():
-        raise UsageError(f"script {args.script!r} is not a file")
-    if script.suffix != ".py":
-        raise UsageError(f"script {args.script!r} is not a Python file (.py)")
-    settings = [f"script={args.script}", f"nproc={args.nproc}", f"nnodes={args.nnodes}"]
+    settings = [f"script={script_path(args)}", f"nproc={args.nproc}", f"nnodes={args.nnodes}"]
+    if args.module:
+        settings.append(f"module={args.script}")
     if args.script_args:
         settings.append(f"args={shlex.join(args.script_args)}")
     if args.max_restarts < 0:
@@ -111,12 +160,28 @@ def torch_settings(args: argparse.Namespace) -> list[str]:
     if args.max_restarts:
         settings.append(f"max_restarts={args.max_restarts}")
     if args.env != "torchrun":
-        settings.append(f"env_style={args.env}")
+        settings.append(f"env_style={args.env}")  # slurm, or python for `timetravel python`
     if args.workdir:
         if not Path(args.workdir).is_dir():
             raise UsageError(f"--workdir {args.workdir!r} is not a directory")
         settings.append(f"workdir={args.workdir}")
     return [*settings, *args.settings]
+
+
+def script_path(args: argparse.Namespace) -> str:
+    """The file the ranks run: SCRIPT, or with -m the file of module SCRIPT (one line if neither)."""
+    if args.module:
+        import os
+
+        from timetravel.torch.world.specs import module_file
+
+        return str(module_file(args.script, [os.getcwd(), *sys.path]))
+    script = Path(args.script)
+    if not script.is_file():
+        raise UsageError(f"script {args.script!r} is not a file")
+    if script.suffix != ".py":
+        raise UsageError(f"script {args.script!r} is not a Python file (.py)")
+    return args.script
 
 
 def main(args: argparse.Namespace) -> int:
@@ -132,8 +197,12 @@ def main(args: argparse.Namespace) -> int:
         check_output_path(args.record)
         check_replaceable(args.record, force=args.force)  # before any rank starts
     require_torch()
+    if args.against_real:
+        from timetravel.cli import against_real_output
+
+        return against_real_output.main(args, settings[0].removeprefix("script="))
     # the script named here may run; under --json the ranks' output goes to stderr (stdout is the JSON)
-    launch = launch_naming([args.script], sys.stderr if args.json else None)
+    launch = launch_naming([settings[0].removeprefix("script=")], sys.stderr if args.json else None)
     scenario = get_scenario("torch")
     config = scenario.resolve_config(settings)
     started = time.perf_counter()
@@ -156,15 +225,16 @@ def main(args: argparse.Namespace) -> int:
     else:
         report, _world = run_report(scenario, config, args.seed, launch=launch)
     report["wall_s"] = round(time.perf_counter() - started, 6)
-    command = "timetravel torchrun " + " ".join(
+    command = f"timetravel {args.launcher} " + " ".join(
         [
             f"--nproc-per-node {args.nproc}",
             *([f"--nnodes {args.nnodes}"] if args.nnodes != 1 else []),
             *([f"--max-restarts {args.max_restarts}"] if args.max_restarts else []),
-            *([f"--env {args.env}"] if args.env != "torchrun" else []),
+            *([f"--env {args.env}"] if args.env not in ("torchrun", "python") else []),
             *([f"--workdir {shlex.quote(args.workdir)}"] if args.workdir else []),
             f"--seed {args.seed}",
             *(f"--set {shlex.quote(s)}" for s in args.settings),
+            *(["-m"] if args.module else []),
             shlex.quote(args.script),
             *map(shlex.quote, args.script_args),
         ]

@@ -15,12 +15,14 @@ allowed) narrows the diff to what it selects on either side.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from timetravel.explore.diff import CHANGES_MAX_DEFAULT
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.divergence import comparable_tree, first_divergence
 from timetravel.explore.paths import parse_path, select
+from timetravel.explore.recorded_failure import recorded_failure
 from timetravel.explore.results import (
     CompareResult,
     DiffCommandResult,
@@ -36,6 +38,8 @@ from timetravel.explore.work import ProgressCallback, StopCheck
 CURVE_POINTS_MAX = 10_000
 """Points kept per metric curve (evenly spaced, first and last always kept)."""
 METRICS_MAX = 64
+FIRST_METRIC = "loss"
+"""The metric a compare lists first (and never leaves out): what an engineer looks at first."""
 OUTCOME_UNKNOWN = "unknown"
 OUTCOME_IN_PROGRESS = "in progress"
 MOMENT_DIVERGENCE = "first divergence"
@@ -44,9 +48,13 @@ MOMENT_END = "end (no divergence)"
 
 
 def run_side(session: Session, name: str) -> RunSide:
-    """A branch's name, outcome and failure, from its END frame (``unknown`` without one)."""
+    """A branch's name, outcome and failure, from its END frame (``unknown`` without one), the failure
+    with every field its detector recorded (explore/recorded_failure.py)."""
     end = session.reader.end(check_branch(session.reader, name)) or {}
     failure = end.get("failure")
+    if isinstance(failure, dict):
+        with track_on(session, name) as track:
+            failure = recorded_failure(track, failure)  # every field the detector recorded
     return RunSide(
         name=name,
         outcome=OUTCOME_IN_PROGRESS
@@ -77,6 +85,7 @@ def metric_curves(session: Session, a: str, b: str) -> dict[str, dict[str, list[
         names: list[str] = []
         for track in tracks.values():
             names += [name for name in track.metric_names() if name not in names]
+        names.sort(key=lambda name: name != FIRST_METRIC)  # stable: the loss first, the rest as recorded
         curves: dict[str, dict[str, list[list[Any]]]] = {}
         for name in names[:METRICS_MAX]:
             curves[name] = {
@@ -143,19 +152,27 @@ def diff(
     changes_max: int = CHANGES_MAX_DEFAULT,
     progress: ProgressCallback | None = None,
     should_stop: StopCheck | None = None,
+    ops: bool = False,
 ) -> DiffCommandResult:
     """The state diff of branches ``a`` and ``b`` at one moment (see the module docstring).
 
     ``with_divergence`` also runs the divergence search when ``at`` is given (it always runs
     without ``at``, to find the moment); the result carries it, or None when it did not run.
+    ``ops`` (a torch run): also the first torch ops whose outputs differ, from both branches'
+    re-executed step (:mod:`.op_diff`).
     """
     parse_path(path)
     check_branch(session.reader, a)
     check_branch(session.reader, b)
     divergence: Divergence | None = None
-    if at is None or with_divergence:
+    if at is None or with_divergence or ops:
         divergence = first_divergence(session, a, b, progress=progress, should_stop=should_stop)
-    return _diff_at(session, a, b, at, path, divergence, changes_max, metric_curves(session, a, b))
+    result = _diff_at(session, a, b, at, path, divergence, changes_max, metric_curves(session, a, b))
+    if not ops:
+        return result
+    from timetravel.explore.op_diff import first_differing_ops
+
+    return dataclasses.replace(result, ops=first_differing_ops(session, a, b, divergence, progress))
 
 
 def _diff_at(

@@ -65,8 +65,10 @@ from timetravel.explore.explain_torch import (
     failure_site,
     fault_causes,
     is_torch,
+    nan_entry_event,
 )
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
+from timetravel.explore.recorded_failure import recorded_failure
 from timetravel.explore.replay import ReplayDivergence
 from timetravel.explore.session import Session, reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before
@@ -185,6 +187,10 @@ class _Explainer:
                 self.onset(node, end + 1)
             return
         node = failure.get("node")
+        entry = nan_entry_event(self.track, failure) if self.torch and failure.get("kind") == "nan" else None
+        if entry is not None and entry != detector.number:
+            self.message(self.trace(entry), node)  # the node's own call into the collective, not the last
+            return  # member's whose arrival let the detector see every input
         sender = self.seqs.scheduled_by(detector.event.seq)
         reporter = self.trace(sender).event.dst if sender is not None else None
         if node and node not in (detector.event.dst, reporter) and self.onset(node, detector.number):
@@ -539,7 +545,7 @@ def explain(
     # the track shares the session's reader, but its world source is its own: a torch source left
     # open kept its checkpoints alive after the session closed
     with track_on(session, name) as track:
-        return _explain_track(track, name, failure, progress, should_stop)
+        return _explain_track(track, name, recorded_failure(track, failure) or failure, progress, should_stop)
 
 
 def _explain_track(

@@ -169,6 +169,14 @@ class FailureSite:
     ``where`` (``forward``: an output; ``gradient``: the gradient of an output), ``tensor`` (which
     output), ``nonfinite``/``elements``, ``first_index`` (flat), ``value``, ``shape``, ``dtype`` and
     ``inputs_nonfinite`` (the module's inputs that were non-finite already)."""
+    uninitialised: dict[str, Any] | None = None
+    """What the watch of uninitialised memory found when the probe re-executed the rank from the start
+    (torch/rank/init_watch.py): ``report`` (at the rank's first forward: ``parameters``,
+    ``uninitialised`` [{name, shape, local_shape, dtype, elements, uninitialised, nan, origin: {op,
+    how, site}}], ``uninitialised_count``, ``materialised`` (to_empty call sites),
+    ``last_init`` {op, site, parameter}, ``deterministic_fill``, ``broken``) and ``collective`` (the
+    first non-finite collective input mapped to parameters: op, group, seq, tensor, shape, how,
+    segments [{name, start, elements, nonfinite}]); None when it did not run."""
 
     def to_data(self) -> dict[str, Any]:
         return {
@@ -181,4 +189,5 @@ class FailureSite:
             "probe_note": self.probe_note,
             "module": dict(self.module) if self.module is not None else None,
             "probe_from": self.probe_from,
+            "uninitialised": self.uninitialised,
         }

@@ -24,7 +24,7 @@ says so in one line and keeps what the recording knows.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -184,6 +184,31 @@ def _hit_candidates(session: Session, fault: dict[str, Any]) -> list[int]:
     return []
 
 
+def nan_entry_event(session: Session, failure: dict[str, Any]) -> int | None:
+    """The recorded event at which a ``nan`` failure's node entered the collective the failure names
+    (the detector fires once every member entered: its own event is the last member's call, which may
+    be another rank's). None when the failure names no collective or the entry is not found."""
+    from timetravel.torch.world import fault_causes as causes
+    from timetravel.torch.world.module_probe import rank_number
+
+    world = _end_world(session)
+    full = causes.full_failure(world, failure)
+    rank = rank_number(full.get("node"))
+    record = world.nodes.get("c10d", {}).get("last", {}).get(str(rank))
+    if rank is None or not isinstance(record, dict) or record.get("key") != full.get("collective"):
+        return None
+    first = event_number_at_time(session, int(record["t_ns"]) - 1) + 1
+    for number, event in recorded_events(
+        session, first, min(first + SAME_TIME_EVENTS_MAX, session.end.events)
+    ):
+        if event.t != record["t_ns"]:
+            break
+        payload = event.payload if isinstance(event.payload, dict) else {}
+        if event.kind == "call" and payload.get("rank") == rank and payload.get("id") == record.get("id"):
+            return number
+    return None
+
+
 def _end_world(session: Session) -> Any:
     return session.snapshot_world(len(session.snapshots()) - 1)
 
@@ -226,9 +251,19 @@ def _with_probe(
     note: str,
     module: dict[str, Any] | None = None,
     probe_from: int | None = None,
+    uninitialised: dict[str, Any] | None = None,
 ) -> FailureSite:
     return FailureSite(
-        site.rank, site.step, site.indices, site.indices_note, site.batches, probe, note, module, probe_from
+        site.rank,
+        site.step,
+        site.indices,
+        site.indices_note,
+        site.batches,
+        probe,
+        note,
+        module,
+        probe_from,
+        uninitialised,
     )
 
 
@@ -238,14 +273,21 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
     rank = module_probe.rank_number(site.rank)
     assert rank is not None, site.rank
     start = probe_start(session, rank, site.step)
-    answer = None
+    answer: dict[str, Any] | None = None
+    memory: dict[str, Any] | None = None
     start_events = 0
     if start is not None:
-        answer = _probe_run(session, rank, site, start, progress)
+        answer, memory = _probe_run(session, rank, site, start, progress)
         start_events = session.snapshots()[start].events
     if (answer is None or answer.get("refused")) and not session.fork_events:
-        answer = _probe_run(session, rank, site, None, progress)  # from #0: a fresh process
+        answer, memory = _probe_run(session, rank, site, None, progress)  # from #0: a fresh process
         start_events = 0
+    if answer is None and memory is not None:  # the watch answered: the rank ran, no module returned
+        note = (
+            f"none returned: {site.rank} fed the non-finite values into a collective before any module "
+            f"of step {site.step} returned an output (what the parameters held before the forward: below)"
+        )
+        return _with_probe(site, PROBE_NOT_RUN, note, probe_from=start_events, uninitialised=memory)
     if answer is None or answer.get("refused"):
         why = (answer or {}).get("refused") or "the probed rank never answered"
         if session.fork_events:
@@ -253,15 +295,15 @@ def _probe(session: Session, site: FailureSite, progress: ProgressCallback | Non
             note = f"not probed: no snapshot of this branch before step {site.step} could start it ({fork}; {why})"
         else:
             note = f"not probed: the re-execution of {site.rank} from #0 gave no answer ({why})"
-        return _with_probe(site, PROBE_NOT_RUN, note)
+        return _with_probe(site, PROBE_NOT_RUN, note, uninitialised=memory)
     if answer["finding"] is None:
         note = (
             f"every module output and gradient of {site.rank}'s step {site.step} was finite up to the "
             "failure: the non-finite value was made outside any module (a loss scaled by inf, an op in "
             "the training loop)"
         )
-        return _with_probe(site, PROBE_FINITE, note, probe_from=start_events)
-    return _with_probe(site, PROBE_FOUND, "", dict(answer["finding"]), start_events)
+        return _with_probe(site, PROBE_FINITE, note, probe_from=start_events, uninitialised=memory)
+    return _with_probe(site, PROBE_FOUND, "", dict(answer["finding"]), start_events, memory)
 
 
 def probe_start(session: Session, rank: int, step: int) -> int | None:
@@ -271,24 +313,43 @@ def probe_start(session: Session, rank: int, step: int) -> int | None:
     yet, so hooks installed there see all of it. None: no such snapshot (the probe starts at #0)."""
     from timetravel.torch.world import module_probe
 
-    snapshots = session.snapshots()
-    for position in range(len(snapshots) - 1, 0, -1):
-        snapshot = snapshots[position]
-        if snapshot.final or snapshot.events < session.fork_events:
-            continue
-        world = session.snapshot_world(position)
+    for position, world in resumable_worlds(session):
         state = world.nodes.get(f"r{rank}", {})
         if state.get("status") == "waiting" and module_probe.steps_completed(world, rank) <= step - 2:
             return position
     return None
 
 
+def resumable_worlds(session: Session) -> Iterator[tuple[int, Any]]:
+    """(position, world) of the session's snapshots a re-execution may start from, latest first: not
+    the run's end, not before a branch's fork (before it, its parent's history runs)."""
+    snapshots = session.snapshots()
+    for position in range(len(snapshots) - 1, 0, -1):
+        snapshot = snapshots[position]
+        if not snapshot.final and snapshot.events >= session.fork_events:
+            yield position, session.snapshot_world(position)
+
+
 def _probe_run(
     session: Session, rank: int, site: FailureSite, start: int | None, progress: ProgressCallback | None
-) -> dict[str, Any] | None:
-    """Re-execute from snapshot ``start`` (None: #0) to the end with the probe on ``rank``; its answer."""
-    stepper = Stepper(session, start or 0)
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    """Re-execute from snapshot ``start`` (None: #0) to the end with the probe on ``rank``: its answer,
+    and from #0 what the watch of uninitialised memory found (torch/rank/init_watch.py; None when it
+    did not run or sent nothing)."""
     source: Any = session.source  # the torch world source (torch/world/world_source.py)
+    with source.with_values():  # the probe lives in the rank processes: they run, not the journal
+        return _probed(session, source, rank, site, start, progress)
+
+
+def _probed(
+    session: Session,
+    source: Any,
+    rank: int,
+    site: FailureSite,
+    start: int | None,
+    progress: ProgressCallback | None,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    stepper = Stepper(session, start or 0)
     if progress is not None:
         where = f"#{stepper.events}" if start is not None else "#0"
         progress(
@@ -296,16 +357,28 @@ def _probe_run(
                 "explain", 0, 1, f"module probe: re-executing {site.rank} from {where} to step {site.step}"
             )
         )
-    with source.probing(rank, site.step, stepper.world if start is not None else None) as findings:
+    world = stepper.world if start is not None else None
+    with source.probing(rank, site.step, world, init=start is None) as probe:
         try:
             stepper.advance_observed(stepper.horizon - stepper.events, _ignore)
         finally:
             source.end_probe(stepper.world)  # the probed processes end here: no seek resumes them
-        return findings.get(rank)
+        memory = None
+        if rank in probe.init_reports:
+            memory = {"report": probe.init_reports[rank], "collective": probe.collectives.get(rank)}
+        return probe.findings.get(rank), memory
 
 
 def _ignore(_event: Any) -> None:
     """The probe's run pauses after every event (so no checkpoint of a probed rank is kept)."""
 
 
-__all__ = ["FaultCause", "execution_refusal", "failure_site", "fault_causes", "is_torch"]
+__all__ = [
+    "FaultCause",
+    "execution_refusal",
+    "failure_site",
+    "fault_causes",
+    "is_torch",
+    "nan_entry_event",
+    "resumable_worlds",
+]

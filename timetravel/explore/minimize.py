@@ -95,8 +95,13 @@ class Minimizer:
         should_stop: Callable[[], bool] | None = None,
         clock: Callable[[], float] = time.monotonic,
         launch: Launch | None = None,
+        reserve_runs: int = 0,
     ) -> None:
         self.scenario = scenario
+        self.reserve_runs = reserve_runs
+        """Runs' worth of the time budget kept for what follows the search (recording the repro and
+        checking where its test starts), measured by the original run's time."""
+        self.first_run_seconds = 0.0
         self.seed = seed
         self.budget = budget
         self.progress = progress
@@ -115,6 +120,10 @@ class Minimizer:
         self.signature = signature
         self.best = self.original
         self.best_trial: Trial | None = None
+        self.original_failure: dict[str, Any] | None = None
+        """The original run's failure (every field its detector recorded)."""
+        self.identity: dict[str, Any] = {}
+        """What besides the signature a reproduction keeps (``Scenario.failure_identity``)."""
         self.launch = launch
         """What the user named (sim/launch.py): a torch run's script may run in its trials."""
 
@@ -125,7 +134,8 @@ class Minimizer:
             raise _Stop(STOP_CANCELLED)
         if self.runs >= self.budget.max_runs:
             raise _Stop(STOP_MAX_RUNS)
-        if self.clock() - self.started >= self.budget.max_seconds:
+        reserved = self.reserve_runs * self.first_run_seconds
+        if self.clock() - self.started + reserved >= self.budget.max_seconds:
             raise _Stop(STOP_MAX_SECONDS)
         if self.stall >= self.budget.max_stall:
             raise _Stop(STOP_MAX_STALL)
@@ -141,7 +151,23 @@ class Minimizer:
 
     def run_trial(self, candidate: Candidate) -> Trial:
         """Run one candidate from a fresh build (a subclass may start elsewhere: a snapshot)."""
-        return run_candidate(self.scenario, self.seed, candidate, self.events_max, self.launch)
+        return run_candidate(self.scenario, self.seed, candidate, self.events_max, self.launch, self.past())
+
+    def past(self) -> Callable[[Any], bool] | None:
+        """Once the original failed: whether a trial's world has gone past that failure (its
+        scenario's ``past_failure``), so the trial stops there; None: trials run to their end."""
+        check, failure = self.scenario.past_failure, self.original_failure
+        if check is None or failure is None:
+            return None
+        return lambda world: check(world, failure)
+
+    def same_failure(self, trial: Trial) -> bool:
+        """The trial fails with the signature and, where the scenario says more makes one bug (the
+        torch scenario: the step and the tensor), with that too."""
+        if trial.signature != self.signature or trial.failure is None:
+            return False
+        identify = self.scenario.failure_identity
+        return identify is None or identify(trial.failure) == self.identity
 
     def reproduces(self, candidate: Candidate) -> bool:
         """Does ``candidate`` fail with the signature? Cached by the candidate's digest."""
@@ -155,7 +181,7 @@ class Minimizer:
             if len(self.cache) < CACHE_ENTRIES_MAX:
                 self.cache[key] = False
             return False
-        answer = trial.signature == self.signature
+        answer = self.same_failure(trial)
         if len(self.cache) < CACHE_ENTRIES_MAX:
             self.cache[key] = answer
         if answer:
@@ -209,6 +235,7 @@ class Minimizer:
         """Run the original (always: a cancel or a budget stops only later runs) and learn its signature."""
         self.pass_name = "start"
         trial = self._run(self.original, checked=False)
+        self.first_run_seconds = self.clock() - self.started
         self.best_trial = trial
         self._report()
         if trial.failure is None:
@@ -217,6 +244,9 @@ class Minimizer:
             self.signature = trial.signature
         elif trial.signature != self.signature:
             raise NothingToMinimize(f"the run fails with {trial.signature}, not with {self.signature}")
+        self.original_failure = dict(trial.failure)
+        if self.scenario.failure_identity is not None:
+            self.identity = self.scenario.failure_identity(self.original_failure)
         self.events_max = trial.events * RUN_EVENTS_FACTOR + RUN_EVENTS_SLACK
         self.best, self.best_trial = self.original, trial
         self.cache[self.original.key()] = True
@@ -270,8 +300,19 @@ class Minimizer:
             if not param.shrinkable or param.minimum is None:
                 continue
             self._bisect_down(
-                self.best.config[param.name], int(param.minimum), partial(self._with_size, param.name)
+                self.best.config[param.name],
+                self._size_floor(param.name, int(param.minimum)),
+                partial(self._with_size, param.name),
             )
+
+    def _size_floor(self, name: str, minimum: int) -> int:
+        """The param's minimum, or more where the failure involves more (``Scenario.size_floor``:
+        a torch run keeps every rank its failure names)."""
+        floor = self.scenario.size_floor
+        if floor is None or self.original_failure is None:
+            return minimum
+        needed = floor(name, self.original_failure, self.best.config)
+        return minimum if needed is None else max(minimum, needed)
 
     def _with_size(self, name: str, value: int) -> Candidate:
         return self.best.with_config(**{name: value})
@@ -398,6 +439,12 @@ class Minimizer:
             params_changed=changed,
             passes=self.passes,
             events=trial.events,
+            sizes={
+                param.name: (before.get(param.name), self.best.config.get(param.name))
+                for param in self.scenario.params
+                if param.shrinkable
+            },
+            identity=dict(self.identity),
         )
 
 
@@ -457,9 +504,11 @@ def minimize(
     progress: Callable[[Progress], None] | None = None,
     should_stop: Callable[[], bool] | None = None,
     launch: Launch | None = None,
+    reserve_runs: int = 0,
 ) -> MinimizeResult:
     """Minimize the failure of (scenario, config, seed, overrides); see the module docstring.
-    ``launch``: what the user named (a torch run's script may run in the trials)."""
+    ``launch``: what the user named (a torch run's script may run in the trials); ``reserve_runs``:
+    runs' worth of the time budget left for what the caller does with the result."""
     minimizer = Minimizer(
         scenario,
         config,
@@ -470,5 +519,6 @@ def minimize(
         progress=progress,
         should_stop=should_stop,
         launch=launch,
+        reserve_runs=reserve_runs,
     )
     return minimizer.run()

@@ -115,7 +115,9 @@ class ForkMinimizer(Minimizer):
 
     def run_trial(self, candidate: Candidate) -> Trial:
         world, faults = self.start_world(candidate)
-        return run_world(self.scenario, world, candidate, self.events_max, faults, self.session.simulation)
+        return run_world(
+            self.scenario, world, candidate, self.events_max, faults, self.session.simulation, self.past()
+        )
 
     def _takes_explicit_faults(self) -> bool:
         return True
@@ -134,6 +136,7 @@ def minimize_branch(
     budget: Budget,
     progress: Callable[[Progress], None] | None,
     should_stop: Callable[[], bool] | None,
+    reserve_runs: int = 0,
 ) -> tuple[MinimizeResult, ForkMinimizer]:
     """Minimize the failure of the session's branch from its fork (see the module docstring)."""
     fork = session.fork_events
@@ -141,7 +144,13 @@ def minimize_branch(
     if session.snapshots()[position].events != fork:
         raise ValueError(f"branch {session.branch!r} has no snapshot at its fork (#{fork})")
     minimizer = ForkMinimizer(
-        session, position, signature=signature, budget=budget, progress=progress, should_stop=should_stop
+        session,
+        position,
+        signature=signature,
+        budget=budget,
+        progress=progress,
+        should_stop=should_stop,
+        reserve_runs=reserve_runs,
     )
     return minimizer.run(), minimizer
 

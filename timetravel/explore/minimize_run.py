@@ -67,6 +67,12 @@ REPRO_SNAPSHOT_EVERY_EVENTS_MAX = 1024
 REPRO_SNAPSHOTS = 16
 """About this many snapshots in a repro recording (never closer than SNAPSHOT_EVERY_EVENTS_MIN)."""
 SNAPSHOT_PASS = "snapshot"
+REPRO_RESERVE_RUNS = 3
+"""Runs' worth of the time budget the search leaves for writing the repro: its recording and the
+two runs that check where its test starts (``--max-seconds`` bounds the whole command)."""
+REPRO_RECORDINGS_MAX = 3
+"""Recordings of the repro at most: each again with half as many snapshots while it is larger than
+the recording minimized."""
 BUDGET_DEFAULT = Budget()
 
 
@@ -112,17 +118,28 @@ def minimize_run(
         )
     started = time.monotonic()
     header = session.header
-    result, minimizer = _minimize_recorded(session, failure["signature"], budget, progress, should_stop)
+    reserve = REPRO_RESERVE_RUNS if out is not None else 0
+    result, minimizer = _minimize_recorded(
+        session, failure["signature"], budget, progress, should_stop, reserve
+    )
     if out is None:
         return result
     interval = repro_snapshot_interval(
-        result.events - session.fork_events, int(header.get("snapshot_every_events", 0))
+        result.events - session.fork_events,
+        int(header.get("snapshot_every_events", 0)),
+        session.scenario.snapshot_every_events,
     )
+    input_bytes = Path(session.info.path).stat().st_size
     if minimizer is not None:
         branch = record_branch_repro(session, minimizer, result, out, interval, force=force)
     else:
         branch = MAIN_BRANCH
         record_repro(session, result, out, interval, force=force)
+        for _ in range(REPRO_RECORDINGS_MAX - 1):  # no larger than the input: fewer snapshots, again
+            if Path(out).stat().st_size <= input_bytes or interval >= result.events:
+                break
+            interval *= 2
+            record_repro(session, result, out, interval, force=True)  # over the one it wrote
     start = repro_start(
         session.scenario, out, result.signature, result.faults_kept, should_stop, branch, session.launch
     )
@@ -140,6 +157,8 @@ def minimize_run(
         start_ns=start.t_ns,
         start_check=start.check,
         repro_branch=branch,
+        input_bytes=input_bytes,
+        out_bytes=Path(out).stat().st_size,
     )
     if pytest is not None:
         written = write_replay_pytest(
@@ -171,11 +190,19 @@ def _minimize_recorded(
     budget: Budget,
     progress: Callable[[Progress], None] | None,
     should_stop: Callable[[], bool] | None,
+    reserve_runs: int = 0,
 ) -> tuple[MinimizeResult, ForkMinimizer | None]:
     """The minimized failure of the session's branch: a branch from its fork (with the ForkMinimizer
     its repro is written from), main from the recorded seed, config and overrides."""
     if session.branch != MAIN_BRANCH:
-        return minimize_branch(session, signature, budget=budget, progress=progress, should_stop=should_stop)
+        return minimize_branch(
+            session,
+            signature,
+            budget=budget,
+            progress=progress,
+            should_stop=should_stop,
+            reserve_runs=reserve_runs,
+        )
     header = session.header
     result = minimize(
         session.scenario,
@@ -187,14 +214,20 @@ def _minimize_recorded(
         progress=progress,
         should_stop=should_stop,
         launch=session.launch,
+        reserve_runs=reserve_runs,
     )
     return result, None
 
 
-def repro_snapshot_interval(events: int, recorded_interval: int) -> int:
-    """About REPRO_SNAPSHOTS snapshots over the minimized run, within the recorder's limits."""
+def repro_snapshot_interval(events: int, recorded_interval: int, scenario_interval: int | None = None) -> int:
+    """About REPRO_SNAPSHOTS snapshots over the minimized run, within the recorder's limits, and never
+    denser than the scenario's own default nor the recording minimized (a torch run's snapshots carry
+    every rank's training state: its repro has no more of them than its input per event)."""
     ceiling = min(recorded_interval or REPRO_SNAPSHOT_EVERY_EVENTS_MAX, REPRO_SNAPSHOT_EVERY_EVENTS_MAX)
-    return max(SNAPSHOT_EVERY_EVENTS_MIN, min(events // REPRO_SNAPSHOTS, ceiling))
+    interval = max(SNAPSHOT_EVERY_EVENTS_MIN, min(events // REPRO_SNAPSHOTS, ceiling))
+    if scenario_interval:
+        interval = max(interval, scenario_interval, recorded_interval)
+    return interval
 
 
 def record_repro(

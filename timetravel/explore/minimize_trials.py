@@ -95,6 +95,8 @@ class Trial:
     choices_nonzero: int
     pinned: list[tuple[str, str, int, int]]
     """Every choice the candidate forced (pinned or zeroed), to replay it with plain overrides."""
+    stopped_past_failure: bool = False
+    """The trial was stopped once it had gone past the failure it should reproduce (it did not)."""
 
     @property
     def signature(self) -> str | None:
@@ -145,6 +147,13 @@ class MinimizeResult:
     """What the export check found: the run from the start passes without the kept faults, or why not."""
     repro_branch: str = "main"
     """The branch of ``out`` that holds the minimized run (a minimized branch: ``<branch>-min``)."""
+    sizes: dict[str, tuple[Any, Any]] = field(default_factory=dict)
+    """The scenario's shrinkable sizes, before and after (a torch run: ``nproc``)."""
+    identity: dict[str, Any] = field(default_factory=dict)
+    """What besides the signature the minimized failure kept (a torch run: its step and tensor)."""
+    input_bytes: int = 0
+    out_bytes: int = 0
+    """Sizes of the recording minimized and of the repro recording written (0: none written)."""
 
     @property
     def partial(self) -> bool:
@@ -168,11 +177,24 @@ class MinimizeResult:
             "pytest": self.pytest,
             "start_events": self.start_events,
             "start_check": self.start_check,
+            **{f"{name}_before": before for name, (before, _after) in self.sizes.items()},
+            **{f"{name}_after": after for name, (_before, after) in self.sizes.items()},
+            "same_failure": dict(self.identity),
+            "input_bytes": self.input_bytes,
+            "out_bytes": self.out_bytes,
         }
 
     def choice_pins(self) -> ChoicePins:
         """The overrides to run the minimized candidate with (compact form)."""
         return ChoicePins(self.pins.items(), self.zero_sites)
+
+
+PAST_CHECK_EVERY_EVENTS = 32
+"""How often a trial looks whether it has run past the failure it should reproduce."""
+
+
+class _PastFailure(Exception):
+    """A trial ran past where the failure it should reproduce happened (``Scenario.past_failure``)."""
 
 
 def run_candidate(
@@ -181,12 +203,13 @@ def run_candidate(
     candidate: Candidate,
     events_max: int | None = None,
     launch: Launch | None = None,
+    past: Callable[[World], bool] | None = None,
 ) -> Trial:
     """Build and run one candidate, logging its choices (no hash chain: nothing is recorded);
-    ``launch``: what the user named (sim/launch.py: a torch run's script)."""
+    ``launch``: what the user named (sim/launch.py: a torch run's script); ``past``: see run_world."""
     world = build_world(scenario, copy.deepcopy(candidate.config), seed, launch)
     factory = partial(Simulation, scenario, launch=launch)
-    return run_world(scenario, world, candidate, events_max, copy.deepcopy(world.faults), factory)
+    return run_world(scenario, world, candidate, events_max, copy.deepcopy(world.faults), factory, past)
 
 
 def run_world(
@@ -196,25 +219,43 @@ def run_world(
     events_max: int | None,
     faults: list[dict[str, Any]],
     simulation_factory: Callable[..., Simulation] | None = None,
+    past: Callable[[World], bool] | None = None,
 ) -> Trial:
     """Run ``world`` (built or restored for ``candidate``) with the candidate's choices, logging them;
     ``faults`` is the schedule the trial reports (what a minimizer may remove). ``simulation_factory``
     (``factory(world, **options)``): how a world restored from a session is re-executed (its
-    ``session.simulation``); None for a world this module built."""
+    ``session.simulation``); None for a world this module built. ``past(world)``: True once the run
+    has gone past the failure it should reproduce; the trial stops there and passes (``stopped``)."""
     overrides = candidate.overrides()
     log = _ChoiceLog(overrides)
     build = simulation_factory or partial(Simulation, scenario)
-    result = build(world, overrides=overrides or None, choice_log=log, chain=False).run(max_events=events_max)
-    failure = result.failure if result.stop == "failure" else None
+    simulation = build(world, overrides=overrides or None, choice_log=log, chain=False)
+    stopped = False
+    if past is None:
+        result = simulation.run(max_events=events_max)
+    else:
+
+        def check(_simulation: Simulation) -> None:
+            if past(world):
+                raise _PastFailure()
+
+        try:
+            result = simulation.run(
+                max_events=events_max, pause_every_events=PAST_CHECK_EVERY_EVENTS, on_pause=check
+            )
+        except _PastFailure:  # the Simulation ended its processes on the way out
+            stopped = True
+    failure = None if stopped or result.stop != "failure" else result.failure
     return Trial(
         outcome="fail" if failure else "pass",
         failure=failure,
-        events=result.events,
-        t_end_ns=result.t_end_ns,
+        events=world.events_processed,
+        t_end_ns=world.t_ns,
         faults=faults,
         choices=log.nonzero,
         choices_nonzero=log.nonzero_count,
         pinned=log.pinned,
+        stopped_past_failure=stopped,
     )
 
 

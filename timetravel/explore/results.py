@@ -12,12 +12,17 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from timetravel.sim.failure import PUBLIC_FIELDS, failure_fields
+
 
 def public_failure(failure: dict[str, Any] | None) -> dict[str, Any] | None:
-    """The failure fields every result shows: kind, node, t_ns, message, signature."""
+    """The failure as a result shows it: kind, node, t_ns, message, signature and every other field
+    the detector recorded (a run's own record has them; a recording's END frame keeps the five)."""
     if failure is None:
         return None
-    return {key: failure.get(key) for key in ("kind", "node", "t_ns", "message", "signature")}
+    fields = failure_fields(failure)
+    assert fields is not None
+    return {**{key: failure.get(key) for key in PUBLIC_FIELDS}, **fields}
 
 
 @dataclass(frozen=True)
@@ -418,9 +423,11 @@ class DiffCommandResult:
     """Both branches' metric curves, as in CompareResult (the TUI's loss pane after ``diff`` alone)."""
     moment: str = ""
     """Which moment ``at_ns`` is: ``first divergence``, ``--at`` or ``end`` (no divergence)."""
+    ops: Any = None
+    """With ``--ops`` (a torch run): the first differing ops, an :class:`~timetravel.explore.op_diff.OpsDiff`."""
 
     def to_data(self) -> dict[str, Any]:
-        return {
+        data = {
             "a": self.a,
             "b": self.b,
             "at_ns": self.at_ns,
@@ -429,6 +436,10 @@ class DiffCommandResult:
             "omitted": self.omitted,
             "first_divergence": None if self.first_divergence is None else self.first_divergence.to_data(),
         }
+        if self.ops is not None:
+            data["ops"] = [op.to_data() for op in self.ops.ops]
+            data["ops_trace"] = self.ops.to_data()
+        return data
 
 
 @dataclass(frozen=True)

@@ -106,7 +106,7 @@ def _fabric_state(
 
 
 def link_tables(topology: Topology, settings: Mapping[str, Any]) -> dict[str, Any]:
-    """What timing a message or a collective on ``topology`` reads (fabric/collective.py): the
+    """What timing a message or a collective on ``topology`` reads (fabric/collective_timing.py): the
     route arithmetic, each link's latency, bandwidth and busy-until time, and the jitter. A scenario
     that times its own traffic on the fabric (the torch backend) keeps just these in ``world.fabric``."""
     return {

@@ -48,6 +48,8 @@ from typing import Any
 import zstandard
 
 from timetravel.recording.format import FLAG_ZSTD
+from timetravel.recording.write_thread import QUEUE_WAIT_S
+from timetravel.sim.interruptions import Uninterrupted
 
 COMPRESS_AHEAD_CORES_MIN = 4
 """The recorder compresses ahead by default only where the process may use this many cores (see
@@ -94,7 +96,10 @@ class Compression:
 
     def result(self) -> tuple[bytes, int]:
         """The stored form (waits for it); raises what the compression raised."""
-        self._finished.wait()
+        while True:  # short waits, each a section no Ctrl-C cuts: it would leave the Event's lock taken
+            with Uninterrupted():
+                if self._finished.wait(QUEUE_WAIT_S):
+                    break
         if self._error is not None:
             raise self._error
         assert self._stored is not None

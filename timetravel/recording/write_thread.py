@@ -38,8 +38,12 @@ import queue
 import threading
 from collections.abc import Callable
 
+from timetravel.sim.interruptions import Uninterrupted
+
 WRITE_JOBS_QUEUED_MAX = 8
 """Jobs waiting for the writer thread: about two snapshots with the event batches between them."""
+QUEUE_WAIT_S = 0.05
+"""The longest one wait on the queue while a Ctrl-C is held back (``WriteThread._put``)."""
 
 Job = Callable[[], object]
 """A write; what it returns (a frame offset) is not used."""
@@ -60,11 +64,27 @@ class WriteThread:
         """Queue ``job`` (blocks while WRITE_JOBS_QUEUED_MAX wait); raises an earlier job's error."""
         assert not self._stopped, "submit after stop"
         self._raise_failure()
-        self._jobs.put(job)
+        self._put(job)
+
+    def _put(self, job: Job | None) -> None:
+        """``put`` in short waits, each a section no Ctrl-C cuts (sim/interruptions.py): a Ctrl-C
+        inside the queue's lock left it locked, and the ``put`` that ends the thread waited for ever."""
+        while True:
+            with Uninterrupted():
+                try:
+                    self._jobs.put(job, timeout=QUEUE_WAIT_S)
+                    return
+                except queue.Full:
+                    pass
 
     def drain(self) -> None:
         """Wait until every submitted job ran; raises the first job's error, if one failed."""
-        self._jobs.join()
+        done = self._jobs.all_tasks_done
+        while True:
+            with Uninterrupted(), done:  # Queue.join, in short waits (see _put)
+                if not self._jobs.unfinished_tasks:
+                    break
+                done.wait(QUEUE_WAIT_S)
         self._raise_failure()
 
     def stop(self) -> None:
@@ -72,7 +92,7 @@ class WriteThread:
         if self._stopped:
             return
         self._stopped = True
-        self._jobs.put(None)
+        self._put(None)
         self._thread.join()
 
     def abandon(self) -> None:

@@ -25,6 +25,7 @@ from timetravel.shell.history import BoundedFileHistory
 from timetravel.shell.prompt import PROMPT_STYLE, prompt_fragments
 from timetravel.shell.runner import EXIT_OK, CommandRunner
 from timetravel.shell.words import line_state
+from timetravel.sim.interruptions import Terminated
 
 IDLE_HINT = "Tab completes · help lists the commands · help COMMAND explains one · Ctrl-D quits"
 
@@ -80,6 +81,8 @@ class Repl:
         while True:
             try:
                 line = self.session.prompt()
+            except Terminated:  # SIGTERM ends the shell (cli/interrupts.py); Ctrl-C only the line
+                raise
             except KeyboardInterrupt:
                 continue
             except EOFError:

@@ -39,6 +39,7 @@ from timetravel.shell.prompt import prompt_text
 from timetravel.shell.render import RenderContext, render
 from timetravel.shell.render.safe_console import terminal_safe_console
 from timetravel.shell.script import ScriptCommand, ScriptError, split_commands
+from timetravel.sim.interruptions import Terminated
 
 EXIT_OK = 0
 EXIT_MISMATCH = 1
@@ -122,7 +123,7 @@ class CommandRunner:
         try:
             with self._running(text):
                 result = self.engine.execute(text)
-        except ExitShell:
+        except (ExitShell, Terminated):  # SIGTERM ends the shell; Ctrl-C only the command
             raise
         except KeyboardInterrupt:
             self._error(text, where, "interrupted")

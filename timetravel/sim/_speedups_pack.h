@@ -208,6 +208,8 @@ put_event(Buffer *buffer, PyObject *event, PyObject *pack)
         return status;
     {
         PyObject *packed = PyObject_CallOneArg(pack, payload);
+        if (packed == NULL && !PyErr_ExceptionMatches(PyExc_Exception))
+            return -1; /* a KeyboardInterrupt (Ctrl-C) raised in pack: never swallowed */
         if (packed == NULL || !PyBytes_Check(packed)) {
             Py_XDECREF(packed);
             PyErr_Clear(); /* the whole batch in Python raises what Python raises */

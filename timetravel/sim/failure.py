@@ -8,6 +8,7 @@ rank 0 of seed 902 lands in one bucket, and a minimizer that shrinks the cluster
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from typing import Any
 
 FAILURE_KINDS: dict[str, str] = {
@@ -28,7 +29,11 @@ FAILURE_KINDS: dict[str, str] = {
     # the user's torch code (torch/)
     "stuck": "a rank ran past the wall-clock watchdog without calling the World",
     "unsupported": "the script used something the simulator refuses (named in the message)",
+    "oom": "a rank allocated more memory than its limit (the torch setting rank_memory_max)",
     "resume_mismatch": "a restart after a crash did not resume where the run would have gone on",
+    "silent_corruption": "a fault changed the run's final parameters and no detector noticed",
+    "duplicate_batches": "ranks trained on the same samples in one step, or every epoch in one order",
+    "internal": "timetravel's own code raised inside a rank (a bug of the simulator, not of the script)",
 }
 """Every kind of failure, with what it means: the one table (``make_failure`` refuses any other kind,
 so a detector that invents one fails its tests; docs/architecture.md lists them)."""
@@ -53,3 +58,30 @@ def make_failure(kind: str, node: str | None, t_ns: int, message: str, site: str
         "site": site,
         "signature": f"{kind}:{site}",
     }
+
+
+PUBLIC_FIELDS = ("kind", "node", "t_ns", "message", "signature")
+"""The fields every failure has, first in :func:`failure_fields` (and all a recording's END frame keeps)."""
+
+
+def failure_fields(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:
+    """Every field of a failure record as JSON data, the common ones first: what a detector recorded
+    (a hang's ``waiting_for`` and ``flight_recorder``, a divergence's ``minority``/``split``/``tensor``,
+    ...) is what ``--json`` prints. Numpy values become numbers or lists, bytes their hex."""
+    if failure is None:
+        return None
+    ordered = [key for key in PUBLIC_FIELDS if key in failure]
+    ordered += [key for key in failure if key not in PUBLIC_FIELDS]
+    return {str(key): _json_value(failure[key]) for key in ordered}
+
+
+def _json_value(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {str(key): _json_value(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_value(item) for item in value]
+    if isinstance(value, bytes):
+        return value.hex()
+    if hasattr(value, "tolist"):  # a numpy array or scalar
+        return _json_value(value.tolist())
+    return value

@@ -4,8 +4,8 @@ A world of the torch scenario runs the user's training script as rank processes:
 only when the user named it — on the command line (``timetravel torchrun SCRIPT``, ``--set
 script=PATH``, ``--script PATH`` for a recording) or in Python (``timetravel.torch.simulate(fn)``).
 A :class:`Launch` is that opt-in, as a value: the code the user named, which file runs in place of
-the path a recording names, why a recording's code may not run here, and where the processes'
-output goes. It travels with the run (``Simulation(launch=...)``, a farm job's spec) or with the
+the path a recording names, why a recording's code may not run here, where the processes'
+output goes and what else they are told outside the world. It travels with the run (``Simulation(launch=...)``, a farm job's spec) or with the
 Session that re-executes a recording; nothing read from a recording or a findings database ever
 makes one (DESIGN.md, principle 7). Plain-data scenarios never look at it.
 """
@@ -31,6 +31,9 @@ class Launch:
     """A recording's script path (resolved) -> the one line any attempt to run it says instead."""
     output: Any = None
     """Where the processes' output goes (a text stream; None: standard output)."""
+    process_settings: tuple[tuple[str, str], ...] = ()
+    """Settings every process of this launch is told, outside the world (it runs as it would without
+    them): where ``--against-real`` wants each rank's capture written."""
 
     def __post_init__(self) -> None:
         assert len(self.code) <= LAUNCH_CODE_MAX, f"a launch names at most {LAUNCH_CODE_MAX} pieces of code"
@@ -61,6 +64,10 @@ class Launch:
 
     def with_output(self, output: Any) -> Launch:
         return replace(self, output=output)
+
+    def with_process_setting(self, key: str, value: str) -> Launch:
+        kept = tuple((name, text) for name, text in self.process_settings if name != key)
+        return replace(self, process_settings=(*kept, (key, value)))
 
 
 NO_LAUNCH = Launch()

@@ -11,6 +11,7 @@ import shlex
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from timetravel.sim.failure import failure_fields
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
 from timetravel.sim.kernel import PauseCallback, RunResult, Simulation, chain_head
 from timetravel.sim.launch import NO_LAUNCH, Launch
@@ -78,7 +79,7 @@ def finished_report(
         "seed": seed,
         "config": config,
         "outcome": result.outcome,
-        "failure": public_failure(result.failure),
+        "failure": failure_fields(result.failure),
         "events": result.events,
         "t_end_ns": result.t_end_ns,
         "state_hash": state_hash,
@@ -88,15 +89,26 @@ def finished_report(
         "platform_fingerprint": platform_fingerprint(),
     }
     if scenario.summarize is not None:
-        report["summary"] = scenario.summarize(world)
+        report["summary"] = {**scenario.summarize(world), **processes_summary(simulation)}
     return report
 
 
+def processes_summary(simulation: Simulation) -> dict[str, Any]:
+    """What the owner of the run's external processes says of them (``Scenario.processes``): the torch
+    host names the processes a rank started that were still running when it ended, and were killed."""
+    summary = getattr(simulation.processes, "summary", None)
+    return dict(summary()) if summary is not None else {}
+
+
 def public_failure(failure: Mapping[str, Any] | None) -> dict[str, Any] | None:
-    """The failure fields a report shows: kind, node, t_ns, message, signature."""
+    """The failure fields every record has (kind, node, t_ns, message, signature): what a recording's
+    frames keep and a replay checks; a report shows every field (:func:`failure_fields`)."""
     if failure is None:
         return None
-    return {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
+    shown = {key: failure[key] for key in ("kind", "node", "t_ns", "message", "signature")}
+    if failure["kind"] == "internal" and "traceback" in failure:
+        shown["traceback"] = failure["traceback"]
+    return shown
 
 
 def reproduce_command(

@@ -292,6 +292,16 @@ class Scenario:
     """When that first divergence happened in the scenario's own terms, if not at the diverging
     event's time (the torch scenario: the completion time ``t_done`` of the first collective whose
     results differ, later than the event that completed it); None, or returning None: the event's."""
+    failure_identity: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+    """What besides the signature makes two failures of this scenario one bug (the torch scenario: the
+    optimizer step and the tensor): a minimizer keeps it too. None: the signature alone."""
+    past_failure: Callable[[World, dict[str, Any]], bool] | None = None
+    """Whether a run that has not failed has gone past where ``failure`` happened (the torch scenario:
+    every rank completed the failure's step), so that a minimizer's trial stops there: it cannot
+    reproduce that failure any more. None: trials run to their end."""
+    size_floor: Callable[[str, dict[str, Any], dict[str, Any]], int | None] | None = None
+    """``size_floor(param, failure, config)``: the smallest value of a shrinkable size that keeps what
+    ``failure`` involves (the torch scenario: the ranks it names); None: the param's minimum."""
     repro_setup: Callable[[dict[str, Any], Launch], tuple[str, str]] | None = None
     """For a repro pytest (explore/repro.py): module-level lines and one call inside the opened
     Session that the test needs before it re-executes (the torch scenario names its script)."""
@@ -309,7 +319,8 @@ class Scenario:
     run's processes (the torch scenario's :class:`~timetravel.torch.world.host.RankHost`), from what
     the user launched (sim/launch.py). A Simulation given none makes its own and closes it when its
     run can go no further; a Session's world source hands its own to every Simulation it makes.
-    Handlers reach it as ``ctx.processes`` (None for plain-data scenarios)."""
+    Handlers reach it as ``ctx.processes`` (None for plain-data scenarios). An owner may have
+    ``summary() -> dict``: what a run's summary says of its processes (``runner.processes_summary``)."""
     view: ScenarioView = field(default_factory=ScenarioView)
     """What a front end shows of its worlds: the rank nodes, their step, weights and status keys, the
     fault kinds that make a rank look slow or partitioned (:class:`ScenarioView`)."""

@@ -12,6 +12,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.torch.rank.errors import the_scripts
+
 Sink = Callable[[str, float, int | None], None]
 """``sink(name, value, step)``: where a rank's metrics go; ``step`` is None when the script gave none."""
 
@@ -23,9 +25,9 @@ def metric(name: str, value: Any, step: int | None = None) -> None:
     if not _sinks:
         return
     if not isinstance(name, str) or not name:
-        raise ValueError(f"a metric name is a non-empty string, not {name!r}")
+        raise the_scripts(ValueError(f"a metric name is a non-empty string, not {name!r}"))
     if step is not None and (isinstance(step, bool) or not isinstance(step, int)):
-        raise ValueError(f"a metric step is an integer or None, not {step!r}")
+        raise the_scripts(ValueError(f"a metric step is an integer or None, not {step!r}"))
     _sinks[-1](name, float(value), step)
 
 

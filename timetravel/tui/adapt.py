@@ -16,6 +16,7 @@ from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.branch_tree import OUTCOME_IN_PROGRESS
 from timetravel.explore.commands.render import failure_text, link_head, site_lines
+from timetravel.explore.commands.render_ops import ops_lines
 from timetravel.explore.reference import ReferenceOverlay
 from timetravel.sim.timefmt import format_time
 from timetravel.tui.model import OUTCOMES, BranchInfo, CompareData, DiffEntry, Divergence
@@ -161,6 +162,7 @@ def diff_data(
         entries=entries,
         loss_a=_curve(loss.get("a", ())),
         loss_b=_curve(loss.get("b", ())),
+        ops=tuple(ops_lines(diff.ops, unit)) if diff.ops is not None else (),
     )
 
 

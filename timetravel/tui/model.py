@@ -243,6 +243,8 @@ class CompareData:
     reference_curve: tuple[tuple[int, float], ...] = ()
     reference_a: tuple[tuple[int, float], ...] = ()
     reference_b: tuple[tuple[int, float], ...] = ()
+    ops: tuple[str, ...] = ()
+    """``diff A B --ops`` on a torch run: the first differing ops, one line each (render_ops.py)."""
 
 
 @dataclass(frozen=True)

@@ -134,6 +134,7 @@ def _diff(invocation: Invocation, context: CommandContext) -> Any:
         at=_moment(invocation.value("at")),
         path=invocation.value("path") or "",
         with_divergence=bool(invocation.value("first_divergence", False)),
+        ops=bool(invocation.value("ops", False)),
         **_work(context),
     )
 

@@ -12,6 +12,8 @@ from typing import Any
 
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
+from timetravel.explore.commands.render_memory import uninitialised_lines
+from timetravel.explore.commands.render_ops import ops_lines
 from timetravel.explore.minimize_trials import MinimizeResult
 from timetravel.explore.reference import overlay_lines
 from timetravel.sim.terminal_text import terminal_safe
@@ -242,6 +244,8 @@ def _diff(result: r.DiffCommandResult, unit: str) -> list[str]:
         lines.append(f"  ... and {result.omitted} more")
     if not result.paths and not result.omitted:
         lines.append("  no differences")
+    if result.ops is not None:
+        lines += ops_lines(result.ops, unit)
     return lines
 
 
@@ -272,8 +276,15 @@ def _minimize(result: MinimizeResult, unit: str) -> list[str]:
     ]
     lines += [f"  {name} {before} -> {after}" for name, (before, after) in result.params_changed.items()]
     lines.append(f"  {failure_text(result.failure, unit)}")
+    if result.identity:
+        kept = ", ".join(f"{key} {value}" for key, value in result.identity.items())
+        lines.append(f"  the same failure: {kept} (as the recording's)")
     on_branch = f" (branch {result.repro_branch})" if result.repro_branch != "main" else ""
-    lines += [f"  wrote {result.out}{on_branch}"] if result.out else []
+    if result.out:
+        sizes = (
+            f": {result.out_bytes:,} bytes (the input: {result.input_bytes:,})" if result.input_bytes else ""
+        )
+        lines.append(f"  wrote {result.out}{on_branch}{sizes}")
     lines += [f"  wrote {result.pytest}"] if result.pytest else []
     if result.out:
         lines.append(
@@ -372,6 +383,8 @@ def site_lines(site: x.FailureSite) -> list[str]:
         lines.append(f"  first non-finite module: {site.probe_note}")
     else:
         lines.append(f"  first non-finite module: {module_text(site.module)}")
+    if site.uninitialised is not None:
+        lines += uninitialised_lines(site.uninitialised)
     return lines
 
 

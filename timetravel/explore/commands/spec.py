@@ -325,8 +325,14 @@ COMMAND_SPECS: tuple[CommandSpec, ...] = (
             OptionSpec(
                 "--first-divergence", None, "compare at the first divergence (the default without --at)"
             ),
+            OptionSpec(
+                "--ops",
+                None,
+                "a torch run: re-execute the first step in which they differ on both branches and name "
+                "the first torch ops whose outputs differ",
+            ),
         ),
-        examples=("diff main b1", "diff main b1 --at 990 --path nodes/*/weights"),
+        examples=("diff main b1", "diff main b1 --at 990 --path nodes/*/weights", "diff main b1 --ops"),
         long_running=True,
     ),
     CommandSpec(

@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.fabric import collective as fabric_collective
+from timetravel.fabric import collective_timing
 from timetravel.fabric.gpu import schedule_finishes
 from timetravel.fabric.network import flip_bit
 from timetravel.scenarios.dp_training import collective, device, naive, ring, tree
@@ -95,7 +96,7 @@ def _resolve(ctx: Context, key: str, record: dict[str, Any]) -> None:
     if algorithm == "ring":
         buckets = max(1, -(-total_bytes // config["bucket_bytes"])) if config["bucket_bytes"] else 1
         chunk_bytes = max(1, total_bytes // (buckets * ranks))
-        times = fabric_collective.ring_completions(fabric, entries, chunk_bytes, buckets)
+        times = collective_timing.ring_completions(fabric, entries, chunk_bytes, buckets)
         messages = 2 * (ranks - 1) * buckets
     elif algorithm == "tree":
         element_bytes = contributions.itemsize
@@ -104,10 +105,10 @@ def _resolve(ctx: Context, key: str, record: dict[str, Any]) -> None:
         sizes = [
             max(1, round((high - low) * element_bytes * scale)) for low, high in itertools.pairwise(bounds)
         ]
-        times, right_first = fabric_collective.tree_completions(fabric, entries, sizes)
+        times, right_first = collective_timing.tree_completions(fabric, entries, sizes)
         messages = 3 * len(sizes)
     else:
-        times, heard = fabric_collective.star_completions(fabric, entries, total_bytes)
+        times, heard = collective_timing.star_completions(fabric, entries, total_bytes)
         messages = 1
     window = (int(entries.min()), int(times.max()))
     effects = fabric_collective.fault_effects(

@@ -159,6 +159,11 @@ def nonfinite_count(array: Any) -> int:
     return summary_of(array)[1]
 
 
+def element_repr(array: np.ndarray, element: int) -> str:
+    """The repr of element ``element`` of ``array`` (flat, C order)."""
+    return repr(np.asarray(array).reshape(-1)[element].item())
+
+
 def flipped(array: np.ndarray, element: int, bit: int) -> list[Any]:
     """[a copy of ``array`` with bit ``bit`` of element ``element`` flipped, the element's repr
     before, after] (a corrupt fault: torch/world/faults.py)."""

@@ -12,8 +12,11 @@ it into the output tensors in place. Tensors cross as raw bytes (:mod:`timetrave
 
 from __future__ import annotations
 
+import datetime
+import sys
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import numpy as np
 import torch
@@ -22,6 +25,7 @@ from torch.futures import Future
 
 from timetravel.torch.protocol.arrays import DTYPES
 from timetravel.torch.rank.channel import Channel
+from timetravel.torch.rank.errors import the_scripts
 
 BACKEND_NAME = "timetravel"
 _REDUCE_OP_NAMES = ("SUM", "AVG", "PRODUCT", "MIN", "MAX", "BAND", "BOR", "BXOR", "PREMUL_SUM")
@@ -31,6 +35,52 @@ _channel: Channel | None = None
 
 class UnsupportedCollective(RuntimeError):
     """An op the simulator does not implement: a clear failure, never a silent wrong answer."""
+
+    failure_kind = "unsupported"
+
+
+class Maker:
+    """The thread that made a process group (or the store): the only one that may call through it.
+
+    Collectives from several threads of one rank arrive in the order the OS runs the threads, which
+    no seed decides, so the same seed would give another hash chain on every run (issue 32). The
+    first call from any other thread ends the rank with an ``unsupported`` failure that names the
+    maker; which other thread came first is the OS's choice, so it is named only in the rank's
+    output, and the failure carries no traceback: it is the same whichever thread it was."""
+
+    def __init__(self) -> None:
+        thread = threading.current_thread()
+        self.ident = thread.ident
+        self.name = thread.name
+
+    def check(self, what: str) -> None:
+        """Refuse ``what`` (``all_reduce``, ``store.get``) from any thread but the maker."""
+        if threading.get_ident() != self.ident:
+            _refuse_other_thread(what, self.name)
+
+
+def _refuse_other_thread(what: str, maker: str) -> NoReturn:
+    caller = threading.current_thread().name
+    print(
+        f"timetravel: thread {caller!r} called {what} through a process group (or store) that thread "
+        f"{maker!r} made",
+        file=sys.stderr,
+    )
+    error = (
+        f"a collective or store call from a thread other than {maker!r}, which made its process group: "
+        "a rank's calls to the World must come from one thread (the OS orders threads; no seed could "
+        "repeat the run)"
+    )
+    channel().abort(
+        {
+            "kind": "exit",
+            "code": 1,
+            "error": f"{UnsupportedCollective.__name__}: {error}",
+            "error_kind": "unsupported",
+            "traceback": "",
+            "where": "",
+        }
+    )
 
 
 def bind(channel: Channel) -> None:
@@ -90,19 +140,37 @@ def wire_to_tensor(wire: dict[str, Any]) -> torch.Tensor:
 
 
 class SimulatedWork(dist.Work):
-    """A collective in flight: its result is fetched from the World on the first wait."""
+    """A collective in flight: its result is fetched from the World on the first wait.
 
-    def __init__(self, work_id: int, deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]]) -> None:
+    The wait carries the hang timeout the script gave (``work.wait(timeout)``, else its group's
+    ``timeout=``); without one the World applies the run's ``hang_timeout``."""
+
+    def __init__(
+        self,
+        work_id: int,
+        deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
+        timeout_ns: int | None = None,
+        message: dict[str, Any] | None = None,
+    ) -> None:
         super().__init__()
         self.work_id = work_id
         self._deliver = deliver
         self._outputs: list[torch.Tensor] | None = None
+        self._timeout_ns = timeout_ns
+        self._message = message or {}
 
     def wait(self, timeout: Any = None) -> bool:
         if self._outputs is None:
-            reply = channel().call({"kind": "wait", "works": [self.work_id]})
+            rank_channel = channel()
+            request: dict[str, Any] = {"kind": "wait", "works": [self.work_id]}
+            timeout_ns = _nanoseconds(timeout) or self._timeout_ns  # torch's timedelta(0): the group's
+            if timeout_ns:
+                request["timeout_ns"] = timeout_ns
+            reply = rank_channel.call(request)
             received = [wire_to_tensor(wire) for wire in reply["results"][str(self.work_id)]]
             self._outputs = self._deliver(received)
+            for observe in rank_channel.result_observers:
+                observe(self._message, self._outputs)
         return True
 
     def is_completed(self) -> bool:
@@ -123,6 +191,13 @@ class SimulatedWork(dist.Work):
 
     def synchronize(self) -> None:
         self.wait()
+
+
+def _nanoseconds(timeout: Any) -> int | None:
+    """A torch timeout (a timedelta) in integer nanoseconds; None for none."""
+    if timeout is None:
+        return None
+    return int(timeout // datetime.timedelta(microseconds=1)) * 1000
 
 
 def _copy_into(targets: list[torch.Tensor]) -> Callable[[list[torch.Tensor]], list[torch.Tensor]]:
@@ -152,12 +227,13 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         super().__init__(rank, size)  # type: ignore[call-arg]
         self._group_rank = rank
         self._size = size
-        self._timeout_ns = int(timeout.total_seconds() * 1e9) if timeout is not None else None
+        self._timeout_ns = _nanoseconds(timeout)
         self._members: list[int] | None = None
         self._key: str | None = None
         self._sequence = 0
         self._p2p_counts: dict[str, int] = {}
         self._group_name = ""
+        self._maker = Maker()
 
     # -- identity ------------------------------------------------------------------------------
 
@@ -212,8 +288,11 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         deliver: Callable[[list[torch.Tensor]], list[torch.Tensor]],
     ) -> SimulatedWork:
         """Post one call to the World (its inputs as raw bytes) and return its work at once."""
+        self._maker.check(str(message["op"]))
         rank_channel = channel()
         work_id = rank_channel.next_work_id()
+        for observe in list(rank_channel.call_observers):
+            observe(message, inputs)
         message.update(
             kind="call",
             id=work_id,
@@ -221,7 +300,8 @@ class SimulatedProcessGroup(dist.ProcessGroup):
             timeout_ns=self._timeout_ns,
         )
         rank_channel.post(message)
-        return SimulatedWork(work_id, deliver)
+        described: dict[str, Any] = {key: message[key] for key in ("op", "group", "seq") if key in message}
+        return SimulatedWork(work_id, deliver, self._timeout_ns, described)
 
     # -- collectives -----------------------------------------------------------------------------
 
@@ -257,8 +337,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
 
     def all_gather_single(self, output: torch.Tensor, input: torch.Tensor, opts: Any = None) -> SimulatedWork:
         if output.numel() != input.numel() * self._size:
-            raise ValueError(
-                f"all_gather_into_tensor: output has {output.numel()} elements, expected {input.numel() * self._size}"
+            raise the_scripts(
+                ValueError(
+                    f"all_gather_into_tensor: output has {output.numel()} elements, expected {input.numel() * self._size}"
+                )
             )
         return self._post("all_gather", [input], _copy_into(list(output.chunk(self._size))))
 
@@ -289,8 +371,10 @@ class SimulatedProcessGroup(dist.ProcessGroup):
         self, output: torch.Tensor, input: torch.Tensor, opts: Any = None
     ) -> SimulatedWork:
         if input.numel() != output.numel() * self._size:
-            raise ValueError(
-                f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
+            raise the_scripts(
+                ValueError(
+                    f"reduce_scatter_tensor: input has {input.numel()} elements, expected {output.numel() * self._size}"
+                )
             )
         return self._post(
             "reduce_scatter", list(input.chunk(self._size)), _copy_into([output]), reduce_op=_reduce_op(opts)
@@ -392,14 +476,3 @@ def _split(tensor: torch.Tensor, sizes: list[int] | None, parts: int) -> list[to
     if not sizes:
         return list(tensor.chunk(parts)) if tensor.numel() else [tensor] * parts
     return list(torch.split(tensor, list(sizes)))
-
-
-def create_group(store: Any, rank: int, size: int, timeout: Any) -> SimulatedProcessGroup:
-    """The creator torch calls for ``init_process_group`` and every ``new_group``."""
-    return SimulatedProcessGroup(rank, size, timeout)
-
-
-def register() -> None:
-    """Register the backend for cpu and cuda (scripts ask for nccl on cuda: they land here too)."""
-    if BACKEND_NAME.upper() not in dist.Backend._plugins:
-        dist.Backend.register_backend(BACKEND_NAME, create_group, devices=["cpu", "cuda"])

@@ -8,9 +8,11 @@ depends on what the other ranks do meanwhile.
 
 from __future__ import annotations
 
+import os
 import socket
+import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NoReturn
 
 from timetravel.torch.protocol.wire import receive_message, send_message
 
@@ -29,8 +31,18 @@ class StopRank(BaseException):
 
 
 class Channel:
+    """One rank's channel. Safe to use from several threads: a message is sent whole under a lock
+    (two threads' bytes never interleave), and a call's send and its reply's receipt are one step
+    under another (a thread never reads another's reply). The World orders a rank's messages as they
+    come, so only the rank's own thread may make calls that decide anything (backend.py refuses a
+    collective from another thread)."""
+
     def __init__(self, sock: socket.socket, rank: int, clock: Any) -> None:
         """``clock``: the rank's :class:`~timetravel.torch.rank.env.clock.RankClock` (now_ns, set)."""
+        self._send_lock = threading.RLock()
+        """Held while one message is stamped and sent (re-entered by the ``before_blocking`` hooks)."""
+        self._call_lock = threading.RLock()
+        """Held from a call's send to its reply (a checkpoint forked meanwhile resumes holding it)."""
         self.sock = sock
         self.rank = rank
         self.clock = clock
@@ -42,6 +54,15 @@ class Channel:
         capture sends the last step's loss there: :mod:`timetravel.torch.rank.env.loss_capture`)."""
         self.on_probe: Callable[[dict[str, Any]], None] | None = None
         """explain's module probe, asked for while this rank waits (rank/setup.py installs it)."""
+        self.at_script_end: list[Callable[[], None]] = []
+        """Called when the script returned or raised, before the exit message (``--against-real``'s
+        capture writes its last record there)."""
+        self.call_observers: list[Callable[[dict[str, Any], list[Any]], None]] = []
+        """Called with each collective's call message and input tensors before it is posted (explain's
+        watches read them; rank/backend.py). They only read: what the World receives is unchanged."""
+        self.result_observers: list[Callable[[dict[str, Any], list[Any]], None]] = []
+        """Called with each collective's call message and the tensors it wrote once its result arrived
+        (``diff --ops`` hashes them as ops of their own)."""
         self.on_state_pull: Callable[[dict[str, Any]], None] | None = None
         """Send the bytes of the latest state step's tensors, asked for while this rank waits or
         lingers (rank/setup.py sets it to the state reporter's ``serve_pull``)."""
@@ -55,25 +76,37 @@ class Channel:
 
         A call or the rank's exit also carries the compute the rank did since its previous one
         (``work_ns``) when the ``flops`` compute model meters it: the World charges it."""
-        if self.before_blocking and message.get("kind") not in NON_BLOCKING_KINDS:
-            for hook in self.before_blocking:
-                hook()
-        message["t_ns"] = self.clock.now_ns() if t_ns is None else t_ns
-        if self.work_meter is not None and message.get("kind") in WORK_CHARGED_KINDS:
-            message["work_ns"] = self.work_meter.take_ns()
-        send_message(self.sock, message)
+        with self._send_lock:
+            if self.before_blocking and message.get("kind") not in NON_BLOCKING_KINDS:
+                for hook in self.before_blocking:
+                    hook()
+            message["t_ns"] = self.clock.now_ns() if t_ns is None else t_ns
+            if self.work_meter is not None and message.get("kind") in WORK_CHARGED_KINDS:
+                message["work_ns"] = self.work_meter.take_ns()
+            send_message(self.sock, message)
 
     def call(self, message: dict[str, Any]) -> dict[str, Any]:
         """Send and wait for the coordinator's reply; the clock moves to the reply's time."""
-        self.post(message)
-        reply = receive_message(self.sock)
-        while reply.get("kind") in WAITING_REQUESTS:
-            self._while_waiting(reply)  # a quiescent point: fork a copy, install the probe, a pull
+        with self._call_lock:
+            self.post(message)
             reply = receive_message(self.sock)
+            while reply.get("kind") in WAITING_REQUESTS:
+                self._while_waiting(reply)  # a quiescent point: fork a copy, install the probe, a pull
+                reply = receive_message(self.sock)
         if reply.get("kind") == "stop":
             raise StopRank()
         self.clock.set(max(self.clock.now_ns(), int(reply["t_ns"])))
         return reply
+
+    def abort(self, exit_message: dict[str, Any]) -> NoReturn:
+        """Send the rank's ``exit`` message and end the process at once, whatever its other threads
+        are doing: nothing can follow the message on the channel (backend.py, a collective from
+        another thread)."""
+        with self._send_lock:
+            try:
+                self.post(exit_message)
+            finally:
+                os._exit(int(exit_message["code"]) & 0xFF)
 
     def linger(self) -> None:
         """After the exit message, wait until the coordinator closes the channel (or kills us).
@@ -109,5 +142,6 @@ class Channel:
             )
 
     def next_work_id(self) -> int:
-        self.work_count += 1
-        return self.work_count
+        with self._send_lock:
+            self.work_count += 1
+            return self.work_count

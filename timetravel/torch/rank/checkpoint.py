@@ -5,7 +5,8 @@ copy-on-write snapshot of all of them: ``os.fork()`` at a quiescent point — th
 ``wait`` for the World's next result, nothing in flight — freezes a copy that can be resumed later,
 as often as needed, and trains on to the same bits (the coordinator hands it the same results).
 
-Three processes take part, and killing one never takes another with it:
+Three processes take part, each the leader of a session of its own (the coordinator ends a rank with
+its session: rank/process.py), and killing one never takes another with it:
 
 * the **live rank** receives ``{"kind": "checkpoint"}`` while it waits, forks, and goes on waiting;
 * the **checkpoint** (its child) closes the rank's channel, connects to the coordinator's
@@ -37,7 +38,9 @@ import socket
 from typing import Any
 
 from timetravel.torch.protocol.wire import ChannelClosed, receive_message, send_message
-from timetravel.torch.rank.process import die_with_parent
+from timetravel.torch.rank.env.files import working_directory_moved
+from timetravel.torch.rank.env.identity import adopt_this_process
+from timetravel.torch.rank.process import die_with_parent, lead_own_session, real_parent_pid, real_pid
 
 forking = [0]
 """Depth of checkpoint forks in progress: at-fork hooks (fork_after_init) leave them alone."""
@@ -160,10 +163,11 @@ def _serve(channel: Any, request: dict[str, Any]) -> None:
     it was forked from has ended and the zygote (a child subreaper) has adopted it, the zygote
     itself (``PR_SET_PDEATHSIG``, set as soon as the adoption is seen)."""
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # resumed ranks are reaped automatically
+    lead_own_session()  # not the rank's: the rank's session ends with the rank, a checkpoint outlives it
     _children.clear()
     with contextlib.suppress(OSError):
         channel.sock.close()
-    hello = {"kind": "checkpoint", "rank": channel.rank, "token": request["token"], "pid": os.getpid()}
+    hello = {"kind": "checkpoint", "rank": channel.rank, "token": request["token"], "pid": real_pid()}
     control = _tell_keeper(request, hello)
     if control is None:
         os._exit(0)
@@ -182,6 +186,7 @@ def _serve(channel: Any, request: dict[str, Any]) -> None:
         if _fork() == 0:
             control.close()
             signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+            lead_own_session()  # a rank: what it starts is ended with it
             _reconnect(channel, command)
             return
 
@@ -191,12 +196,12 @@ LIFELINE_CHECK_S = 1.0
 
 
 def _check_lifeline(adopted: bool) -> bool:
-    parent = os.getppid()
+    parent = real_parent_pid()
     if parent == 1:
         os._exit(0)  # no zygote to adopt us: it died, and so must we
     if not adopted and _zygote_pid[0] and parent == _zygote_pid[0]:
         die_with_parent()
-        if os.getppid() != _zygote_pid[0]:
+        if real_parent_pid() != _zygote_pid[0]:
             os._exit(0)
         return True
     return adopted
@@ -209,11 +214,13 @@ def _reconnect(channel: Any, command: dict[str, Any]) -> None:
             # the execution this rank resumes into has its own working directory: two executions
             # resumed from one checkpoint (a divergence search's two sides) never share files
             os.chdir(command["cwd"])
+            working_directory_moved(command["cwd"])
         sock.connect(command["socket"])
     except OSError:
         os._exit(0)
     channel.sock = sock
+    adopt_this_process()  # os.getpid() names this process now: the rank's logical pid
     send_message(
         sock,
-        {"kind": "hello", "rank": channel.rank, "pid": os.getpid(), "t_ns": 0, "resumed": command["token"]},
+        {"kind": "hello", "rank": channel.rank, "pid": real_pid(), "t_ns": 0, "resumed": command["token"]},
     )

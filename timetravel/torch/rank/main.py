@@ -17,6 +17,7 @@ import runpy
 import signal
 import socket
 import sys
+import threading
 from typing import Any
 
 from timetravel.torch.protocol.limits import OUTPUT_LINE_CHARS_MAX
@@ -25,7 +26,13 @@ from timetravel.torch.rank.channel import Channel, StopRank
 from timetravel.torch.rank.checkpoint import remember_zygote
 from timetravel.torch.rank.checkpoint import take as take_checkpoint
 from timetravel.torch.rank.errors import describe_error
-from timetravel.torch.rank.process import die_with_parent
+from timetravel.torch.rank.process import (
+    die_with_parent,
+    lead_own_session,
+    limit_memory,
+    real_parent_pid,
+    real_pid,
+)
 
 
 class RankOutput(io.TextIOBase):
@@ -35,21 +42,26 @@ class RankOutput(io.TextIOBase):
         self._channel = rank_channel
         self._stream = stream
         self._pending = ""
+        self._lock = threading.Lock()  # a script's threads print too
 
     def writable(self) -> bool:
         return True
 
     def write(self, text: str) -> int:
-        self._pending += text
-        if "\n" in self._pending:
-            complete, _, self._pending = self._pending.rpartition("\n")
+        with self._lock:
+            self._pending += text
+            complete = None
+            if "\n" in self._pending:
+                complete, _, self._pending = self._pending.rpartition("\n")
+        if complete is not None:
             self._send(complete)
         return len(text)
 
     def flush(self) -> None:
-        if self._pending:
-            self._send(self._pending)
-            self._pending = ""
+        with self._lock:
+            pending, self._pending = self._pending, ""
+        if pending:
+            self._send(pending)
 
     def _send(self, text: str) -> None:
         lines = [line[:OUTPUT_LINE_CHARS_MAX] for line in text.split("\n")]
@@ -60,8 +72,11 @@ def run_rank(spec: dict[str, Any]) -> None:
     """Run the script as rank ``spec['rank']`` and exit the process; see the module docstring."""
     signal.signal(signal.SIGCHLD, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the coordinator's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # not the zygote's handler
+    lead_own_session()  # what the script starts is ended with the rank (world/driver.py)
     die_with_parent()
-    remember_zygote(os.getppid())
+    limit_memory(spec.get("memory_max_bytes"))  # past it: an oom failure, not an exhausted host
+    remember_zygote(real_parent_pid())
     os.environ.clear()
     os.environ.update(spec["env"])
     if spec.get("cwd"):
@@ -72,7 +87,7 @@ def run_rank(spec: dict[str, Any]) -> None:
 
     rank_channel = Channel(sock, spec["rank"], RankClock(0))
     rank_channel.on_checkpoint = take_checkpoint
-    send_message(sock, {"kind": "hello", "rank": spec["rank"], "pid": os.getpid(), "t_ns": 0})
+    send_message(sock, {"kind": "hello", "rank": spec["rank"], "pid": real_pid(), "t_ns": 0})
     code = _run_script(spec, rank_channel)
     os._exit(code)
 
@@ -81,22 +96,30 @@ def _run_script(spec: dict[str, Any], rank_channel: Channel) -> int:
     sys.stdout = RankOutput(rank_channel, "stdout")
     sys.stderr = RankOutput(rank_channel, "stderr")
     exit_message: dict[str, Any] = {"kind": "exit", "code": 0, "error": None, "error_kind": None}
+    namespace: dict[str, Any] = {}  # the script's globals, alive until the at_script_end hooks ran
     try:
         from timetravel.torch.rank import setup as rank_setup
 
         rank_setup.install(spec, rank_channel)
         if spec.get("function"):
             exit_message["result"] = _plain(_call_function(spec))
+        elif spec.get("module"):  # python -m MODULE: the launch folder first on the path, as python puts it
+            sys.argv = [spec["script"], *spec["args"]]
+            sys.path.insert(0, spec["env"].get("TIMETRAVEL_LAUNCH_DIR", os.getcwd()))
+            namespace = runpy.run_module(spec["module"], run_name="__main__", alter_sys=True)
         else:
             sys.argv = [spec["script"], *spec["args"]]
             sys.path.insert(0, os.path.dirname(os.path.abspath(spec["script"])))
-            runpy.run_path(spec["script"], run_name="__main__")
+            namespace = runpy.run_path(spec["script"], run_name="__main__")
     except StopRank:
         return 0
     except SystemExit as exit_request:
         exit_message["code"] = _exit_code(exit_request.code)
     except BaseException as error:  # the script's own failure: reported once, in the failure record
         exit_message.update(describe_error(error))
+    for hook in rank_channel.at_script_end:
+        hook()
+    namespace.clear()
     try:
         _flush_outputs()
         rank_channel.post(exit_message)

@@ -1,8 +1,8 @@
 """What a rank installs before the user's script runs (rank side, imports torch).
 
-* the ``timetravel`` backend, and ``init_process_group`` bent onto it whatever backend and
-  ``init_method`` the script names (gloo, nccl, env://): a rank never opens a TCPStore or a socket to
-  another rank; the script's ``timeout=`` becomes its collectives' hang timeout;
+* the ``timetravel`` backend, and every process group the script makes bent onto it whatever backend,
+  ``init_method`` or store it names (:mod:`.process_groups`): a rank never opens a TCPStore or a
+  socket to another rank; the script's ``timeout=`` becomes its collectives' hang timeout;
 * one intra-op thread and deterministic algorithms (DESIGN: same inputs, same bits);
 * a global optimizer step hook that reports, after every ``optimizer.step()``, a digest of each
   parameter by name, so the World checks that data-parallel replicas agree (``divergence``), and the
@@ -23,12 +23,11 @@ from torch.optim.optimizer import register_optimizer_step_post_hook, register_op
 from timetravel.torch.rank import backend
 from timetravel.torch.rank import state as rank_state
 from timetravel.torch.rank.channel import Channel
-from timetravel.torch.rank.store_client import SimulatedStore
+from timetravel.torch.rank.process_groups import ProcessGroupDoors
 
 _parameter_names: dict[int, str] = {}
 _parameter_owners: dict[int, Any] = {}
 _module_parents: dict[int, tuple[Any, str]] = {}
-_stores: list[Any] = []
 
 
 def install(spec: dict[str, Any], rank_channel: Channel) -> None:
@@ -37,6 +36,10 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
 
     environment = spec["env"]
     settings = spec["settings"]
+    if settings.get("capture_dir"):  # --against-real: first, so its file is open before the file watch
+        from timetravel.torch.rank import capture as rank_capture
+
+        rank_channel.at_script_end.append(rank_capture.install(settings["capture_dir"], spec["rank"]).finish)
     if settings.get("compute_model") == "flops":
         from timetravel.torch.rank.env.work_model import WorkMeter
 
@@ -46,19 +49,21 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         rank_channel.clock,
         seed_bytes=f"{spec['seed']}:{spec.get('restarts', 0)}".encode(),
         rank=spec["rank"],
-        local_rank=int(environment["LOCAL_RANK"]),
-        local_world_size=int(environment["LOCAL_WORLD_SIZE"]),
+        local_rank=int(spec["local_rank"]),
+        local_world_size=int(spec["local_world_size"]),
         metrics_sink=_metrics_sink(rank_channel, capture),
         compile_mode=spec["settings"].get("compile", "eager"),
+        cuda=spec["settings"].get("cuda", "on") == "on",
+        spawn_inline=environment.get("TIMETRAVEL_LAUNCHER") == "python",
         working_directory=spec.get("cwd"),
         warn=_warning_sink(rank_channel),
         work_meter=rank_channel.work_meter,
+        restarts=int(spec.get("restarts", 0)),
     )
     install_loss_capture(capture)
     rank_channel.before_blocking.append(capture.flush)
     backend.bind(rank_channel)
-    backend.register()
-    _bend_init_process_group()
+    ProcessGroupDoors().install()
     _remember_parameter_names()
     _remember_module_parents()
     _watch_forks(rank_channel)
@@ -66,14 +71,12 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         rank_channel,
         every=int(settings.get("state_every_steps", 1)),
         bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
-        digests=parameter_digests
-        if settings.get("detect_divergence", True) or settings.get("detect_resume_mismatch", True)
-        else None,
+        digests=parameter_digests if _compares_steps(settings) else None,
         names=parameter_name,
         owners=_parameter_owners,
         prefix_of=module_prefix,
         shard_digests=functools.partial(parameter_digests, shards=True)
-        if settings.get("detect_resume_mismatch", True)
+        if settings.get("detect_resume_mismatch", True) or settings.get("detect_silent_corruption", True)
         else None,
     )
     rank_channel.on_state_pull = reporter.serve_pull
@@ -91,6 +94,15 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         _install_probe(rank_channel, reporter, probe)
 
 
+def _compares_steps(settings: dict[str, Any]) -> bool:
+    """Whether a detector compares the parameters' digests at optimizer steps (divergence across
+    replicas; resume_mismatch and silent_corruption with a reference run)."""
+    return any(
+        settings.get(name, True)
+        for name in ("detect_divergence", "detect_resume_mismatch", "detect_silent_corruption")
+    )
+
+
 def _install_probe(
     rank_channel: Channel, reporter: Any, request: dict[str, Any], resumed: bool = False
 ) -> None:
@@ -101,13 +113,35 @@ def _install_probe(
     from timetravel.torch.rank.probe import ModuleProbe
 
     step = int(request["step"])
-    if resumed and reporter.steps > step - 2:
+    ops = request.get("ops")
+    # a whole step's hooks need a process that cannot be inside it yet; diff --ops may also start now,
+    # mid-step, on both branches at one event (then it needs a process not past the step)
+    latest = step - 1 if isinstance(ops, dict) and ops.get("whole_step") is False else step - 2
+    if resumed and reporter.steps > latest:
         why = f"the rank had completed {reporter.steps} optimizer steps: it may be in step {step} already"
+        if latest == step - 1:
+            why = f"the rank had completed {reporter.steps} optimizer steps: step {step} is over"
         rank_channel.post({"kind": "probe", "step": step, "finding": None, "refused": why})
+        return
+    if isinstance(ops, dict):  # diff --ops: hash every op of the step (rank/op_trace.py)
+        from timetravel.torch.rank.op_trace import OpTrace
+
+        trace = OpTrace(rank_channel, step, lambda: reporter.steps, module_names, ops.get("capture"))
+        trace.install()
+        register_optimizer_step_post_hook(lambda optimizer, args, kwargs: trace.step_done())
         return
     hooks = ModuleProbe(rank_channel, step, lambda: reporter.steps, module_names)
     hooks.install()
     register_optimizer_step_post_hook(lambda optimizer, args, kwargs: hooks.step_done())
+    if request.get("init") and not resumed:  # from the start: which parameters were never written
+        from timetravel.torch.rank.init_watch import InitWatch
+
+        InitWatch(rank_channel, step, parameter_fqn).install()
+
+
+def parameter_fqn(module: torch.nn.Module, name: str) -> str:
+    """A parameter's name from the outermost module that holds it (``blocks.0.fc1.weight``)."""
+    return rank_state.strip_prefixes(module_prefix(module) + name)
 
 
 def _metrics_sink(rank_channel: Channel, capture: Any) -> Any:
@@ -137,30 +171,6 @@ def _warning_sink(rank_channel: Channel) -> Any:
         rank_channel.post({"kind": "warning", "name": name, "detail": detail[-2000:]})
 
     return warn
-
-
-def _bend_init_process_group() -> None:
-    original = dist.init_process_group
-
-    @functools.wraps(original)
-    def init_process_group(
-        backend_name: Any = None, init_method: Any = None, timeout: Any = None, **options: Any
-    ) -> None:
-        if dist.is_initialized():
-            raise RuntimeError("trying to initialize the default process group twice!")
-        options.pop("store", None)
-        options.pop("device_id", None)
-        options.setdefault("world_size", int(_environment("WORLD_SIZE")))
-        options.setdefault("rank", int(_environment("RANK")))
-        store = SimulatedStore()
-        _stores.append(store)  # torch's C++ holds the store, not the Python object its methods live on
-        keywords: dict[str, Any] = {"backend": backend.BACKEND_NAME, "store": store, **options}
-        if timeout is not None:
-            keywords["timeout"] = timeout
-        original(**keywords)
-
-    dist.init_process_group = init_process_group  # type: ignore[assignment]
-    dist.distributed_c10d.init_process_group = init_process_group  # type: ignore[assignment]
 
 
 def _watch_forks(rank_channel: Channel) -> None:
@@ -286,8 +296,8 @@ def parameter_digests(optimizer: torch.optim.Optimizer, shards: bool = False) ->
                 data = data.to_local()
             if data.device.type != "cpu":
                 data = data.cpu()  # only off the CPU: rank_env's patched .cpu() copies even a CPU tensor
-            data = data.contiguous()
-            raw = data.view(torch.uint8) if data.dtype != torch.bool else data.to(torch.uint8)
+            flat = data.reshape(-1)  # a 0-dim parameter (nn.Parameter(torch.tensor(1.0))) has no byte view
+            raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
             digests.append(
                 [
                     parameter_name(parameter, group_index, position),

@@ -263,8 +263,8 @@ class StateReporter:
                 weight = _norm(before)
                 change = _norm(local.double() - before.double())  # before: float64 already, not copied
                 metrics.append([f"update_ratio/{name}", change / weight if weight else change])
-        for name, buffer in self._buffers(named):
-            local = _local(buffer)
+        for name, other in self._other_entries(named):
+            local = _local(other)
             described["params"][name] = _descriptor(local)
             kept[f"params/{name}"] = local
         for name, parameter in named:
@@ -284,20 +284,24 @@ class StateReporter:
         groups = [_hyperparameters(group) for group in optimizer.param_groups]
         return {"step": self.steps, **described, "param_groups": groups, "shards": shards}
 
-    def _buffers(self, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
-        """The state_dict tensors other than parameters (buffers) of the module that owns them,
-        named from the outermost module as the parameters are."""
+    def _other_entries(self, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
+        """The state_dict tensors of the module that owns the parameters, other than the parameters
+        under the names already given: buffers, parameters the optimizer is not given, and the other
+        names of a tied parameter (a language-model head sharing the embedding's weight), named from
+        the outermost module as the parameters are."""
+        given = {name for name, _ in named}
         for _, parameter in named:
             owner = self.owners.get(id(parameter))
             module = owner() if owner is not None else None
             if module is None:
                 continue
             prefix = self.prefix_of(module)
-            return [
+            entries = [
                 (strip_prefixes(prefix + name), value)
                 for name, value in module.state_dict(keep_vars=True).items()
-                if isinstance(value, torch.Tensor) and not isinstance(value, torch.nn.Parameter)
+                if isinstance(value, torch.Tensor)
             ]
+            return [(name, value) for name, value in entries if name not in given]
         return []
 
     # -- pulls -------------------------------------------------------------------------------------

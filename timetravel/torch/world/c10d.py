@@ -16,8 +16,8 @@ every rank — it records as data, in ``orders`` (orders.py); the rank nodes' si
 orders out after the handler, through the run's host, and removes them (ranks.py ``obeying``).
 c10d never touches a process.
 
-Detectors here: ``collective_mismatch``, ``nan``, ``divergence``, ``exception``/``crash`` (how a rank
-ended) and ``hang`` (:mod:`timetravel.torch.world.hangs`).
+Detectors here: ``collective_mismatch``, ``nan``, ``exception``/``crash`` (how a rank ended), ``divergence``
+(:mod:`timetravel.torch.world.replicas`) and ``hang`` (:mod:`timetravel.torch.world.hangs`).
 """
 
 from __future__ import annotations
@@ -30,7 +30,18 @@ from timetravel.sim.context import Context
 from timetravel.sim.encoding import pack_for_hash
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
-from timetravel.torch.world import collectives, digests, elastic, faults, hangs, resume, store
+from timetravel.torch.world import (
+    collectives,
+    digests,
+    duplicates,
+    elastic,
+    faults,
+    hangs,
+    replicas,
+    resume,
+    silent,
+    store,
+)
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.orders import ORDERS_KEY
 from timetravel.torch.world.timing import collective_done_ns, point_to_point_done_ns
@@ -102,8 +113,6 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         else f"{message['group']}#{message['seq']}"
     )
     digests.note_entry(state, entry, key, message["group"], message["seq"])
-    if ctx.world.config["detect_nan"] and _fails_on_nonfinite(entry, message, ctx):
-        return
     hangs.check_deadlines(state, ctx)
     if op in ("send", "recv"):
         _enter_point_to_point(state, entry, message, ctx)
@@ -115,7 +124,7 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     record = state["ops"].setdefault(key, {"members": members, "entries": {}, "group": message["group"]})
     record["entries"][str(rank)] = entry
     hangs.flight_enter(state, rank, key, entry)
-    if len(record["entries"]) == len(members):
+    if len(record["entries"]) == len(members) and not _fails_on_nonfinite(record, key, ctx):
         _complete(state, key, ctx)
 
 
@@ -131,21 +140,16 @@ def _apply_entry_faults(entry: dict[str, Any], ctx: Context) -> bool:
     return fate != "arrives"
 
 
-def _fails_on_nonfinite(entry: dict[str, Any], message: dict[str, Any], ctx: Context) -> bool:
-    for position, (array, (_digest, count)) in enumerate(zip(entry["inputs"], entry["summary"], strict=True)):
-        if count:
-            ctx.fail(
-                "nan",
-                f"r{entry['rank']} fed {count} non-finite value(s) into {entry['op']} #{message['seq']} "
-                f"of group {message['group']} (tensor {position}, {array.dtype}{list(array.shape)})",
-                "torch.collective.nonfinite",
-                node=f"r{entry['rank']}",
-            )
-            ctx.world.failures[-1].update(
-                op=entry["op"], seq=message["seq"], group=message["group"], tensor=position
-            )
-            return True
-    return False
+def _fails_on_nonfinite(record: dict[str, Any], key: str, ctx: Context) -> bool:
+    """The ``nan`` detector, once every member entered collective ``key``: a NaN or Inf in any
+    member's input fails the run naming every rank that fed one (digests.fail_nonfinite), not only
+    the first to arrive. A collective that never completes is told as a nan by the hang check."""
+    entries = list(record["entries"].values())
+    if not ctx.world.config["detect_nan"] or not any("nonfinite" in entry for entry in entries):
+        return False
+    _group, _, seq = key.rpartition("#")
+    digests.fail_nonfinite(entries, key, record["group"], int(seq) if seq.isdigit() else seq, ctx)
+    return True
 
 
 def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
@@ -175,7 +179,7 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     if heal is not False:  # a partition that heals: nobody's data crosses it before then
         entered_ns = [max(time, int(heal)) for time in entered_ns]
     t_done = collective_done_ns(ctx.world.fabric, entries[0]["op"], members, entered_ns, done.payload_bytes)
-    _finish(state, entries, received, t_done, ctx)
+    _finish(state, entries, received, t_done, ctx, key)
     state["completed"] += 1
 
 
@@ -196,10 +200,17 @@ def _fail_mismatch(key: str, disagreement: tuple[dict[str, Any], dict[str, Any]]
 
 
 def _finish(
-    state: dict[str, Any], entries: list[dict[str, Any]], received: list[list[Any]], t_done: int, ctx: Context
+    state: dict[str, Any],
+    entries: list[dict[str, Any]],
+    received: list[list[Any]],
+    t_done: int,
+    ctx: Context,
+    key: str | None = None,
 ) -> None:
-    """Store what each rank receives (after any result fault); release it now to a rank that waits."""
-    digests.note_results(state, entries, received, t_done, ctx)
+    """Store what each rank receives (after any result fault) and release it now to a rank that waits;
+    then compare what the members of group collective ``key`` received where they must agree (a
+    difference fails the run ``divergence`` here: world/replicas.py)."""
+    out_digests = digests.note_results(state, entries, received, t_done, ctx)
     for entry, outputs in zip(entries, received, strict=True):
         rank = entry["rank"]
         # the arrays themselves (read-only, shared with the entries they came from): a recording
@@ -211,6 +222,8 @@ def _finish(
                 flight["t_done_ns"] = t_done
         if state["waiting"].get(str(rank)) is not None:
             _try_release(state, rank, ctx)
+    if key is not None and ctx.world.config["detect_divergence"]:
+        replicas.check_received(state, entries, received, out_digests, key, ctx)
 
 
 def _enter_point_to_point(
@@ -220,7 +233,7 @@ def _enter_point_to_point(
     record = state["ops"].setdefault(key, {"members": [], "entries": {}, "group": message["group"]})
     record["entries"][entry["op"]] = entry
     hangs.flight_enter(state, entry["rank"], key, entry)
-    if len(record["entries"]) < 2:
+    if len(record["entries"]) < 2 or _fails_on_nonfinite(record, key, ctx):
         return
     state["ops"].pop(key)
     sender, receiver = record["entries"]["send"], record["entries"]["recv"]
@@ -263,8 +276,15 @@ def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
     message = event.payload
     rank = message["rank"]
     _delivered(state, rank)
-    state["waiting"][str(rank)] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    waiting: dict[str, Any] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
+    if message.get("timeout_ns") is not None:  # the script's timeout= for this group (or this wait)
+        waiting["timeout_ns"] = int(message["timeout_ns"])
+    if message.get("store"):  # a store call: its own timeout answers it (world/store.py)
+        waiting["store"] = True
+    state["waiting"][str(rank)] = waiting
     _try_release(state, rank, ctx)
+    if str(rank) in state["waiting"]:
+        hangs.arm_deadline(state, ctx)
 
 
 def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
@@ -308,62 +328,19 @@ def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
     reports[str(message["rank"])] = message["params"]
     training_state.collect_shards(state, message, state["ranks"] - len(state["exited"]), ctx)
     digests.step_done(state, message["rank"])
-    resume.note_step(state, str(message["rank"]), message["params"] + message.get("shard_params", []), ctx)
+    digested = message["params"] + message.get("shard_params", [])
+    resume.note_step(state, str(message["rank"]), digested, ctx)
+    silent.note_step(state, str(message["rank"]), digested, ctx)
     if len(reports) < state["ranks"] - len(state["exited"]):
         return
     del state["steps"][step]
     state["steps_checked"] += 1
     if ctx.world.config["detect_divergence"]:
-        _check_replicas(step, reports, ctx)
+        replicas.check_step(step, reports, ctx)
 
 
-def _check_replicas(step: str, reports: dict[str, list[Any]], ctx: Context) -> None:
-    ranks = sorted(reports, key=int)
-    layouts = {repr([(name, shape, dtype) for name, shape, dtype, _ in reports[rank]]) for rank in ranks}
-    if len(layouts) != 1:
-        return  # not replicas (sharded or different models): nothing to compare
-    reference = reports[ranks[0]]
-    for position, (name, shape, dtype, _) in enumerate(reference):
-        groups: dict[str, list[str]] = {}
-        for rank in ranks:
-            groups.setdefault(reports[rank][position][3], []).append(rank)
-        if len(groups) == 1:
-            continue
-        _fail_divergence(step, f"{name} ({dtype}{shape})", name, list(groups.values()), ctx)
-        return
-
-
-def _fail_divergence(step: str, described: str, name: str, groups: list[list[str]], ctx: Context) -> None:
-    """Replicas split into ``groups`` (each in rank order) on parameter ``name``.
-
-    With a strict majority, the others are the ``minority`` and ``node`` is its lowest rank. Without
-    one (two ranks, or 2 against 2), nothing says which side is wrong: ``minority`` is empty, every
-    group is named in ``split`` (groups ordered by their lowest rank) and ``node`` is, by convention,
-    the lowest rank that disagrees with the lowest rank of the job (r1 of two)."""
-    split = sorted(groups, key=lambda members: int(members[0]))
-    largest = max(len(members) for members in split)
-    leaders = [members for members in split if len(members) == largest]
-    named = [[f"r{rank}" for rank in members] for members in split]
-    if len(leaders) == 1:
-        majority = leaders[0]
-        minority = sorted((rank for members in split if members is not majority for rank in members), key=int)
-        message = (
-            f"after optimizer step {step}, parameter {described} differs on "
-            f"{', '.join('r' + rank for rank in minority)} from the other {len(majority)} replicas"
-        )
-        node = f"r{minority[0]}"
-    else:
-        minority = []
-        sides = " against ".join("{" + ", ".join(members) + "}" for members in named)
-        message = (
-            f"after optimizer step {step}, parameter {described} differs between replicas with no "
-            f"majority: {sides}"
-        )
-        node = named[1][0]
-    ctx.fail("divergence", message, "torch.collective.divergence", node=node)
-    ctx.world.failures[-1].update(
-        step=int(step), tensor=name, minority=[f"r{rank}" for rank in minority], split=named
-    )
+RANK_ERROR_KINDS = ("unsupported", "internal", "oom")
+"""How a rank's exception may be told apart from the script's own (rank/errors.py ``error_kind``)."""
 
 
 def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -378,16 +355,30 @@ def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
     node = f"r{rank}"
     if message.get("error"):
         where = f" at {message['where']}" if message.get("where") else ""
-        kind = "unsupported" if message.get("error_kind") == "unsupported" else "exception"
+        kind = message.get("error_kind") if message.get("error_kind") in RANK_ERROR_KINDS else "exception"
         error_type = str(message["error"]).split(":")[0]
-        text = f"{node} raised {message['error']}{where}"
         traceback = message.get("traceback", "")
+        if kind == "internal":
+            text = f"{INTERNAL_ERROR} in {node}: {message['error']}{where}. {INTERNAL_REQUEST}"
+            elastic.rank_failed(
+                state, ctx, rank, kind, text, f"torch.internal:{error_type}", traceback=traceback
+            )
+            return
+        text = f"{node} raised {message['error']}{where}"
+        if kind == "oom":
+            text = f"{node} ran out of memory (its limit: the setting rank_memory_max): {message['error']}{where}"
         elastic.rank_failed(state, ctx, rank, kind, text, f"torch.script:{error_type}", traceback=traceback)
         return
     if message["code"] != 0:
         elastic.rank_failed(
             state, ctx, rank, "crash", f"{node} exited with code {message['code']}", "torch.rank.exit_code"
         )
+
+
+INTERNAL_ERROR = "timetravel's own error (a bug of the simulator, not of your script)"
+INTERNAL_REQUEST = (
+    "Please report it to timetravel's developers with the traceback (--json: failure.traceback)"
+)
 
 
 def on_died(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -412,19 +403,43 @@ def on_store_result(state: dict[str, Any], event: Event, ctx: Context) -> None:
 
 
 def on_warning(state: dict[str, Any], event: Event, ctx: Context) -> None:
+    """A rank did something that works here but bites on a real cluster (``fork_after_init``,
+    ``duplicate_batches``: world/duplicates.py): the first of each name is kept for the summary;
+    ``duplicate_batches`` fails the run under ``detect_duplicate_batches=fail``."""
     if not elastic.current(state, event.payload):
         return
-    """A rank did something that works here but bites on a real cluster (``fork_after_init``)."""
     message = event.payload
     warnings = state.setdefault("warnings", {})
     name = str(message["name"])
-    if name not in warnings:
-        warnings[name] = {
-            "first_rank": f"r{message['rank']}",
+    if name in warnings:
+        return
+    warnings[name] = {
+        "first_rank": f"r{message['rank']}",
+        "t_ns": ctx.now,
+        "detail": message.get("detail", ""),
+        **{key: message[key] for key in ("ranks", "step") if key in message},
+    }
+    ctx.log(f"warning {name} on r{message['rank']}")
+    if name == duplicates.WARNING and ctx.world.config["detect_duplicate_batches"] == "fail":
+        detail = str(message["detail"])
+        ctx.fail("duplicate_batches", detail, "torch.data.duplicate_batches", node=f"r{message['rank']}")
+        ctx.world.failures[-1].update(ranks=message["ranks"], step=message["step"])
+
+
+NO_COLLECTIVES = "no_collectives"
+NO_COLLECTIVES_DETAIL = "no rank called a collective: is this script distributed?"
+
+
+def warn_if_never_distributed(state: dict[str, Any], ctx: Context) -> None:
+    """At the end of a run that passed: no rank completed a collective or an optimizer step (a GPU
+    script that took its no-GPU branch, a script that never called init_process_group's users)."""
+    if state["completed"] == 0 and state["steps_checked"] == 0:
+        state.setdefault("warnings", {})[NO_COLLECTIVES] = {
+            "first_rank": None,
             "t_ns": ctx.now,
-            "detail": message.get("detail", ""),
+            "detail": NO_COLLECTIVES_DETAIL,
         }
-        ctx.log(f"warning {name} on r{message['rank']}")
+        ctx.log(f"warning {NO_COLLECTIVES}: {NO_COLLECTIVES_DETAIL}")
 
 
 HANDLERS = {
@@ -435,4 +450,5 @@ HANDLERS = {
     "died": on_died,
     "warning": on_warning,
     "store_result": on_store_result,
+    "deadline": hangs.on_deadline,
 }

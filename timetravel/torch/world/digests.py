@@ -26,7 +26,7 @@ import numpy as np
 from timetravel.sim.context import Context
 from timetravel.sim.elided import summary_of
 from timetravel.torch.protocol import arrays
-from timetravel.torch.world import resume
+from timetravel.torch.world import replicas, resume
 
 
 def tensor_digests(tensors: list[Any]) -> list[str]:
@@ -34,13 +34,29 @@ def tensor_digests(tensors: list[Any]) -> list[str]:
     return [summary_of(array)[0] for array in tensors]
 
 
-def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: Any, seq: Any) -> None:
+def reaches_a_result(entry: dict[str, Any]) -> bool:
+    """Whether the rank's inputs can reach any rank's result: not a broadcast's from a rank other than
+    its root (a receive buffer, often ``torch.empty``: NaN under deterministic algorithms)."""
+    return entry["op"] != "broadcast" or entry["opts"].get("root") == entry["index"]
+
+
+def note_entry(
+    state: dict[str, Any], entry: dict[str, Any], key: str, group: Any, seq: Any
+) -> list[tuple[int, int]]:
     """A rank entered collective ``key`` with ``entry['inputs']`` (``entry['summary']``: each one's
-    digest and non-finite count): its last-collective record starts."""
+    digest and non-finite count): its last-collective record starts. Returns (tensor position,
+    non-finite count) of each input that reaches a result and holds one."""
     rank = str(entry["rank"])
     last = state.setdefault("last", {})
     previous = last.get(rank, {})
-    in_nonfinite = sum(count for _digest, count in entry["summary"])
+    counts = (
+        [(position, int(count)) for position, (_digest, count) in enumerate(entry["summary"]) if count]
+        if reaches_a_result(entry)
+        else []
+    )
+    in_nonfinite = sum(count for _, count in counts)
+    if counts:  # the nan detector reads it once every member entered (only where there is one)
+        entry["nonfinite"] = _first_nonfinite_tensor(entry["inputs"], counts)
     last[rank] = {
         "key": key,
         "id": entry["id"],
@@ -65,6 +81,51 @@ def note_entry(state: dict[str, Any], entry: dict[str, Any], key: str, group: An
             "t_ns": entry["t_ns"],
             "count": in_nonfinite,
         }
+    return counts
+
+
+def _first_nonfinite_tensor(tensors: list[np.ndarray], counts: list[tuple[int, int]]) -> dict[str, Any]:
+    """Where an entry's non-finite values are: their count, and the first tensor holding any."""
+    position = counts[0][0]
+    array = tensors[position]
+    total = sum(count for _, count in counts)
+    return {"count": total, "tensor": position, "dtype": str(array.dtype), "shape": list(array.shape)}
+
+
+def fail_nonfinite(entries: list[dict[str, Any]], key: str, group: Any, seq: Any, ctx: Context) -> None:
+    """The ``nan`` detector: these entries of collective ``key`` (every member that entered it) hold
+    non-finite values. Every such rank is named, in rank order, and the lowest is the failure's
+    node, so the rank named does not depend on which one arrived first (the seed's arrival order).
+    ``step`` is the optimizer step in progress on that rank (1 for the first)."""
+    fed = sorted((entry for entry in entries if "nonfinite" in entry), key=lambda entry: int(entry["rank"]))
+    assert fed, "a nan failure names at least one rank that fed non-finite values"
+    first = fed[0]
+    where = f"{first['op']} #{seq} of group {group}"
+    parts = [
+        f"r{entry['rank']} {entry['nonfinite']['count']} in tensor {entry['nonfinite']['tensor']} "
+        f"({entry['nonfinite']['dtype']}{entry['nonfinite']['shape']})"
+        for entry in fed
+    ]
+    if len(fed) == 1:
+        info = first["nonfinite"]
+        message = (
+            f"r{first['rank']} fed {info['count']} non-finite value(s) into {where} "
+            f"(tensor {info['tensor']}, {info['dtype']}{info['shape']})"
+        )
+    else:
+        names = ", ".join(f"r{entry['rank']}" for entry in fed[:-1]) + f" and r{fed[-1]['rank']}"
+        message = f"{names} fed non-finite values into {where}: {', '.join(parts)}"
+    ctx.fail("nan", message, "torch.collective.nonfinite", node=f"r{first['rank']}")
+    ctx.world.failures[-1].update(
+        step=replicas.steps_completed(ctx.world.nodes["c10d"], int(first["rank"])) + 1,
+        op=first["op"],
+        seq=seq,
+        group=group,
+        collective=key,
+        tensor=first["nonfinite"]["tensor"],
+        ranks=[f"r{entry['rank']}" for entry in fed],
+        nonfinite={f"r{entry['rank']}": entry["nonfinite"]["count"] for entry in fed},
+    )
 
 
 def note_results(
@@ -73,14 +134,16 @@ def note_results(
     received: list[list[Any]],
     t_done: int,
     ctx: Context,
-) -> None:
+) -> list[list[str]]:
     """A collective completed at ``t_done``: each entry's rank receives its ``received`` outputs.
-    An output that is an entry's input (a broadcast, a gather, a recv) has that input's summary."""
+    An output that is an entry's input (a broadcast, a gather, a recv) has that input's summary.
+    Returns each entry's output digests."""
     known = {
         id(array): summary
         for entry in entries
         for array, summary in zip(entry["inputs"], entry.get("summary", ()), strict=False)
     }
+    digests = []
     for entry, outputs in zip(entries, received, strict=True):
         summaries = []
         for array in outputs:  # an all_reduce hands every rank the same array: summarized once
@@ -89,6 +152,8 @@ def note_results(
                 summary = known[id(array)] = list(summary_of(array))
             summaries.append(summary)
         note_result(state, entry, outputs, summaries, t_done, ctx)
+        digests.append([digest for digest, _count in summaries])
+    return digests
 
 
 def note_result(
@@ -99,7 +164,8 @@ def note_result(
     t_done: int,
     ctx: Context,
 ) -> None:
-    """The rank's collective completed with ``outputs`` (what it receives) at ``t_done``."""
+    """The rank's collective completed with ``outputs`` (what it receives; ``summaries``: each one's
+    digest and non-finite count) at ``t_done``."""
     record = state.get("last", {}).get(str(entry["rank"]))
     if record is None:
         return

@@ -19,7 +19,6 @@ import contextlib
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +31,7 @@ from timetravel.torch.protocol.frames import read_frame, write_frame
 from timetravel.torch.protocol.limits import RANK_START_TIMEOUT_S
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError, encode_message, receive_message
 from timetravel.torch.world.inbox import Inboxes
+from timetravel.torch.world.rank_sessions import end_sessions
 
 ACCEPT_POLL_S = 0.2
 """While resumed ranks are awaited, whether their checkpoints still live is looked at this often."""
@@ -50,16 +50,25 @@ class Zygote:
 
     ``-P``: the working directory is not put on ``sys.path`` (a folder holding another ``timetravel``
     checkout or a module named like one of torch's would otherwise shadow them); a rank puts its
-    script's folder there, as ``torchrun`` does."""
+    script's folder there, as ``torchrun`` does. ``PYTHONHASHSEED``: ``hash_seed``, whatever the
+    caller's: CPython draws its string hash secret when a process starts, and every rank is a fork of
+    this one, so the order in which a rank iterates a set of strings is the same in every run."""
 
-    def __init__(self) -> None:
+    def __init__(self, hash_seed: int) -> None:
+        self.hash_seed = hash_seed
         self.process = subprocess.Popen(
             [sys.executable, "-P", "-m", "timetravel.torch.rank.zygote"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             close_fds=True,
+            env={**os.environ, "PYTHONHASHSEED": str(hash_seed)},
         )
-        ready = self._reply(RANK_START_TIMEOUT_S)
+        try:
+            ready = self._reply(RANK_START_TIMEOUT_S)
+        except BaseException:  # Ctrl-C while torch is imported: it has started nothing yet
+            self.process.kill()
+            self.process.wait()
+            raise
         if not ready or not ready.get("ready"):
             self.close()
             raise RankStartError(
@@ -89,30 +98,63 @@ class Zygote:
             return None
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            self.process.kill()
-        with contextlib.suppress(OSError, subprocess.TimeoutExpired):
-            self.process.wait(timeout=5)
+        """End the zygote and everything below it: its stdin closes, it kills every descendant and
+        exits (rank/zygote.py); killed past ZYGOTE_END_TIMEOUT_S."""
+        for pipe in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                if pipe is not None:
+                    pipe.close()
+        try:
+            self.process.wait(timeout=ZYGOTE_END_TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(OSError):
+                self.process.kill()
+            with contextlib.suppress(OSError, subprocess.TimeoutExpired):
+                self.process.wait(timeout=ZYGOTE_END_TIMEOUT_S)
 
 
-_zygote: list[Zygote] = []
-"""The process's zygote (at most one; see the module docstring)."""
+KILLED_NAMED_MAX = 64
+"""Processes left running by ranks that a driver or host names (restarts and a Session's
+re-executions may kill a rank's children many times)."""
+ZYGOTE_END_TIMEOUT_S = 5.0
+"""Wall seconds for a zygote to end its descendants and exit once its stdin closed."""
+ZYGOTES_MAX = 4
+"""Zygotes one process may start: one per ``python_hash_seed`` in use. None is ended to make room (its
+ranks and checkpoints would end with it): a fifth hash seed in one process is refused."""
+_zygotes: dict[int, Zygote] = {}
+"""The process's zygotes by hash seed (see the module docstring)."""
 _live_drivers: weakref.WeakSet[RankDriver] = weakref.WeakSet()
 """Every driver not stopped yet, for the exit hook only (their hosts stop them in every other case)."""
 
 
-def zygote() -> Zygote:
-    """The process's zygote, started on first use (again if it died)."""
-    if not _zygote or not _zygote[0].alive():
-        _zygote[:] = [Zygote()]
-    return _zygote[0]
+def zygote(hash_seed: int) -> Zygote:
+    """The process's zygote whose ranks hash strings with ``hash_seed``, started on first use (again
+    if it died)."""
+    source = _zygotes.get(hash_seed)
+    if source is None or not source.alive():
+        if source is None and len(_zygotes) >= ZYGOTES_MAX:
+            raise RankStartError(
+                f"one process runs ranks with at most {ZYGOTES_MAX} values of python_hash_seed "
+                f"({sorted(_zygotes)} so far)"
+            )
+        source = _zygotes[hash_seed] = Zygote(hash_seed)
+    return source
 
 
 class RankDriver:
     """The live rank processes of one run; see the module docstring."""
 
-    def __init__(self, specs: list[dict[str, Any]], *, output: TextIO | None, stuck_timeout_s: float) -> None:
+    def __init__(
+        self,
+        specs: list[dict[str, Any]],
+        *,
+        output: TextIO | None,
+        stuck_timeout_s: float,
+        hash_seed: int = 0,
+    ) -> None:
+        """``hash_seed``: the ``PYTHONHASHSEED`` of the zygote the ranks are forked from."""
         self.specs = specs
+        self.hash_seed = hash_seed
         self.output = output
         self.stuck_timeout_s = stuck_timeout_s
         self.workdir: Any = None
@@ -131,6 +173,8 @@ class RankDriver:
         """Per rank: the result known to the coordinator and not sent yet, with its number."""
         self.inboxes = Inboxes()
         """Per rank: messages read from its channel before its ``poll`` asked (torch/inbox.py)."""
+        self.killed: list[str] = []
+        """Processes the ranks started that were still running when their rank was ended (``r0: sleep``)."""
         self.folder = tempfile.mkdtemp(prefix="timetravel-ranks-")
         self.address = os.path.join(self.folder, "coordinator.sock")
         self.listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -216,8 +260,7 @@ class RankDriver:
 
     def restart(self, specs: list[dict[str, Any]]) -> None:
         """Kill every rank and fork them again from ``specs`` (a torchelastic restart)."""
-        for rank in list(self.pids):
-            self.kill(rank)
+        self._end(list(self.pids))
         self.pids.clear()
         self.delivered.clear()
         self.pending.clear()
@@ -230,7 +273,7 @@ class RankDriver:
 
     def spawn(self, ranks: list[int]) -> None:
         """Fork ``ranks`` fresh from the zygote and take their channels."""
-        source = zygote()
+        source = zygote(self.hash_seed)
         for spec in self.specs:
             if spec["rank"] in ranks:
                 spec["socket"] = self.address
@@ -309,15 +352,19 @@ class RankDriver:
             self.inboxes.send(rank, self.sockets, buffers, self.stuck_timeout_s)
 
     def kill(self, rank: int) -> None:
-        """End one rank now (a crash fault, or a rank whose run is over)."""
-        pid = self.pids.get(rank)
-        if pid is not None:
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
-        connection = self.sockets.pop(rank, None)
-        if connection is not None:
-            connection.close()
-        self.inboxes.forget(rank)
+        """End one rank now, with every process it started (a crash fault, or a rank whose run is over)."""
+        self._end([rank])
+
+    def _end(self, ranks: list[int]) -> None:
+        """End ``ranks`` and their sessions (rank_sessions.py); what they left running is noted in
+        ``killed`` for the run's summary."""
+        leaders = {self.pids.pop(rank): f"r{rank}" for rank in ranks if rank in self.pids}
+        self.killed = (self.killed + end_sessions(leaders))[:KILLED_NAMED_MAX]
+        for rank in ranks:
+            connection = self.sockets.pop(rank, None)
+            if connection is not None:
+                connection.close()
+            self.inboxes.forget(rank)
 
     def emit(self, rank: int, stream: str, lines: list[str]) -> None:
         if self.output is None:
@@ -328,9 +375,8 @@ class RankDriver:
         target.flush()
 
     def stop(self) -> None:
-        """Kill every rank and remove the socket folder. Safe to call twice."""
-        for rank in list(self.pids):
-            self.kill(rank)
+        """Kill every rank (with what it started) and remove the socket folder. Safe to call twice."""
+        self._end(list(self.pids))
         self.pids.clear()
         with contextlib.suppress(OSError):
             self.listener.close()
@@ -349,8 +395,8 @@ def _stop_everything() -> None:
     """At exit: every driver still live, the zygote. (Ranks and the zygote also die with this process.)"""
     for live in list(_live_drivers):
         live.stop()
-    for process in _zygote:
-        process.close()
+    while _zygotes:
+        _zygotes.popitem()[1].close()
 
 
 atexit.register(_stop_everything)

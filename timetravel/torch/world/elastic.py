@@ -16,8 +16,9 @@ from timetravel.sim.context import Context
 from timetravel.torch.world import resume
 from timetravel.torch.world.orders import order
 
-RESTARTABLE_KINDS = ("crash", "exception")
-"""What torchelastic restarts on: a worker that died or exited non-zero (a raised exception)."""
+RESTARTABLE_KINDS = ("crash", "exception", "oom")
+"""What torchelastic restarts on: a worker that died or exited non-zero (a raised exception, a
+MemoryError)."""
 
 
 def rank_failed(

@@ -8,7 +8,7 @@ one line per hit, ``[t_ns, node, "fault f1 (corrupt) on r1: all_reduce result: e
 ..."]`` (torch/faults.py) — so this module answers from the world the failure ended in:
 
 * :func:`involved` — the ranks a failure involves (its node; a divergence's minority, or every side
-  of a split with no majority; a hang's waiting and awaited ranks) and the collective it names
+  of a split with no majority; a hang's waiting and awaited ranks; every rank a nan names) and the collective it names
   (a hang's pending collective, a mismatch's);
 * :func:`acted` — every fault that acted before the failure, with its first hit's time, node and
   line (explore/explain_torch.py finds the event of that hit and the collective it was in);
@@ -31,6 +31,7 @@ CAUSES: dict[str, tuple[str, ...]] = {
     "hang": ("drop", "partition"),
     "crash": ("crash",),
     "resume_mismatch": ("crash",),
+    "silent_corruption": ("corrupt",),
 }
 """Failure kind -> the fault kinds that can cause it. A straggler or a delay is survivable (the same
 bits, later), so it explains no failure; a mismatch, an exception, ``stuck`` or ``unsupported`` come
@@ -52,7 +53,11 @@ def full_failure(world: World, failure: dict[str, Any]) -> dict[str, Any]:
 def involved(failure: dict[str, Any]) -> tuple[list[str], str | None]:
     """The ranks ``failure`` involves (in order, without repeats) and the collective it names."""
     ranks: list[str] = []
-    candidates: list[Any] = [failure.get("node"), *(failure.get("minority") or [])]
+    candidates: list[Any] = [
+        failure.get("node"),
+        *(failure.get("minority") or []),
+        *(failure.get("ranks") or []),
+    ]
     if failure.get("kind") == "divergence" and not failure.get("minority"):
         candidates += [rank for side in failure.get("split") or [] for rank in side]
     candidates += [failure.get("waiting"), *(failure.get("waiting_for") or [])]
@@ -125,8 +130,8 @@ def explains(fault: dict[str, Any], collective: dict[str, Any] | None, failure: 
         return f"hit {key}, the collective the {kind} names"
     if fault["target"] in ranks:
         role = "the replica that drifted" if kind == "divergence" else f"the rank the {kind} names"
-        if kind == "hang" and fault["target"] != failure.get("node"):
-            role = "a rank the hang involves"
+        if kind in ("hang", "nan") and fault["target"] != failure.get("node"):
+            role = f"a rank the {kind} involves"
         return f"hit {fault['target']}, {role}"
     return ""
 

@@ -122,11 +122,21 @@ def hit(ctx: Context, record: dict[str, Any], what: str) -> None:
     ctx.log(f"fault {record['id']} ({record['kind']}) on {record['target']}: {what}")
 
 
+DRY_MARK = "silent_reference"
+"""A run whose ``c10d`` node carries this mark is silent_corruption's reference (world/silent.py): its
+``corrupt`` faults fire as they did in the run — same collective, same element and bit choices, same
+hit counts and log lines — but write nothing, so the two runs keep one schedule and differ only in
+the data the faults changed."""
+
+
 def flip_one_bit(ctx: Context, record: dict[str, Any], array: Any) -> tuple[Any, str]:
     """A copy of ``array`` with one bit flipped; the element and bit are choices keyed by the fault
-    id. The flip itself is computed by the run's host (journaled when recorded: world/journal.py)."""
+    id. The flip itself is computed by the run's host (journaled when recorded: world/journal.py).
+    In silent_corruption's reference run (``DRY_MARK`` on the ``c10d`` node whose handler applies it)
+    the same choices are drawn and ``array`` comes back unchanged."""
     if array.size == 0:
         return np.array(array, copy=True), "nothing to flip (empty tensor)"
+    dry = bool(ctx.state.get(DRY_MARK))
     params = record["params"]
     element = (
         params["element"]
@@ -137,6 +147,9 @@ def flip_one_bit(ctx: Context, record: dict[str, Any], array: Any) -> tuple[Any,
     bit = params["bit"] if params["bit"] is not None else ctx.choose(f"fault.{record['id']}.bit", bits)
     element %= array.size
     bit %= bits
+    if dry:
+        before = ctx.processes.computed(ctx.event, functools.partial(arrays.element_repr, array, element))
+        return array, f"element {element} bit {bit}: {before} kept (the fault writes nothing in this run)"
     flip = functools.partial(arrays.flipped, array, element, bit)
     copy, before, after = ctx.processes.computed(ctx.event, flip)
     return copy, f"element {element} bit {bit}: {before} -> {after}"

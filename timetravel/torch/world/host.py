@@ -29,8 +29,9 @@ from timetravel.sim.event import Event
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.world import World
 from timetravel.torch.world import collectives, workdir
-from timetravel.torch.world.driver import RankDriver, RankStartError
+from timetravel.torch.world.driver import KILLED_NAMED_MAX, RankDriver, RankStartError
 from timetravel.torch.world.journal import Journal
+from timetravel.torch.world.params import PYTHON_HASH_SEED_DEFAULT
 from timetravel.torch.world.specs import C10D_NODE, rank_specs, rank_states, script_to_run
 from timetravel.torch.world.state_pull import StatePulls
 
@@ -64,6 +65,11 @@ class RankHost:
         self.pull_at_close = not keep_workdirs
         """A run's host pulls its ranks' last state into their world as it closes (a failed run's
         ranks end there); a Session's does not (its worlds' ends are recorded already)."""
+        self.references: dict[str, dict[str, Any]] = {}
+        """Reference runs of the worlds this host ran, by what they are a function of (reference.py)."""
+        self.killed: list[str] = []
+        """Processes the ranks of stopped drivers had started and left running (``r0: sleep``), killed
+        with their rank (rank_sessions.py); a run's summary names them."""
         self.closed = False
 
     # -- a world's driver --------------------------------------------------------------------------
@@ -108,9 +114,14 @@ class RankHost:
             restarts,
             cwd=directory.path,
             script=script,
-            extra_settings=self._probe_settings(),
+            extra_settings=self._probe_settings(config),
         )
-        live = RankDriver(specs, output=self._output(config), stuck_timeout_s=config["stuck_timeout"])
+        live = RankDriver(
+            specs,
+            output=self._output(config),
+            stuck_timeout_s=config["stuck_timeout"],
+            hash_seed=config.get("python_hash_seed", PYTHON_HASH_SEED_DEFAULT),
+        )
         live.workdir = directory
         live.owns_workdir = not self.keep_workdirs
         directory.in_use = True
@@ -123,8 +134,15 @@ class RankHost:
             return None
         return self.launch.output if self.launch.output is not None else sys.stdout
 
-    def _probe_settings(self) -> dict[int, dict[str, Any]]:
-        return self.probe.start_settings() if self.probe is not None else {}
+    def _probe_settings(self, config: dict[str, Any]) -> dict[int, dict[str, Any]]:
+        """Per rank, what this execution's ranks are told beside the world's config: explain's probe,
+        and the launch's own process settings (the capture folder of ``--against-real``)."""
+        probe = self.probe.start_settings() if self.probe is not None else {}
+        launched = dict(self.launch.process_settings)
+        if not launched:
+            return probe
+        ranks = config["nproc"] * config["nnodes"]
+        return {rank: {**launched, **probe.get(rank, {})} for rank in range(ranks)}
 
     def start(self, live: RankDriver, *, spawn: bool) -> None:
         """Make ``live`` one of this host's drivers: drivers of worlds nobody holds stop, then the
@@ -146,6 +164,8 @@ class RankHost:
         """``live`` stopped (RankDriver.stop calls this)."""
         if live in self.drivers:
             self.drivers.remove(live)
+        self.killed = (self.killed + live.killed)[:KILLED_NAMED_MAX]
+        live.killed = []
 
     # -- worlds whose ranks come from a checkpoint ----------------------------------------------------
 
@@ -266,6 +286,11 @@ class RankHost:
         if live is not None:
             self.final_state(world)
             live.stop()
+
+    def summary(self) -> dict[str, Any]:
+        """For a run's summary (``runner.processes_summary``): the processes its ranks started that
+        were still running when their rank was ended, and were killed with it (none: nothing said)."""
+        return {"processes_killed": list(self.killed)} if self.killed else {}
 
     def close(self) -> None:
         """Stop every driver of this host (a recording's last state pulled first). Safe to call twice."""

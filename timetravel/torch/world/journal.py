@@ -174,6 +174,9 @@ class ReplayedHost:
         self._frames = frames
         self._unread: Iterator[list[list[Any]]] | None = None
         self.launch = launch
+        self.references: dict[str, dict[str, Any]] = {}
+        """Reference runs (world/reference.py) this replay started: a run's end re-executed from the
+        journal checks silent_corruption and resume_mismatch as the recorded run did."""
         self.probe = None
         self.state_pulls = None
         self._computed: tuple[int, int] = (-1, 0)

@@ -34,6 +34,7 @@ from typing import Any
 from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
+from timetravel.torch.world import replicas
 from timetravel.torch.world.recorded_script import torch_missing_message
 from timetravel.torch.world.specs import script_to_run
 
@@ -45,12 +46,18 @@ class Probe:
     when ``world``'s ranks are resumed (:meth:`on_resume`), or, without ``world``, when it starts
     (:meth:`start_settings`). Held by the host that runs the re-execution (``RankHost.probe``)."""
 
-    def __init__(self, rank: int, step: int, world: World | None = None) -> None:
+    def __init__(self, rank: int, step: int, world: World | None = None, *, init: bool = False) -> None:
         self.rank = rank
         self.step = step
         self.world = world
+        self.init = init and world is None
+        """Also watch, from the start, which parameters were never written (torch/rank/init_watch.py)."""
         self.findings: dict[int, dict[str, Any]] = {}
         """Rank -> its ``probe`` message's finding (the first message per rank only)."""
+        self.init_reports: dict[int, dict[str, Any]] = {}
+        """Rank -> the init watch's report at its first forward (uninitialised parameters)."""
+        self.collectives: dict[int, dict[str, Any]] = {}
+        """Rank -> its first non-finite collective input, mapped back to parameters."""
         self.asked = False
         """Whether the probed rank of ``world`` was asked to install the hooks (once: a second
         resume is not probed)."""
@@ -58,11 +65,14 @@ class Probe:
     def start_settings(self) -> dict[int, dict[str, Any]]:
         """The extra settings ranks start with (a probe from #0; never while a probe starts from a
         snapshot, whose rebuilds start ranks that are kept)."""
-        return {self.rank: {PROBE_SETTING: {"step": self.step}}} if self.world is None else {}
+        if self.world is not None:
+            return {}
+        return {self.rank: {PROBE_SETTING: {"step": self.step, "init": self.init}}}
 
     def is_probed(self, world: World) -> bool:
-        """Whether ``world`` is the one this probe re-executes (its ranks must not become checkpoints)."""
-        return self.world is not None and self.world is world
+        """Whether ``world``'s ranks must not become checkpoints: it is the world this probe
+        re-executes, or any while ranks start probed (from #0)."""
+        return self.world is None or self.world is world
 
     def on_resume(self, world: World, live: Any) -> None:
         """``world``'s ranks were resumed into ``live`` and handed nothing yet: if it is the probed
@@ -83,7 +93,15 @@ class Probe:
     def note(self, rank: int, message: dict[str, Any]) -> None:
         """A rank's ``probe`` message (from the rank node's poll): kept only when it answers this
         probe (a checkpoint of a probed rank resumed later, outside the probe, is ignored)."""
-        if rank != self.rank or message.get("step") != self.step or rank in self.findings:
+        if rank != self.rank or message.get("step") != self.step:
+            return
+        if isinstance(message.get("init"), dict):
+            self.init_reports.setdefault(rank, dict(message["init"]))
+            return
+        if isinstance(message.get("collective"), dict):
+            self.collectives.setdefault(rank, dict(message["collective"]))
+            return
+        if rank in self.findings:
             return
         finding = message.get("finding")
         self.findings[rank] = {
@@ -96,14 +114,15 @@ class Probe:
 
 @contextlib.contextmanager
 def probing(
-    host: Any, rank: int, step: int, world: World | None = None
-) -> Iterator[dict[int, dict[str, Any]]]:
-    """While active, ``host``'s re-execution probes ``rank`` in ``step``; yields the findings by rank."""
+    host: Any, rank: int, step: int, world: World | None = None, *, init: bool = False
+) -> Iterator[Probe]:
+    """While active, ``host``'s re-execution probes ``rank`` in ``step``; yields the :class:`Probe`
+    (its findings by rank). ``init``: from the start, also watch which parameters were never written."""
     assert host.probe is None, "one probe at a time per host"
-    probe = Probe(rank, step, world)
+    probe = Probe(rank, step, world, init=init)
     host.probe = probe
     try:
-        yield probe.findings
+        yield probe
     finally:
         host.probe = None
 
@@ -124,11 +143,8 @@ def rank_number(node: Any) -> int | None:
 
 
 def steps_completed(world: World, rank: int) -> int:
-    """Optimizer steps ``rank`` completed: every rank's (``steps_checked``) or a later one it
-    reported while a peer had not yet (``c10d``'s pending step reports)."""
-    c10d_state = world.nodes["c10d"]
-    reported = [int(step) for step, reports in c10d_state.get("steps", {}).items() if str(rank) in reports]
-    return max([int(c10d_state.get("steps_checked", 0)), *reported])
+    """Optimizer steps ``rank`` completed (:func:`replicas.steps_completed` over the ``c10d`` node)."""
+    return replicas.steps_completed(world.nodes["c10d"], rank)
 
 
 def failure_site(world: World, failure: dict[str, Any]) -> dict[str, Any] | None:
@@ -137,7 +153,7 @@ def failure_site(world: World, failure: dict[str, Any]) -> dict[str, Any] | None
     rank = rank_number(failure.get("node"))
     if rank is None or f"r{rank}" not in world.nodes:
         return None
-    if failure.get("kind") == "divergence" and isinstance(failure.get("step"), int):
+    if failure.get("kind") in ("divergence", "silent_corruption") and isinstance(failure.get("step"), int):
         step = int(failure["step"])  # the parameters differ after this step: it went wrong in it
     else:
         step = steps_completed(world, rank) + 1

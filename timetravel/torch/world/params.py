@@ -11,9 +11,19 @@ from timetravel.torch.protocol.limits import COMPUTE_FLOPS_PER_S_DEFAULT, STUCK_
 from timetravel.torch.world.timing import FABRIC_TORCH_PARAMS
 
 STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
+PYTHON_HASH_SEED_DEFAULT = 0
+"""Every rank's ``PYTHONHASHSEED`` unless the run sets another: 0, as if hash randomization were off."""
+PYTHON_HASH_SEED_MAX = 4_294_967_295
+"""The largest ``PYTHONHASHSEED`` Python accepts."""
 
 PARAMS: tuple[Param, ...] = (
     Param("script", "str", "", "the training script to run as every rank (you name it: it is code)"),
+    Param(
+        "module",
+        "str",
+        "",
+        "run the script as `python -m MODULE` (torchrun -m): `script` is then the module's file",
+    ),
     Param("function", "str", "", "instead of a script: module:function to run as every rank (Python API)"),
     Param("args", "str", "", "the script's own arguments, as one shell-quoted string"),
     Param(
@@ -22,14 +32,22 @@ PARAMS: tuple[Param, ...] = (
         "",
         "the ranks' private working directory starts as a copy of this directory ('' = empty)",
     ),
-    Param("nproc", "int", 2, "ranks per host (torchrun --nproc-per-node)", minimum=1),
+    Param(
+        "nproc",
+        "int",
+        2,
+        "ranks per host (torchrun --nproc-per-node); minimize lowers it, keeping the ranks a failure involves",
+        minimum=1,
+        shrinkable=True,
+    ),
     Param("nnodes", "int", 1, "hosts (torchrun --nnodes); ranks = nproc x nnodes", minimum=1),
     Param(
         "env_style",
         "str",
         "torchrun",
-        "environment given to ranks: torchrun, or slurm (adds SLURM_*)",
-        choices=("torchrun", "slurm"),
+        "environment given to ranks: torchrun, slurm (adds SLURM_*) or python (as `python SCRIPT` has "
+        "it: no torchrun variables; torch.multiprocessing.spawn runs its function as the rank)",
+        choices=("torchrun", "slurm", "python"),
     ),
     Param(
         "hang_timeout",
@@ -76,9 +94,20 @@ PARAMS: tuple[Param, ...] = (
         "torch.compile inside ranks: eager (any backend runs eagerly: no compiler in the simulator) or inductor",
         choices=("eager", "inductor"),
     ),
+    Param(
+        "cuda",
+        "str",
+        "on",
+        "CUDA inside ranks: on (torch.cuda serves N devices on CPU tensors) or off (no device, as torch "
+        "sees a CPU-only host: the code path real torchrun takes here; what --against-real uses)",
+        choices=("on", "off"),
+    ),
     Param("detect_nan", "bool", True, "fail at the first collective a rank feeds a NaN or Inf"),
     Param(
-        "detect_divergence", "bool", True, "fail when data-parallel replicas' parameters differ after a step"
+        "detect_divergence",
+        "bool",
+        True,
+        "fail when replicas receive different results from a collective, or their parameters differ after a step",
     ),
     Param(
         "detect_resume_mismatch",
@@ -86,6 +115,22 @@ PARAMS: tuple[Param, ...] = (
         True,
         "after a crash fault and a restart, fail when the run differs from the same seed's run without "
         "the crash (costs one more run of the script, only then)",
+    ),
+    Param(
+        "detect_silent_corruption",
+        "bool",
+        True,
+        "when corrupt faults acted in a run that otherwise passed, fail when its final parameters differ "
+        "from the same seed's run in which those faults wrote nothing (costs one more run of the script, "
+        "only then)",
+    ),
+    Param(
+        "detect_duplicate_batches",
+        "str",
+        "warn",
+        "two ranks given the same sampler indices in one optimizer step, or a sampler whose order repeats "
+        "every epoch: warn (in the run's summary), fail, or off",
+        choices=("warn", "fail", "off"),
     ),
     Param(
         "state_every_steps",
@@ -123,7 +168,33 @@ PARAMS: tuple[Param, ...] = (
         "faults",
         "json",
         [],
-        "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json",
+        "fault records at the collective layer (docs/torch.md, Faults), inline or @file.json; or swarm: "
+        "each seed draws 1 to faults_max bit flips (the corruptor swarm)",
+    ),
+    Param("faults_max", "int", 2, "swarm: at most this many bit flips per seed", minimum=0),
+    Param("faults_from", "time", 0, "swarm: the earliest time a flip starts"),
+    Param(
+        "faults_window",
+        "time",
+        10_000_000,
+        "swarm: flips start before this time (set it to about your run's simulated length)",
+        minimum=1,
+    ),
+    Param(
+        "rank_memory_max",
+        "str",
+        "auto",
+        "the most memory one rank may allocate (its data segment): auto (3/4 of the machine divided among "
+        "the ranks), off, or a size (8GiB, 512M); past it the run fails oom naming the rank",
+    ),
+    Param(
+        "python_hash_seed",
+        "int",
+        PYTHON_HASH_SEED_DEFAULT,
+        "every rank's PYTHONHASHSEED (the order of a set of strings), whatever the caller's: a fixed "
+        "hash secret makes a run the same under any shell",
+        minimum=0,
+        maximum=PYTHON_HASH_SEED_MAX,
     ),
     Param(
         "rank_output",

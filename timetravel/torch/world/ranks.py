@@ -24,6 +24,7 @@ from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import WORK_NS_MAX
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
+from timetravel.torch.world import hangs
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.faults import active, hit
 from timetravel.torch.world.orders import take
@@ -65,14 +66,17 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     state["status"] = "running"
     state["t_ns"] = max(state["t_ns"], ctx.now)
     stepped = None
-    for message in messages:
-        if message.get("kind") == "step" and message.get("state") is not None:
-            stepped = message.get("step")
-        if not _take(state, message, rank, ctx):
-            if stepped is not None and state["status"] in ("waiting", "exited"):
-                # the rank waits (or lingers): the tensors of its latest state step are that step's
-                ctx.processes.state_step_polled(ctx.world, rank, int(stepped))
-            return
+    try:
+        for message in messages:
+            if message.get("kind") == "step" and message.get("state") is not None:
+                stepped = message.get("step")
+            if not _take(state, message, rank, ctx):
+                if stepped is not None and state["status"] in ("waiting", "exited"):
+                    # the rank waits (or lingers): the tensors of its latest state step are that step's
+                    ctx.processes.state_step_polled(ctx.world, rank, int(stepped))
+                return
+    finally:
+        _deadline_first(state, ctx)
     if isinstance(ended, ChannelClosed):
         state["status"] = "crashed"
         died = {"kind": "died", "rank": rank, "incarnation": state["incarnation"]}
@@ -82,6 +86,14 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
     elif isinstance(ended, TimeoutError):
         state["status"] = "stuck"
         ctx.fail("stuck", str(ended), "torch.rank.stuck")
+
+
+def _deadline_first(state: dict[str, Any], ctx: Context) -> None:
+    """This poll scheduled the rank's calls up to ``state["t_ns"]``: a waiting rank whose timeout runs
+    out before then gets its ``deadline`` event first (world/hangs.py)."""
+    deadline = hangs.deadline_before(ctx.world.nodes[C10D_NODE], ctx.world.config, state["t_ns"])
+    if deadline is not None and deadline >= ctx.now:
+        ctx.deliver(deadline, C10D_NODE, "deadline", deadline)
 
 
 def _take(state: dict[str, Any], message: dict[str, Any], rank: int, ctx: Context) -> bool:

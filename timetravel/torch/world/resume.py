@@ -8,9 +8,9 @@ no other detector sees it: the replicas agree with each other, nothing is NaN, n
 **The reference.** The same script, seed and settings with the crash fault records removed (every
 other fault kept, under its own id, so its choices are the same) and no restarts: a second, full
 run of the script, in its own private working directory (torch/workdir.py), started after the
-crashed run's ranks ended. It costs one more run of the script (without the restart's repeated
-steps), paid only by a run that restarted after a crash fault and otherwise passed; a process keeps
-the last :data:`REFERENCES_KEPT` references, so a Session that re-executes the run to its end pays
+crashed run's ranks ended (world/reference.py). It costs one more run of the script (without the
+restart's repeated steps), paid only by a run that restarted after a crash fault and otherwise passed;
+the run's host remembers its last references, so a Session that re-executes the run to its end pays
 it once. Both runs are pure functions of their inputs, so the comparison is deterministic.
 
 **What is compared.** Per rank, the parameter digests each optimizer step reports (the same digests
@@ -35,9 +35,8 @@ from typing import Any
 import xxhash
 
 from timetravel.sim.context import Context
-from timetravel.sim.encoding import pack
-from timetravel.sim.launch import Launch
 from timetravel.sim.world import World
+from timetravel.torch.world.reference import is_reference, reference_run
 
 RESUME_STEPS_MAX = 65_536
 """Optimizer steps kept per rank (after the last restart; in the reference, from the start). Each is a
@@ -48,17 +47,15 @@ RESUME_TENSOR_STEPS_MAX = 64
 a resume bug shows at the first step after the resume, so a few are enough; later steps keep one
 digest over all tensors, which still finds the step."""
 
-REFERENCES_KEPT = 8
-"""Reference runs a process remembers (keyed by everything they are a function of)."""
-
-_references: dict[str, dict[str, Any]] = {}
+MARK = "resume_reference"
+"""The ``c10d`` node of a reference run (the run without the crash) is marked so."""
 
 
 def recording(state: dict[str, Any], ctx: Context) -> bool:
     """Whether the ``c10d`` node keeps step digests: after a restart, or in a reference run."""
-    if not ctx.world.config.get("detect_resume_mismatch", True) and not state.get("resume_reference"):
+    if not ctx.world.config.get("detect_resume_mismatch", True) and not state.get(MARK):
         return False
-    return bool(state["incarnation"] > 0 or state.get("resume_reference"))
+    return bool(state["incarnation"] > 0 or state.get(MARK))
 
 
 def note_loss(state: dict[str, Any], rank: str, index: int, value: float, ctx: Context) -> None:
@@ -76,14 +73,21 @@ def note_step(state: dict[str, Any], rank: str, params: list[Any], ctx: Context)
     loss = state.get("resume_loss", {}).pop(rank, None)
     if len(history["steps"]) >= RESUME_STEPS_MAX:
         return
+    entry = step_entry(params, with_tensors=len(history["steps"]) < RESUME_TENSOR_STEPS_MAX)
+    entry["loss"] = loss
+    history["steps"].append(entry)
+
+
+def step_entry(params: list[Any], *, with_tensors: bool) -> dict[str, Any]:
+    """One optimizer step of a rank, from its step report's ``(name, shape, dtype, digest)`` rows: a
+    ``digest`` over every tensor and, ``with_tensors``, the ``tensors`` (name, digest) themselves."""
     named = [[str(name), str(digest)] for name, _shape, _dtype, digest in params]
     entry: dict[str, Any] = {
-        "digest": xxhash.xxh3_64_hexdigest("|".join(f"{n}:{d}" for n, d in named).encode()),
-        "loss": loss,
+        "digest": xxhash.xxh3_64_hexdigest("|".join(f"{n}:{d}" for n, d in named).encode())
     }
-    if len(history["steps"]) < RESUME_TENSOR_STEPS_MAX:
+    if with_tensors:
         entry["tensors"] = named
-    history["steps"].append(entry)
+    return entry
 
 
 def forget(state: dict[str, Any]) -> None:
@@ -98,7 +102,7 @@ def check(world: World, ctx: Context) -> None:
     config = world.config
     if world.failures or not config.get("detect_resume_mismatch", True) or not state["restarts"]:
         return
-    if state.get("resume_reference"):
+    if is_reference(state):
         return
     crashes = [
         record
@@ -117,11 +121,11 @@ def check(world: World, ctx: Context) -> None:
     if not any(history["count"] for history in state.get("resume", {}).values()):
         ctx.log("resume_mismatch: nothing to compare (no optimizer step after the restart)")
         return
-    reference = reference_run(world, ctx.processes.launch)
+    reference = reference_run(world, ctx.processes, reference_config(world), MARK, "resume")
     if reference["failure"] is not None:
         ctx.log(f"resume_mismatch: not checked (the run without the crash failed: {reference['failure']})")
         return
-    found = first_mismatch(state.get("resume", {}), reference["history"], state["ranks"])
+    found = first_mismatch(state.get("resume", {}), reference["kept"], state["ranks"])
     if found is None:
         ctx.log(
             f"resume_mismatch: every step after restart {state['restarts']} matches the run without the crash"
@@ -138,34 +142,6 @@ def reference_config(world: World) -> dict[str, Any]:
     # shards included); without restarts, its own check never runs
     config.update(max_restarts=0, rank_output="quiet")
     return config
-
-
-def reference_run(world: World, launch: Launch) -> dict[str, Any]:
-    """Run (or recall) the reference: its failure (None when it passed) and its step history. It runs
-    what the crashed run ran (``launch``), in a Simulation and rank processes of its own."""
-    from timetravel.scenarios import get_scenario
-    from timetravel.sim.kernel import Simulation
-    from timetravel.sim.runner import build_world
-
-    config = reference_config(world)
-    state = world.nodes["c10d"]
-    key = xxhash.xxh3_128_hexdigest(
-        pack([world.seed, state["script_sha256"], state.get("workdir_sha256", ""), config])
-    )
-    if key in _references:
-        return _references[key]
-    scenario = get_scenario("torch")
-    reference_world = build_world(scenario, config, world.seed, launch)
-    reference_world.nodes["c10d"]["resume_reference"] = True
-    result = Simulation(scenario, reference_world, launch=launch).run()
-    outcome = {
-        "failure": None if result.failure is None else str(result.failure.get("message", "")),
-        "history": copy.deepcopy(reference_world.nodes["c10d"].get("resume", {})),
-    }
-    if len(_references) >= REFERENCES_KEPT:
-        _references.pop(next(iter(_references)))
-    _references[key] = outcome
-    return outcome
 
 
 def first_mismatch(restarted: dict[str, Any], reference: dict[str, Any], ranks: int) -> dict[str, Any] | None:
@@ -201,13 +177,14 @@ def _rank_mismatch(rank: int, mine: dict[str, Any], theirs: dict[str, Any]) -> d
             "rank": rank,
             "after_restart": position + 1,
             "step": offset + position + 1,
-            "tensor": _first_tensor(entry.get("tensors"), other.get("tensors")),
+            "tensor": first_tensor(entry.get("tensors"), other.get("tensors")),
             "loss": {"run": entry["loss"], "reference": other["loss"]},
         }
     return None
 
 
-def _first_tensor(mine: list[list[str]] | None, theirs: list[list[str]] | None) -> str | None:
+def first_tensor(mine: list[list[str]] | None, theirs: list[list[str]] | None) -> str | None:
+    """The first tensor by name whose digest differs between two steps' ``tensors`` (None: not kept)."""
     if mine is None or theirs is None:
         return None
     for (name, digest), (other_name, other_digest) in zip(mine, theirs, strict=False):

@@ -21,7 +21,20 @@ from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario, ScenarioView
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import SNAPSHOT_ELIDE_BYTES_MIN, SNAPSHOT_EVERY_EVENTS_TORCH
-from timetravel.torch.world import c10d, digests, hangs, ranks, resume, store, timing, workdir
+from timetravel.torch.world import (
+    c10d,
+    digests,
+    duplicates,
+    hangs,
+    minimizing,
+    ranks,
+    resume,
+    silent,
+    store,
+    swarm,
+    timing,
+    workdir,
+)
 from timetravel.torch.world import state as training_state
 from timetravel.torch.world.faults import parse_faults
 from timetravel.torch.world.host import RankHost
@@ -35,7 +48,9 @@ def build(config: dict[str, Any], seed: int, launch: Launch = NO_LAUNCH) -> Worl
     workdir_sha256 = workdir.source_digest(config["workdir"])
     world = World("torch", config, seed)
     count = config["nproc"] * config["nnodes"]
-    world.faults = parse_faults(config["faults"], count)
+    world.faults = (
+        swarm.draw(world, count) if config["faults"] == "swarm" else parse_faults(config["faults"], count)
+    )
     world.fabric = {**timing.fabric_state(config), "fault_hits": {}}
     for rank in range(count):
         world.add_node(f"r{rank}", "rank", ranks.rank_state(0, 0))
@@ -54,7 +69,11 @@ def on_end(world: World, ctx: Context) -> None:
         hangs.report_hang(world, ctx)
     finally:
         ctx.processes.stop_world(world)
-    resume.check(world, ctx)  # after the ranks ended: it may run the reference (world/resume.py)
+    # after the ranks ended: each may run a reference (world/reference.py)
+    resume.check(world, ctx)
+    silent.check(world, ctx)
+    if not world.failures:
+        c10d.warn_if_never_distributed(world.nodes[C10D_NODE], ctx)
 
 
 def summarize(world: World) -> dict[str, Any]:
@@ -62,6 +81,10 @@ def summarize(world: World) -> dict[str, Any]:
     warnings = state.get("warnings", {})
     outside = warnings.get("write_outside_workdir")
     first_write_outside = {"first_write_outside_workdir": outside["detail"]} if outside else {}
+    duplicated = warnings.get(duplicates.WARNING)
+    first_duplicate = {duplicates.WARNING: duplicated["detail"]} if duplicated else {}
+    never = warnings.get(c10d.NO_COLLECTIVES)
+    never_distributed = {c10d.NO_COLLECTIVES: never["detail"]} if never else {}
     return {
         "ranks": state["ranks"],
         "collectives": state["completed"],
@@ -69,6 +92,8 @@ def summarize(world: World) -> dict[str, Any]:
         "script_sha256": state["script_sha256"][:16],
         "warnings": sorted(warnings),
         **first_write_outside,
+        **first_duplicate,
+        **never_distributed,
         "restarts": state["restarts"],
     }
 
@@ -117,6 +142,9 @@ SCENARIO = Scenario(
     ),
     describe_divergence=digests.describe_divergence,
     divergence_t_ns=digests.divergence_t_ns,
+    failure_identity=minimizing.failure_identity,
+    past_failure=minimizing.past_failure,
+    size_floor=minimizing.size_floor,
     repro_setup=_repro_setup,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
     snapshot_elide_bytes_min=SNAPSHOT_ELIDE_BYTES_MIN,

@@ -27,7 +27,8 @@ from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import NPROC_MAX
-from timetravel.torch.world.params import BRANCHABLE_KEYS
+from timetravel.torch.world.memory import check_memory_setting, rank_memory_bytes
+from timetravel.torch.world.params import BRANCHABLE_KEYS, PYTHON_HASH_SEED_DEFAULT
 
 SCRIPT_BYTES_MAX = 64 * 1024 * 1024
 C10D_NODE = "c10d"
@@ -48,6 +49,7 @@ def check_config(config: dict[str, Any]) -> None:
     ranks = config["nproc"] * config["nnodes"]
     if ranks > NPROC_MAX:
         raise ConfigError(f"{ranks} ranks is above the limit {NPROC_MAX}")
+    check_memory_setting(config.get("rank_memory_max", "auto"))
     if config["function"]:
         return
     if not config["script"]:
@@ -84,6 +86,24 @@ def script_to_run(config: dict[str, Any], launch: Launch) -> Path | None:
     return path
 
 
+MODULE_NAME_PARTS_MAX = 32
+
+
+def module_file(name: str, search: Iterable[str]) -> Path:
+    """The file ``python -m NAME`` runs, found without importing anything (no code of the user runs
+    here): ``A/B/C.py`` or the package ``A/B/C/__main__.py`` under the first entry of ``search`` that
+    holds it (regular or namespace packages; zip imports are not looked in)."""
+    parts = name.split(".")
+    if not name or len(parts) > MODULE_NAME_PARTS_MAX or not all(part.isidentifier() for part in parts):
+        raise ConfigError(f"module {name!r} is not a dotted Python module name")
+    for entry in search:
+        base = Path(entry or ".").joinpath(*parts)
+        for candidate in (base.with_suffix(".py"), base / "__main__.py"):
+            if candidate.is_file():
+                return candidate
+    raise ConfigError(f"module {name!r} was not found as a .py file on the Python path (python -m {name})")
+
+
 def check_script_file(path: Path, text: str, label: str = "script") -> None:
     """A script must be a ``.py`` file of at most SCRIPT_BYTES_MAX bytes (one line naming ``label``)."""
     if not path.is_file():
@@ -106,30 +126,40 @@ def rank_specs(
     """What each forked rank is told: its environment, argv, settings and working directory ``cwd``
     (plain data). ``extra_settings``: per rank, settings added for one execution (explain's probe)."""
     ranks = config["nproc"] * config["nnodes"]
+    memory_max_bytes = rank_memory_bytes(config.get("rank_memory_max", "auto"), ranks)
     base = {
         key: value for key, value in os.environ.items() if not key.startswith(("SLURM_", "TORCHELASTIC_"))
     }
     return [
         {
             "rank": rank,
+            "local_rank": rank % config["nproc"],
+            "local_world_size": config["nproc"],
             "env": _environment(base, config, seed, rank, restarts, cwd),
             "script": str(script.resolve()) if script is not None else "",
             "function": config["function"],
+            "module": config["module"],
             "sys_path": [os.path.abspath(entry) for entry in sys.path] if config["function"] else [],
             "cwd": cwd,
             "args": shlex.split(config["args"]),
             "seed": seed,
             "restarts": restarts,
+            "memory_max_bytes": memory_max_bytes,
             "settings": {**_rank_settings(config), **(extra_settings or {}).get(rank, {})},
         }
         for rank in range(ranks)
     ]
 
 
+KEPT_UNDER_PYTHON = ("OMP_NUM_THREADS", "TIMETRAVEL_RANK", "TIMETRAVEL_LAUNCH_DIR", "PWD")
+"""What a rank of ``timetravel python`` has beside the user's environment: none of torchrun's variables."""
+
+
 def _environment(
     base: dict[str, str], config: dict[str, Any], seed: int, rank: int, restarts: int, cwd: str
 ) -> dict[str, str]:
-    """What torchrun (or a Slurm launcher) would put in the rank's environment."""
+    """What torchrun (or a Slurm launcher) would put in the rank's environment; under ``timetravel
+    python`` (env_style python) what ``python SCRIPT`` has, the script's spawn giving each rank its index."""
     ranks = config["nproc"] * config["nnodes"]
     local = rank % config["nproc"]
     env = dict(base)
@@ -139,18 +169,27 @@ def _environment(
         LOCAL_RANK=str(local),
         LOCAL_WORLD_SIZE=str(config["nproc"]),
         GROUP_RANK=str(rank // config["nproc"]),
+        GROUP_WORLD_SIZE=str(config["nnodes"]),
+        ROLE_NAME="default",
         ROLE_RANK=str(rank),
         ROLE_WORLD_SIZE=str(ranks),
-        MASTER_ADDR="127.0.0.1",
+        MASTER_ADDR="localhost",
         MASTER_PORT="29500",
         TORCHELASTIC_RESTART_COUNT=str(restarts),
+        TORCHELASTIC_MAX_RESTARTS=str(config["max_restarts"]),
         TORCHELASTIC_RUN_ID=f"timetravel-{seed}",
+        TORCHELASTIC_USE_AGENT_STORE="True",  # the store is the World's: every rank a client of it
+        TORCHELASTIC_SIGNALS_TO_HANDLE="SIGTERM,SIGINT,SIGHUP,SIGQUIT",
+        TORCH_NCCL_ASYNC_ERROR_HANDLING="1",
         TORCH_DIST_INIT_BARRIER="0",
         OMP_NUM_THREADS="1",
         TIMETRAVEL_RANK=str(rank),
         TIMETRAVEL_LAUNCH_DIR=os.getcwd(),
         PWD=cwd,
+        PYTHONHASHSEED=str(config.get("python_hash_seed", PYTHON_HASH_SEED_DEFAULT)),  # the zygote's
     )
+    if config["env_style"] == "python":  # `python SCRIPT`: it spawns its own ranks (rank/env/spawn.py)
+        return {**base, **{key: env[key] for key in KEPT_UNDER_PYTHON}, "TIMETRAVEL_LAUNCHER": "python"}
     if config["env_style"] == "slurm":
         env.update(
             SLURM_PROCID=str(rank),
@@ -165,7 +204,9 @@ def _rank_settings(config: dict[str, Any]) -> dict[str, Any]:
     keys = (
         "detect_divergence",
         "detect_resume_mismatch",
+        "detect_silent_corruption",
         "compile",
+        "cuda",
         "compute_model",
         "compute_flops_per_s",
         "state_every_steps",

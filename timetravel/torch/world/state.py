@@ -39,6 +39,7 @@ from timetravel.sim.elided import ElidedArray
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
+from timetravel.torch.world import duplicates
 
 
 def on_step_message(state: dict[str, Any], message: dict[str, Any], t_ns: int, ctx: Context) -> None:
@@ -213,3 +214,4 @@ def on_batch(state: dict[str, Any], event: Event, ctx: Context) -> None:
         "batches": batch["batches"] + 1,
         "indices_dropped": batch["indices_dropped"] + max(len(indices) - room, 0) + int(payload["dropped"]),
     }
+    duplicates.check(state, indices, ctx)

@@ -5,7 +5,7 @@ The torch backend lays its ranks out as the fabric does (docs/fabric.md): torchr
 a leaf of a two-level leaf-spine Clos (``leaf_radix``, ``oversubscription``, ``uplink_gbit_per_s``).
 ``world.fabric`` holds the link tables of that cluster (fabric/install.py: :func:`link_tables`),
 including every link's busy-until time, so the timing below is the fabric's collective-level model
-(fabric/collective.py) run on the members of the torch group — the same arithmetic dp_training's
+(fabric/collective_timing.py) run on the members of the torch group — the same arithmetic dp_training's
 ``fabric_level=collective`` uses, one event per rank whatever the rank count:
 
 * **ring collectives** — all_reduce and reduce (2(n-1) steps of b/n bytes: reduce-scatter then
@@ -36,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from timetravel.fabric import collective as fabric_collective
+from timetravel.fabric import collective_timing
 from timetravel.fabric.install import link_tables
 from timetravel.fabric.params import FABRIC_PARAMS, topology_from_settings
 
@@ -85,7 +85,7 @@ def collective_done_ns(
         return max(entries_ns)
     if op in RING_OPS:
         return _ring_done_ns(fabric, op, members, entries_ns, rank_bytes)
-    edges = fabric_collective.ring_edges(fabric, members)
+    edges = collective_timing.ring_edges(fabric, members)
     latency = fabric["link_latency_ns"]
     latency_max = max(sum(latency[link] for link in links) for links in edges)
     if op == "barrier":
@@ -94,10 +94,10 @@ def collective_done_ns(
         raise ValueError(f"no timing model for {op}")
     busy = fabric["link_busy_until_ns"]
     start_ns = max([*entries_ns, *(busy[link] for links in edges for link in links)])
-    through_ns = max(fabric_collective.edge_delay_ns(fabric, links, rank_bytes) for links in edges)
+    through_ns = max(collective_timing.edge_delay_ns(fabric, links, rank_bytes) for links in edges)
     done_ns = start_ns + (count - 1) * latency_max + through_ns
     for links in edges:
-        fabric_collective.occupy(fabric, links, done_ns)
+        collective_timing.occupy(fabric, links, done_ns)
     return done_ns
 
 
@@ -112,7 +112,7 @@ def _ring_done_ns(
     else:
         steps, chunk_bytes = count - 1, -(-rank_bytes // count)
     entries = np.array(entries_ns, dtype=np.int64)
-    done = fabric_collective.ring_completions(fabric, entries, chunk_bytes, members=members, steps=steps)
+    done = collective_timing.ring_completions(fabric, entries, chunk_bytes, members=members, steps=steps)
     return int(done.max())
 
 
@@ -121,4 +121,4 @@ def point_to_point_done_ns(
 ) -> int:
     """When ``nbytes`` sent from ``source`` at ``start_ns`` (both sides there) reach ``destination``."""
     assert start_ns >= 0 and nbytes >= 0, (start_ns, nbytes)
-    return fabric_collective.reserve_path(fabric, source, destination, start_ns, nbytes)
+    return collective_timing.reserve_path(fabric, source, destination, start_ns, nbytes)

@@ -41,6 +41,7 @@ from timetravel.torch.world.driver import RankDriver, RankStartError
 from timetravel.torch.world.host import RankHost
 from timetravel.torch.world.journal import ReplayedHost
 from timetravel.torch.world.module_probe import probing
+from timetravel.torch.world.op_probe import tracing_ops
 from timetravel.torch.world.specs import (
     C10D_NODE,
     rank_key,
@@ -296,9 +297,39 @@ class TorchWorlds:
 
     # -- explain's module probe (module_probe.py) ------------------------------------------------------
 
-    def probing(self, rank: int, step: int, world: World | None = None) -> Any:
-        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields findings."""
-        return probing(self._host(), rank, step, world)
+    def probing(self, rank: int, step: int, world: World | None = None, *, init: bool = False) -> Any:
+        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields the probe.
+        The probe lives in the rank processes: make the re-execution within :meth:`with_values`."""
+        return probing(self._host(), rank, step, world, init=init)
+
+    @contextlib.contextmanager
+    def tracing_ops(
+        self,
+        step: int,
+        ranks: int,
+        world: World | None = None,
+        capture: dict[int, list[list[Any]]] | None = None,
+        *,
+        now: bool = False,
+    ) -> Iterator[Any]:
+        """A context in which this Session's re-execution hashes every rank's ops of ``step``
+        (``diff --ops``: op_probe.py); yields the probe. ``now``: ``world`` stands mid-run (its
+        ranks live, or brought up from a checkpoint): each rank is run to its next wait, then asked
+        to start hashing there, so both branches of a diff start at one event. The trace lives in the
+        rank processes: make the re-execution within :meth:`with_values`."""
+        live = self._quiesced(world) if now and world is not None else None
+        with tracing_ops(self._host(), step, ranks, world, capture, whole_step=not now) as probe:
+            if live is not None and world is not None:
+                probe.on_resume(world, live)
+            yield probe
+
+    def _quiesced(self, world: World) -> RankDriver:
+        """``world``'s ranks, each blocked at its next wait (a rank that ran ahead read until it blocks)."""
+        live = self.host.driver(world)
+        for rank, state in enumerate(rank_states(world)):
+            if state["status"] == "waiting" and live.ahead(rank, state["delivered"]):
+                live.quiesce(rank)
+        return live
 
     def end_probe(self, world: World) -> None:
         """Stop the probed world's ranks and remove their working directory unless checkpoints share it:

@@ -44,6 +44,10 @@ def has_alarm(summary: str) -> bool:
     return False
 
 
+HEADER_LINES = 7
+OPS_LINES_MAX = 18
+
+
 class CompareView(Widget):
     """Two runs compared. See the module docstring."""
 
@@ -139,6 +143,8 @@ class CompareView(Widget):
             text.append(" · enter opens one", self._style("muted"))
         for line in data.reference:
             text.append("\n" + line, self._style("fail" if "outside rtol" in line else "muted"))
+        for index, line in enumerate(data.ops):  # diff --ops: the first differing torch ops
+            text.append("\n" + line, self._style("muted" if index == 0 else "changed"))
         return text
 
     def _cell(self, value: str) -> Text:
@@ -147,6 +153,8 @@ class CompareView(Widget):
     def _show(self) -> None:
         header = self.query_one("#compare-header", Static)
         header.update(self.header_text())
+        if self.data is not None and self.data.ops:  # room for diff --ops' lines (the CSS allows 7)
+            header.styles.max_height = HEADER_LINES + min(len(self.data.ops), OPS_LINES_MAX)
         header.border_title = "compare"
         table = self.query_one("#compare-table", DataTable)
         table.clear()

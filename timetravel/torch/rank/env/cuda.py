@@ -28,7 +28,13 @@ import importlib.util
 import sys
 from typing import Any
 
-from timetravel.torch.rank.env import cuda_api, cuda_devices
+from timetravel.torch.rank.env import (
+    cuda_accelerator,
+    cuda_api,
+    cuda_devices,
+    cuda_libraries,
+    cuda_placements,
+)
 from timetravel.torch.rank.env.clock import RankClock
 from timetravel.torch.rank.env.cuda_api import DeviceSpec, SimulatedCuda, Unsupported
 from timetravel.torch.rank.env.patching import Installation, Patches
@@ -95,7 +101,9 @@ class RefusedImports:
             if frame.f_code is importlib.util.find_spec.__code__:
                 return None
             frame = frame.f_back  # type: ignore[assignment]
-        raise ModuleNotFoundError(f"unsupported: {top} needs a real GPU", name=fullname)
+        refusal = ModuleNotFoundError(f"unsupported: {top} needs a real GPU", name=fullname)
+        refusal.failure_kind = "unsupported"  # type: ignore[attr-defined]  # rank/errors.py reads it
+        raise refusal
 
     def invalidate_caches(self) -> None:
         return None
@@ -148,7 +156,9 @@ def install_cuda(
         patches.replace(torch.cuda, name, cuda_api.nothing)
     for name in cuda_api.REFUSED_CUDA_NAMES:
         if hasattr(torch.cuda, name):
-            patches.replace(torch.cuda, name, cuda_api.refused(name))
+            patches.replace(
+                torch.cuda, name, cuda_api.refused(name, isinstance(getattr(torch.cuda, name), type))
+            )
     patches.replace(torch.cuda, "Stream", cuda_api.Stream)
     patches.replace(torch.cuda, "Event", cuda_api.Event)
     patches.replace(torch.cuda, "device", _device_context(cuda))
@@ -160,17 +170,21 @@ def install_cuda(
         module = sys.modules.get(module_name)
         if module is not None:
             _mirror(patches, module, torch.cuda)
+    cuda_accelerator.patch_accelerator(patches, cuda)
+    cuda_placements.patch_device_type(patches, cuda.placements)
+    cuda_placements.patch_modules(patches, cuda.placements)
     cuda_devices.patch_generator(patches)
     cuda_devices.patch_amp(patches)
     cuda_devices.patch_load(patches)
-    cuda_devices.patch_parallel(patches)
+    cuda_devices.patch_parallel(patches, cuda.placements)
+    cuda_libraries.patch_libraries(patches, cuda)
     finder = RefusedImports(refused_modules)
     sys.meta_path.insert(0, finder)
     patches.on_undo(lambda: sys.meta_path.remove(finder))
     if device_mapping == "patch":
-        cuda_devices.patch_tensors(patches)
+        cuda_devices.patch_tensors(patches, cuda.placements)
     elif device_mapping == "mode":
-        mode = cuda_devices.make_mode()
+        mode = cuda_devices.make_mode(cuda.placements)
         mode.__enter__()
         patches.on_undo(lambda: mode.__exit__(None, None, None))
     else:

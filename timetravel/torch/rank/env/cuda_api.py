@@ -18,6 +18,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from timetravel.torch.rank.env.clock import RankClock
+from timetravel.torch.rank.env.cuda_placements import Placements
+from timetravel.torch.rank.errors import the_scripts
 
 NS_PER_MS = 1_000_000
 GIB = 1 << 30
@@ -25,6 +27,8 @@ GIB = 1 << 30
 
 class Unsupported(RuntimeError):
     """A CUDA feature the simulator cannot serve on CPU; the message is ``unsupported: <name> needs a real GPU``."""
+
+    failure_kind = "unsupported"
 
     def __init__(self, name: str) -> None:
         self.feature = name
@@ -97,6 +101,9 @@ class Stream:
     def query(self) -> bool:
         return True
 
+    def is_capturing(self) -> bool:
+        return False  # no CUDA graph is ever captured (torch.optim asks before every Adam step)
+
     def synchronize(self) -> None:
         return None
 
@@ -147,9 +154,9 @@ class Event:
 
     def elapsed_time(self, end_event: Event) -> float:
         if not (self.enable_timing and end_event.enable_timing):
-            raise RuntimeError("Both events must be created with argument 'enable_timing=True'.")
+            raise the_scripts(RuntimeError("Both events must be created with argument 'enable_timing=True'."))
         if self.recorded_ns is None or end_event.recorded_ns is None:
-            raise RuntimeError("Both events must be recorded before calculating elapsed time.")
+            raise the_scripts(RuntimeError("Both events must be recorded before calculating elapsed time."))
         return (end_event.recorded_ns - self.recorded_ns) / NS_PER_MS
 
     def ipc_handle(self) -> Any:
@@ -180,6 +187,7 @@ class SimulatedCuda:
         self.current_streams = list(self.default_streams)
         self.seeds = [0] * local_world_size
         self.rng_states: list[Any] = [None] * local_world_size
+        self.placements = Placements()  # what the script put on a CUDA device (cuda_placements.py)
 
     # -- devices ---------------------------------------------------------------------------
 
@@ -193,14 +201,16 @@ class SimulatedCuda:
             text = str(device)
             kind, _, number = text.partition(":")
             if kind != "cuda":
-                raise ValueError(f"Expected a cuda device, but got: {text}")
+                raise the_scripts(ValueError(f"Expected a cuda device, but got: {text}"))
             index = int(number) if number else self.current_index
         if index < 0 and optional:
             return self.current_index
         if not 0 <= index < self.local_world_size:
-            raise RuntimeError(
-                f"CUDA error: invalid device ordinal (device {index}; this rank sees "
-                f"{self.local_world_size} simulated GPUs)"
+            raise the_scripts(
+                RuntimeError(
+                    f"CUDA error: invalid device ordinal (device {index}; this rank sees "
+                    f"{self.local_world_size} simulated GPUs)"
+                )
             )
         return index
 
@@ -374,11 +384,20 @@ def deactivate(cuda: SimulatedCuda) -> None:
     _INSTANCE.remove(cuda)
 
 
-def refused(name: str) -> Any:
-    """A stand-in for ``torch.cuda.<name>`` that raises :class:`Unsupported` when called or built."""
+def refused(name: str, is_class: bool = False, owner: str = "torch.cuda") -> Any:
+    """A stand-in for ``<owner>.<name>`` that raises :class:`Unsupported` when called or built: a class
+    for a class (so ``torch.cuda.CUDAGraph | None`` in an annotation still works), else a function."""
+    if is_class:
+
+        class Refused:
+            def __init__(self, *args: Any, **kwargs: Any) -> None:
+                raise Unsupported(f"{owner}.{name}")
+
+        Refused.__name__ = Refused.__qualname__ = name
+        return Refused
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise Unsupported(f"torch.cuda.{name}")
+        raise Unsupported(f"{owner}.{name}")
 
     refuse.__name__ = name
     return refuse

@@ -13,13 +13,14 @@ meaning (the tensor itself when nothing changes), because torch's device-agnosti
 them. ``pin_memory()`` is a copy; ``record_stream`` does nothing.
 
 What a script sees differently from a GPU (documented in docs/torch.md): ``tensor.device`` is
-``cpu`` and ``tensor.is_cuda`` is False. A "cuda" tensor is a CPU tensor that nothing tells apart
-from one the script made on the CPU, so answering ``cuda`` would mislabel every CPU tensor too.
+``cpu`` and ``tensor.is_cuda`` is False. A "cuda" tensor is a CPU tensor: the moves and factories
+tell :mod:`.cuda_placements` which ones the script put on CUDA, where torch's checks need to know.
 
 Around the tensors: ``torch.autocast("cuda")`` (and ``torch.cuda.amp.autocast``) becomes CPU
 autocast with the dtype CUDA would use (float16 unless the script names one); ``GradScaler("cuda")``
 scales on CPU; ``torch.load(map_location="cuda:N")`` loads to CPU; ``DistributedDataParallel``
-ignores ``device_ids``/``output_device`` (the module is on CPU, where torch refuses them);
+ignores ``device_ids``/``output_device`` of a module the script put on CUDA (it is on the CPU, where
+torch refuses them) and refuses them, as torch does, for a module it never put there;
 ``DataParallel`` runs the module on its one device; a ``DeviceMesh("cuda")`` is a CPU mesh.
 """
 
@@ -29,23 +30,9 @@ import functools
 import inspect
 from typing import Any
 
+from timetravel.torch.rank.env.cuda_placements import Placements, is_cuda_device, map_device
 from timetravel.torch.rank.env.patching import Patches
-
-
-def is_cuda_device(device: Any) -> bool:
-    """True for what torch reads as a CUDA device: "cuda", "cuda:N", torch.device("cuda"), an index."""
-    if isinstance(device, str):
-        return device == "cuda" or device.startswith("cuda:")
-    if isinstance(device, int):
-        return not isinstance(device, bool)
-    kind = getattr(device, "type", None)
-    return kind == "cuda"
-
-
-def map_device(device: Any) -> Any:
-    """``device`` with a CUDA device replaced by the CPU (anything else unchanged)."""
-    return "cpu" if is_cuda_device(device) else device
-
+from timetravel.torch.rank.errors import passes_through
 
 EXTRA_FACTORIES = ("asarray",)
 """torch functions taking ``device=`` that the aten schemas do not name (Python bindings)."""
@@ -84,13 +71,15 @@ def _cpu_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 class TensorMoves:
     """The tensor methods that move between devices, with a GPU's copy semantics (module docstring)."""
 
-    def __init__(self) -> None:
+    def __init__(self, placements: Placements) -> None:
         import torch
 
         self.torch = torch
         self.real_to = torch._C.TensorBase.to
         self.real_type = torch._C.TensorBase.type
+        self.placements = placements
 
+    @passes_through
     def to(self, tensor: Any, *args: Any, **kwargs: Any) -> Any:
         names_cuda = is_cuda_device(kwargs.get("device")) or (bool(args) and is_cuda_device(args[0]))
         if not names_cuda:
@@ -100,12 +89,15 @@ class TensorMoves:
         else:
             args = ("cpu", *args[1:])
         kwargs.setdefault("copy", True)
-        return self.real_to(tensor, *args, **kwargs)
+        return self.placements.tensor(self.real_to(tensor, *args, **kwargs))
 
+    @passes_through
     def cuda(self, tensor: Any, device: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         memory_format = kwargs.get("memory_format", self.torch.preserve_format)
-        return self.real_to(tensor, "cpu", non_blocking=non_blocking, copy=True, memory_format=memory_format)
+        moved = self.real_to(tensor, "cpu", non_blocking=non_blocking, copy=True, memory_format=memory_format)
+        return self.placements.tensor(moved)
 
+    @passes_through
     def cpu(self, tensor: Any, memory_format: Any = None) -> Any:
         memory_format = self.torch.preserve_format if memory_format is None else memory_format
         return self.real_to(tensor, "cpu", copy=True, memory_format=memory_format)
@@ -119,6 +111,7 @@ class TensorMoves:
     def record_stream(self, tensor: Any, stream: Any) -> None:
         return None
 
+    @passes_through
     def type(self, tensor: Any, dtype: Any = None, non_blocking: bool = False, **kwargs: Any) -> Any:
         if isinstance(dtype, str) and dtype.startswith("torch.cuda."):
             dtype = "torch." + dtype[len("torch.cuda.") :]
@@ -129,17 +122,18 @@ class TensorMoves:
     METHODS = ("to", "cuda", "cpu", "pin_memory", "is_pinned", "record_stream", "type")
 
 
-def patch_tensors(patches: Patches) -> None:
+def patch_tensors(patches: Patches, placements: Placements) -> None:
     """Map CUDA devices by replacing the factory functions and tensor methods (the default, cheap way)."""
     import torch
     import torch.fft
     import torch.jit._builtins as jit_builtins
 
-    moves = TensorMoves()
+    moves = TensorMoves(placements)
     for name in TensorMoves.METHODS:
         patches.replace(torch.Tensor, name, _method(getattr(moves, name), name))
+    factory = functools.partial(_factory, placements)
     for name in TENSOR_FACTORY_METHODS:
-        patches.wrap(torch.Tensor, name, _factory)
+        patches.wrap(torch.Tensor, name, factory)
     namespaces: list[tuple[Any, str, list[str]]] = [
         (torch, "torch", factory_names()),
         (torch.fft, "torch.fft", ["fftfreq", "rfftfreq"]),
@@ -149,7 +143,7 @@ def patch_tensors(patches: Patches) -> None:
             original = namespace.__dict__.get(name)
             if original is None:
                 continue
-            patches.wrap(namespace, name, _factory)
+            patches.wrap(namespace, name, factory)
             wrapper = namespace.__dict__[name]
             op = f"aten::{name}" if prefix == "torch" else f"aten::fft_{name}"
             table = jit_builtins._get_builtin_table()
@@ -166,6 +160,7 @@ def _forget_builtin(table: dict[int, str], key: int) -> Any:
 
 
 def _method(implementation: Any, name: str) -> Any:
+    @passes_through
     def method(self: Any, *args: Any, **kwargs: Any) -> Any:
         return implementation(self, *args, **kwargs)
 
@@ -173,11 +168,17 @@ def _method(implementation: Any, name: str) -> Any:
     return method
 
 
-def _factory(original: Any) -> Any:
+def _factory(placements: Placements, original: Any) -> Any:
+    @passes_through
     def factory(*args: Any, **kwargs: Any) -> Any:
-        if kwargs:
-            kwargs = _cpu_kwargs(kwargs)
-        return original(*args, **kwargs)
+        if not kwargs:
+            made = original(*args)  # inside ``with torch.device("cuda")`` a CUDA tensor
+            return placements.tensor(made) if placements.cuda_default else made
+        device = kwargs.get("device")
+        made = original(*args, **_cpu_kwargs(kwargs))
+        if is_cuda_device(device) or (device is None and placements.cuda_default):
+            placements.tensor(made)
+        return made
 
     return factory
 
@@ -189,7 +190,7 @@ def _default_device(original: Any) -> Any:
     return set_default_device
 
 
-def make_mode() -> Any:
+def make_mode(placements: Placements) -> Any:
     """The TorchFunctionMode way of mapping CUDA devices (``device_mapping="mode"``).
 
     It also catches calls that reach torch by paths the patches miss, at a price: every torch call
@@ -199,7 +200,7 @@ def make_mode() -> Any:
     import torch
     from torch.overrides import TorchFunctionMode
 
-    moves = TensorMoves()
+    moves = TensorMoves(placements)
     handlers = {getattr(torch.Tensor, name): getattr(moves, name) for name in TensorMoves.METHODS}
 
     class CudaOnCpu(TorchFunctionMode):
@@ -213,6 +214,8 @@ def make_mode() -> Any:
             handler = handlers.get(func)
             if handler is not None:
                 return handler(*args, **kwargs)
+            if kwargs and is_cuda_device(kwargs.get("device")):
+                return placements.tensor(func(*args, **_cpu_kwargs(kwargs)))
             if kwargs:
                 kwargs = _cpu_kwargs(kwargs)
             return func(*args, **kwargs)
@@ -241,6 +244,7 @@ def patch_generator(patches: Patches) -> None:
     class Generator(base, metaclass=GeneratorType):  # type: ignore[misc,valid-type]
         __doc__ = base.__doc__
 
+        @passes_through
         def __new__(cls, device: Any = "cpu") -> Any:
             return base(map_device(device))
 
@@ -305,8 +309,10 @@ def patch_load(patches: Patches) -> None:
         patches.replace(torch, "load", torch.serialization.load)
 
 
-def patch_parallel(patches: Patches) -> None:
-    """DDP without device_ids (a CPU module), DataParallel on one device, CPU device meshes."""
+def patch_parallel(patches: Patches, placements: Placements) -> None:
+    """DDP of a module put on CUDA without device_ids (it is on the CPU, where torch refuses them), of a
+    module never put there as torch takes it (device_ids: torch's ValueError); DataParallel on one
+    device; CPU device meshes."""
     import torch.nn.parallel
 
     ddp_class = torch.nn.parallel.DistributedDataParallel
@@ -314,8 +320,13 @@ def patch_parallel(patches: Patches) -> None:
 
     def wrap_ddp(original: Any) -> Any:
         @functools.wraps(original)
+        @passes_through
         def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
             bound = ddp_signature.bind(self, *args, **kwargs)
+            module = bound.arguments.get("module")
+            if not isinstance(module, torch.nn.Module) or not placements.holds_module(module):
+                original(self, *args, **kwargs)  # a CPU module: torch's own checks, device_ids refused
+                return
             bound.arguments.pop("device_ids", None)
             bound.arguments.pop("output_device", None)
             original(*bound.args, **bound.kwargs)
@@ -334,20 +345,9 @@ def patch_parallel(patches: Patches) -> None:
 
     patches.wrap(torch.nn.parallel.DataParallel, "__init__", wrap_data_parallel)
     try:
-        from torch.distributed import device_mesh, distributed_c10d
+        from torch.distributed import device_mesh
     except ImportError:  # pragma: no cover - a torch built without distributed
         return
-
-    def wrap_init_process_group(original: Any) -> Any:
-        @functools.wraps(original)
-        def init_process_group(*args: Any, **kwargs: Any) -> Any:
-            if is_cuda_device(kwargs.get("device_id")):
-                kwargs["device_id"] = None  # binds a CUDA device to the group: no meaning on CPU
-            return original(*args, **kwargs)
-
-        return init_process_group
-
-    patches.wrap(distributed_c10d, "init_process_group", wrap_init_process_group)
 
     def wrap_mesh(original: Any) -> Any:
         @functools.wraps(original)

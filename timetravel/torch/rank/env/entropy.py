@@ -38,6 +38,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from timetravel.torch.rank.env.patching import Installation, Patches
+from timetravel.torch.rank.errors import the_scripts
 
 BLOCK_BYTES = 64
 KEY_BYTES = 32
@@ -68,7 +69,7 @@ class EntropyStream:
 
     def read(self, size: int) -> bytes:
         if size < 0:
-            raise ValueError("negative argument not allowed")
+            raise the_scripts(ValueError("negative argument not allowed"))
         while len(self._buffer) < size:
             digest = hashlib.blake2b(self.block.to_bytes(8, "little"), key=self.key, digest_size=BLOCK_BYTES)
             self._buffer += digest.digest()

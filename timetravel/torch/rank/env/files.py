@@ -68,14 +68,21 @@ class FileWatch:
     """The hook's state: where the working directory is, what was reported already."""
 
     def __init__(self, working_directory: str, warn: Callable[[str, str], None]) -> None:
-        self.working_directory = os.path.realpath(working_directory)
-        self.exempt = exempt_prefixes(self.working_directory)
+        self.move_to(working_directory)
         self.temporary = os.path.join(os.path.realpath(tempfile.gettempdir()), "")
         self.warn = warn
         self.pid = os.getpid()
+        """The rank's pid: logical once env/identity.py is installed (the same in a rank resumed from a
+        checkpoint, which then watches on); a forked child's is its own (it reports nothing)."""
         self.enabled = True
         self.reported: set[str] = set()
         self.busy = False
+
+    def move_to(self, working_directory: str) -> None:
+        """The rank's working directory is now ``working_directory`` (a rank resumed from a checkpoint
+        runs in the private directory of the execution it resumes into: rank/checkpoint.py)."""
+        self.working_directory = os.path.realpath(working_directory)
+        self.exempt = exempt_prefixes(self.working_directory)
 
     def outside(self, path: Any) -> str | None:
         """The resolved path when writing ``path`` is a write outside the working directory, else None."""
@@ -136,6 +143,16 @@ def _writes(mode: Any, flags: Any) -> bool:
     return isinstance(flags, int) and bool(flags & _WRITE_FLAGS)
 
 
+_watches: list[FileWatch] = []
+"""The installed watch (at most one in a rank): :func:`working_directory_moved` finds it."""
+
+
+def working_directory_moved(working_directory: str) -> None:
+    """The rank now runs in ``working_directory`` (a resumed checkpoint): writes are judged against it."""
+    for watch in _watches:
+        watch.move_to(working_directory)
+
+
 def install_file_watch(working_directory: str, warn: Callable[[str, str], None]) -> Installation:
     """Report writes outside ``working_directory`` through ``warn(name, path)``; see the module docstring."""
     watch = FileWatch(working_directory, warn)
@@ -148,9 +165,11 @@ def install_file_watch(working_directory: str, warn: Callable[[str, str], None])
 
     sys.addaudithook(hook)
     patches = Patches()
+    _watches.append(watch)
 
     def switch_off() -> None:
         watch.enabled = False
+        _watches.remove(watch)
 
     patches.on_undo(switch_off)
     when_imported(patches, "torch", lambda module: _wrap_torch_save(patches, module, watch))

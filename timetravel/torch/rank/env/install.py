@@ -6,9 +6,11 @@
    ``torch.empty`` memory NaN instead of whatever the allocator left there;
 2. time — first, so that everything installed later already reads logical time;
 3. entropy — seeds the default generators, which the CUDA generators' initial seed is taken from;
-4. CUDA on CPU; 5. DataLoader workers; 6. torch.compile; 7. metrics, when a sink is given;
-8. the file watch, when a working directory and a warning sink are given (writes outside it reported);
-9. the `flops` compute model's counting mode, when a work meter is given (last: it sees the script only).
+4. the logical pid; 5. CUDA on CPU (unless ``cuda`` is off); 6. DataLoader workers; 7. torch.compile;
+   7b. under ``timetravel python``, torch.multiprocessing.spawn as this rank; 8. metrics, when a sink
+   is given; 9. the file watch, when a working directory and a warning sink are given (writes outside
+   it reported); 10. the `flops` compute model's counting mode, when a work meter is given (last: it
+   sees the script only).
 
 :meth:`RankEnvironment.uninstall` takes them back in reverse order (tests; a rank never does).
 """
@@ -25,9 +27,11 @@ from timetravel.torch.rank.env.cuda import install_cuda
 from timetravel.torch.rank.env.cuda_api import DeviceSpec
 from timetravel.torch.rank.env.entropy import install_entropy
 from timetravel.torch.rank.env.files import install_file_watch
+from timetravel.torch.rank.env.identity import install_identity
 from timetravel.torch.rank.env.loading import install_compile, install_dataloader
 from timetravel.torch.rank.env.metrics_capture import install_metrics
 from timetravel.torch.rank.env.patching import Installation, Patches, one_alias_scan
+from timetravel.torch.rank.env.spawn import install_spawn
 from timetravel.torch.rank.env.virtual_time import install_time
 from timetravel.torch.rank.env.work_model import WorkMeter, install_work_model
 
@@ -123,6 +127,8 @@ def install_all(
     local_world_size: int,
     metrics_sink: Sink | None = None,
     compile_mode: str = "eager",
+    cuda: bool = True,
+    spawn_inline: bool = False,
     device_mapping: str = "patch",
     device_spec: DeviceSpec | None = None,
     time_zone: str | None = "UTC",
@@ -130,19 +136,29 @@ def install_all(
     working_directory: str | None = None,
     warn: Callable[[str, str], None] | None = None,
     work_meter: WorkMeter | None = None,
+    restarts: int = 0,
 ) -> RankEnvironment:
-    """Install the whole rank environment for rank ``rank`` (``local_rank`` of ``local_world_size``)."""
+    """Install the whole rank environment for rank ``rank`` (``local_rank`` of ``local_world_size``;
+    ``restarts``: its incarnation, which its logical pid names).
+    Without ``cuda`` torch.cuda is left as torch has it (a CPU-only host: no device), so the script
+    takes the code path real torchrun takes on this machine. With ``spawn_inline``
+    torch.multiprocessing.spawn runs its function as this rank (``timetravel python``: env/spawn.py)."""
     environment = RankEnvironment(clock)
     steps: list[Any] = [
         lambda: install_torch_settings(deterministic=deterministic_algorithms),
         lambda: install_time(clock, time_zone=time_zone),
         lambda: install_entropy(seed_bytes, rank=rank),
-        lambda: install_cuda(
-            local_rank, local_world_size, clock, spec=device_spec, device_mapping=device_mapping
-        ),
-        install_dataloader,
-        lambda: install_compile(compile_mode),
+        lambda: install_identity(rank, restarts),
     ]
+    if cuda:
+        steps.append(
+            lambda: install_cuda(
+                local_rank, local_world_size, clock, spec=device_spec, device_mapping=device_mapping
+            )
+        )
+    steps += [install_dataloader, lambda: install_compile(compile_mode)]
+    if spawn_inline:
+        steps.append(lambda: install_spawn(local_rank, local_world_size))
     if metrics_sink is not None:
         steps.append(lambda: install_metrics(metrics_sink))
     if working_directory is not None and warn is not None:

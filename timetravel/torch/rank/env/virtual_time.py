@@ -38,6 +38,7 @@ from typing import Any
 
 from timetravel.torch.rank.env.clock import RankClock
 from timetravel.torch.rank.env.patching import Installation, Patches, when_imported
+from timetravel.torch.rank.errors import the_scripts
 
 NS_PER_SECOND = 1_000_000_000
 REAL_CLOCK_MODULES = (
@@ -80,11 +81,13 @@ def sleep_ns(seconds: Any) -> int:
         elif hasattr(type(seconds), "__index__"):
             seconds = int(seconds)
         else:
-            raise TypeError(f"'{type(seconds).__name__}' object cannot be interpreted as an integer")
+            raise the_scripts(
+                TypeError(f"'{type(seconds).__name__}' object cannot be interpreted as an integer")
+            )
     if seconds != seconds:
-        raise ValueError("Invalid value NaN (not a number)")
+        raise the_scripts(ValueError("Invalid value NaN (not a number)"))
     if seconds < 0:
-        raise ValueError("sleep length must be non-negative")
+        raise the_scripts(ValueError("sleep length must be non-negative"))
     if isinstance(seconds, int):
         return seconds * NS_PER_SECOND
     return round(seconds * NS_PER_SECOND)
