@@ -48,6 +48,26 @@ def ddp_run() -> tuple[dict[str, Any], World]:
     return run_function(torch_state_functions.ddp_sgd)
 
 
+@pytest.fixture(scope="module")
+def ddp_values(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """The same run recorded, its end re-executed with every state step's values pulled: a passed
+    run's World keeps its local gradients as digests (world/state_pull.py), rebuilt by re-execution."""
+    from timetravel.explore import Session
+    from timetravel.recording import record_run
+
+    target = function_target(torch_state_functions.ddp_sgd)
+    launch = launch_naming_function(target)
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config({"function": target, "nproc": 2, "rank_output": "quiet"})
+    path = tmp_path_factory.mktemp("state") / "ddp.ttr"
+    report, world = record_run(scenario, config, 0, path, launch=launch)
+    assert report["outcome"] == "pass", report["failure"]
+    assert isinstance(world.nodes["r0"]["grads"]["0.weight"], ElidedArray)  # digests only
+    with Session.open(path, launch=launch) as session, session.with_values():
+        session.goto("end")
+        return session.world
+
+
 def test_params_and_buffers_are_the_script_s_final_state_dict_by_name(ddp_run: Any) -> None:
     report, world = ddp_run
     assert report["outcome"] == "pass", report["failure"]
@@ -71,8 +91,9 @@ def test_optimizer_state_and_learning_rate_are_stored_per_parameter_name(ddp_run
         assert optimizer["param_groups"]["0"]["momentum"] == 0.9
 
 
-def test_grads_are_each_rank_s_own_before_ddp_averages_them(ddp_run: Any) -> None:
-    _report, world = ddp_run
+def test_grads_are_each_rank_s_own_before_ddp_averages_them(ddp_run: Any, ddp_values: World) -> None:
+    _report, run_world = ddp_run
+    world = ddp_values
     first, second = (world.nodes[f"r{rank}"]["grads"] for rank in range(2))
     final = [world.nodes[f"r{rank}"]["params"] for rank in range(2)]
     reduced = returns(world)[0]["reduced_grads"]
@@ -81,15 +102,18 @@ def test_grads_are_each_rank_s_own_before_ddp_averages_them(ddp_run: Any) -> Non
         assert np.array_equal(final[0][name], final[1][name]), name  # the replicas agree after the step
         average = (first[name].astype(np.float64) + second[name]) / 2
         assert np.allclose(average, np.asarray(reduced[name]), rtol=1e-5, atol=1e-7), name
+        assert digest(first[name]) == digest(run_world.nodes["r0"]["grads"][name])  # the run's own
 
 
-def test_per_step_metrics_lr_grad_norm_update_ratio_and_scalar_all_reduces(ddp_run: Any) -> None:
+def test_per_step_metrics_lr_grad_norm_update_ratio_and_scalar_all_reduces(
+    ddp_run: Any, ddp_values: World
+) -> None:
     _report, world = ddp_run
     metrics = world.metrics
     assert sorted(node for _t, node, _v in metrics["lr"]) == ["r0", "r0", "r0", "r1", "r1", "r1"]
     assert {value for _t, _node, value in metrics["lr"]} == {0.1}
     for rank in range(2):
-        grads = world.nodes[f"r{rank}"]["grads"]
+        grads = ddp_values.nodes[f"r{rank}"]["grads"]
         last_norm = [value for _t, node, value in metrics["grad_norm/0.weight"] if node == f"r{rank}"][-1]
         assert last_norm == pytest.approx(float(np.linalg.norm(grads["0.weight"].astype(np.float64))))
         ratios = [value for _t, node, value in metrics["update_ratio/0.weight"] if node == f"r{rank}"]
