@@ -40,7 +40,7 @@ def test_header_says_what_was_run(gossip_recording: tuple[Path, dict[str, Any]])
     with RecordingReader.open(path) as reader:
         header = reader.header
         assert reader.used_index and reader.truncation is None
-        assert header["format"] == [1, 1]
+        assert header["format"] == [1, 2]
         assert header["scenario"] == "gossip" and header["seed"] == 3
         assert header["config"] == report["config"]
         assert header["display_unit"] == "ms"

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
-from typing import Any, ClassVar
+from collections.abc import Callable, Sequence
+from typing import Any, ClassVar, TypeVar
 
 import pytest
 from rich.console import Console
@@ -16,6 +16,8 @@ from timetravel.explore.results import CursorResult, HelpResult
 from timetravel.shell import CommandRunner, ExitShell, LanguageEngine, prompt_text
 from timetravel.shell.commands import metric_curve
 from timetravel.shell.results import PlotResult
+
+T = TypeVar("T")
 
 MS = 1_000_000
 
@@ -44,6 +46,9 @@ class FakeSession:
 
     def metric_names(self) -> list[str]:
         return ["loss"]
+
+    def read_values(self, read: Callable[[], T]) -> T:
+        return read()  # every value of this fake is plain data
 
 
 @pytest.fixture

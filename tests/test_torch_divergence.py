@@ -14,6 +14,7 @@ from timetravel.sim.context import Context
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
 from timetravel.torch.world import replicas
+from timetravel.torch.world.host import RankHost
 from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +110,9 @@ def test_received_results_are_compared_only_where_every_member_gets_the_same() -
     assert not replicas.check_received(state, entries, parts, [["a"], ["b"]], "0#4", Context(world))
     entries = [{"rank": rank, "op": "all_gather"} for rank in range(3)]
     gathered = [[np.zeros(2, np.float32)], [np.zeros(2, np.float32)], [np.array([0, 2], np.float32)]]
-    assert replicas.check_received(state, entries, gathered, [["a"], ["a"], ["b"]], "0#4", Context(world))
+    context = Context(world)
+    context.processes = RankHost()  # computes what the World reads from bytes (journal.py keeps it)
+    assert replicas.check_received(state, entries, gathered, [["a"], ["a"], ["b"]], "0#4", context)
     failure = world.failures[0]
     assert (failure["node"], failure["step"], failure["element"]) == ("r2", 3, 1)
     assert (

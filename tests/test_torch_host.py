@@ -98,8 +98,8 @@ def test_a_plain_run_inside_a_session_leaves_the_session_s_ranks_alone(tmp_path:
     recording = tmp_path / "ddp.ttr"
     done = record_torchrun(recording, DDP_MLP, ("--steps", "3"))
     assert done.returncode == 0, done.stderr
-    with Session.open(recording, launch=launch_naming([str(DDP_MLP)])) as session:
-        session.goto_event(40)
+    with Session.open(recording, launch=launch_naming([str(DDP_MLP)])) as session, session.with_values():
+        session.goto_event(40)  # with values wanted, a seek runs the ranks (else the journal: no process)
         host = session.source.host
         live = host.driver_for(session.world)
         assert live is not None

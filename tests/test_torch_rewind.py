@@ -1,8 +1,10 @@
 """Rewinding a recording of the user's own torch script: fork checkpoints of the rank processes.
 
-A seek restores the World's snapshot and resumes the ranks from a forked checkpoint taken there
+With tensors' values wanted (``Session.with_values``: what a command that reads a tensor asks for),
+a seek restores the World's snapshot and resumes the ranks from a forked checkpoint taken there
 (or re-executes from the start when none is kept); every re-executed event is checked against the
-recorded hash chain, so a resumed rank that computed one different bit fails these tests.
+recorded hash chain, so a resumed rank that computed one different bit fails these tests. Seeks that
+need no values re-execute from the recording's journal without any rank (tests/test_torch_journal.py).
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ def hashes_along(session: Session, targets: list[int]) -> dict[int, str]:
 def test_seeks_back_and_forth_resume_checkpoints_bit_for_bit(ddp_recording: tuple[Path, dict]) -> None:
     path, report = ddp_recording
     assert report["outcome"] == "pass"
-    with Session.open(path, launch=TEST_SCRIPTS) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
         snapshots = {info.events: info.state_hash for info in session.snapshots()}
         forward = hashes_along(session, [70, 140, 200])
         assert session.source.memory()["checkpoints"] >= 3  # 64, 128, 192 (and where seeks stopped)
@@ -83,7 +85,7 @@ def test_ranks_that_ran_ahead_are_forked_blocked_and_a_kept_world_restores_the_r
     """Re-execution sends a result when it is released, so at a snapshot a rank may hold a result its
     poll has not handed over: it is read until it blocks, and what it sent goes into the checkpoint."""
     path, _report = ddp_recording
-    with Session.open(path, launch=TEST_SCRIPTS) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
         manifests = {info.events: info for info in session.snapshots_info if not info.final}
         target = session.end.events - 1
         session.goto_event(target)  # through every snapshot before it: a checkpoint at each
@@ -116,7 +118,7 @@ def test_ranks_that_ran_ahead_are_forked_blocked_and_a_kept_world_restores_the_r
 
 def test_a_killed_checkpoint_is_rebuilt_by_re_execution(ddp_recording: tuple[Path, dict]) -> None:
     path, _report = ddp_recording
-    with Session.open(path, launch=TEST_SCRIPTS) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
         expected = hashes_along(session, [100, 180])[180]
         for kept in session.source.shared.kept:
             for checkpoint in kept.ranks.ranks.values():
@@ -129,7 +131,7 @@ def test_a_killed_checkpoint_is_rebuilt_by_re_execution(ddp_recording: tuple[Pat
 
 def test_closing_the_session_leaves_no_process_behind(ddp_recording: tuple[Path, dict]) -> None:
     path, _report = ddp_recording
-    with Session.open(path, launch=TEST_SCRIPTS) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
         session.goto_event(150)
         pids = [c.pid for kept in session.source.shared.kept for c in kept.ranks.ranks.values()]
         assert pids
@@ -162,7 +164,9 @@ from timetravel.torch.world.specs import launch_naming
 launch = launch_naming([sys.argv[2]])
 with Session.open(sys.argv[1], launch=launch) as session:
     session.goto_event(int(sys.argv[3]))
-    print(json.dumps({"hash": session.state_hash(), "memory": session.source.memory()}))
+    replayed = session.state_hash()
+    with session.with_values():
+        print(json.dumps({"hash": session.state_hash(), "replayed": replayed, "memory": session.source.memory()}))
 """
 
 
@@ -170,7 +174,7 @@ def test_a_new_process_rebuilds_checkpoints_and_reaches_the_same_bits(
     ddp_recording: tuple[Path, dict],
 ) -> None:
     path, _report = ddp_recording
-    with Session.open(path, launch=TEST_SCRIPTS) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
         session.goto_event(170)
         here = session.state_hash()
     for hash_seed in ("0", "4242"):
@@ -184,7 +188,7 @@ def test_a_new_process_rebuilds_checkpoints_and_reaches_the_same_bits(
             check=True,
         )
         cold = json.loads(completed.stdout.strip().splitlines()[-1])
-        assert cold["hash"] == here
+        assert cold["hash"] == here and cold["replayed"] == here  # from the journal, and re-executed
         assert cold["memory"]["checkpoints"] >= 2  # kept on the way, for the next seek
 
 
@@ -200,7 +204,7 @@ def test_a_rank_that_cannot_be_forked_is_re_executed_instead(
     path = tmp_path / f"{mode}.ttr"
     report = record(path, THREADS, mode, nproc=2)
     assert report["outcome"] == "pass", report["failure"]
-    with Session.open(path, launch=TEST_SCRIPTS) as session:
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
         session.goto("end")
         end = session.position.events
         session.goto_event(end // 2)

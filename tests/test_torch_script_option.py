@@ -130,6 +130,13 @@ def _executing_command_lines(recording: str) -> list[list[str]]:
         ["likelihood", recording, "--samples", "1"],
         ["branch", recording, "--at", BETWEEN_SNAPSHOTS, "--set", "reduce_order=arrival"],
         ["minimize", recording],
+    ]
+
+
+def _seeking_command_lines(recording: str) -> list[list[str]]:
+    """One command line per way of seeking into a recording: the recorded events re-execute from the
+    recording's journal (torch/world/journal.py), with no rank process and no script."""
+    return [
         ["inspect", recording, "--at", BETWEEN_SNAPSHOTS],
         ["shell", recording, "-c", f"goto {BETWEEN_SNAPSHOTS}"],
         ["tui", recording, "--at", BETWEEN_SNAPSHOTS, "--headless"],
@@ -163,6 +170,17 @@ def test_every_re_execution_without_script_runs_nothing_and_names_the_option(
     assert not _ran(marker), f"{argv[0]} ran the recorded script without --script"
 
 
+@pytest.mark.parametrize("index", range(len(_seeking_command_lines(""))))
+def test_every_seek_without_script_replays_the_journal_and_runs_nothing(
+    recorded: dict[str, Path], tmp_path: Path, index: int
+) -> None:
+    marker = tmp_path / "ran"
+    argv = _seeking_command_lines(str(recorded["recording"]))[index]
+    done = _run(recorded, *argv, marker=marker)
+    assert done.returncode == 0, (argv, done.stderr)
+    assert not _ran(marker), f"{argv[0]} ran the recorded script"
+
+
 def test_explain_without_script_answers_from_the_stored_recording_and_runs_nothing(
     recorded: dict[str, Path], tmp_path: Path
 ) -> None:
@@ -182,9 +200,11 @@ def test_replay_with_the_script_named_verifies_bit_for_bit(recorded: dict[str, P
     assert report["outcome"] == "pass"
 
 
-def test_a_seek_between_snapshots_re_executes_the_named_script(
+def test_a_seek_between_snapshots_with_the_script_named_still_replays_the_journal(
     recorded: dict[str, Path], tmp_path: Path
 ) -> None:
+    # the script runs only where values are wanted that the recording does not hold
+    # (test_torch_journal.py); a seek reads the journal, the same answer without a process
     marker = tmp_path / "ran"
     done = _run(
         recorded,
@@ -198,7 +218,15 @@ def test_a_seek_between_snapshots_re_executes_the_named_script(
     )
     assert done.returncode == 0, done.stderr
     assert f"main {BETWEEN_SNAPSHOTS}" in done.stdout
-    assert _ran(marker)
+    assert not _ran(marker)
+    unnamed = _run(
+        recorded,
+        "shell",
+        str(recorded["recording"]),
+        "-c",
+        f"goto {BETWEEN_SNAPSHOTS}; print nodes/c10d/completed",
+    )
+    assert unnamed.returncode == 0 and unnamed.stdout == done.stdout
 
 
 def test_a_changed_script_is_refused_in_one_line(recorded: dict[str, Path], tmp_path: Path) -> None:
@@ -263,9 +291,10 @@ def test_without_torch_the_state_opens_and_execution_says_why_not(
     recording = str(recorded["recording"])
     inspected = run("inspect", recording, "--path", "nodes/c10d/completed", "--script", str(recorded["copy"]))
     assert inspected.returncode == 0, inspected.stderr
-    for argv in (["replay", recording], ["inspect", recording, "--at", BETWEEN_SNAPSHOTS]):
-        line = _one_line_error(run(*argv, "--script", str(recorded["copy"])))
-        assert "torch is not installed on this machine" in line
+    between = run("inspect", recording, "--at", BETWEEN_SNAPSHOTS)  # the journal: no rank, no torch
+    assert between.returncode == 0, between.stderr
+    line = _one_line_error(run("replay", recording, "--script", str(recorded["copy"])))
+    assert "torch is not installed on this machine" in line
     script = str(recorded["copy"])
     for argv in (["torchrun", script], ["run", "torch", "--set", f"script={script}"]):
         line = _one_line_error(run(*argv))  # before a rank zygote that fails with a traceback
@@ -316,8 +345,6 @@ def test_a_recording_of_a_function_target_never_runs_it_from_the_command_line(
         ["replay", str(recording)],
         ["replay", str(recording), "--script", str(DDP_MLP)],
         ["fanout", str(recording), "--at", "0", "--samples", "1"],
-        ["inspect", str(recording), "--at", "1us"],
-        ["shell", str(recording), "-c", "goto 1us"],
     ):
         done = subprocess.run(
             [*TIMETRAVEL, *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
@@ -325,6 +352,12 @@ def test_a_recording_of_a_function_target_never_runs_it_from_the_command_line(
         assert "Traceback" not in done.stderr, done.stderr
         line = _one_line_error(done)
         assert "tt_forged_target:train" in line, line
+        assert not _ran(marker), f"{argv} ran the recorded function"
+    for argv in (["inspect", str(recording), "--at", "1us"], ["shell", str(recording), "-c", "goto 1us"]):
+        done = subprocess.run(  # a seek reads the journal: the function never runs
+            [*TIMETRAVEL, *argv], capture_output=True, text=True, timeout=300, cwd=tmp_path, env=env
+        )
+        assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         assert not _ran(marker), f"{argv} ran the recorded function"
 
 

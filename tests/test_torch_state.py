@@ -16,6 +16,8 @@ import torch_state_functions
 from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, record_torchrun
 
 from timetravel.scenarios import get_scenario
+from timetravel.sim.elided import ElidedArray
+from timetravel.sim.encoding import digest
 from timetravel.sim.runner import run_report
 from timetravel.sim.world import World
 from timetravel.torch.api import function_target
@@ -46,6 +48,26 @@ def ddp_run() -> tuple[dict[str, Any], World]:
     return run_function(torch_state_functions.ddp_sgd)
 
 
+@pytest.fixture(scope="module")
+def ddp_values(tmp_path_factory: pytest.TempPathFactory) -> World:
+    """The same run recorded, its end re-executed with every state step's values pulled: a passed
+    run's World keeps its local gradients as digests (world/state_pull.py), rebuilt by re-execution."""
+    from timetravel.explore import Session
+    from timetravel.recording import record_run
+
+    target = function_target(torch_state_functions.ddp_sgd)
+    launch = launch_naming_function(target)
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config({"function": target, "nproc": 2, "rank_output": "quiet"})
+    path = tmp_path_factory.mktemp("state") / "ddp.ttr"
+    report, world = record_run(scenario, config, 0, path, launch=launch)
+    assert report["outcome"] == "pass", report["failure"]
+    assert isinstance(world.nodes["r0"]["grads"]["0.weight"], ElidedArray)  # digests only
+    with Session.open(path, launch=launch) as session, session.with_values():
+        session.goto("end")
+        return session.world
+
+
 def test_params_and_buffers_are_the_script_s_final_state_dict_by_name(ddp_run: Any) -> None:
     report, world = ddp_run
     assert report["outcome"] == "pass", report["failure"]
@@ -69,8 +91,9 @@ def test_optimizer_state_and_learning_rate_are_stored_per_parameter_name(ddp_run
         assert optimizer["param_groups"]["0"]["momentum"] == 0.9
 
 
-def test_grads_are_each_rank_s_own_before_ddp_averages_them(ddp_run: Any) -> None:
-    _report, world = ddp_run
+def test_grads_are_each_rank_s_own_before_ddp_averages_them(ddp_run: Any, ddp_values: World) -> None:
+    _report, run_world = ddp_run
+    world = ddp_values
     first, second = (world.nodes[f"r{rank}"]["grads"] for rank in range(2))
     final = [world.nodes[f"r{rank}"]["params"] for rank in range(2)]
     reduced = returns(world)[0]["reduced_grads"]
@@ -79,15 +102,18 @@ def test_grads_are_each_rank_s_own_before_ddp_averages_them(ddp_run: Any) -> Non
         assert np.array_equal(final[0][name], final[1][name]), name  # the replicas agree after the step
         average = (first[name].astype(np.float64) + second[name]) / 2
         assert np.allclose(average, np.asarray(reduced[name]), rtol=1e-5, atol=1e-7), name
+        assert digest(first[name]) == digest(run_world.nodes["r0"]["grads"][name])  # the run's own
 
 
-def test_per_step_metrics_lr_grad_norm_update_ratio_and_scalar_all_reduces(ddp_run: Any) -> None:
+def test_per_step_metrics_lr_grad_norm_update_ratio_and_scalar_all_reduces(
+    ddp_run: Any, ddp_values: World
+) -> None:
     _report, world = ddp_run
     metrics = world.metrics
     assert sorted(node for _t, node, _v in metrics["lr"]) == ["r0", "r0", "r0", "r1", "r1", "r1"]
     assert {value for _t, _node, value in metrics["lr"]} == {0.1}
     for rank in range(2):
-        grads = world.nodes[f"r{rank}"]["grads"]
+        grads = ddp_values.nodes[f"r{rank}"]["grads"]
         last_norm = [value for _t, node, value in metrics["grad_norm/0.weight"] if node == f"r{rank}"][-1]
         assert last_norm == pytest.approx(float(np.linalg.norm(grads["0.weight"].astype(np.float64))))
         ratios = [value for _t, node, value in metrics["update_ratio/0.weight"] if node == f"r{rank}"]
@@ -126,18 +152,17 @@ def test_state_every_two_steps_stores_the_second() -> None:
     assert world.nodes["r0"]["state_step"] == 2
 
 
-def test_state_above_state_bytes_max_keeps_digests_and_warns_once() -> None:
+def test_state_above_state_bytes_max_stays_digests_and_hashes_as_the_bytes() -> None:
     report, world = run_function(torch_state_functions.ddp_sgd, state_bytes_max=64)
     assert report["outcome"] == "pass", report["failure"]
-    assert "state_too_large" in report["summary"]["warnings"]
     node = world.nodes["r0"]
-    assert "params" not in node and "grads" not in node
-    assert set(node["state_digests"]) >= {
-        "params/0.weight",
-        "grads/0.weight",
-        "optimizer/0.weight/momentum_buffer",
-    }
+    assert isinstance(node["params"]["0.weight"], ElidedArray)  # no pull of its bytes was allowed
+    assert isinstance(node["grads"]["0.weight"], ElidedArray)
+    assert isinstance(node["optimizer"]["0.weight"]["momentum_buffer"], ElidedArray)
     assert node["optimizer"]["param_groups"]["0"]["lr"] == 0.1
+    _report, pulled = run_function(torch_state_functions.ddp_sgd)
+    assert isinstance(pulled.nodes["r0"]["params"]["0.weight"], np.ndarray)
+    assert digest(node) == digest(pulled.nodes["r0"])  # the same state, with or without its bytes
 
 
 def test_fsdp2_shards_are_reassembled_into_the_logical_tensor_on_every_rank() -> None:

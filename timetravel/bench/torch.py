@@ -13,8 +13,9 @@ Both sides run the same files on this machine in one bench run (the gloo side on
 
 Best of ``REPEATS`` for each figure. The CPU build of torch, 1 intra-op thread on both sides.
 Then the rewind figures of a recorded transformer run (seek, cold seek, record overhead, checkpoint
-memory, branch): bench/torch_rewind.py; ``torch_ranks_in_16gib`` and the step time at that size:
-bench/torch_scale.py.
+memory, branch, a rebuild of tensors' values): bench/torch_rewind.py; a bigger one (10M parameters,
+8 ranks: how a recording grows): bench/torch_big.py; ``torch_ranks_in_16gib`` and the step time at
+that size: bench/torch_scale.py.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.bench.timing import best_of
+from timetravel.bench.torch_big import run_big_bench
 from timetravel.bench.torch_rewind import run_rewind_bench
 from timetravel.bench.torch_scale import run_scale_bench
 
@@ -126,6 +128,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
     ddp_s, report = best_of(lambda: _in_process(DDP_SCRIPT, "--steps", steps), repeats)
     scale = run_scale_bench(quick)  # first: the rewind figures leave this process holding a recording
     rewind = run_rewind_bench(quick)
+    big = run_big_bench(quick)
     return {
         "bench": "torch",
         "figures": {
@@ -138,6 +141,7 @@ def run_bench(quick: bool = False) -> dict[str, Any]:
             "sim_per_wall": round(report["t_end_ns"] / 1e9 / ddp_s, 6),
             "warm_run_s": round(ddp_s, 3),
             **rewind,
+            **big,
             **scale,
         },
     }

@@ -48,6 +48,8 @@ MODEL_ARGUMENTS = "--steps 50 --width 160 --layers 4 --bucket-mb 1 --context 16 
 QUICK_ARGUMENTS = "--steps 4 --width 64 --layers 2 --bucket-mb 1"
 SEEKS = 20
 SEEKS_QUICK = 5
+REBUILDS = 10
+REBUILDS_QUICK = 2
 SEEK_RANDOM_SEED = 14
 SEED = 0
 
@@ -69,20 +71,20 @@ def _launch() -> Any:
     return launch_naming([str(GPT_SCRIPT)])
 
 
-def _config(arguments: str) -> tuple[Any, dict[str, Any]]:
+def _config(arguments: str, ranks: int = RANKS) -> tuple[Any, dict[str, Any]]:
     from timetravel.scenarios import get_scenario
 
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
-        [f"script={GPT_SCRIPT}", f"nproc={RANKS}", f"args={arguments}", "rank_output=quiet"]
+        [f"script={GPT_SCRIPT}", f"nproc={ranks}", f"args={arguments}", "rank_output=quiet"]
     )
     return scenario, config
 
 
-def _unrecorded_s(arguments: str) -> float:
+def unrecorded_s(arguments: str, ranks: int = RANKS) -> float:
     from timetravel.sim.runner import run_report
 
-    scenario, config = _config(arguments)
+    scenario, config = _config(arguments, ranks)
     started = time.perf_counter()
     report, _world = run_report(scenario, config, SEED, launch=_launch())
     wall_s = time.perf_counter() - started
@@ -90,10 +92,10 @@ def _unrecorded_s(arguments: str) -> float:
     return wall_s
 
 
-def _recorded_s(arguments: str, path: Path, interval: int) -> tuple[float, dict[str, Any]]:
+def recorded_s(arguments: str, path: Path, interval: int, ranks: int = RANKS) -> tuple[float, dict[str, Any]]:
     from timetravel.recording import record_run
 
-    scenario, config = _config(arguments)
+    scenario, config = _config(arguments, ranks)
     started = time.perf_counter()
     report, _world = record_run(
         scenario, config, SEED, path, snapshot_every_events=interval, force=True, launch=_launch()
@@ -108,14 +110,16 @@ def _check(report: dict[str, Any]) -> None:
         raise RuntimeError(f"bench torch rewind run failed: {report['failure']}")
 
 
-def _percentile(values: list[float], fraction: float) -> float:
+def percentile(values: list[float], fraction: float) -> float:
     """Nearest-rank percentile: with 20 seeks, p95 is the 19th fastest (one outlier may exceed it)."""
     ordered = sorted(values)
     return ordered[max(0, math.ceil(fraction * len(ordered)) - 1)]
 
 
-def _seeks(path: Path, seeks: int, *, branch_too: bool) -> dict[str, Any]:
-    """One pass over every snapshot, then ``seeks`` random targets; optionally a branch at the middle."""
+def seeks_of(path: Path, seeks: int, *, branch_too: bool, rebuilds: int = 0) -> dict[str, Any]:
+    """One pass over every snapshot, then ``seeks`` random targets, then ``rebuilds`` random targets
+    at each of which a command reads the tensors (their values rebuilt by re-executing the ranks:
+    ``Session.with_values``); optionally a branch at the middle."""
     from timetravel.explore import Session
 
     with Session.open(path, launch=_launch()) as session:
@@ -149,6 +153,7 @@ def _seeks(path: Path, seeks: int, *, branch_too: bool) -> dict[str, Any]:
             "walls_ms": walls_ms,
             "replayed": replayed,
             "failed": failed,
+            **_rebuilds(session, rebuilds, chooser),
         }
         if branch_too:
             from timetravel.explore.branching import branch
@@ -167,6 +172,24 @@ def _seeks(path: Path, seeks: int, *, branch_too: bool) -> dict[str, Any]:
                 failed.append(f"branch at #{end // 2}: {error}")
                 result["branch_wall_s"] = None
         return result
+
+
+def _rebuilds(session: Any, count: int, chooser: random.Random) -> dict[str, Any]:
+    """``count`` random targets: a seek (from the journal), then the tensors rebuilt there — what a
+    command that reads them (print, diff of a collective's inputs) waits for; checkpoints kept on
+    the way serve the next ones."""
+    end = session.end.events
+    walls_ms: list[float] = []
+    executed: list[int] = []
+    for _ in range(count):
+        target = chooser.randrange(1, end)
+        session.goto_event(target)
+        before = session.source.reexecuted_events
+        started = time.perf_counter()
+        with session.with_values():
+            walls_ms.append((time.perf_counter() - started) * 1e3)
+        executed.append(session.source.reexecuted_events - before)
+    return {"rebuild_walls_ms": walls_ms, "rebuild_executed": executed}
 
 
 def _failure(session: Any, target: int) -> list[str]:
@@ -210,29 +233,34 @@ def run_rewind_bench(quick: bool = False) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="tt-bench-torch-") as directory:
         path = Path(directory) / "gpt.ttr"
         wide_path = Path(directory) / f"gpt_{2 * interval}.ttr"
-        _unrecorded_s(QUICK_ARGUMENTS)  # starts the zygote (it imports torch): both runs are warm
-        unrecorded_s = _unrecorded_s(arguments)
-        recorded_s, report = _recorded_s(arguments, path, interval)
+        unrecorded_s(QUICK_ARGUMENTS)  # starts the zygote (it imports torch): both runs are warm
+        plain_s = unrecorded_s(arguments)
+        record_s, report = recorded_s(arguments, path, interval)
         record_bytes = path.stat().st_size
-        warm = _seeks(path, seeks, branch_too=True)
+        warm = seeks_of(path, seeks, branch_too=True, rebuilds=REBUILDS_QUICK if quick else REBUILDS)
         cold_ms = _cold_seek_ms(path, warm["end_events"] // 2)
-        _recorded_s(arguments, wide_path, 2 * interval)
-        wide = _seeks(wide_path, max(seeks // 2, 1), branch_too=False)
+        recorded_s(arguments, wide_path, 2 * interval)
+        wide = seeks_of(wide_path, max(seeks // 2, 1), branch_too=False)
     slope_ms, fixed_ms = _slope(warm["replayed"], warm["walls_ms"])
     memory = warm["memory"]
+    steps = report["summary"]["optimizer_steps"]
     return {
         "rewind_workload": f"docs/examples/torch/tiny_gpt.py {arguments}, {RANKS} ranks, "
         f"{warm['end_events']} events, snapshot every {interval} events",
-        "record_overhead_ratio": round(recorded_s / unrecorded_s, 3),
-        "recorded_run_s": round(recorded_s, 3),
-        "unrecorded_run_s": round(unrecorded_s, 3),
+        "record_overhead_ratio": round(record_s / plain_s, 3),
+        "recorded_run_s": round(record_s, 3),
+        "unrecorded_run_s": round(plain_s, 3),
         "record_bytes": record_bytes,
+        "record_bytes_per_step": record_bytes // max(steps, 1),
+        "rebuild_p50_ms": round(percentile(warm["rebuild_walls_ms"], 0.50), 1),
+        "rebuild_p95_ms": round(percentile(warm["rebuild_walls_ms"], 0.95), 1),
+        "rebuild_executed_events_mean": round(statistics.fmean(warm["rebuild_executed"]), 1),
         "record_t_end_ns": report["t_end_ns"],
         "snapshot_pass_s": round(warm["pass_s"], 3),
-        "seek_p50_ms": round(_percentile(warm["walls_ms"], 0.50), 1),
-        "seek_p95_ms": round(_percentile(warm["walls_ms"], 0.95), 1),
-        f"seek_p50_ms_interval_{2 * interval}": round(_percentile(wide["walls_ms"], 0.50), 1),
-        f"seek_p95_ms_interval_{2 * interval}": round(_percentile(wide["walls_ms"], 0.95), 1),
+        "seek_p50_ms": round(percentile(warm["walls_ms"], 0.50), 1),
+        "seek_p95_ms": round(percentile(warm["walls_ms"], 0.95), 1),
+        f"seek_p50_ms_interval_{2 * interval}": round(percentile(wide["walls_ms"], 0.50), 1),
+        f"seek_p95_ms_interval_{2 * interval}": round(percentile(wide["walls_ms"], 0.95), 1),
         "seek_replay_events_mean": round(statistics.fmean(warm["replayed"]), 1),
         "seek_ms_per_replayed_event": round(slope_ms, 2),
         "seek_fixed_ms": round(fixed_ms, 1),

@@ -46,6 +46,7 @@ _BASE_USER_ERRORS = (
     ("timetravel.sim.timefmt", "TimeFormatError"),
     ("timetravel.sim.guard.state", "ModeError"),
     ("timetravel.sim.encoding", "DecodeError"),
+    ("timetravel.sim.elided", "ElidedError"),
     ("timetravel.recording.format", "RecordingError"),
     ("timetravel.explore.paths", "PathError"),
     ("timetravel.explore.work", "ExploreError"),

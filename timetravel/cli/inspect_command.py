@@ -11,6 +11,7 @@ from timetravel.cli.output import say
 from timetravel.cli.recording_common import EXIT_MISMATCH, add_scenario_target, open_session, script_use
 from timetravel.explore.inspect_view import SUMMARY_DEPTH_DEFAULT, render, resolve, summarize
 from timetravel.explore.replay import ReplayDivergence
+from timetravel.sim.elided import ElidedError
 from timetravel.sim.timefmt import format_time
 
 
@@ -49,16 +50,22 @@ def main(args: argparse.Namespace) -> int:
             say(f"timetravel: error: {divergence}", file=sys.stderr)
             return EXIT_MISMATCH
         world = session.world
-        value = resolve(world, args.state_path)
-        if not args.state_path:
-            value = _overview(world)
+
+        def summary() -> Any:
+            value = resolve(session.world, args.state_path) if args.state_path else _overview(session.world)
+            return summarize(value, args.depth)
+
+        try:
+            summarized = session.read_values(summary)
+        except ElidedError as error:
+            raise ElidedError(f"{error} (name the script with --script to rebuild it)") from None
         result = {
             "recording": args.path,
             "at_ns": position.t_ns,
             "events": position.events,
             "state_hash": world.state_hash(),
             "path": args.state_path.strip("/"),
-            "value": summarize(value, args.depth),
+            "value": summarized,
         }
         unit = session.display_unit
     if args.json:

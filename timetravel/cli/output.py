@@ -21,6 +21,37 @@ FORCE_HELP = (
 )
 
 
+BYTE_SUFFIXES = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+RECORD_BYTES_MIN = 1 << 20
+"""The smallest --max-record-bytes: a recording's header, first snapshot and events need some room."""
+
+
+def byte_count(text: str) -> int:
+    """``--max-record-bytes``'s value: bytes, or with a suffix (k, M, G: 1000s; KiB, MiB, GiB: 1024s)."""
+    stripped = text.strip().replace("_", "")
+    digits = stripped.rstrip("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")
+    suffix = stripped[len(digits) :].lower()
+    if suffix not in BYTE_SUFFIXES:
+        suffix = suffix.removesuffix("b")
+    if not digits.isdigit() or suffix not in BYTE_SUFFIXES:
+        raise argparse.ArgumentTypeError(f"not a size in bytes: {text!r} (write 500M, 2G or 1500000000)")
+    count = int(digits) * BYTE_SUFFIXES[suffix]
+    if not RECORD_BYTES_MIN <= count <= 2**62:
+        raise argparse.ArgumentTypeError(f"must be at least {RECORD_BYTES_MIN} bytes (1 MiB), got {count}")
+    return count
+
+
+def add_record_budget_argument(parser: argparse.ArgumentParser) -> None:
+    """``--max-record-bytes`` on a command that records (``args.max_record_bytes``)."""
+    parser.add_argument(
+        "--max-record-bytes",
+        type=byte_count,
+        metavar="SIZE",
+        help="with --record: keep the recording within SIZE bytes (500M, 2G), dropping training states "
+        "it kept of the past as it grows (a torch run's; its events and last state stay)",
+    )
+
+
 def add_force_argument(parser: argparse.ArgumentParser) -> None:
     """``--force`` on a command that records (stored as ``args.force``)."""
     parser.add_argument("--force", action="store_true", help=FORCE_HELP)

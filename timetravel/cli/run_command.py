@@ -19,7 +19,7 @@ from timetravel.cli.common import (
     print_json,
     resolve_scenario,
 )
-from timetravel.cli.output import add_force_argument
+from timetravel.cli.output import add_force_argument, add_record_budget_argument
 from timetravel.recording.files import check_output_path
 from timetravel.sim.launch import Launch
 from timetravel.sim.runner import reproduce_command, run_report
@@ -58,6 +58,7 @@ def register(subparsers: Any) -> None:
         help="with --record: a snapshot every N events (default 8192: seeks within 100 ms on gossip)",
     )
     add_force_argument(parser)
+    add_record_budget_argument(parser)
     parser.add_argument(
         "--record-choices",
         action="store_true",
@@ -125,6 +126,7 @@ def _record(
             determinism=args.determinism,
             force=args.force,
             launch=launch,
+            max_record_bytes=args.max_record_bytes,
         )
     except (ValueError, RecordingError) as error:
         raise UsageError(str(error)) from None

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from timetravel.cli.common import UsageError, add_json_argument, add_settings_argument, require_torch
-from timetravel.cli.output import add_force_argument
+from timetravel.cli.output import add_force_argument, add_record_budget_argument
 from timetravel.torch.protocol.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
 
 
@@ -128,13 +128,14 @@ def _add_run_options(parser: Any) -> None:
     )
     parser.add_argument("--record", metavar="PATH.ttr", help="record the run (events, snapshots, failures)")
     add_force_argument(parser)
+    add_record_budget_argument(parser)
     parser.add_argument(
         "--snapshot-every",
         type=int,
         metavar="N",
         default=SNAPSHOT_EVERY_EVENTS_TORCH,
         help=f"with --record: a snapshot every N events (default {SNAPSHOT_EVERY_EVENTS_TORCH}; a seek "
-        "re-executes at most N events from the nearest rank checkpoint)",
+        "re-executes at most N recorded events, from the journal, without the ranks)",
     )
     add_json_argument(parser, "print one JSON object (the keys of run --json); rank output goes to stderr")
     parser.add_argument("script", metavar="SCRIPT", help="the training script (.py)")
@@ -219,6 +220,7 @@ def main(args: argparse.Namespace) -> int:
             snapshot_every_events=args.snapshot_every,
             launch=launch,
             force=args.force,
+            max_record_bytes=args.max_record_bytes,
         )
     else:
         report, _world = run_report(scenario, config, args.seed, launch=launch)

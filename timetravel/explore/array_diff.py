@@ -14,6 +14,8 @@ from typing import Any
 
 import numpy as np
 
+from timetravel.sim.elided import ElidedArray
+
 ELEMENTS_SHOWN = 4
 """Differing elements named in a one-line summary (a diff's detail carries more)."""
 
@@ -62,7 +64,7 @@ def value_kind(value: Any) -> str:
         return "dict"
     if isinstance(value, (list, tuple)):
         return "list"
-    if isinstance(value, np.ndarray):
+    if isinstance(value, (np.ndarray, ElidedArray)):
         return "array"
     if isinstance(value, np.generic):
         return value_kind(value.item())

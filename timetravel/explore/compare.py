@@ -31,7 +31,7 @@ from timetravel.explore.results import (
     MetricRow,
     RunSide,
 )
-from timetravel.explore.session import Session
+from timetravel.explore.session import Session, reads_values
 from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.work import ProgressCallback, StopCheck
 
@@ -140,6 +140,7 @@ def _first_difference(curve_a: list[list[Any]], curve_b: list[list[Any]]) -> int
     return None
 
 
+@reads_values
 def diff(
     session: Session,
     a: str,

@@ -70,7 +70,7 @@ from timetravel.explore.explain_torch import (
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.recorded_failure import recorded_failure
 from timetravel.explore.replay import ReplayDivergence
-from timetravel.explore.session import Session
+from timetravel.explore.session import Session, reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before
 from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.watchpoints import last_change
@@ -528,6 +528,7 @@ def _stored_fault_links(track: Session, failure: dict[str, Any]) -> tuple[Explai
     return tuple(links)
 
 
+@reads_values
 def explain(
     session: Session,
     branch: str | None = None,

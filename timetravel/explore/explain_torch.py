@@ -336,8 +336,20 @@ def _probe_run(
     """Re-execute from snapshot ``start`` (None: #0) to the end with the probe on ``rank``: its answer,
     and from #0 what the watch of uninitialised memory found (torch/rank/init_watch.py; None when it
     did not run or sent nothing)."""
-    stepper = Stepper(session, start or 0)
     source: Any = session.source  # the torch world source (torch/world/world_source.py)
+    with source.with_values():  # the probe lives in the rank processes: they run, not the journal
+        return _probed(session, source, rank, site, start, progress)
+
+
+def _probed(
+    session: Session,
+    source: Any,
+    rank: int,
+    site: FailureSite,
+    start: int | None,
+    progress: ProgressCallback | None,
+) -> tuple[dict[str, Any] | None, dict[str, Any] | None]:
+    stepper = Stepper(session, start or 0)
     if progress is not None:
         where = f"#{stepper.events}" if start is not None else "#0"
         progress(

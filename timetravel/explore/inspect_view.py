@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.explore.paths import PathError, get, parse_path, select, world_tree
+from timetravel.sim.elided import ElidedArray, ElidedError
 from timetravel.sim.world import World
 
 SUMMARY_ITEMS_MAX = 20
@@ -78,9 +79,12 @@ def summarize_array(array: np.ndarray) -> dict[str, Any]:
 
 
 def summarize(value: Any, depth: int = SUMMARY_DEPTH_DEFAULT) -> Any:
-    """A bounded JSON-able view of ``value`` (see the module docstring)."""
+    """A bounded JSON-able view of ``value`` (see the module docstring). An elided array (its values
+    not stored here: sim/elided.py) raises ElidedError: the caller rebuilds the world, or says so."""
     if isinstance(value, np.ndarray):
         return summarize_array(value)
+    if isinstance(value, ElidedArray):
+        raise ElidedError(f"the values of this {value!r} are rebuilt by re-execution")
     if isinstance(value, np.generic):
         return _plain(value.item())
     if isinstance(value, dict):

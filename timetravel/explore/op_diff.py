@@ -306,7 +306,8 @@ def _trace(
     """Re-execute branch ``name`` with every rank's ops of ``step`` hashed (and ``capture``'s values
     sent): from a start that sees the whole step (``at`` None), else from event #``at`` on, where
     each rank stands. The probe and the event it started from."""
-    with track_on(session, name) as track:
+    with track_on(session, name) as track, track.source.with_values():  # type: ignore[attr-defined]
+        # the trace lives in the rank processes: they run, not the journal (torch/world/journal.py)
         if at is not None:
             stepper = stepper_at(track, at)
             return {"probe": _traced(track, stepper, step, capture, now=True), "start": at}

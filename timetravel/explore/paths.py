@@ -20,6 +20,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from timetravel.explore.diff import diff as structural_diff
+from timetravel.sim.elided import ElidedArray, ElidedError, summary_of
+from timetravel.sim.encoding import array_digest
 
 if TYPE_CHECKING:
     from timetravel.sim.world import World
@@ -198,6 +200,8 @@ def is_nonfinite(value: Any) -> bool:
     """True when a float, an array or anything nested in a container holds a NaN or an Inf."""
     if isinstance(value, float):
         return not math.isfinite(value)
+    if isinstance(value, ElidedArray):
+        return summary_of(value)[1] > 0  # its summary, or ElidedError: rebuilt by re-execution
     if isinstance(value, np.ndarray):
         if value.dtype.kind in "biuSUV" and value.dtype.name != "bfloat16":
             return False
@@ -213,6 +217,8 @@ def numbers(value: Any) -> Iterator[float]:
     """Every number under ``value`` (arrays element by element, as float)."""
     if isinstance(value, (bool, int, float)):
         yield float(value)
+    elif isinstance(value, ElidedArray):
+        raise ElidedError(f"the values of this {value!r} are rebuilt by re-execution")
     elif isinstance(value, np.ndarray):
         if value.dtype.kind in "biuf" or value.dtype.name == "bfloat16":
             yield from value.astype(np.float64).reshape(-1).tolist()
@@ -231,4 +237,12 @@ def values_equal(a: Any, b: Any) -> bool:
     compares every replica with the first one each time."""
     if type(a) is np.ndarray and type(b) is np.ndarray and a.dtype == b.dtype and a.shape == b.shape:
         return a.tobytes() == b.tobytes()
+    if isinstance(a, ElidedArray) or isinstance(b, ElidedArray):  # the same bits, the same digest
+        return _array_digest(a) == _array_digest(b)
     return structural_diff(a, b, changes_max=0).equal
+
+
+def _array_digest(value: Any) -> bytes | None:
+    if isinstance(value, ElidedArray):
+        return value.digest
+    return array_digest(value) if isinstance(value, np.ndarray) else None

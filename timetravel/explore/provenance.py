@@ -30,7 +30,7 @@ from timetravel.explore.diff import Change, value_text
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.explain_results import OriginResult, ReadValue, StateChange
 from timetravel.explore.paths import parse_path, select, world_tree
-from timetravel.explore.session import Session
+from timetravel.explore.session import Session, reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before, resumable_positions, stepper_at
 from timetravel.explore.watchpoints import last_change
 from timetravel.explore.work import ExploreError
@@ -237,6 +237,7 @@ def changes_of(trace: EventTrace, path: str) -> list[Change]:
     return [c for c in trace.changes if c.path == path or c.path.startswith(path + "/")]
 
 
+@reads_values
 def origin(session: Session, path: str, at: int | str | None = None) -> OriginResult:
     """``origin PATH --at T``: the last event at or before T (default: the cursor) that changed the
     value at ``path``, what it changed it from and to, what that event read, and what caused it."""

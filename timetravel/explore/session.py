@@ -86,11 +86,12 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import gc
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from timetravel.explore import seek_nodes
 from timetravel.explore.parked_worlds import ParkedWorlds, quiet_until
@@ -115,6 +116,7 @@ from timetravel.recording.reader import RecordingReader
 from timetravel.scenarios import UnknownScenarioError
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
+from timetravel.sim.elided import ElidedError
 from timetravel.sim.kernel import Simulation, promote_survivors
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
@@ -122,8 +124,20 @@ from timetravel.sim.timefmt import parse_time
 from timetravel.sim.world import World
 from timetravel.snapshot.store import SnapshotStore
 
+T = TypeVar("T")
 SEEK_YOUNG_PROMOTED_MIN = 10_000
 """Young allocations from which a seek promotes its survivors unscanned (``_gc_paused``)."""
+
+
+def reads_values(action: Callable[..., T]) -> Callable[..., T]:
+    """An action over a Session (its first argument) that may read tensors' values: run within
+    ``Session.read_values`` (again with the values rebuilt, if it met an elided one)."""
+
+    @functools.wraps(action)
+    def run(session: Session, *args: Any, **kwargs: Any) -> T:
+        return session.read_values(lambda: action(session, *args, **kwargs))
+
+    return run
 
 
 @contextlib.contextmanager
@@ -553,6 +567,7 @@ class Session(AbstractContextManager["Session"]):
             chain_batch_events=int(self.header.get("chain_batch_events", 4096)),
             determinism=self.determinism,
             on_chain_batch=verifier.on_chain_batch,
+            recorded=True,
         )
         start = world.events_processed
         remaining = events_max - start
@@ -580,6 +595,32 @@ class Session(AbstractContextManager["Session"]):
         self._parked.clear()
         if isinstance(self.source, RecordedWorlds):
             self.source.forget_shared()
+
+    # -- tensors' values (a torch recording keeps most as digests: sim/elided.py) -------------------
+
+    @contextlib.contextmanager
+    def with_values(self) -> Iterator[None]:
+        """Within: the worlds this Session and its actions hold carry their tensors' values — the
+        cursor's world rebuilt now, re-executions run the recorded processes (a source that can:
+        ``WorldSource.with_values``; every world is plain data otherwise, and nothing changes)."""
+        values = getattr(self.source, "with_values", None)
+        if values is None:
+            yield
+            return
+        with values():
+            self.source.materialize(self.world)  # type: ignore[attr-defined]
+            yield
+
+    def read_values(self, read: Callable[[], T]) -> T:
+        """``read()``, again within :meth:`with_values` if it met a tensor whose values are rebuilt
+        by re-execution (ElidedError); that error again when they cannot be (the script not named)."""
+        try:
+            return read()
+        except ElidedError:
+            if getattr(self.source, "with_values", None) is None:
+                raise
+        with self.with_values():
+            return read()
 
     # -- re-executing without moving the cursor (searches, exports: explore/stepper.py) -----------
 
@@ -645,4 +686,4 @@ class Session(AbstractContextManager["Session"]):
         return list(self._manifests)
 
 
-__all__ = ["Session"]
+__all__ = ["Session", "reads_values"]

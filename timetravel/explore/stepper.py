@@ -56,6 +56,7 @@ class Stepper:
             chain_batch_events=int(session.header.get("chain_batch_events", CHAIN_BATCH_EVENTS_DEFAULT)),
             determinism=session.determinism,
             on_chain_batch=self._on_chain_batch,
+            recorded=True,
         )
         self.executed = 0
         self._checked = self.world.events_processed

@@ -20,6 +20,7 @@ from timetravel.explore.inspect_view import render, resolve, summarize_array
 from timetravel.explore.paths import WORLD_PARTS, Path, parse_path, select, world_tree
 from timetravel.explore.results import ValueEntry
 from timetravel.fabric.fault_kinds import FAULT_KINDS, expected_outcome
+from timetravel.sim.elided import ElidedArray, ElidedError
 from timetravel.sim.encoding import digest
 from timetravel.sim.world import World
 
@@ -42,6 +43,8 @@ def value_summary(value: Any) -> str:
         return f"[{len(value)} items]"
     if isinstance(value, np.ndarray):
         text = render(summarize_array(value))[0]
+    elif isinstance(value, ElidedArray):  # its statistics need its values: the caller rebuilds them
+        raise ElidedError(f"the values of this {value!r} are rebuilt by re-execution")
     elif isinstance(value, bytes):
         text = f"<{len(value)} bytes>"
     elif isinstance(value, np.generic):

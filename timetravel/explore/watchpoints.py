@@ -31,6 +31,7 @@ from timetravel.explore.search import (
     partial_tree,
     parts_read,
 )
+from timetravel.explore.session import reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before, recorded_events
 from timetravel.explore.work import ProgressCallback
 from timetravel.sim.encoding import digest
@@ -91,6 +92,7 @@ class _Watch:
         return changed
 
 
+@reads_values
 def next_change(
     session: Session,
     path: str,
@@ -104,6 +106,7 @@ def next_change(
     return _watchpoint(session, path, start_events, events_max, progress, should_stop, forward=True)
 
 
+@reads_values
 def last_change(
     session: Session,
     path: str,

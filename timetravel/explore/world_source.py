@@ -56,10 +56,12 @@ class WorldSource(Protocol):
         """The World recorded at ``manifest`` (``full_check``: also recompute its state hash)."""
         ...
 
-    def simulation(self, world: World, **options: Any) -> Simulation:
+    def simulation(self, world: World, *, recorded: bool = False, **options: Any) -> Simulation:
         """A Simulation over ``world`` with the Simulation's own keyword options (overrides, chain,
         determinism, chain_batch_events, on_chain_batch, choice_log): each caller passes what it
-        passed to ``Simulation`` directly, and the source adds what its worlds need."""
+        passed to ``Simulation`` directly, and the source adds what its worlds need. ``recorded``:
+        the run re-executes recorded events (a seek, a search), which a source may replay from what
+        the recording stores rather than run its worlds' processes (the torch source's journal)."""
         ...
 
     def can_start_at(self, manifest: ManifestInfo) -> bool:
@@ -116,7 +118,7 @@ class RecordedWorlds:
         if self._shared_nodes is not None:
             self._shared_nodes.clear()
 
-    def simulation(self, world: World, **options: Any) -> Simulation:
+    def simulation(self, world: World, *, recorded: bool = False, **options: Any) -> Simulation:
         return Simulation(self.session.scenario, world, **options)
 
     def can_start_at(self, manifest: ManifestInfo) -> bool:

@@ -14,6 +14,7 @@ needs more is refused with one error. Whole payloads are read again by offset wh
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,8 @@ class Catalog:
     events: dict[str, list[EventBatchInfo]] = field(default_factory=dict)
     manifests: dict[str, list[ManifestInfo]] = field(default_factory=dict)
     choices: dict[str, list[tuple[int, int, int]]] = field(default_factory=dict)
+    journals: dict[str, list[tuple[int, int]]] = field(default_factory=dict)
+    """Per branch, its JOURNAL frames: (first event of the batch they go with, offset)."""
     failures: list[dict[str, Any]] = field(default_factory=list)
     branches: dict[str, dict[str, Any]] = field(default_factory=dict)
     ends: dict[str, dict[str, Any]] = field(default_factory=dict)
@@ -112,6 +115,8 @@ class Catalog:
             entries = payload.get("entries")
             count = len(entries) if isinstance(entries, list) else 0
             self.choices.setdefault(_branch(payload), []).append((_int(payload, "first"), count, offset))
+        elif frame_type == FrameType.JOURNAL:
+            self.journals.setdefault(_branch(payload), []).append((_int(payload, "first"), offset))
         elif frame_type == FrameType.FAILURE:
             self.add_failure(failure_summary(payload, offset))
         elif frame_type == FrameType.BRANCH:
@@ -147,6 +152,45 @@ class Catalog:
         self._keep(record)
         self.notes.append(record)
 
+    # -- a compacted file (recording/compact.py) ---------------------------------------------------
+
+    def moved(self, new_offset: dict[int, int], blob_offsets: dict[bytes, list[int]]) -> None:
+        """The frames were copied to a new file, those in ``new_offset`` (old -> new offset) kept and
+        the others dropped: every offset follows. A blob whose frame was dropped stays listed when
+        another kept frame holds it too (``blob_offsets``: every frame a blob was written in)."""
+
+        def at(offset: int) -> int:
+            return new_offset[offset]
+
+        self.frames = [(at(offset), kind) for offset, kind in self.frames if offset in new_offset]
+        self.events = {
+            branch: [dataclasses.replace(b, offset=at(b.offset)) for b in batches if b.offset in new_offset]
+            for branch, batches in self.events.items()
+        }
+        self.manifests = {
+            branch: [dataclasses.replace(m, offset=at(m.offset)) for m in infos if m.offset in new_offset]
+            for branch, infos in self.manifests.items()
+        }
+        self.choices = {
+            branch: [(first, count, at(offset)) for first, count, offset in entries if offset in new_offset]
+            for branch, entries in self.choices.items()
+        }
+        self.journals = {
+            branch: [(first, at(offset)) for first, offset in entries if offset in new_offset]
+            for branch, entries in self.journals.items()
+        }
+        for record in [*self.failures, *self.notes, *self.branches.values(), *self.ends.values()]:
+            if record.get("offset") in new_offset:
+                record["offset"] = at(record["offset"])
+        blobs: dict[bytes, int] = {}
+        for digest, offset in self.blobs.items():
+            live = [o for o in blob_offsets.get(digest, [offset]) if o in new_offset] or (
+                [offset] if offset in new_offset else []
+            )
+            if live:
+                blobs[digest] = at(live[-1])
+        self.blobs = blobs
+
     # -- the INDEX frame --------------------------------------------------------------------------
 
     def to_index(self) -> dict[str, Any]:
@@ -164,6 +208,9 @@ class Catalog:
             },
             "choices": {
                 branch: [list(entry) for entry in entries] for branch, entries in self.choices.items()
+            },
+            "journals": {
+                branch: [list(entry) for entry in entries] for branch, entries in self.journals.items()
             },
             "failures": self.failures,
             "branches": self.branches,
@@ -212,6 +259,8 @@ class Catalog:
             catalog.choices[_name(branch)] = [
                 (_count(first), _count(count), _count(offset)) for first, count, offset in entries
             ]
+        for branch, entries in _dict(index, "journals").items() if "journals" in index else ():
+            catalog.journals[_name(branch)] = [(_count(first), _count(offset)) for first, offset in entries]
         for failure in index["failures"]:
             catalog.add_failure(failure_summary_from_index(failure))
         for name, info in _dict(index, "branches").items():

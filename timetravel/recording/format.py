@@ -25,9 +25,15 @@ import xxhash
 
 MAGIC = b"\x89TTR\r\n\x1a\n"
 """First 8 bytes of every recording (PNG-style: catches text-mode and truncation damage)."""
-FORMAT_VERSION = (1, 1)
+FORMAT_VERSION = (1, 2)
 """(major, minor). A reader opens files of its own major version; minors only add map keys and
-frame types, which older readers ignore."""
+frame types, which older readers ignore. 1.2: an array's pages may be absent (the array is elided:
+a torch recording keeps large tensors as digests, rebuilt by re-execution); JOURNAL frames (what a
+run's processes handed its World: a torch run re-executes from them without its ranks)."""
+SCENARIO_FORMAT_MIN = {"torch": (1, 2)}
+"""Scenarios whose recordings of an older format this version refuses, and from which format on it
+reads them: a torch recording before 1.2 stores its tensors inside the World's state and events in a
+layout this version no longer runs (docs/recording-format.md, "Compatibility rule")."""
 FRAME_MARKER = b"TF"
 FRAME_HEADER = struct.Struct("<2sBBIIQI")
 FRAME_HEADER_BYTES = FRAME_HEADER.size
@@ -58,6 +64,7 @@ class FrameType(enum.IntEnum):
     END = 8
     INDEX = 9
     NOTE = 10
+    JOURNAL = 11
 
 
 KNOWN_FRAME_TYPES = frozenset(int(kind) for kind in FrameType)

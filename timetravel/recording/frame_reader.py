@@ -29,6 +29,7 @@ from timetravel.recording.format import (
     FRAME_RAW_BYTES_MAX,
     FRAME_STORED_BYTES_MAX,
     MAGIC,
+    SCENARIO_FORMAT_MIN,
     TRAILER,
     TRAILER_BYTES,
     TRAILER_MAGIC,
@@ -216,6 +217,13 @@ class FrameReader:
         for key, kind in (("scenario", str), ("config", dict), ("seed", int), ("display_unit", str)):
             if not isinstance(header.get(key), kind):
                 raise RecordingError(f"{self.path}: header field {key!r} is missing or malformed")
+        oldest = SCENARIO_FORMAT_MIN.get(header["scenario"])
+        if oldest is not None and tuple(version) < oldest and all(isinstance(part, int) for part in version):
+            raise RecordingError(
+                f"{self.path}: a {header['scenario']} recording of format {version[0]}.{version[1]} "
+                f"(timetravel {header.get('timetravel', '?')}): this version reads {header['scenario']} "
+                f"recordings of format {oldest[0]}.{oldest[1]} and later; record the run again"
+            )
         return header
 
     # -- frames -----------------------------------------------------------------------------------

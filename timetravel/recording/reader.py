@@ -23,7 +23,7 @@
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO, Any
 
@@ -44,6 +44,7 @@ from timetravel.recording.format import (
 from timetravel.recording.frame_reader import FrameReader, items_max_for
 from timetravel.recording.schema import schema_for
 from timetravel.recording.structure import structure_warnings
+from timetravel.sim.elided import ElidedArray
 from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack, unpackb_bounded
 from timetravel.sim.event import Event, events_from_lists
 from timetravel.sim.world import World, queue_digest_from
@@ -281,6 +282,20 @@ class RecordingReader(FrameReader):
             entries.extend(values)
         return entries
 
+    def journal_frames(self, branch: str, frames: list[tuple[int, int]]) -> Iterator[list[list[Any]]]:
+        """The records of JOURNAL frames ``(first, offset)`` of ``branch``, frame by frame, each
+        checked (torch/world/journal.py reads them as a re-execution needs them)."""
+        for _first, offset in frames:
+            key = ("journal", offset)
+            held = self._frames.get(key)
+            if held is None:
+                payload = self._payload(offset, FrameType.JOURNAL)
+                held = payload.get("records")
+                if not isinstance(held, list) or not all(_journal_record(item) for item in held):
+                    raise RecordingError(f"{self._where(offset, None, FrameType.JOURNAL)}: malformed records")
+                self._frames.put(key, held, 200 * len(held) + 1)
+            yield held
+
     # -- blobs ------------------------------------------------------------------------------------
 
     def _blob(self, digest: bytes) -> tuple[bytes, int, int, bytes | None, int, bytes]:
@@ -362,12 +377,17 @@ class RecordingReader(FrameReader):
         self._array_headers.put(digest, header, 100 + 16 * len(pages))
         return header
 
-    def array(self, digest: bytes, *, writeable: bool = True) -> np.ndarray:
+    def array(self, digest: bytes, *, writeable: bool = True) -> np.ndarray | ElidedArray:
         """The array a digest names: a copy of the cached read-only array (``writeable=False``: the
-        cached array itself, which nobody can write)."""
+        cached array itself, which nobody can write). An array whose pages the recording did not
+        store (format 1.2: a torch recording keeps large tensors as digests, rebuilt by
+        re-execution) is an :class:`~timetravel.sim.elided.ElidedArray`."""
         built = self._arrays.get(digest)
         if built is None:
             dtype, shape, pages = self.array_header(digest)
+            blobs = self.catalog.blobs
+            if not all(page in blobs for page in pages):
+                return ElidedArray(dtype, shape, tuple(pages))
             try:
                 built = build_array(dtype, shape, [self.page(page) for page in pages], writeable=False)
             except DecodeError as error:
@@ -469,14 +489,14 @@ class RecordingReader(FrameReader):
             return self.value(digest)
         return copied
 
-    def _array_copy(self, digest: bytes) -> np.ndarray:
+    def _array_copy(self, digest: bytes) -> np.ndarray | ElidedArray:
         array = self.array(digest, writeable=True)
-        self._array_bytes += array.nbytes
+        self._array_bytes += 0 if isinstance(array, ElidedArray) else array.nbytes
         return array
 
-    def _array_shared(self, digest: bytes) -> np.ndarray:
+    def _array_shared(self, digest: bytes) -> np.ndarray | ElidedArray:
         array = self.array(digest, writeable=False)
-        self._array_bytes += array.nbytes
+        self._array_bytes += 0 if isinstance(array, ElidedArray) else array.nbytes
         return array
 
     # -- restoring --------------------------------------------------------------------------------
@@ -571,6 +591,17 @@ class RecordingReader(FrameReader):
             )
         except DecodeError as error:
             raise ValueError(str(error)) from None
+
+
+def _journal_record(record: Any) -> bool:
+    """``[seq, kind, data]``: an int, a str and a list (what a journal record is made of)."""
+    return (
+        isinstance(record, list)
+        and len(record) == 3
+        and type(record[0]) is int
+        and isinstance(record[1], str)
+        and isinstance(record[2], list)
+    )
 
 
 def kept_untracked(value: Any) -> None:

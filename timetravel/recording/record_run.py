@@ -36,6 +36,7 @@ def record_run(
     determinism: str | None = None,
     force: bool = False,
     launch: Launch | None = None,
+    max_record_bytes: int | None = None,
 ) -> tuple[dict[str, Any], World]:
     """Run one seed while recording it to ``path``; the report has ``run --json``'s fields.
 
@@ -45,7 +46,8 @@ def record_run(
     ``determinism``: the guard's mode (None: the scenario's own), stored in the header so that
     replays run under the same mode. ``force``: record over a file that exists at ``path``, else it
     is refused before the world is built (recording/replace.py). ``launch``: what the user named
-    (sim/launch.py: a torch run's script)."""
+    (sim/launch.py: a torch run's script). ``max_record_bytes``: keep the file within this many
+    bytes, thinning the states it keeps of the past (recording/compact.py)."""
     if snapshot_every_events is not None:
         check_snapshot_interval(snapshot_every_events)  # a wrong option first, then the file
     check_replaceable(path, force=force)
@@ -61,6 +63,7 @@ def record_run(
         determinism=determinism,
         launch=launch,
         replace=force,
+        max_record_bytes=max_record_bytes,
     )
     result, end = recorder.run_to_end(until_ns, max_events)
     report = finished_report(

@@ -44,20 +44,25 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from timetravel import __version__
 from timetravel.recording.catalog import MAIN_BRANCH
+from timetravel.recording.compact import BUDGET_FILL, FINAL_GROUP, drop_groups, victims
 from timetravel.recording.compress_ahead import COMPRESS_AHEAD_CORES_MIN
 from timetravel.recording.format import (
     BLOB_ARRAY,
     BLOB_PAGE,
     BLOB_VALUE,
     FORMAT_VERSION,
+    FRAME_HEADER_BYTES,
+    TRAILER_BYTES,
     FrameType,
 )
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
-from timetravel.sim.encoding import PAGE_BYTES
+from timetravel.sim.encoding import PAGE_BYTES, dtype_name, pack, page_digests
 from timetravel.sim.event import Event
 from timetravel.sim.fingerprint import code_fingerprint, platform_fingerprint
 from timetravel.sim.kernel import (
@@ -159,6 +164,7 @@ class Recorder:
         compress_ahead: bool | None = None,
         launch: Launch | None = None,
         replace: bool = False,
+        max_record_bytes: int | None = None,
     ) -> None:
         """``launch``: what the user named (sim/launch.py), for the default Simulation of a scenario
         whose worlds run their code. ``simulation_factory(world, **options)`` builds the Simulation that runs ``world`` (the
@@ -168,7 +174,9 @@ class Recorder:
         external processes; write_thread.py says why). ``compress_ahead``: with inline writes, compress
         frames on a second thread (None: when the process may use COMPRESS_AHEAD_CORES_MIN cores;
         compress_ahead.py says why). ``replace``: record over a file that exists at ``path``
-        (``--force``; recording/replace.py), else one is refused."""
+        (``--force``; recording/replace.py), else one is refused. ``max_record_bytes``: keep the file
+        within this many bytes by dropping kept states of the past (``--max-record-bytes``:
+        recording/compact.py)."""
         check_snapshot_interval(snapshot_every_events)
         self.scenario = scenario
         self.world = world
@@ -184,6 +192,10 @@ class Recorder:
         self.choice_log: list[list[Any]] | None = [] if record_choices else None
         self.choices_written = 0
         self.store = SnapshotStore(bytes_max=0)
+        self.max_record_bytes = max_record_bytes
+        self.kept_states = 0
+        self.elide_bytes_min = scenario.snapshot_elide_bytes_min
+        """Arrays of more bytes are stored as page digests (sim/elided.py) but in the final snapshot."""
         self.changes: Changes | None = None
         """What ran since the latest snapshot, gathered as each batch is flushed (snapshot/changes.py)."""
         self.notes: list[str] = []
@@ -201,6 +213,11 @@ class Recorder:
             else RecordingWriter.create(path, self._header(overrides), replace=replace)
         )
         self.path = self.writer.final_path
+        record_state = getattr(self.simulation.processes, "record_state", None)
+        self.pulls: Any = record_state() if callable(record_state) else None
+        """The bytes of arrays the World holds elided that this recording keeps (a torch run's
+        training state at the steps it keeps: torch/world/state_pull.py), or None. A snapshot is
+        taken where such a step is stored in the World (``_on_pause``)."""
         if background_writes is None:
             background_writes = scenario.world_source is not None
         writes = WriteThread if background_writes else InlineWrites
@@ -235,7 +252,7 @@ class Recorder:
         return self.simulation.run(
             until_ns,
             max_events,
-            pause_every_events=self.snapshot_every_events,
+            pause_every_events=1 if self.pulls is not None else self.snapshot_every_events,
             pause_every_ns=self.snapshot_quiet_ns or None,
             on_pause=self._on_pause,
         )
@@ -263,14 +280,17 @@ class Recorder:
         processed = world.events_processed
         if processed == self.snapshot_events:
             return
-        if processed % self.snapshot_every_events and not self._quiet_ahead(world):
+        kept_state = self.pulls is not None and self.pulls.due(world)
+        if processed % self.snapshot_every_events and not kept_state and not self._quiet_ahead(world):
             return
         self.snapshot()
 
     def _quiet_ahead(self, world: World) -> bool:
         """A quiet pause: the next event is ``snapshot_quiet_ns`` or more after the last one, and
         enough events ran since the previous snapshot."""
-        if not world.queue or world.events_processed - self.snapshot_events < self.quiet_events_min:
+        if not self.snapshot_quiet_ns or not world.queue:
+            return False
+        if world.events_processed - self.snapshot_events < self.quiet_events_min:
             return False
         return bool(world.queue[0][0] - world.t_ns >= self.snapshot_quiet_ns)
 
@@ -286,6 +306,17 @@ class Recorder:
             )
         )
         self._write_choices()
+        self._write_journal(first)
+
+    def _write_journal(self, first: int) -> None:
+        """What the run's processes handed the World since the last batch (a torch run's journal:
+        torch/world/journal.py), in a JOURNAL frame named by the batch it goes with."""
+        if self.pulls is None:
+            return
+        records = self.simulation.processes.take_journal()
+        if records:
+            payload = {"branch": self.branch, "first": first, "records": records}
+            self._write(FrameType.JOURNAL, payload)
 
     def _write_choices(self) -> None:
         log = self.choice_log
@@ -305,10 +336,24 @@ class Recorder:
     ) -> Snapshot:
         """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot).
         ``chain_open_bytes``: the world's open chain batch, packed, when the caller has it."""
-        changes = None if full or not self.store.snapshots else self.changes
+        if self.pulls is not None:
+            pulled = self.pulls.take_arrays()
+            if pulled:
+                self.kept_states += 1
+                group = FINAL_GROUP if final else f"state{self.kept_states}"
+                self.write_thread.submit(functools.partial(write_pulled, self.writer, pulled, group))
+            if self.max_record_bytes is not None:
+                budget = functools.partial(within_budget, self.writer, self.max_record_bytes, self.notes)
+                self.write_thread.submit(budget)
+        # every array's bytes at the end, and at a branch's fork (its re-executions start there)
+        keep_all = (final or (self.branch != MAIN_BRANCH and not self.store.snapshots)) and (
+            self.elide_bytes_min is not None
+        )
+        changes = None if full or keep_all or not self.store.snapshots else self.changes
         if changes is not None:
             changes.add(self.world.chain_batch, self.world.chain_events)
-        snapshot = self.store.take(self.world, changes=changes)
+        elide = None if keep_all else self.elide_bytes_min
+        snapshot = self.store.take(self.world, changes=changes, elide_bytes_min=elide)
         self.snapshot_events = self.world.events_processed
         self.changes = Changes(snapshot.seq, snapshot.events)
         manifest = snapshot.manifest(chain_open_bytes)
@@ -340,6 +385,7 @@ class Recorder:
             )
             self.write_thread.submit(job)
         self._write_choices()
+        self._final_state()
         snapshot = self.snapshot(final=True, chain_open_bytes=open_bytes)
         state_hash = world.state_hash()  # once: it hashes every node (~2 ms for the demo's 16 ranks)
         if snapshot.state_hash != state_hash:
@@ -366,12 +412,31 @@ class Recorder:
             "hash_chain": chain_digest.hex(),
         }
         self._write(FrameType.END, end)
+        if self.max_record_bytes is not None:  # the whole file, its index and trailer to come too
+            budget = functools.partial(
+                within_budget, self.writer, self.max_record_bytes, self.notes, closing=True
+            )
+            self.write_thread.submit(budget)
         try:
             self.write_thread.submit(self.writer.close)
             self.write_thread.drain()
         finally:
             self.write_thread.stop()
         return end
+
+    def _final_state(self) -> None:
+        """The arrays this recording keeps at the end (a torch run's last state of every rank), and a
+        NOTE for each that could not be kept; then the processes are no longer asked for any."""
+        pulls = self.pulls
+        if pulls is None:
+            return
+        processes = self.simulation.processes
+        processes.final_state(self.world)
+        self._write_journal(self.world.chain_events)
+        processes.recording_ended(pulls)
+        for text in pulls.notes:
+            self.notes.append(text)
+            self._write(FrameType.NOTE, {"branch": self.branch, "level": "info", "message": text})
 
     def abort(self) -> None:
         """Close after an interruption: what was written stays readable, without an END frame
@@ -400,10 +465,14 @@ def write_snapshot(
 
 def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> None:
     for array in blob.arrays:
-        if writer.has_blob(array.digest):
+        if writer.has_blob(array.digest) and array.digest not in writer.elided_arrays:
             continue
+        missing = False
         for page in array.pages:
             if writer.has_blob(page.digest):
+                continue
+            if page.data is None:  # an elided page (sim/elided.py): rebuilt by re-execution
+                missing = True
                 continue
             base = bases.get(id(page))
             depth = writer.page_depths.get(base.digest) if base is not None else None
@@ -418,7 +487,56 @@ def _write_blob(writer: RecordingWriter, blob: Blob, bases: dict[int, Page]) -> 
                 writer.page_depths[page.digest] = 0
                 base_digest = None
             writer.blob([page.digest, BLOB_PAGE, codec, base_digest, element_bytes(array.dtype), data])
-        header = writer.packer.pack([array.dtype, list(array.shape), array.page_digests])
-        writer.blob([array.digest, BLOB_ARRAY, 0, None, 0, header])
+        if missing:
+            writer.elided_arrays.add(array.digest)
+        else:
+            writer.elided_arrays.discard(array.digest)
+        if not writer.has_blob(array.digest):
+            header = writer.packer.pack([array.dtype, list(array.shape), array.page_digests])
+            writer.blob([array.digest, BLOB_ARRAY, 0, None, 0, header])
     if not writer.has_blob(blob.digest):
         writer.blob([blob.digest, BLOB_VALUE, 0, None, 0, blob.data])
+
+
+def write_pulled(writer: RecordingWriter, pulled: list[np.ndarray], group: str) -> None:
+    """The pages of arrays the World holds elided and this recording keeps (the recorder's ``pulls``),
+    each stored whole (shuffled, never an XOR delta: a kept state may be thinned away later, and a
+    delta against a state many steps apart saves little), in frames of their own: ``group``
+    (recording/compact.py), which leans on no other group."""
+    writer.flush_blobs()
+    writer.group = group
+    try:
+        for array in pulled:
+            name = dtype_name(array.dtype)
+            raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
+            for digest, start in zip(
+                page_digests(array), range(0, max(len(raw), 1), PAGE_BYTES), strict=True
+            ):
+                if writer.has_blob_for(digest, group):
+                    continue
+                codec, data = encode_page(bytes(raw[start : start + PAGE_BYTES]), name, None)
+                writer.blob([digest, BLOB_PAGE, codec, None, element_bytes(name), data])
+        writer.flush_blobs()
+    finally:
+        writer.group = None
+
+
+def within_budget(writer: RecordingWriter, budget: int, notes: list[str], *, closing: bool = False) -> None:
+    """Drop kept states, oldest gaps first, while the file is over ``budget`` bytes (compact.py);
+    say once when what cannot be dropped is over it alone. ``closing``: the index footer is next,
+    and counts (at its size now, which dropping states only makes smaller)."""
+    reserve = len(pack(writer.catalog.to_index())) + FRAME_HEADER_BYTES + TRAILER_BYTES if closing else 0
+    if writer.offset + reserve <= budget:
+        return
+    over = writer.offset + reserve - (budget if closing else int(budget * BUDGET_FILL))
+    names = victims(list(writer.groups), writer.group_bytes, over)
+    if names:
+        drop_groups(writer, names)
+    if writer.offset + reserve > budget and not any(note.startswith(BUDGET_NOTE) for note in notes):
+        notes.append(
+            f"{BUDGET_NOTE} {budget} bytes: the run's events and snapshots, and the states it keeps "
+            f"last, take {writer.offset} bytes"
+        )
+
+
+BUDGET_NOTE = "the recording is over --max-record-bytes"

@@ -132,6 +132,9 @@ FRAME_SCHEMAS: dict[int, FrameSchema] = {
     FrameType.CHOICES: FrameSchema(
         64 * MIB, 4_000_000, (_branch(), _count("first"), FieldRule("entries", "list", high=4_000_000))
     ),
+    FrameType.JOURNAL: FrameSchema(
+        128 * MIB, 8_000_000, (_branch(), _count("first"), FieldRule("records", "list", high=1_000_000))
+    ),
     FrameType.FAILURE: FrameSchema(
         1 * MIB, 10_000, (_branch(), _count("event"), FieldRule("failure", "failure"))
     ),

@@ -148,6 +148,18 @@ class RecordingWriter:
         self.offset = file.tell()
         self.page_depths: dict[bytes, int] = {}
         """XOR chain depth of every float page written (0: stored whole)."""
+        self.elided_arrays: set[bytes] = set()
+        """Arrays whose header was written while some of their pages were not (elided): their pages
+        are written if they come with bytes later (recorder.write_snapshot)."""
+        self.group: str | None = None
+        """The group the BLOBS frames written now belong to (a kept state: recording/compact.py)."""
+        self.groups: dict[str, list[int]] = {}
+        """Group -> the offsets of its BLOBS frames (what dropping it removes)."""
+        self.group_bytes: dict[str, int] = {}
+        self.blob_frames: dict[bytes, list[int]] = {}
+        """A blob written in a group frame -> every frame holding it (it stays where another does)."""
+        self.grouped_only: dict[bytes, set[str]] = {}
+        """Blobs held only by group frames -> those groups."""
         self._pending: list[BlobEntry] = []
         self._pending_bytes = 0
         self._pending_digests: set[bytes] = set()
@@ -347,12 +359,65 @@ class RecordingWriter:
 
     def flush_blobs(self) -> None:
         if self._pending:
-            self.frame(FrameType.BLOBS, {"blobs": self._pending}, level=ZSTD_LEVEL_BLOBS)
+            digests = [entry[0] for entry in self._pending]
+            previous = {digest: self.catalog.blobs.get(digest) for digest in digests}
+            offset = self.frame(FrameType.BLOBS, {"blobs": self._pending}, level=ZSTD_LEVEL_BLOBS)
             if self._ahead is not None:  # queued: the catalog lists them once their frame is written
                 self._queued_digests |= self._pending_digests
+            self._note_group(digests, previous, offset)
             self._pending = []
             self._pending_digests = set()
             self._pending_bytes = 0
+
+    def _note_group(
+        self, digests: list[bytes], previous: dict[bytes, int | None], offset: int | None
+    ) -> None:
+        """Where the blobs of the frame just written live (groups: recording/compact.py)."""
+        group = self.group
+        if group is None:
+            for digest in digests:
+                self.grouped_only.pop(digest, None)
+            return
+        assert offset is not None, "a group's frames are written at once (no compression ahead)"
+        self.groups.setdefault(group, []).append(offset)
+        self.group_bytes[group] = self.group_bytes.get(group, 0) + self.offset - offset
+        for digest in digests:
+            frames = self.blob_frames.setdefault(digest, [])
+            before = previous[digest]
+            if not frames and before is not None:
+                frames.append(before)
+            frames.append(offset)
+            if before is None or digest in self.grouped_only:
+                self.grouped_only.setdefault(digest, set()).add(group)
+
+    def has_blob_for(self, digest: bytes, group: str) -> bool:
+        """Whether a blob is written where ``group`` may rely on it: outside any group, or in it."""
+        if not self.has_blob(digest):
+            return False
+        groups = self.grouped_only.get(digest)
+        return groups is None or group in groups
+
+    def moved_to(self, file: IO[bytes], new_offset: dict[int, int]) -> None:
+        """The file was compacted into ``file`` (recording/compact.py): write on there."""
+        old, self.file = self.file, file
+        with contextlib.suppress(OSError):
+            old.close()
+        self.offset = self.synced_offset = self.writeback_offset = file.tell()
+        self.groups = {
+            group: [new_offset[offset] for offset in offsets if offset in new_offset]
+            for group, offsets in self.groups.items()
+        }
+        frames = {}
+        for digest, offsets in self.blob_frames.items():
+            kept = [new_offset[offset] for offset in offsets if offset in new_offset]
+            if kept:
+                frames[digest] = kept
+        self.blob_frames = frames
+        self.grouped_only = {
+            digest: {group for group in groups if group in self.groups}
+            for digest, groups in self.grouped_only.items()
+            if digest in self.catalog.blobs
+        }
 
     # -- durability -------------------------------------------------------------------------------
 

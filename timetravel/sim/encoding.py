@@ -9,7 +9,9 @@ untrusted input.
 For hashing, an array is replaced by its *digest*: xxh3-128 over its dtype, its shape and the
 digests of its fixed-size pages. The snapshot store splits arrays into the same pages, so it can
 compute the same digest from pages it already holds, and a snapshot's Merkle root equals
-``World.state_hash()`` without re-reading unchanged data.
+``World.state_hash()`` without re-reading unchanged data. An :class:`~timetravel.sim.elided.ElidedArray`
+(dtype, shape and page digests of an array whose bytes a recording did not keep) hashes to the same
+digest; it has no bytes to encode otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ from typing import Any
 import msgpack
 import numpy as np
 import xxhash
+
+from timetravel.sim.elided import ElidedArray, ElidedError
 
 EXT_ARRAY = 1
 EXT_ARRAY_DIGEST = 2
@@ -127,6 +131,8 @@ def _encode_default(value: Any) -> Any:
         return msgpack.ExtType(EXT_ARRAY, _packb([*_array_header(array), array.tobytes()]))
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, ElidedArray):
+        raise ElidedError(f"a {value!r} has no bytes to encode (only its digest is known)")
     raise TypeError(
         f"{type(value).__name__} is not plain data (the world holds only plain data and numpy arrays)"
     )
@@ -292,6 +298,11 @@ def array_digest_from_pages(name: str, shape: list[int] | tuple[int, ...], diges
     return hasher.digest()
 
 
+def elided(array: np.ndarray) -> ElidedArray:
+    """The stand-in of a real array (sim/elided.py): its dtype, shape and page digests."""
+    return ElidedArray(dtype_name(array.dtype), array.shape, tuple(page_digests(array)))
+
+
 def array_digest(array: np.ndarray) -> bytes:
     """The digest that stands for an array inside hashed data (see the module docstring)."""
     return array_digest_from_pages(dtype_name(array.dtype), array.shape, page_digests(array))
@@ -302,6 +313,8 @@ def _hash_default(value: Any) -> Any:
         return msgpack.ExtType(EXT_ARRAY_DIGEST, array_digest(value))
     if isinstance(value, np.generic):
         return value.item()
+    if isinstance(value, ElidedArray):  # hashes as the array it stands for (sim/elided.py)
+        return msgpack.ExtType(EXT_ARRAY_DIGEST, value.digest)
     raise TypeError(
         f"{type(value).__name__} is not plain data (the world holds only plain data and numpy arrays)"
     )
@@ -331,6 +344,9 @@ def check_plain(value: Any, path: str = "") -> None:
     """Raise TypeError naming the path of the first value that is not plain data."""
     if isinstance(value, np.ndarray):
         dtype_name(value.dtype)
+        return
+    if isinstance(value, ElidedArray):
+        dtype_from_name(value.dtype_name)
         return
     if isinstance(value, PLAIN_SCALARS):
         return

@@ -280,6 +280,10 @@ class Scenario:
     snapshot_every_events: int | None = None
     """The snapshot interval its recordings want by default (None: the recorder's 8192). A seek
     re-executes up to this many events; the torch scenario's events run user code, so it asks less."""
+    snapshot_elide_bytes_min: int | None = None
+    """Arrays of more bytes are stored in its recordings' snapshots as page digests only (elided:
+    sim/elided.py), except in a run's final snapshot: for a world whose large arrays re-execution
+    rebuilds (the torch scenario's tensors). None: every array's bytes are stored."""
     describe_divergence: Callable[[World, World, tuple[dict[str, Any], ...]], str | None] | None = None
     """The first divergence of two runs said in the scenario's own terms (the torch scenario: the
     collective, rank and tensor whose bits first differ), from the two worlds after the diverging

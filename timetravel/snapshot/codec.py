@@ -23,6 +23,7 @@ import msgpack
 import numpy as np
 import xxhash
 
+from timetravel.sim.elided import ElidedArray
 from timetravel.sim.encoding import (
     DECODE_CONTAINER_LENGTH_MAX,
     EXT_ARRAY_DIGEST,
@@ -59,10 +60,15 @@ class Capture:
     only if the blob turns out to be new.
     """
 
-    __slots__ = ("_packer", "arrays", "bases", "birth", "new_pages", "previous", "reused")
+    __slots__ = ("_packer", "arrays", "bases", "birth", "elide_bytes_min", "new_pages", "previous", "reused")
 
-    def __init__(self, birth: int) -> None:
+    def __init__(self, birth: int, elide_bytes_min: int | None = None) -> None:
+        """``elide_bytes_min``: arrays of more bytes keep only their page digests (their pages are
+        Page objects without bytes, unless the slot's previous array held the same page), so a
+        recording that does not store them never copies them; None: every page keeps its bytes (a
+        page without bytes in the previous array gets them again)."""
         self.birth = birth
+        self.elide_bytes_min = elide_bytes_min
         self.previous: Sequence[ArrayEntry] = ()
         self.arrays: list[ArrayEntry] = []
         self.new_pages: list[Page] = []
@@ -89,6 +95,8 @@ class Capture:
             return msgpack.ExtType(EXT_ARRAY_DIGEST, entry.digest)
         if isinstance(value, np.generic):
             return value.item()
+        if isinstance(value, ElidedArray):
+            return msgpack.ExtType(EXT_ARRAY_DIGEST, self._elided(value).digest)
         raise TypeError(
             f"{type(value).__name__} is not plain data (the world holds only plain data and numpy arrays)"
         )
@@ -101,7 +109,8 @@ class Capture:
         old_pages: tuple[Page, ...] = ()
         if previous is not None and previous.dtype == name and previous.shape == shape:
             old_pages = previous.pages
-        if array.nbytes <= PAGE_BYTES and array.flags.c_contiguous:
+        elide = self.elide_bytes_min is not None and array.nbytes > self.elide_bytes_min
+        if array.nbytes <= PAGE_BYTES and array.flags.c_contiguous and not elide:
             return self._small_array(array, name, shape, old_pages)
         raw = memoryview(np.ascontiguousarray(array).reshape(-1).view(np.uint8).data)
         size = len(raw)
@@ -110,12 +119,12 @@ class Capture:
             chunk = raw[start : start + PAGE_BYTES] if size > PAGE_BYTES else raw
             page_digest = xxhash.xxh3_128_digest(chunk)
             old = old_pages[number] if number < len(old_pages) else None
-            if old is not None and old.digest == page_digest:
+            if old is not None and old.digest == page_digest and (elide or old.data is not None):
                 self.reused.add(id(old))
                 pages.append(old)
                 continue
-            page = Page(page_digest, bytes(chunk), self.birth)
-            if old is not None and name in FLOAT_DTYPE_NAMES:
+            page = Page(page_digest, None if elide else bytes(chunk), self.birth)
+            if old is not None and old.data is not None and not elide and name in FLOAT_DTYPE_NAMES:
                 self.bases[id(page)] = old
             self.new_pages.append(page)
             pages.append(page)
@@ -125,18 +134,40 @@ class Capture:
         self.arrays.append(entry)
         return entry
 
+    def _elided(self, array: ElidedArray) -> ArrayEntry:
+        """An elided array: its pages are digests without bytes, unless the slot's previous array
+        held the same page (then that page, bytes and all, is reused)."""
+        index = len(self.arrays)
+        previous = self.previous[index] if index < len(self.previous) else None
+        old_pages: tuple[Page, ...] = ()
+        if previous is not None and previous.dtype == array.dtype_name and previous.shape == array.shape:
+            old_pages = previous.pages
+        pages = []
+        for number, page_digest in enumerate(array.page_digests):
+            old = old_pages[number] if number < len(old_pages) else None
+            if old is not None and old.digest == page_digest:
+                self.reused.add(id(old))
+                pages.append(old)
+                continue
+            page = Page(page_digest, None, self.birth)
+            self.new_pages.append(page)
+            pages.append(page)
+        entry = ArrayEntry(array.digest, array.dtype_name, array.shape, tuple(pages))
+        self.arrays.append(entry)
+        return entry
+
     def _small_array(
         self, array: np.ndarray, name: str, shape: tuple[int, ...], old_pages: tuple[Page, ...]
     ) -> ArrayEntry:
         """The one-page case without slicing (most arrays of small node states)."""
         page_digest = xxhash.xxh3_128_digest(array)  # type: ignore[arg-type]  # any C-contiguous array (bfloat16 has no buffer format)
         old = old_pages[0] if old_pages else None
-        if old is not None and old.digest == page_digest:
+        if old is not None and old.digest == page_digest and old.data is not None:
             self.reused.add(id(old))
             page = old
         else:
             page = Page(page_digest, array.tobytes(), self.birth)
-            if old is not None and name in FLOAT_DTYPE_NAMES:
+            if old is not None and old.data is not None and name in FLOAT_DTYPE_NAMES:
                 self.bases[id(page)] = old
             self.new_pages.append(page)
         entry_digest = xxhash.xxh3_128_digest(_array_header_bytes(name, shape) + page_digest)
@@ -168,8 +199,9 @@ def _array_header_bytes(name: str, shape: tuple[int, ...]) -> bytes:
     return header
 
 
-ArrayFactory = Callable[[bytes], np.ndarray]
-"""``factory(array_digest) -> ndarray``: how a decoder turns an array reference into an array."""
+ArrayFactory = Callable[[bytes], np.ndarray | ElidedArray]
+"""``factory(array_digest) -> ndarray``: how a decoder turns an array reference into an array (an
+ElidedArray when its bytes are not kept)."""
 
 
 def decode_value(

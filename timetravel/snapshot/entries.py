@@ -18,11 +18,12 @@ OBJECT_OVERHEAD_BYTES = 64
 
 
 class Page:
-    """One PAGE_BYTES slice of an array's bytes, named by its xxh3-128 digest."""
+    """One PAGE_BYTES slice of an array's bytes, named by its xxh3-128 digest; ``data`` None: a page
+    of an elided array (sim/elided.py), whose bytes are not kept (a recording does not write it)."""
 
     __slots__ = ("birth", "data", "death", "digest")
 
-    def __init__(self, digest: bytes, data: bytes, birth: int) -> None:
+    def __init__(self, digest: bytes, data: bytes | None, birth: int) -> None:
         self.digest = digest
         self.data = data
         self.birth = birth
@@ -30,7 +31,7 @@ class Page:
 
     @property
     def nbytes(self) -> int:
-        return len(self.data) + OBJECT_OVERHEAD_BYTES
+        return (0 if self.data is None else len(self.data)) + OBJECT_OVERHEAD_BYTES
 
 
 class ArrayEntry:
@@ -47,6 +48,11 @@ class ArrayEntry:
     @property
     def page_digests(self) -> list[bytes]:
         return [page.digest for page in self.pages]
+
+    @property
+    def elided(self) -> bool:
+        """Some page's bytes are not kept: the array restores as an ElidedArray."""
+        return any(page.data is None for page in self.pages)
 
 
 class Blob:

@@ -6,6 +6,7 @@ from typing import Any
 
 import numpy as np
 
+from timetravel.sim.elided import ElidedArray
 from timetravel.sim.encoding import DECODE_BYTES_MAX
 from timetravel.sim.world import World
 from timetravel.snapshot.assemble import assemble_world
@@ -18,9 +19,12 @@ from timetravel.snapshot.store import Snapshot
 def _array_factory(arrays: tuple[ArrayEntry, ...], *, writeable: bool) -> Any:
     by_digest = {array.digest: array for array in arrays}
 
-    def factory(array_digest: bytes) -> np.ndarray:
+    def factory(array_digest: bytes) -> np.ndarray | ElidedArray:
         array = by_digest[array_digest]
-        return build_array(array.dtype, array.shape, [page.data for page in array.pages], writeable=writeable)
+        pages = [page.data for page in array.pages]
+        if any(page is None for page in pages):  # taken elided (codec.Capture): digests only
+            return ElidedArray(array.dtype, array.shape, tuple(array.page_digests))
+        return build_array(array.dtype, array.shape, pages, writeable=writeable)  # type: ignore[arg-type]
 
     return factory
 

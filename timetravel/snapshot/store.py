@@ -57,7 +57,7 @@ from timetravel.snapshot.assemble import (
 )
 from timetravel.snapshot.changes import Changes, SnapshotError, last_events
 from timetravel.snapshot.codec import Capture
-from timetravel.snapshot.entries import Blob, Item, Page, QueueChunk
+from timetravel.snapshot.entries import ArrayEntry, Blob, Item, Page, QueueChunk
 from timetravel.snapshot.snapshot import Snapshot
 
 SNAPSHOT_BYTES_MAX_DEFAULT = 512 * 1024 * 1024
@@ -126,6 +126,7 @@ class SnapshotStore:
         since: Sequence[Sequence[Event]] | None = None,
         *,
         changes: Changes | None = None,
+        elide_bytes_min: int | None = None,
     ) -> Snapshot:
         """Snapshot ``world``, a later state of the world of the latest snapshot (if any).
 
@@ -135,7 +136,9 @@ class SnapshotStore:
         their ``seq`` the pending events that left the queue. None re-encodes every node and the
         whole queue (the first snapshot, or when nothing was tracked). ``changes``: the same
         events gathered as they were flushed (:class:`~timetravel.snapshot.changes.Changes`, since
-        the latest snapshot's ``seq``), instead of ``since``. A store follows one line of history:
+        the latest snapshot's ``seq``), instead of ``since``. ``elide_bytes_min``: arrays of more
+        bytes are taken as page digests only (codec.Capture; a recording of a world whose large
+        arrays are rebuilt by re-execution). A store follows one line of history:
         a branch starts a store of its own (its blobs are shared with the parent's in a recording,
         where equal blobs are stored once by digest).
         """
@@ -148,7 +151,7 @@ class SnapshotStore:
         born: list[Item] = []
         bases: dict[int, Page] = {}
         self._taking = _Taking(index, born, bases)
-        self._capture = Capture(index)
+        self._capture = Capture(index, elide_bytes_min)
         parts = self._take_parts(world, base)
         changes = _tracked_changes(world, base, since, changes)
         dirty = None if changes is None else changes.nodes
@@ -194,8 +197,12 @@ class SnapshotStore:
         taking = self._taking
         data = capture.pack(value, old.arrays if old is not None else ())
         blob_digest = xxhash.xxh3_128_digest(data)
-        if old is not None and old.digest == blob_digest:
-            return old
+        if (
+            old is not None
+            and old.digest == blob_digest
+            and (capture.elide_bytes_min is not None or not _gains_bytes(old.arrays, capture.arrays))
+        ):
+            return old  # (the same value with bytes where the old blob had digests: a new blob)
         blob = Blob(blob_digest, data, tuple(capture.arrays), taking.index)
         taking.born.append(blob)
         taking.born.extend(capture.new_pages)
@@ -398,6 +405,18 @@ class SnapshotStore:
                         seen.add(id(item))
                         total += item.nbytes
         return total
+
+
+def _gains_bytes(old: Sequence[ArrayEntry], new: Sequence[ArrayEntry]) -> bool:
+    """Whether ``new`` (a capture of the same value) holds bytes of a page ``old`` held only the
+    digest of (an elided array whose bytes came back: a keeping snapshot stores them)."""
+    for before, after in zip(old, new, strict=False):
+        if before.elided and any(
+            page.data is None and fresh.data is not None
+            for page, fresh in zip(before.pages, after.pages, strict=False)
+        ):
+            return True
+    return False
 
 
 def _tracked_changes(

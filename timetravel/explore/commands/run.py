@@ -19,6 +19,7 @@ from timetravel.explore.commands.parse import CommandError, Invocation, parse, r
 from timetravel.explore.commands.spec import COMMAND_SPECS
 from timetravel.explore.results import HelpEntry, HelpResult
 from timetravel.explore.session import Session
+from timetravel.sim.elided import ElidedError
 from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT
 
 Handler = Callable[[Invocation, "CommandContext"], Any]
@@ -97,12 +98,21 @@ def register_handler(name: str, handler: Handler) -> None:
 
 
 def execute(invocation: Invocation, context: CommandContext) -> Any:
-    """Run one parsed command and return its result dataclass."""
+    """Run one parsed command and return its result dataclass. A command that reads a tensor a
+    recording keeps as digests only (sim/elided.py) runs again with the values rebuilt by
+    re-execution (``Session.read_values``), or says in one line that it needs the script."""
     handler = HANDLERS.get(invocation.name)
     if handler is None:
         context.require_session(invocation.name)
         raise CommandError(f"{invocation.name}: not available in this build")
-    return handler(invocation, context)
+    if context.session is None:
+        return handler(invocation, context)
+    try:
+        return context.session.read_values(lambda: handler(invocation, context))
+    except ElidedError as error:
+        raise CommandError(
+            f"{invocation.name}: {error} (name the script with --script to rebuild it)"
+        ) from None
 
 
 def run_line(text: str, context: CommandContext) -> Any:

@@ -69,3 +69,9 @@ BATCH_INDICES_MAX = 4096
 """Sampler indices kept per DataLoader batch message, and per rank and optimizer step in the World
 (``nodes/rN/batch``): a batch of a few thousand samples is named in full; a larger one keeps its
 first indices and counts the rest."""
+
+SNAPSHOT_ELIDE_BYTES_MIN = FRAME_BYTES_MIN
+"""A torch recording's snapshots keep arrays of more bytes as page digests only (sim/elided.py): the
+tensors ranks sent and the World reduced, and the training state the ranks describe, are rebuilt by
+re-execution (a recording keeps the training state of some steps: torch/world/state_pull.py). A
+loss all_reduce's one float stays whole, so metrics and small results read without re-execution."""

@@ -18,8 +18,12 @@ from timetravel.torch.protocol.wire import receive_message, send_message
 
 WORK_CHARGED_KINDS = ("call", "exit")
 """The messages at which the World charges a rank's compute (scenario: the compute model)."""
-NON_BLOCKING_KINDS = frozenset({"metric", "output", "warning", "step", "probe"})
+NON_BLOCKING_KINDS = frozenset({"metric", "output", "warning", "step", "probe", "state_bytes"})
 """Messages that do not end the rank's stretch of free running (``before_blocking`` skips them)."""
+
+
+WAITING_REQUESTS = ("checkpoint", "probe", "state_pull")
+"""What the coordinator may ask of a rank that waits (or lingers after its exit) before it answers."""
 
 
 class StopRank(BaseException):
@@ -59,6 +63,9 @@ class Channel:
         self.result_observers: list[Callable[[dict[str, Any], list[Any]], None]] = []
         """Called with each collective's call message and the tensors it wrote once its result arrived
         (``diff --ops`` hashes them as ops of their own)."""
+        self.on_state_pull: Callable[[dict[str, Any]], None] | None = None
+        """Send the bytes of the latest state step's tensors, asked for while this rank waits or
+        lingers (rank/setup.py sets it to the state reporter's ``serve_pull``)."""
         self.on_checkpoint: Callable[[Channel, dict[str, Any]], None] | None = None
         """Fork a checkpoint of this process, asked for while it waits (rank/main.py sets it to
         :func:`timetravel.torch.rank.checkpoint.take`; the channel itself knows nothing of forks)."""
@@ -83,8 +90,8 @@ class Channel:
         with self._call_lock:
             self.post(message)
             reply = receive_message(self.sock)
-            while reply.get("kind") in ("checkpoint", "probe"):
-                self._while_waiting(reply)  # a quiescent point: fork a copy, or install the probe
+            while reply.get("kind") in WAITING_REQUESTS:
+                self._while_waiting(reply)  # a quiescent point: fork a copy, install the probe, a pull
                 reply = receive_message(self.sock)
         if reply.get("kind") == "stop":
             raise StopRank()
@@ -112,7 +119,7 @@ class Channel:
                 reply = receive_message(self.sock)
             except (OSError, ValueError):
                 return
-            if reply.get("kind") not in ("checkpoint", "probe"):
+            if reply.get("kind") not in WAITING_REQUESTS:
                 return
             self._while_waiting(reply)
 
@@ -122,6 +129,11 @@ class Channel:
         if request.get("kind") == "checkpoint":
             assert self.on_checkpoint is not None, "a checkpoint asked of a rank that cannot fork one"
             self.on_checkpoint(self, request)
+        elif request.get("kind") == "state_pull":
+            if self.on_state_pull is not None:
+                self.on_state_pull(request)
+            else:  # the rank never set up (it failed before): nothing to send
+                self.post({"kind": "state_bytes", "step": request.get("step"), "tensors": {}, "stale": True})
         elif self.on_probe is not None:
             self.on_probe(request)
         else:  # the script ended, or never set the rank up: nothing to hook

@@ -79,6 +79,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
         if settings.get("detect_resume_mismatch", True) or settings.get("detect_silent_corruption", True)
         else None,
     )
+    rank_channel.on_state_pull = reporter.serve_pull
     rank_state.watch_optimizers(reporter)
     rank_state.watch_grad_scaler(rank_channel)
     register_optimizer_step_pre_hook(reporter.before_step)

@@ -4,7 +4,9 @@ Every optimizer step ends with one ``step`` message (torch's global step post ho
 never touched). It carries the parameter digests the World compares across replicas (``params``,
 when ``detect_divergence``), scalar metrics (``metrics``: ``lr`` of group 0 and ``lr/<group>`` of the
 others at every step; ``grad_norm/<name>`` and ``update_ratio/<name>`` at state steps) and, every
-``state_every_steps`` steps, the state itself (``state``):
+``state_every_steps`` steps, the state itself (``state``) — as *descriptors*, not bytes: each tensor's
+dtype, shape and page digests (xxh3-128 of each 64 KiB page, what the World's hash reads of an
+array), which the World holds as elided arrays (sim/elided.py):
 
 * ``params`` — the state_dict tensors of the module that owns the optimizer's parameters (its
   parameters and buffers), named as in ``state_dict()`` without DDP's ``module.`` or compile's
@@ -12,15 +14,23 @@ others at every step; ``grad_norm/<name>`` and ``update_ratio/<name>`` at state 
 * ``optimizer`` — per parameter name its optimizer state (``exp_avg``, ``momentum_buffer``, ``step``…),
   and ``param_groups`` — per group its scalar hyperparameters (``lr``, ``momentum``, ``betas``…);
 * ``grads`` — each parameter's *local* gradient before any reduction: a post-accumulate-grad hook,
-  registered on every parameter an optimizer is given, copies ``.grad`` when backward finished with
-  it, before DDP's all_reduce averages it in (so a NaN is seen on the rank that made it). When no
-  hook fired (FSDP2 writes the reduced gradient shard into ``.grad`` itself), ``.grad`` at the step;
+  registered on every parameter an optimizer is given, hashes ``.grad`` (and copies it into a buffer
+  of this rank's own) when backward finished with it, before DDP's all_reduce averages it in (so a
+  NaN is seen on the rank that made it). When no hook fired (FSDP2 writes the reduced gradient shard
+  into ``.grad`` itself), ``.grad`` at the step;
 * ``shards`` — for a DTensor parameter sharded on one mesh dimension (FSDP2's ``Shard(0)``), its
-  local shard, the shard dimension and the logical shape, so the World can reassemble the logical
-  tensor from every rank's shard.
+  local shard (with its bytes: the World reassembles the logical tensor from every rank's shard),
+  the shard dimension and the logical shape.
 
-Above ``state_bytes_max`` bytes a step sends digests only (``digests``) and warns ``state_too_large``
-once. A GradScaler's ``update()`` reports ``scale`` (before the update) and ``found_inf`` as metrics.
+**The bytes** of a state step's tensors leave the rank only when the coordinator pulls them
+(``state_pull``, asked while the rank waits or lingers after its exit: :meth:`StateReporter.serve_pull`):
+a recording stores the steps it keeps, and a command that needs a tensor's values rebuilds them by
+re-execution. The rank keeps what a pull of its latest state step reads: the parameter and optimizer
+tensors themselves (no copy: a pull comes while the rank waits, before its next step changes them)
+and its local gradients, copied when the hook fired (DDP changes ``.grad`` later). A pull above
+``state_bytes_max`` bytes is refused (the reply says so; a pull never changes what the World sees,
+so the recorder notes it). A GradScaler's
+``update()`` reports ``scale`` (before the update) and ``found_inf`` as metrics.
 """
 
 from __future__ import annotations
@@ -31,8 +41,8 @@ import weakref
 from typing import Any
 
 import torch
-import xxhash
 
+from timetravel.sim.encoding import page_digests
 from timetravel.torch.rank.backend import tensor_to_wire
 from timetravel.torch.rank.channel import Channel
 
@@ -68,10 +78,16 @@ def _shard_dim(tensor: torch.Tensor) -> int | None:
     return int(shards[0].dim)
 
 
-def _digest(tensor: torch.Tensor) -> str:
-    flat = tensor.reshape(-1)  # a 0-dim tensor (BatchNorm's num_batches_tracked) has no byte view
-    raw = flat.view(torch.uint8) if flat.dtype != torch.bool else flat.to(torch.uint8)
-    return xxhash.xxh3_64_hexdigest(raw.numpy())  # type: ignore[arg-type]  # hashed in place, no bytes copy
+def _descriptor(tensor: torch.Tensor, with_data: bool = False) -> dict[str, Any]:
+    """What the World holds of a tensor it is not sent: dtype, shape and page digests (the World's
+    array hash reads the same bytes: sim/encoding.py ``page_digests``), hashed in place. With
+    ``with_data``: its bytes too (a DTensor shard the World reassembles)."""
+    wire = tensor_to_wire(tensor)
+    described: dict[str, Any] = {"dtype": wire["dtype"], "shape": wire["shape"]}
+    described["pages"] = page_digests(wire["data"])
+    if with_data:
+        described["data"] = wire["data"]
+    return described
 
 
 _REAL_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
@@ -106,7 +122,8 @@ def _initialising_state() -> bool:
 
 
 class StateReporter:
-    """Holds what a rank needs between backward and the step: local grads and pre-step weights."""
+    """Holds what a rank needs between backward and the step (local grads, pre-step weights) and what
+    a pull of its latest state step reads (module docstring)."""
 
     def __init__(
         self,
@@ -129,9 +146,18 @@ class StateReporter:
         self.prefix_of = prefix_of if prefix_of is not None else (lambda module: "")
         self.steps = 0
         self.hooked: dict[int, Any] = {}
-        self.grads: dict[int, torch.Tensor] = {}
+        self.grads: dict[int, tuple[dict[str, Any], float]] = {}
+        """This step's local gradients so far: descriptor and 2-norm, by parameter id."""
+        self.grad_copies: dict[int, torch.Tensor] = {}
+        """This step's local gradients as the hook saw them (buffers reused from step to step)."""
+        self.latest: dict[str, Any] = {"step": 0, "tensors": {}}
+        """The latest state step: its number and, by path (``params/<name>``, ``optimizer/<name>/<key>``,
+        ``grads/<name>``), the tensors a pull of it sends."""
+        self.latest_grads: dict[int, torch.Tensor] = {}
+        """The latest state step's gradient copies, by parameter id."""
+        self.spare: dict[int, torch.Tensor] = {}
+        """Gradient buffers of the state step before the latest, reused for the next one."""
         self.before: dict[int, torch.Tensor] = {}
-        self.warned = False
 
     def state_step(self) -> bool:
         return self.every > 0 and (self.steps + 1) % self.every == 0
@@ -139,7 +165,7 @@ class StateReporter:
     # -- hooks ---------------------------------------------------------------------------------
 
     def watch(self, parameters: Any) -> None:
-        """Copy each parameter's local gradient when backward finishes accumulating it."""
+        """Hash (and copy) each parameter's local gradient when backward finishes accumulating it."""
         for parameter in parameters:
             if not isinstance(parameter, torch.Tensor) or id(parameter) in self.hooked:
                 continue
@@ -153,8 +179,17 @@ class StateReporter:
 
     def _grad_ready(self, parameter: torch.Tensor) -> None:
         if self.state_step() and parameter.grad is not None:
-            # DDP's all_reduce averages .grad in place later: the local gradient needs its own copy
-            self.grads[id(parameter)] = _local(parameter.grad).clone(memory_format=torch.contiguous_format)
+            # DDP's all_reduce averages .grad in place later: hashed now, and copied for a pull
+            self.grads[id(parameter)] = self._local_grad(parameter, _local(parameter.grad))
+
+    def _local_grad(self, parameter: torch.Tensor, grad: torch.Tensor) -> tuple[dict[str, Any], float]:
+        buffer = self.spare.pop(id(parameter), None)
+        if buffer is None or buffer.shape != grad.shape or buffer.dtype != grad.dtype:
+            buffer = grad.clone(memory_format=torch.contiguous_format)
+        else:
+            buffer.copy_(grad)
+        self.grad_copies[id(parameter)] = buffer
+        return _descriptor(buffer), _norm(buffer)
 
     def before_step(self, optimizer: torch.optim.Optimizer, args: Any, kwargs: Any) -> None:
         if _initialising_state():
@@ -188,6 +223,7 @@ class StateReporter:
         if self.every > 0 and self.steps % self.every == 0:
             message["state"] = self._state(optimizer, metrics)
         self.grads.clear()
+        self.grad_copies.clear()
         self.before.clear()
         message["metrics"] = metrics
         self.channel.post(message)
@@ -202,62 +238,51 @@ class StateReporter:
         return named
 
     def _state(self, optimizer: torch.optim.Optimizer, metrics: list[list[Any]]) -> dict[str, Any]:
+        """The step's descriptors (and the tensors a pull of this step sends, kept in ``latest``)."""
         named = self._named(optimizer)
-        tensors: dict[str, dict[str, torch.Tensor]] = {"params": {}, "grads": {}}
+        kept: dict[str, torch.Tensor] = {}
+        described: dict[str, Any] = {"params": {}, "grads": {}, "optimizer": {}}
         shards: dict[str, Any] = {}
         for name, parameter in named:
             dim = _shard_dim(parameter)
             local = _local(parameter)
-            tensors["params"][name] = local
-            if dim is not None and dim >= 0:
+            sharded = dim is not None and dim >= 0
+            described["params"][name] = _descriptor(local, with_data=sharded)
+            kept[f"params/{name}"] = local
+            if sharded:
                 shards[name] = {"dim": dim, "shape": list(parameter.shape)}
             grad = self.grads.get(id(parameter))
             if grad is None and parameter.grad is not None:
-                grad = _local(parameter.grad)
+                grad = self._local_grad(parameter, _local(parameter.grad))
             if grad is not None:
-                tensors["grads"][name] = grad
-                metrics.append([f"grad_norm/{name}", _norm(grad)])
+                described["grads"][name] = grad[0]
+                kept[f"grads/{name}"] = self.grad_copies[id(parameter)]
+                metrics.append([f"grad_norm/{name}", grad[1]])
             before = self.before.get(id(parameter))
             if before is not None and before.shape == local.shape:
                 weight = _norm(before)
                 change = _norm(local.double() - before.double())  # before: float64 already, not copied
                 metrics.append([f"update_ratio/{name}", change / weight if weight else change])
         for name, other in self._other_entries(named):
-            tensors["params"][name] = _local(other)
-        optimizer_state: dict[str, dict[str, Any]] = {}
+            local = _local(other)
+            described["params"][name] = _descriptor(local)
+            kept[f"params/{name}"] = local
         for name, parameter in named:
             entries: dict[str, Any] = {}
             for key, value in optimizer.state.get(parameter, {}).items():
                 if isinstance(value, torch.Tensor):
-                    entries[str(key)] = _local(value)
+                    local = _local(value)
+                    entries[str(key)] = _descriptor(local)
+                    kept[f"optimizer/{name}/{key}"] = local
                 elif isinstance(value, (int, float)) and not isinstance(value, bool):
                     entries[str(key)] = value
             if entries:
-                optimizer_state[name] = entries
+                described["optimizer"][name] = entries
+        # this step's gradient copies are the latest; the previous latest ones serve the next step
+        self.spare, self.latest_grads = self.latest_grads, dict(self.grad_copies)
+        self.latest = {"step": self.steps, "tensors": kept}
         groups = [_hyperparameters(group) for group in optimizer.param_groups]
-        size = sum(t.numel() * t.element_size() for part in tensors.values() for t in part.values())
-        size += sum(
-            value.numel() * value.element_size()
-            for entries in optimizer_state.values()
-            for value in entries.values()
-            if isinstance(value, torch.Tensor)
-        )
-        if size > self.bytes_max:
-            return self._digests_only(tensors, optimizer_state, groups, size)
-        return {
-            "step": self.steps,
-            "params": {name: tensor_to_wire(t) for name, t in tensors["params"].items()},
-            "grads": {name: tensor_to_wire(t) for name, t in tensors["grads"].items()},
-            "optimizer": {
-                name: {
-                    key: tensor_to_wire(value) if isinstance(value, torch.Tensor) else value
-                    for key, value in entries.items()
-                }
-                for name, entries in optimizer_state.items()
-            },
-            "param_groups": groups,
-            "shards": shards,
-        }
+        return {"step": self.steps, **described, "param_groups": groups, "shards": shards}
 
     def _other_entries(self, named: list[tuple[str, torch.Tensor]]) -> list[tuple[str, torch.Tensor]]:
         """The state_dict tensors of the module that owns the parameters, other than the parameters
@@ -279,21 +304,28 @@ class StateReporter:
             return [(name, value) for name, value in entries if name not in given]
         return []
 
-    def _digests_only(
-        self, tensors: dict[str, Any], optimizer_state: dict[str, Any], groups: list[Any], size: int
-    ) -> dict[str, Any]:
-        if not self.warned:
-            self.warned = True
-            detail = f"step {self.steps}: {size} bytes of state is above state_bytes_max {self.bytes_max}; digests only"
-            self.channel.post({"kind": "warning", "name": "state_too_large", "detail": detail})
-        digests = {
-            f"{part}/{name}": _digest(t) for part, named in tensors.items() for name, t in named.items()
-        }
-        for name, entries in optimizer_state.items():
-            for key, value in entries.items():
-                if isinstance(value, torch.Tensor):
-                    digests[f"optimizer/{name}/{key}"] = _digest(value)
-        return {"step": self.steps, "digests": digests, "param_groups": groups, "bytes": size}
+    # -- pulls -------------------------------------------------------------------------------------
+
+    def serve_pull(self, request: dict[str, Any]) -> None:
+        """Send the bytes of the latest state step's tensors ``request["paths"]`` asks for, if the
+        step asked for is still the latest (else none: ``stale``); refused above ``bytes_max``."""
+        step = int(request.get("step", -1))
+        latest = self.latest
+        reply: dict[str, Any] = {"kind": "state_bytes", "step": step, "tensors": {}}
+        if latest["step"] != step:
+            reply["stale"] = True
+            self.channel.post(reply)
+            return
+        wanted = [path for path in request.get("paths", []) if path in latest["tensors"]]
+        size = sum(
+            latest["tensors"][path].numel() * latest["tensors"][path].element_size() for path in wanted
+        )
+        if size > self.bytes_max:  # said in the reply only: a pull never changes what the World sees
+            reply["refused"] = f"{size} bytes of state is above state_bytes_max {self.bytes_max}"
+            self.channel.post(reply)
+            return
+        reply["tensors"] = {path: tensor_to_wire(latest["tensors"][path]) for path in wanted}
+        self.channel.post(reply)
 
 
 def _hyperparameters(group: dict[str, Any]) -> dict[str, Any]:

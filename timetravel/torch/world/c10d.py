@@ -27,7 +27,7 @@ from typing import Any
 import xxhash
 
 from timetravel.sim.context import Context
-from timetravel.sim.encoding import pack
+from timetravel.sim.encoding import pack_for_hash
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.world import (
@@ -79,8 +79,10 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if str(message.get("op", "")).startswith("store."):
         ctx.deliver(ctx.now, store.STORE_NODE, "request", message)  # the rendezvous store: its own node
         return
-    # the sender's outbox (scenario._post_inputs): read here, copied into c10d's own entry
+    # the sender's outbox (ranks._post_inputs): read here, copied into c10d's own entry; the call
+    # message says each tensor's digest and non-finite count
     inputs = list(ctx.world.nodes[f"r{rank}"]["outbox"][str(message["id"])])
+    summary = [[described[2], described[3]] for described in message["inputs"]]
     op = message["op"]
     members = [int(member) for member in message["members"]]
     if rank not in members:
@@ -96,6 +98,7 @@ def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
         "index": members.index(rank),
         "op": op,
         "inputs": inputs,
+        "summary": summary,
         "opts": dict(message["opts"]),
         "id": message["id"],
         "t_ns": ctx.now,
@@ -153,7 +156,8 @@ def _complete(state: dict[str, Any], key: str, ctx: Context) -> None:
     record = state["ops"][key]
     members = record["members"]
     entries = [record["entries"][str(rank)] for rank in members]
-    done = collectives.complete(entries, len(members), ctx.world.config["reduce_order"])
+    # by the run's host: it journals the outputs when recorded, and a replay reads them back
+    done = ctx.processes.complete(ctx.event, entries, len(members), ctx.world.config["reduce_order"])
     received = None if done.outputs is None else [done.outputs[entry["index"]] for entry in entries]
     heal, received = faults.at_completion(ctx, members, entries, received)
     if heal is None:
@@ -209,10 +213,9 @@ def _finish(
     out_digests = digests.note_results(state, entries, received, t_done, ctx)
     for entry, outputs in zip(entries, received, strict=True):
         rank = entry["rank"]
-        state["results"][f"{rank}:{entry['id']}"] = {
-            "t_ns": t_done,
-            "outputs": [arrays.encode(array, arrays.dtype_name(array)) for array in outputs],
-        }
+        # the arrays themselves (read-only, shared with the entries they came from): a recording
+        # keeps their digests only, and the wire sends their bytes (arrays.out_of_band)
+        state["results"][f"{rank}:{entry['id']}"] = {"t_ns": t_done, "outputs": list(outputs)}
         for flight in state["flight"][str(rank)]:
             if flight["id"] == entry["id"]:
                 flight["state"] = "completed"
@@ -302,7 +305,10 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
     # still holds it, for a rank resumed from a checkpoint (torch/checkpoints.py)
     state["delivering"][str(rank)] = {"number": number, "message": message}
     chain = state["received"].setdefault(str(rank), {})
-    chain[str(number)] = xxhash.xxh3_64_hexdigest(chain.get(str(number - 1), "").encode() + pack(message))
+    # over the hash form (arrays by their digests): the same chain whether a world holds the bytes
+    chain[str(number)] = xxhash.xxh3_64_hexdigest(
+        chain.get(str(number - 1), "").encode() + pack_for_hash(message)
+    )
     chain.pop(str(number - 2), None)
     state.setdefault(ORDERS_KEY, []).append(["release", rank, number, message])
     poll = {"incarnation": state["incarnation"], "delivery": number}

@@ -25,6 +25,7 @@ from typing import Any
 
 from timetravel.torch.protocol.limits import RANK_START_TIMEOUT_S
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError, receive_message, send_message
+from timetravel.torch.world.driver import RankStartError
 
 STALE_ANSWERS_MAX = 256
 """Bound on late answers to earlier takes skipped while waiting for this one's."""
@@ -178,7 +179,11 @@ class CheckpointKeeper:
             except OSError:
                 self.discard(taken)
                 raise CheckpointUnusable(f"the checkpoint of r{rank} stopped answering") from None
-        driver.accept_resumed(sorted(taken.ranks), taken.token)
+        try:
+            driver.accept_resumed(sorted(taken.ranks), taken.token, gone=lambda: not taken.alive())
+        except RankStartError as error:
+            self.discard(taken)
+            raise CheckpointUnusable(str(error)) from None
         driver.delivered.update(taken.delivered)
         for rank, messages in taken.inbox.items():
             driver.inboxes.put(rank, copy.deepcopy(messages))  # a poll consumes (and edits) them

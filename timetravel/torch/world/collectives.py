@@ -9,6 +9,7 @@ in the order the World chose, what each rank receives. Rank-side code flattens t
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -79,7 +80,14 @@ class Completion:
     unsupported: str | None = None
 
 
-def complete(entries: list[dict[str, Any]], size: int, reduce_order: str) -> Completion:
+Reduce = Callable[[str, list[Any]], Any]
+"""How a reduction is computed: ``reduce(reduce_op, arrays)`` (reduce_ops.fold, or its recorded result:
+c10d.py hands one that journals it, world/journal.py)."""
+
+
+def complete(
+    entries: list[dict[str, Any]], size: int, reduce_order: str, reduce: Reduce = fold
+) -> Completion:
     """Check that the members agree, then compute what each receives, reducing in ``reduce_order``
     (canonical: rank order; arrival: the order the contributions reached the reducer)."""
     problem = list_shape_errors(entries, size)
@@ -92,14 +100,17 @@ def complete(entries: list[dict[str, Any]], size: int, reduce_order: str) -> Com
     if reduce_order == "arrival":
         order = sorted(entries, key=lambda entry: (entry["t_ns"], entry["rank"]))
     try:
-        received = outputs(order, size)
+        received = outputs(order, size, reduce)
     except ValueError as error:
         return Completion(None, unsupported=f"{describe(entries[0])}: {error}")
     return Completion(received, max(payload_bytes(entry) for entry in entries))
 
 
-def outputs(entries_in_order: list[dict[str, Any]], size: int) -> dict[int, list[np.ndarray]]:
-    """Each group index's received arrays, from the entries in reduction order."""
+def outputs(
+    entries_in_order: list[dict[str, Any]], size: int, reduce: Reduce = fold
+) -> dict[int, list[np.ndarray]]:
+    """Each group index's received arrays, from the entries in reduction order (the reductions by
+    ``reduce``); every other op hands on its inputs, the same array objects."""
     by_index = {entry["index"]: entry for entry in entries_in_order}
     first = entries_in_order[0]
     op = first["op"]
@@ -107,10 +118,10 @@ def outputs(entries_in_order: list[dict[str, Any]], size: int) -> dict[int, list
     if op == "barrier":
         return {index: [] for index in range(size)}
     if op == "all_reduce":
-        reduced = _reduce_each(opts["reduce_op"], [entry["inputs"] for entry in entries_in_order])
+        reduced = _reduce_each(opts["reduce_op"], [entry["inputs"] for entry in entries_in_order], reduce)
         return {index: reduced for index in range(size)}
     if op == "reduce":
-        reduced = _reduce_each(opts["reduce_op"], [entry["inputs"] for entry in entries_in_order])
+        reduced = _reduce_each(opts["reduce_op"], [entry["inputs"] for entry in entries_in_order], reduce)
         return {index: (reduced if index == opts["root"] else []) for index in range(size)}
     if op == "broadcast":
         root_inputs = by_index[opts["root"]]["inputs"]
@@ -126,7 +137,7 @@ def outputs(entries_in_order: list[dict[str, Any]], size: int) -> dict[int, list
         return {index: [root_inputs[index]] for index in range(size)}
     if op == "reduce_scatter":
         return {
-            index: [fold(opts["reduce_op"], [entry["inputs"][index] for entry in entries_in_order])]
+            index: [reduce(opts["reduce_op"], [entry["inputs"][index] for entry in entries_in_order])]
             for index in range(size)
         }
     if op == "all_to_all":
@@ -134,9 +145,9 @@ def outputs(entries_in_order: list[dict[str, Any]], size: int) -> dict[int, list
     raise ValueError(f"unsupported collective {op}")
 
 
-def _reduce_each(reduce_op: str, inputs_in_order: list[list[np.ndarray]]) -> list[np.ndarray]:
+def _reduce_each(reduce_op: str, inputs_in_order: list[list[np.ndarray]], reduce: Reduce) -> list[np.ndarray]:
     count = len(inputs_in_order[0])
-    return [fold(reduce_op, [inputs[position] for inputs in inputs_in_order]) for position in range(count)]
+    return [reduce(reduce_op, [inputs[position] for inputs in inputs_in_order]) for position in range(count)]
 
 
 def payload_bytes(entry: dict[str, Any]) -> int:

@@ -22,22 +22,16 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
-import xxhash
 
 from timetravel.sim.context import Context
+from timetravel.sim.elided import summary_of
 from timetravel.torch.protocol import arrays
 from timetravel.torch.world import replicas, resume
 
 
-def tensor_digests(tensors: list[np.ndarray]) -> list[str]:
+def tensor_digests(tensors: list[Any]) -> list[str]:
     """xxh3-64 of each tensor's bytes (C order), as the rank's step digests are."""
-    return [
-        xxhash.xxh3_64_hexdigest(np.ascontiguousarray(array).view(np.uint8).tobytes()) for array in tensors
-    ]
-
-
-def _nonfinite(tensors: list[np.ndarray]) -> int:
-    return sum(arrays.nonfinite_count(array) for array in tensors)
+    return [summary_of(array)[0] for array in tensors]
 
 
 def reaches_a_result(entry: dict[str, Any]) -> bool:
@@ -49,17 +43,17 @@ def reaches_a_result(entry: dict[str, Any]) -> bool:
 def note_entry(
     state: dict[str, Any], entry: dict[str, Any], key: str, group: Any, seq: Any
 ) -> list[tuple[int, int]]:
-    """A rank entered collective ``key`` with ``entry['inputs']``: its last-collective record starts.
-    Returns (tensor position, non-finite count) of each input that reaches a result and holds one."""
+    """A rank entered collective ``key`` with ``entry['inputs']`` (``entry['summary']``: each one's
+    digest and non-finite count): its last-collective record starts. Returns (tensor position,
+    non-finite count) of each input that reaches a result and holds one."""
     rank = str(entry["rank"])
     last = state.setdefault("last", {})
     previous = last.get(rank, {})
     counts = (
-        [(position, arrays.nonfinite_count(array)) for position, array in enumerate(entry["inputs"])]
+        [(position, int(count)) for position, (_digest, count) in enumerate(entry["summary"]) if count]
         if reaches_a_result(entry)
         else []
     )
-    counts = [(position, count) for position, count in counts if count]
     in_nonfinite = sum(count for _, count in counts)
     if counts:  # the nan detector reads it once every member entered (only where there is one)
         entry["nonfinite"] = _first_nonfinite_tensor(entry["inputs"], counts)
@@ -70,7 +64,7 @@ def note_entry(
         "seq": seq,
         "group": group,
         "t_ns": entry["t_ns"],
-        "in_digest": tensor_digests(entry["inputs"]),
+        "in_digest": [digest for digest, _count in entry["summary"]],
         "in_nonfinite": in_nonfinite,
         "out_digest": [],
         "out_nonfinite": 0,
@@ -137,44 +131,56 @@ def fail_nonfinite(entries: list[dict[str, Any]], key: str, group: Any, seq: Any
 def note_results(
     state: dict[str, Any],
     entries: list[dict[str, Any]],
-    received: list[list[np.ndarray]],
+    received: list[list[Any]],
     t_done: int,
     ctx: Context,
 ) -> list[list[str]]:
     """A collective completed at ``t_done``: each entry's rank receives its ``received`` outputs.
-    Returns each entry's output digests (an array several ranks receive is hashed once)."""
-    hashed: dict[int, str] = {}  # id of an array alive during this call -> its digest
+    An output that is an entry's input (a broadcast, a gather, a recv) has that input's summary.
+    Returns each entry's output digests."""
+    known = {
+        id(array): summary
+        for entry in entries
+        for array, summary in zip(entry["inputs"], entry.get("summary", ()), strict=False)
+    }
     digests = []
     for entry, outputs in zip(entries, received, strict=True):
-        for array in outputs:
-            if id(array) not in hashed:
-                hashed[id(array)] = tensor_digests([array])[0]
-        out_digest = [hashed[id(array)] for array in outputs]
-        note_result(state, entry, outputs, out_digest, t_done, ctx)
-        digests.append(out_digest)
+        summaries = []
+        for array in outputs:  # an all_reduce hands every rank the same array: summarized once
+            summary = known.get(id(array))
+            if summary is None:
+                summary = known[id(array)] = list(summary_of(array))
+            summaries.append(summary)
+        note_result(state, entry, outputs, summaries, t_done, ctx)
+        digests.append([digest for digest, _count in summaries])
     return digests
 
 
 def note_result(
     state: dict[str, Any],
     entry: dict[str, Any],
-    outputs: list[np.ndarray],
-    out_digest: list[str],
+    outputs: list[Any],
+    summaries: list[Any],
     t_done: int,
     ctx: Context,
 ) -> None:
-    """The rank's collective completed with ``outputs`` (what it receives, digests ``out_digest``) at
-    ``t_done``."""
+    """The rank's collective completed with ``outputs`` (what it receives; ``summaries``: each one's
+    digest and non-finite count) at ``t_done``."""
     record = state.get("last", {}).get(str(entry["rank"]))
     if record is None:
         return
     if entry["op"] == "all_reduce" and entry.get("index") == 0 and len(outputs) == 1 and outputs[0].size == 1:
         _scalar_metric(state, entry, record, outputs[0], ctx)
-    out_nonfinite = _nonfinite(outputs)
+    out_nonfinite = sum(count for _digest, count in summaries)
     record["out_nonfinite_total"] += out_nonfinite
     if record["id"] != entry["id"]:
         return  # the rank entered a later collective already (async work): its record is that one's
-    record.update(out_digest=out_digest, out_nonfinite=out_nonfinite, state="completed", t_done_ns=t_done)
+    record.update(
+        out_digest=[digest for digest, _count in summaries],
+        out_nonfinite=out_nonfinite,
+        state="completed",
+        t_done_ns=t_done,
+    )
 
 
 def _scalar_metric(

@@ -33,6 +33,9 @@ from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError, encode_
 from timetravel.torch.world.inbox import Inboxes
 from timetravel.torch.world.rank_sessions import end_sessions
 
+ACCEPT_POLL_S = 0.2
+"""While resumed ranks are awaited, whether their checkpoints still live is looked at this often."""
+
 
 class RankStartError(RuntimeError):
     """The zygote or a rank could not be started (torch missing, a rank that never said hello)."""
@@ -188,14 +191,12 @@ class RankDriver:
         self.world_ref = weakref.ref(world)
         _live_drivers.add(self)
 
-    def accept_resumed(self, ranks: list[int], token: int) -> None:
-        """Take the channels of ranks resumed from checkpoint set ``token`` (checkpoints.py)."""
-        self.listener.settimeout(RANK_START_TIMEOUT_S)
+    def accept_resumed(self, ranks: list[int], token: int, gone: Any = None) -> None:
+        """Take the channels of ranks resumed from checkpoint set ``token`` (checkpoints.py);
+        ``gone()`` says, while they are awaited, that the checkpoints died (killed as they were asked
+        to resume): then at once, not after RANK_START_TIMEOUT_S."""
         for _ in ranks:
-            try:
-                connection, _address = self.listener.accept()
-            except TimeoutError:
-                raise RankStartError("a resumed rank did not connect to the coordinator in time") from None
+            connection = self._accept_within(RANK_START_TIMEOUT_S, gone)
             connection.settimeout(RANK_START_TIMEOUT_S)
             hello = receive_message(connection)
             connection.settimeout(None)
@@ -204,6 +205,23 @@ class RankDriver:
                 raise RankStartError(f"an unexpected rank connected while resuming: {hello.get('rank')}")
             self.sockets[int(hello["rank"])] = connection
             self.pids[int(hello["rank"])] = int(hello["pid"])
+
+    def _accept_within(self, timeout_s: float, gone: Any) -> socket.socket:
+        waited_s = 0.0
+        while True:
+            step_s = min(ACCEPT_POLL_S, timeout_s - waited_s) if gone is not None else timeout_s
+            self.listener.settimeout(step_s)
+            try:
+                connection, _address = self.listener.accept()
+                return connection
+            except TimeoutError:
+                waited_s += step_s
+                if waited_s >= timeout_s:
+                    raise RankStartError(
+                        "a resumed rank did not connect to the coordinator in time"
+                    ) from None
+                if gone():
+                    raise RankStartError("a checkpoint died while its ranks resumed") from None
 
     def offer(self, rank: int, number: int, message: dict[str, Any]) -> None:
         """Result ``number`` is known: send it now, so that ranks compute in parallel between
@@ -291,6 +309,20 @@ class RankDriver:
         if isinstance(ended, TimeoutError) and not isinstance(ended, RankStuck):
             ended = self._stuck(rank)
         return kept, ended
+
+    def pull(self, rank: int, request: dict[str, Any]) -> dict[str, Any]:
+        """Ask a rank that waits (or lingers after its exit) for its latest state step's bytes
+        (``{"kind": "state_pull", "step", "paths"}``: rank/state.py ``serve_pull``) and read its
+        ``state_bytes`` reply. Raises ChannelClosed, ProtocolError or RankStuck."""
+        self.send(rank, request)
+        while True:
+            reply = self.receive(rank)
+            if reply.get("kind") == "output":
+                self.emit(rank, reply["stream"], reply["lines"])
+            elif reply.get("kind") == "state_bytes":
+                return reply
+            else:
+                raise ProtocolError(f"r{rank} answered a state pull with a {reply.get('kind')!r} message")
 
     def _stuck(self, rank: int) -> RankStuck:
         return RankStuck(f"r{rank} ran {self.stuck_timeout_s:g} s of wall time without calling the World")

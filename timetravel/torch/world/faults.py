@@ -22,12 +22,15 @@ Each record counts what it did in ``world.fabric["fault_hits"][id]``.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
 
 from timetravel.sim.context import Context
+from timetravel.sim.elided import summary_of
 from timetravel.sim.scenario import ConfigError
+from timetravel.torch.protocol import arrays
 
 KINDS = ("slow", "delay", "drop", "corrupt", "crash", "partition")
 DEFAULT_PARAMS: dict[str, dict[str, Any]] = {
@@ -126,31 +129,30 @@ hit counts and log lines — but write nothing, so the two runs keep one schedul
 the data the faults changed."""
 
 
-def flip_one_bit(ctx: Context, record: dict[str, Any], array: np.ndarray) -> tuple[np.ndarray, str]:
-    """A copy of ``array`` with one bit flipped; the element and bit are choices keyed by the fault id.
+def flip_one_bit(ctx: Context, record: dict[str, Any], array: Any) -> tuple[Any, str]:
+    """A copy of ``array`` with one bit flipped; the element and bit are choices keyed by the fault
+    id. The flip itself is computed by the run's host (journaled when recorded: world/journal.py).
     In silent_corruption's reference run (``DRY_MARK`` on the ``c10d`` node whose handler applies it)
     the same choices are drawn and ``array`` comes back unchanged."""
-    copy = np.array(array, copy=True)
-    flat = copy.reshape(-1)
-    if flat.size == 0:
-        return copy, "nothing to flip (empty tensor)"
+    if array.size == 0:
+        return np.array(array, copy=True), "nothing to flip (empty tensor)"
     dry = bool(ctx.state.get(DRY_MARK))
     params = record["params"]
     element = (
         params["element"]
         if params["element"] is not None
-        else ctx.choose(f"fault.{record['id']}.element", flat.size)
+        else ctx.choose(f"fault.{record['id']}.element", array.size)
     )
-    bits = copy.dtype.itemsize * 8
+    bits = array.dtype.itemsize * 8
     bit = params["bit"] if params["bit"] is not None else ctx.choose(f"fault.{record['id']}.bit", bits)
-    element %= flat.size
+    element %= array.size
     bit %= bits
-    before = flat[element].item()
     if dry:
-        return array, f"element {element} bit {bit}: {before!r} kept (the fault writes nothing in this run)"
-    raw = flat[element : element + 1].view(np.uint8)
-    raw[bit // 8] ^= np.uint8(1 << (bit % 8))
-    return copy, f"element {element} bit {bit}: {before!r} -> {flat[element].item()!r}"
+        before = ctx.processes.computed(ctx.event, functools.partial(arrays.element_repr, array, element))
+        return array, f"element {element} bit {bit}: {before} kept (the fault writes nothing in this run)"
+    flip = functools.partial(arrays.flipped, array, element, bit)
+    copy, before, after = ctx.processes.computed(ctx.event, flip)
+    return copy, f"element {element} bit {bit}: {before} -> {after}"
 
 
 def corrupts(record: dict[str, Any], side: str, op: str, tensors: list[Any]) -> bool:
@@ -180,6 +182,7 @@ def at_entry(ctx: Context, entry: dict[str, Any]) -> tuple[str, dict[str, Any] |
         if not corrupts(record, "contribution", entry["op"], entry["inputs"]):
             continue
         entry["inputs"][0], what = flip_one_bit(ctx, record, entry["inputs"][0])
+        entry["summary"][0] = list(summary_of(entry["inputs"][0]))
         hit(ctx, record, f"{entry['op']} contribution: {what}")
     return "arrives", None
 

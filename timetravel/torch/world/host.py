@@ -25,12 +25,15 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.sim.event import Event
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.world import World
-from timetravel.torch.world import workdir
+from timetravel.torch.world import collectives, workdir
 from timetravel.torch.world.driver import KILLED_NAMED_MAX, RankDriver, RankStartError
+from timetravel.torch.world.journal import Journal
 from timetravel.torch.world.params import PYTHON_HASH_SEED_DEFAULT
 from timetravel.torch.world.specs import C10D_NODE, rank_specs, rank_states, script_to_run
+from timetravel.torch.world.state_pull import StatePulls
 
 LIVE_DRIVERS_MAX = 4
 """Live drivers per host: a run has one; a Session may execute a few worlds in turn (a divergence
@@ -53,6 +56,15 @@ class RankHost:
         self.on_evict: Callable[[RankDriver], None] | None = None
         self.probe: Any = None
         """explain's module probe while one runs (module_probe.Probe), else None."""
+        self.journal: Journal | None = None
+        """What the World reads from its ranks, kept for a recording (journal.py); None: not kept."""
+        self.pulls_before: StatePulls | None = None
+        self.state_pulls: StatePulls | None = None
+        """Which state steps' bytes to pull from the ranks, and what was pulled (state_pull.py): a
+        recorder's (``record_state``) or a command's rebuild; None: the bytes stay in the ranks."""
+        self.pull_at_close = not keep_workdirs
+        """A run's host pulls its ranks' last state into their world as it closes (a failed run's
+        ranks end there); a Session's does not (its worlds' ends are recorded already)."""
         self.references: dict[str, dict[str, Any]] = {}
         """Reference runs of the worlds this host ran, by what they are a function of (reference.py)."""
         self.killed: list[str] = []
@@ -199,12 +211,80 @@ class RankHost:
         )
         live.restart(specs)
 
+    # -- what the World reads from its ranks (journal.py) ------------------------------------------
+
+    def take_messages(
+        self, world: World, event: Event, rank: int, delivery: int | None
+    ) -> tuple[list[dict[str, Any]], BaseException | None]:
+        """A poll of ``rank`` (ranks.py): hand it result ``delivery`` (if any), then its messages up
+        to the one that blocks it and how its channel ended if it did (journaled when recorded)."""
+        live = self.driver(world)
+        if delivery is not None:
+            live.deliver(rank, delivery)
+        messages, ended = live.receive_until_blocked(rank)
+        if self.journal is not None:
+            self.journal.poll(event, rank, messages, ended)
+        return messages, ended
+
+    def complete(self, event: Event, entries: list[dict[str, Any]], size: int, reduce_order: str) -> Any:
+        """``collectives.complete`` of a collective's entries, its outputs journaled when recorded
+        (a replay reads them back: journal.py)."""
+        done = collectives.complete(entries, size, reduce_order)
+        if self.journal is not None and done.outputs is not None:
+            self.journal.computed(event, {str(index): outputs for index, outputs in done.outputs.items()})
+        return done
+
+    def computed(self, event: Event, compute: Callable[[], Any]) -> Any:
+        """An array the World computes from tensors' bytes (a reduction, a flipped bit): computed
+        here, and journaled when recorded (journal.py: a replay takes it from there)."""
+        value = compute()
+        if self.journal is not None:
+            self.journal.computed(event, value)
+        return value
+
+    def take_journal(self) -> list[list[Any]]:
+        """The journal records since the last take (the recorder writes them batch by batch)."""
+        return self.journal.take() if self.journal is not None else []
+
+    # -- training state's bytes (state_pull.py) --------------------------------------------------------
+
+    def state_step_polled(self, world: World, rank: int, step: int) -> None:
+        """A poll read ``rank``'s state step ``step`` and the rank now waits (ranks.py)."""
+        pulls = self.state_pulls
+        if pulls is None:
+            return
+        described = world.nodes[f"r{rank}"].get("state_incoming", {}).get(str(step))
+        live = self.driver_for(world)
+        if described is not None and live is not None:
+            pulls.at_step(live, rank, step, described)
+
+    def record_state(self) -> StatePulls:
+        """A recorder starts: it keeps the journal (journal.py) and the bytes of the state steps a
+        recording keeps (state_pull.py)."""
+        self.journal = Journal()
+        self.pulls_before = self.state_pulls
+        self.state_pulls = StatePulls.for_recording()
+        return self.state_pulls
+
+    def recording_ended(self, pulls: StatePulls) -> None:
+        """The recorder that asked for ``pulls`` finished: what was pulled before it is pulled again."""
+        if self.state_pulls is pulls:
+            self.state_pulls = self.pulls_before
+        self.journal = None
+
+    def final_state(self, world: World) -> None:
+        """As a run's ranks end (or before a recording's final snapshot): each rank's latest state,
+        pulled into the World (state_pull.py: a run's last world holds its ranks' last state)."""
+        pulls = self.state_pulls if self.state_pulls is not None else StatePulls(grid_base=None)
+        pulls.final(self.driver_for(world), world)
+
     # -- the end -----------------------------------------------------------------------------------
 
     def stop_world(self, world: World) -> None:
-        """Stop the ranks of ``world`` (its run ended)."""
+        """Stop the ranks of ``world`` (its run ended; a recording's last state pulled first)."""
         live = self.driver_for(world)
         if live is not None:
+            self.final_state(world)
             live.stop()
 
     def summary(self) -> dict[str, Any]:
@@ -213,7 +293,12 @@ class RankHost:
         return {"processes_killed": list(self.killed)} if self.killed else {}
 
     def close(self) -> None:
-        """Stop every driver of this host. Safe to call twice."""
+        """Stop every driver of this host (a recording's last state pulled first). Safe to call twice."""
+        if self.pull_at_close and not self.closed:
+            for live in list(self.drivers):
+                world = live.world
+                if world is not None:
+                    self.final_state(world)
         self.closed = True
         for live in list(self.drivers):
             live.stop()

@@ -58,17 +58,22 @@ def on_poll(state: dict[str, Any], event: Event, ctx: Context) -> None:
         # a poll of a rank process a restart has replaced: the rank's node learns of the restart only
         # at its ``restart`` event, later, so the poll of a result released before it is told by c10d
         return
-    live = ctx.processes.driver(ctx.world)
-    if "delivery" in poll:
-        live.deliver(rank, poll["delivery"])
-        state["delivered"] = poll["delivery"]
+    delivery = poll.get("delivery")
+    messages, ended = ctx.processes.take_messages(ctx.world, ctx.event, rank, delivery)
+    if delivery is not None:
+        state["delivered"] = delivery
         state["outbox"] = {}  # every call sent before the wait was taken by c10d (earlier events)
     state["status"] = "running"
     state["t_ns"] = max(state["t_ns"], ctx.now)
-    messages, ended = live.receive_until_blocked(rank)
+    stepped = None
     try:
         for message in messages:
+            if message.get("kind") == "step" and message.get("state") is not None:
+                stepped = message.get("step")
             if not _take(state, message, rank, ctx):
+                if stepped is not None and state["status"] in ("waiting", "exited"):
+                    # the rank waits (or lingers): the tensors of its latest state step are that step's
+                    ctx.processes.state_step_polled(ctx.world, rank, int(stepped))
                 return
     finally:
         _deadline_first(state, ctx)
@@ -156,13 +161,19 @@ def _post_inputs(state: dict[str, Any], message: dict[str, Any], ctx: Context) -
     """Keep a call's tensors in this rank's own ``outbox`` until c10d takes them, not in the event.
 
     Events are hashed into the chain and stored in batches of thousands; a bucket of gradients in
-    every call event would make a batch of a 1M-parameter model's run hundreds of megabytes. In
-    the node state they are arrays, paged and deduplicated by the snapshot store."""
+    every call event would make a batch of a 1M-parameter model's run hundreds of megabytes. The
+    event carries their digests; in the node state they are arrays (a recording's snapshots keep
+    the large ones as digests: sim/elided.py)."""
     try:
-        inputs = [arrays.decode(wire) for wire in message.pop("inputs", [])]
+        decoded = [arrays.decode_summarized(wire) for wire in message.pop("inputs", [])]
+        inputs = [array for array, _summary in decoded]
+        described = [[arrays.dtype_name(array), list(array.shape), *summary] for array, summary in decoded]
     except arrays.TensorFormatError as error:
         ctx.fail("exception", f"{ctx.node}: {error}", "torch.collective.tensor")
         return False
+    # the call event keeps each tensor's skeleton and digest (dtype, shape, xxh3-64, non-finite
+    # elements), so the hash chain covers every byte a rank sends; the bytes wait here
+    message["inputs"] = described
     state.setdefault("outbox", {})[str(message["id"])] = inputs
     return True
 

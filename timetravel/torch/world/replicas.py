@@ -25,6 +25,7 @@ rank (r1 of two).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -66,7 +67,10 @@ def check_received(
     majority = _majority(sides)
     usual = (majority or sides[0])[0]
     odd = next(side for side in sides if side is not majority and usual not in side)[0]
-    tensor, element = _first_difference(received[odd], received[usual])
+    # over the tensors' bytes: by the run's host (journaled when recorded: world/journal.py)
+    tensor, element = ctx.processes.computed(
+        ctx.event, functools.partial(_first_difference, received[odd], received[usual])
+    )
     array = received[odd][tensor] if tensor < len(received[odd]) else received[usual][tensor]
     rank = int(entries[odd]["rank"])
     step = steps_completed(state, rank) + 1
@@ -104,17 +108,17 @@ def _majority(sides: list[list[Any]]) -> list[Any] | None:
     return leaders[0] if len(leaders) == 1 else None
 
 
-def _first_difference(mine: list[np.ndarray], theirs: list[np.ndarray]) -> tuple[int, int]:
+def _first_difference(mine: list[np.ndarray], theirs: list[np.ndarray]) -> list[int]:
     """The first output tensor whose bytes differ and its first differing element (flat, C order)."""
     for position, (array, other) in enumerate(zip(mine, theirs, strict=False)):
         if array.shape != other.shape or array.dtype != other.dtype:
-            return position, 0
+            return [position, 0]
         raw = np.ascontiguousarray(array).reshape(-1).view(np.uint8)
         other_raw = np.ascontiguousarray(other).reshape(-1).view(np.uint8)
         differs = np.flatnonzero(raw != other_raw)
         if differs.size:
-            return position, int(differs[0]) // max(array.dtype.itemsize, 1)
-    return min(len(mine), len(theirs)), 0
+            return [position, int(differs[0]) // max(array.dtype.itemsize, 1)]
+    return [min(len(mine), len(theirs)), 0]
 
 
 def check_step(step: str, reports: dict[str, list[Any]], ctx: Context) -> None:

@@ -20,7 +20,7 @@ from timetravel.sim.guard.state import MODE_OFF
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario, ScenarioView
 from timetravel.sim.world import World
-from timetravel.torch.protocol.limits import SNAPSHOT_EVERY_EVENTS_TORCH
+from timetravel.torch.protocol.limits import SNAPSHOT_ELIDE_BYTES_MIN, SNAPSHOT_EVERY_EVENTS_TORCH
 from timetravel.torch.world import (
     c10d,
     digests,
@@ -147,4 +147,5 @@ SCENARIO = Scenario(
     size_floor=minimizing.size_floor,
     repro_setup=_repro_setup,
     snapshot_every_events=SNAPSHOT_EVERY_EVENTS_TORCH,
+    snapshot_elide_bytes_min=SNAPSHOT_ELIDE_BYTES_MIN,
 )

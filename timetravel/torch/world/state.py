@@ -5,7 +5,7 @@ which keeps the decoded tensors in its own state (``state_incoming/<step>``: ten
 event, whose payload the recording's event stream and the hash chain would carry) and schedules a
 small ``state`` event to itself at the step's logical time; its handler moves them into place:
 
-* ``nodes/rN/params/<name>`` — state_dict tensors (parameters and buffers) as numpy arrays, named
+* ``nodes/rN/params/<name>`` — state_dict tensors (parameters and buffers), named
   without ``module.``/``_orig_mod.``; for an FSDP2/DTensor parameter sharded on one dimension, the
   *logical* tensor (every rank's shard concatenated along it, padding cut), the same on every rank,
   written once every rank stored its shard of that step; the rank's own shard is at
@@ -14,9 +14,13 @@ small ``state`` event to itself at the step's logical time; its handler moves th
   sharded parameter: the rank's shard) and ``nodes/rN/optimizer/param_groups/<g>/<hyperparameter>``;
 * ``nodes/rN/grads/<name>`` — the local gradient before reduction (an FSDP2 parameter: its reduced
   shard, as FSDP2 writes ``.grad`` itself);
-* ``nodes/rN/state_step`` — the rank's optimizer step the state is of (``state_digests`` instead of
-  tensors when the step was above ``state_bytes_max``);
+* ``nodes/rN/state_step`` — the rank's optimizer step the state is of;
 * metrics ``lr``, ``lr/<g>``, ``grad_norm/<name>``, ``update_ratio/<name>`` on the rank's node.
+
+The tensors are **elided arrays** (sim/elided.py): the step message describes each by dtype, shape
+and page digests, and its bytes stay in the rank (a DTensor shard's come, for the reassembly). A
+recording pulls the bytes of the steps it keeps (world/state_pull.py), and a command that needs the
+values of another step rebuilds them by re-execution: the World's hash is the same either way.
 
 Reassembly: the ``step`` message that goes on to ``c10d`` says ``sharded``; when every rank's sharded
 step arrived, :func:`collect_shards` sends each rank a ``logical`` event (a step number), whose
@@ -31,6 +35,7 @@ from typing import Any
 import numpy as np
 
 from timetravel.sim.context import Context
+from timetravel.sim.elided import ElidedArray
 from timetravel.sim.event import Event
 from timetravel.torch.protocol import arrays
 from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
@@ -45,7 +50,11 @@ def on_step_message(state: dict[str, Any], message: dict[str, Any], t_ns: int, c
         return
     step = int(message["step"])
     if payload is not None:
-        state.setdefault("state_incoming", {})[str(step)] = _decoded(payload)
+        try:
+            state.setdefault("state_incoming", {})[str(step)] = _decoded(payload)
+        except (arrays.TensorFormatError, KeyError, TypeError) as error:
+            ctx.fail("exception", f"{ctx.node} sent a malformed state: {error}", "torch.rank.protocol")
+            return
         if payload.get("shards"):
             message["sharded"] = True
     body = {"step": step, "metrics": metrics, "incarnation": message["incarnation"]}
@@ -53,21 +62,12 @@ def on_step_message(state: dict[str, Any], message: dict[str, Any], t_ns: int, c
 
 
 def _decoded(payload: dict[str, Any]) -> dict[str, Any]:
-    if "digests" in payload:
-        return {
-            "step": payload["step"],
-            "digests": dict(payload["digests"]),
-            "param_groups": payload["param_groups"],
-        }
     return {
         "step": payload["step"],
-        "params": {name: arrays.decode(wire) for name, wire in payload["params"].items()},
-        "grads": {name: arrays.decode(wire) for name, wire in payload["grads"].items()},
+        "params": {name: held(described) for name, described in payload["params"].items()},
+        "grads": {name: held(described) for name, described in payload["grads"].items()},
         "optimizer": {
-            name: {
-                key: arrays.decode(value) if isinstance(value, dict) else value
-                for key, value in entries.items()
-            }
+            name: {key: held(value) if isinstance(value, dict) else value for key, value in entries.items()}
             for name, entries in payload["optimizer"].items()
         },
         "param_groups": payload["param_groups"],
@@ -76,6 +76,40 @@ def _decoded(payload: dict[str, Any]) -> dict[str, Any]:
             for name, info in payload["shards"].items()
         },
     }
+
+
+def held(described: dict[str, Any]) -> np.ndarray | ElidedArray:
+    """What the World holds of a tensor a step message describes: an elided array (its dtype, shape
+    and page digests: rank/state.py), the array itself when its bytes came (a DTensor shard)."""
+    if "data" in described:
+        return arrays.decode(described)
+    return arrays.described(described)
+
+
+def payloads_elided(world: Any) -> bool:
+    """Whether a tensor in flight — a call's inputs a rank posted, an entry's, a result, a result on
+    its way — is held as digests only (a world restored from a torch recording's snapshot): such a
+    world cannot run on until they are rebuilt (world_source.py). Training state may stay elided:
+    nothing the World does reads its values."""
+    c10d = world.nodes.get("c10d") or {}
+    held: list[Any] = [c10d.get("ops"), c10d.get("results"), c10d.get("delivering")]
+    held.extend((node or {}).get("outbox") for name, node in world.nodes.items() if name.startswith("r"))
+    return any(_has_elided(value) for value in held)
+
+
+def held_elided(world: Any) -> bool:
+    """Whether any tensor of the world is held as digests only (training state or in flight)."""
+    return any(_has_elided(node) for node in world.nodes.values())
+
+
+def _has_elided(value: Any) -> bool:
+    if isinstance(value, ElidedArray):
+        return True
+    if isinstance(value, dict):
+        return any(_has_elided(item) for item in value.values())
+    if isinstance(value, list):
+        return any(_has_elided(item) for item in value)
+    return False
 
 
 def on_state(state: dict[str, Any], event: Event, ctx: Context) -> None:
@@ -92,12 +126,8 @@ def on_state(state: dict[str, Any], event: Event, ctx: Context) -> None:
         return
     state["state_step"] = int(payload["step"])
     groups = {str(index): dict(group) for index, group in enumerate(payload["param_groups"])}
-    for part in ("params", "grads", "shards", "shards_layout", "state_digests"):
+    for part in ("params", "grads", "shards", "shards_layout"):
         state.pop(part, None)
-    if "digests" in payload:
-        state["state_digests"] = payload["digests"]
-        state["optimizer"] = {"param_groups": groups}
-        return
     layout = payload["shards"]
     # a sharded parameter's logical tensor arrives with ``logical`` once every rank's shard did
     state["params"] = {name: array for name, array in payload["params"].items() if name not in layout}
@@ -127,7 +157,7 @@ def on_logical(state: dict[str, Any], event: Event, ctx: Context) -> None:
     """Write the logical tensors of this step's sharded parameters from every rank's shard."""
     step = event.payload
     if state.get("state_step") != step or "shards" not in state:
-        return  # a later step's state arrived already, or this one was digests only
+        return  # a later step's state arrived already
     peers = [
         ctx.world.nodes[name]
         for name in sorted(ctx.world.nodes, key=_rank_order)
@@ -135,7 +165,9 @@ def on_logical(state: dict[str, Any], event: Event, ctx: Context) -> None:
     ]
     if any(peer.get("state_step") != step or "shards" not in peer for peer in peers):
         return
-    state["params"].update(assemble([peer["shards"] for peer in peers], state["shards_layout"]))
+    shards = [peer["shards"] for peer in peers]
+    layout = state["shards_layout"]
+    state["params"].update(ctx.processes.computed(ctx.event, lambda: assemble(shards, layout)))
 
 
 def _rank_order(name: str) -> tuple[int, str]:

@@ -22,10 +22,12 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from timetravel.sim.elided import ElidedArray
 from timetravel.sim.event import Event
 from timetravel.sim.world import World
 
-_SHARED_TYPES = frozenset({type(None), bool, int, float, str, bytes})
+_SHARED_TYPES = frozenset({type(None), bool, int, float, str, bytes, ElidedArray})
+"""What a copy shares: immutable values (an elided array too: sim/elided.py)."""
 
 
 DEDUPLICATE_BYTES_MIN = 64 * 1024

@@ -33,14 +33,24 @@ from typing import Any
 
 from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
 from timetravel.sim.launch import Launch
-from timetravel.sim.world import World
+from timetravel.sim.scenario import ConfigError, NotAuthorizedError
+from timetravel.sim.world import DATA_SLOTS, World
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
 from timetravel.torch.world import checkpoints, workdir, world_copy
 from timetravel.torch.world.driver import RankDriver, RankStartError
 from timetravel.torch.world.host import RankHost
+from timetravel.torch.world.journal import ReplayedHost
 from timetravel.torch.world.module_probe import probing
 from timetravel.torch.world.op_probe import tracing_ops
-from timetravel.torch.world.specs import C10D_NODE, rank_key, rank_states, released
+from timetravel.torch.world.specs import (
+    C10D_NODE,
+    rank_key,
+    rank_states,
+    released,
+    script_to_run,
+)
+from timetravel.torch.world.state import held_elided, payloads_elided
+from timetravel.torch.world.state_pull import StatePulls
 
 CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
 CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
@@ -83,6 +93,8 @@ class _Shared:
     users: int = 0
     directories: list[Any] = field(default_factory=list)
     """Working directories checkpoints refer to: closed with the last torch Session."""
+    values_wanted: int = 0
+    """Actions in progress that read tensors' values (``TorchWorlds.with_values``)."""
     keeper: checkpoints.CheckpointKeeper | None = None
     """The control end of every checkpoint process (started with the first checkpoint)."""
 
@@ -170,24 +182,104 @@ class TorchWorlds:
         """The snapshot's World: a copy of the one kept with its checkpoint, or decoded from the file
         (always, for a ``full_check``, which checks the decoder too)."""
         kept = None if full_check else self._find(manifest.events, manifest.state_hash)
-        if kept is not None and kept.world is not None:
+        if kept is not None and kept.world is not None and not (self.values and held_elided(kept.world)):
             return world_copy.copy_world(kept.world)
-        return self.session.reader.restore(manifest, full_check=full_check)
+        world = self.session.reader.restore(manifest, full_check=full_check)
+        fork = self._is_fork(manifest)  # kept whole but for state the branch holds as digests
+        if self.values and not full_check and not fork and held_elided(world) and self._may_run(world):
+            self._materialize(world)  # its tensors' values, rebuilt by re-execution
+        return world
+
+    def _may_run(self, world: World) -> bool:
+        """Whether this Session may re-execute ``world``'s script (the user named it: --script)."""
+        try:
+            script_to_run(world.config, self._launch())
+        except (NotAuthorizedError, ConfigError):
+            return False
+        return True
 
     def can_start_at(self, manifest: Any) -> bool:
-        """From the start, from a snapshot with a live checkpoint of its ranks, or from a branch's
-        fork snapshot: a seek on a branch must never re-execute across its fork, where the branch's
-        changes (a dropped fault, a setting) took effect; the ranks there are rebuilt from the
-        parent's history if no checkpoint holds them (:meth:`_rebuild`)."""
+        """From the start, from any snapshot the journal re-executes from (no ranks needed), from a
+        snapshot with a live checkpoint of its ranks, or from a branch's fork snapshot: a seek on a
+        branch must never re-execute across its fork, where the branch's changes (a dropped fault,
+        a setting) took effect; the ranks there are rebuilt from the parent's history if no
+        checkpoint holds them (:meth:`_rebuild`)."""
         if manifest.events == 0 or self._is_fork(manifest):
             return True
-        return self._find(manifest.events, manifest.state_hash) is not None
+        if not self.values and self._journal_from(manifest.events) is not None:
+            return True
+        return self._usable(manifest)
+
+    # -- re-executing from the journal (journal.py) ---------------------------------------------------
+
+    def _journal_from(self, events: int) -> tuple[str, list[tuple[int, int]]] | None:
+        """The branch whose JOURNAL frames re-execute the recorded events after #``events`` (the
+        parent's before a fork) and those frames from the one of the batch holding #``events``
+        on; None when a batch from there to that branch's end has no frame."""
+        session = self.session
+        fork = session.fork_events
+        branch = session.branch
+        if fork and events < fork:
+            branch = session.reader.catalog.branches.get(branch, {}).get("parent", "main")
+        catalog = session.reader.catalog
+        frames = dict(catalog.journals.get(branch, []))
+        if not frames:
+            return None
+        batches = [b for b in session.event_batches if b.first + b.count > events]
+        if fork and events < fork:
+            batches = [b for b in batches if b.first < fork]
+        if any(b.first not in frames for b in batches):
+            return None
+        start = max((b.first for b in session.event_batches if b.first <= events), default=0)
+        return branch, [(first, offset) for first, offset in catalog.journals[branch] if first >= start]
+
+    def _replayed_host(self, events: int) -> ReplayedHost | None:
+        found = self._journal_from(events)
+        if found is None:
+            return None
+        branch, frames = found
+        reader = self.session.reader
+        return ReplayedHost(lambda: reader.journal_frames(branch, frames), self._launch())
+
+    @property
+    def values(self) -> bool:
+        """A command reads tensors' values (``with_values``): no re-execution from the journal."""
+        return self.shared.values_wanted > 0
+
+    @contextlib.contextmanager
+    def with_values(self) -> Iterator[None]:
+        """Within: worlds hold tensors' values — re-executions run the ranks (every state step
+        pulled), snapshots holding digests only are rebuilt (what an action that reads a tensor
+        needs: ``Session.read_values``). For every torch Session of the process meanwhile: an
+        action's tracks and probes are Sessions of their own."""
+        self.shared.values_wanted += 1
+        try:
+            yield
+        finally:
+            self.shared.values_wanted -= 1
+
+    def materialize(self, world: World) -> None:
+        """``world`` (the cursor's, say) with its tensors' values, rebuilt by re-execution."""
+        if held_elided(world) and self._may_run(world):
+            self._materialize(world)
 
     def _is_fork(self, manifest: Any) -> bool:
         fork = self.session.fork_events
         return bool(fork) and manifest.events == fork and not manifest.final
 
-    def simulation(self, world: World, **options: Any) -> Simulation:
+    def simulation(self, world: World, *, recorded: bool = False, **options: Any) -> Simulation:
+        """A Simulation of ``world``: ``recorded`` (a seek, a search: the recorded events again),
+        re-executed from the recording's journal without rank processes when it has one and no
+        command asked for tensors' values (journal.py); else with its ranks, every state step's
+        tensors pulled, the tensors in flight rebuilt first if the world holds them as digests."""
+        if recorded and not self.values:
+            replayed = self._replayed_host(world.events_processed)
+            if replayed is not None:
+                return Simulation(self.session.scenario, world, processes=replayed, **options)
+        if payloads_elided(world):
+            self._materialize(world)
+        # with values wanted, every state step's tensors are pulled into the World (state_pull.py)
+        self.host.state_pulls = StatePulls.into_every_step() if self.values else None
         self._attach(world)
         return CheckpointingSimulation(self, self.session.scenario, world, processes=self._host(), **options)
 
@@ -206,7 +298,8 @@ class TorchWorlds:
     # -- explain's module probe (module_probe.py) ------------------------------------------------------
 
     def probing(self, rank: int, step: int, world: World | None = None, *, init: bool = False) -> Any:
-        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields the probe."""
+        """A context in which this Session's re-execution probes ``rank`` in ``step``; yields the probe.
+        The probe lives in the rank processes: make the re-execution within :meth:`with_values`."""
         return probing(self._host(), rank, step, world, init=init)
 
     @contextlib.contextmanager
@@ -222,7 +315,8 @@ class TorchWorlds:
         """A context in which this Session's re-execution hashes every rank's ops of ``step``
         (``diff --ops``: op_probe.py); yields the probe. ``now``: ``world`` stands mid-run (its
         ranks live, or brought up from a checkpoint): each rank is run to its next wait, then asked
-        to start hashing there, so both branches of a diff start at one event."""
+        to start hashing there, so both branches of a diff start at one event. The trace lives in the
+        rank processes: make the re-execution within :meth:`with_values`."""
         live = self._quiesced(world) if now and world is not None else None
         with tracing_ops(self._host(), step, ranks, world, capture, whole_step=not now) as probe:
             if live is not None and world is not None:
@@ -323,7 +417,20 @@ class TorchWorlds:
 
     def _rebuild(self, world: World, key: str) -> KeptCheckpoint:
         """Re-execute up to ``world``'s event from the nearest earlier start, and keep a checkpoint
-        there; the replayed world must reach the same rank key, or nothing is resumed.
+        there; the replayed world must reach the same rank key, or nothing is resumed."""
+        target = world.events_processed
+        replayed, _start = self._replay_to(world)
+        kept = self._find_key(key)
+        if kept is None:
+            raise RankStartError(
+                f"re-executing to #{target} did not reach the ranks this world describes "
+                f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
+            )
+        return kept
+
+    def _replay_to(self, world: World) -> tuple[World, int]:
+        """The world at ``world``'s event re-executed from the nearest earlier start (a checkpoint's
+        world, the fork, #0), its ranks kept there and stopped; and the event it started from.
 
         On a branch, the history before the fork is the parent's (its config and faults) and the
         rest the branch's: a target past the fork is re-executed from the fork snapshot, whose ranks
@@ -337,22 +444,41 @@ class TorchWorlds:
             )
         else:
             before = [m for m in self.session.snapshots_info if m.events < max(target, 1) and not m.final]
-            usable = [m for m in before if m.events == 0 or self._find(m.events, m.state_hash)]
+            usable = [m for m in before if m.events == 0 or self._usable(m)]
             start = max(usable, key=lambda m: m.events)
-        replayed = self.session.reader.restore(start)
+        kept = self._find(start.events, start.state_hash)
+        if kept is not None and kept.world is not None:
+            replayed = world_copy.copy_world(kept.world)
+        else:  # #0 or a fork: their snapshots keep every tensor (recording/recorder.py)
+            replayed = self.session.reader.restore(start)
         simulation = self.simulation(replayed, overrides=self.session.overrides_at(start.events))
         if target > start.events:
             simulation.run(max_events=target - start.events)
         self.keep(replayed)
         self.host.stop_world(replayed)  # its ranks are kept now; the world that asked resumes them
         self.reexecuted_events += replayed.events_processed - start.events
-        kept = self._find_key(key)
+        return replayed, start.events
+
+    def _usable(self, manifest: Any) -> bool:
+        """A snapshot with a checkpoint to re-execute from (with values wanted: one whose kept world
+        holds them, since a re-execution pulls only the state steps it runs through)."""
+        kept = self._find(manifest.events, manifest.state_hash)
         if kept is None:
+            return False
+        return not self.values or (kept.world is not None and not held_elided(kept.world))
+
+    def _materialize(self, world: World) -> None:
+        """``world`` was restored from a snapshot that keeps tensors as digests only (sim/elided.py):
+        its contents become those of the same world re-executed from the nearest checkpoint or the
+        start (every state step's tensors pulled: state_pull.py), checked bit for bit against its
+        state hash, which an elided array does not change. Its ranks are kept there."""
+        replayed, _start = self._replay_to(world)
+        if replayed.events_processed != world.events_processed or replayed.state_hash() != world.state_hash():
             raise RankStartError(
-                f"re-executing to #{target} did not reach the ranks this world describes "
-                f"({'the run diverged' if replayed.events_processed == target else 'the run ended early'})"
+                f"re-executing to #{world.events_processed} rebuilt another world than the recorded one"
             )
-        return kept
+        for slot in DATA_SLOTS:
+            setattr(world, slot, getattr(replayed, slot))
 
     def _evicted(self, live: RankDriver) -> None:
         """A driver stops to make room: keep its world's ranks, and resume them when it runs again."""
@@ -376,7 +502,10 @@ class TorchWorlds:
         if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
             return  # a rank stopped mid-poll (stuck, a protocol error): the world has failed
         key = rank_key(world)
-        if self._find_key(key) is not None:
+        found = self._find_key(key)
+        if found is not None:
+            if found.world is not None and held_elided(found.world) and not held_elided(world):
+                found.world = world_copy.copy_world(world, deduplicate=True)  # the same, with values
             return
         waiting = [rank for rank, state in enumerate(states) if state["status"] == "waiting"]
         fresh = [rank for rank, state in enumerate(states) if state["status"] == "new"]

@@ -1,0 +1,111 @@
+"""``--max-record-bytes`` (recording/compact.py): a torch recording over its budget drops the training
+states it kept of the past, keeps its events and its last state, and stays a recording that seeks and
+replays to the same bits."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import TEST_SCRIPTS
+
+from timetravel.cli.output import byte_count
+from timetravel.explore import Session
+from timetravel.recording import RecordingReader, record_run
+from timetravel.recording.compact import FINAL_GROUP, victims
+from timetravel.scenarios import get_scenario
+from timetravel.sim.elided import ElidedArray
+from timetravel.torch.world.specs import launch_naming
+
+ROOT = Path(__file__).resolve().parent.parent
+GPT = ROOT / "docs" / "examples" / "torch" / "tiny_gpt.py"
+ARGUMENTS = "--steps 66 --width 32 --layers 1 --bucket-mb 1 --context 8 --batch 1"
+
+
+def _record(path: Path, budget: int | None) -> dict[str, Any]:
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={GPT}", "nproc=2", f"args={ARGUMENTS}", "rank_output=quiet"])
+    report, _world = record_run(
+        scenario, config, 3, path, force=True, launch=launch_naming([str(GPT)]), max_record_bytes=budget
+    )
+    assert report["outcome"] == "pass", report["failure"]
+    return report
+
+
+def _param_kinds(path: Path) -> list[tuple[int, str]]:
+    """(state step, the kind of r0's first parameter) at every snapshot."""
+    kinds = []
+    with RecordingReader.open(path) as reader:
+        for manifest in reader.manifests():
+            node = reader.restore(manifest).nodes["r0"]
+            if "state_step" in node:
+                kinds.append((node["state_step"], type(next(iter(node["params"].values()))).__name__))
+    return kinds
+
+
+@pytest.fixture(scope="module")
+def recordings(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    folder = tmp_path_factory.mktemp("budget")
+    whole = folder / "whole.ttr"
+    whole_report = _record(whole, None)
+    size = whole.stat().st_size
+    budgeted = folder / "budgeted.ttr"
+    budget = size - 100_000  # a kept state (AdamW: three tensors a parameter, ~20k parameters): ~250 kB
+    return {
+        "whole": whole,
+        "whole_report": whole_report,
+        "budgeted": budgeted,
+        "budget": budget,
+        "report": _record(budgeted, budget),
+    }
+
+
+def test_a_recording_over_its_budget_drops_a_state_of_the_past_and_keeps_its_last(
+    recordings: dict[str, Any],
+) -> None:
+    budgeted, budget = recordings["budgeted"], recordings["budget"]
+    assert budgeted.stat().st_size <= budget
+    whole_kinds = dict(_param_kinds(recordings["whole"]))
+    kinds = dict(_param_kinds(budgeted))
+    assert whole_kinds[32] == whole_kinds[64] == "ndarray"  # kept states without a budget
+    assert kinds[max(kinds)] == "ndarray"  # the last state stays
+    assert kinds[32] == "ElidedArray" and kinds[64] == "ndarray"  # the older one went first
+    assert recordings["report"]["hash_chain"] == recordings["whole_report"]["hash_chain"]
+
+
+def test_a_compacted_recording_seeks_and_rebuilds_as_the_whole_one(recordings: dict[str, Any]) -> None:
+    with (
+        Session.open(recordings["whole"], launch=TEST_SCRIPTS) as whole,
+        Session.open(recordings["budgeted"], launch=TEST_SCRIPTS) as budgeted,
+    ):
+        for target in (100, budgeted.end.events // 2, budgeted.end.events - 3):
+            whole.goto_event(target)
+            budgeted.goto_event(target)
+            assert budgeted.state_hash() == whole.state_hash()
+        with budgeted.with_values(), whole.with_values():
+            rebuilt = budgeted.world.nodes["r0"]["params"]
+            expected = whole.world.nodes["r0"]["params"]
+            assert not any(
+                isinstance(value, ElidedArray) for value in [*rebuilt.values(), *expected.values()]
+            )
+            assert all(np.array_equal(rebuilt[name], expected[name]) for name in expected)
+
+
+def test_the_states_dropped_are_the_oldest_gaps_never_the_newest_or_the_last() -> None:
+    groups = ["state1", "state2", "state3", "state4", FINAL_GROUP]
+    sizes = dict.fromkeys(groups, 10)
+    assert victims(groups, sizes, 10) == ["state1"]
+    assert victims(groups, sizes, 30) == ["state1", "state2", "state3"]
+    assert victims(groups, sizes, 1000) == ["state1", "state2", "state3", "state4"]  # the last stays
+
+
+def test_sizes_are_read_with_their_units() -> None:
+    assert byte_count("500M") == 500_000_000 and byte_count("2GiB") == 2 * 2**30
+    assert byte_count("1_500_000_000") == 1_500_000_000
+    for wrong in ("12 parsecs", "-5M", "1k"):
+        with pytest.raises(argparse.ArgumentTypeError):
+            byte_count(wrong)

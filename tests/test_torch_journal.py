@@ -1,0 +1,143 @@
+"""Seeking a torch recording from its journal (torch/world/journal.py): no rank process runs, the
+seek reaches the recorded bits, and tensors stay digests (sim/elided.py) until a command reads them,
+which rebuilds them by re-executing the ranks — the same values a re-execution always gave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import TEST_SCRIPTS
+
+from timetravel.explore import Session
+from timetravel.explore.commands import open_context, run_line
+from timetravel.explore.inspect_view import summarize
+from timetravel.recording import record_run
+from timetravel.scenarios import get_scenario
+from timetravel.sim.elided import ElidedArray, ElidedError
+from timetravel.sim.encoding import array_digest
+from timetravel.torch.world.specs import launch_naming
+
+ROOT = Path(__file__).resolve().parent.parent
+DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
+GPT = ROOT / "docs" / "examples" / "torch" / "tiny_gpt.py"
+TARGETS = [70, 140, 200, 30, 150, 64]
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, Any]]:
+    path = tmp_path_factory.mktemp("journal") / "ddp.ttr"
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={DDP_MLP}", "nproc=3", "args=--steps 10", "rank_output=quiet"])
+    report, _world = record_run(
+        scenario, config, 5, path, snapshot_every_events=64, force=True, launch=launch_naming([str(DDP_MLP)])
+    )
+    assert report["outcome"] == "pass", report["failure"]
+    return path, report
+
+
+@pytest.fixture(scope="module")
+def gpt_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A run whose collectives carry tensors above the elision size (4 KiB): 100k parameters."""
+    path = tmp_path_factory.mktemp("journal") / "gpt.ttr"
+    scenario = get_scenario("torch")
+    arguments = "--steps 3 --width 64 --layers 2 --bucket-mb 1 --context 16 --batch 4"
+    config = scenario.resolve_config([f"script={GPT}", "nproc=2", f"args={arguments}", "rank_output=quiet"])
+    report, _world = record_run(scenario, config, 1, path, force=True, launch=launch_naming([str(GPT)]))
+    assert report["outcome"] == "pass", report["failure"]
+    return path
+
+
+def _hashes(session: Session) -> dict[int, str]:
+    found = {}
+    for target in TARGETS:
+        session.goto_event(target)
+        assert session.position.events == target, session.world.failures
+        found[target] = session.state_hash()
+    return found
+
+
+def test_seeks_replay_the_journal_without_ranks_and_reach_the_bits_of_a_re_execution(
+    recording: tuple[Path, dict[str, Any]],
+) -> None:
+    path, report = recording
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
+        snapshots = {info.events: info.state_hash for info in session.snapshots()}
+        replayed = _hashes(session)
+        assert session.source.memory()["checkpoints"] == 0 and not session.source.host.drivers
+        assert replayed[64] == snapshots[64]
+        session.goto("end")
+        assert session.state_hash() == report["state_hash"]
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
+        assert _hashes(session) == replayed  # the ranks re-executed: the same worlds
+        assert session.source.memory()["checkpoints"] >= 1
+
+
+def test_a_seek_needs_no_script_and_a_tensor_then_says_it_does(
+    recording: tuple[Path, dict[str, Any]],
+) -> None:
+    path, _report = recording
+    with Session.open(path, launch=TEST_SCRIPTS) as named:
+        named.goto_event(150)
+        expected = named.state_hash()
+    with Session.open(path) as session:  # no script named: nothing of the user's may run
+        session.goto_event(150)
+        assert session.state_hash() == expected
+        # a 10-step run keeps its last state only (state_pull.py): the 6th is digests
+        while session.world.nodes["r0"].get("state_step") != 6:
+            session.step()
+        assert isinstance(session.world.nodes["r0"]["grads"]["0.weight"], ElidedArray)
+        with pytest.raises(ElidedError):
+            session.read_values(lambda: summarize(session.world.nodes["r0"]["grads"]))
+
+
+def test_a_command_that_reads_a_tensor_rebuilds_its_values(recording: tuple[Path, dict[str, Any]]) -> None:
+    path, _report = recording
+    with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
+        session.goto_event(150)
+        live = np.array(session.world.nodes["r1"]["grads"]["0.weight"])
+    with open_context(str(path)) as context:
+        context.session.launch = TEST_SCRIPTS  # what --script does on the command line
+        run_line("goto #150", context)
+        state_step = context.session.world.nodes["r1"]["state_step"]
+        assert isinstance(context.session.world.nodes["r1"]["grads"]["0.weight"], ElidedArray), state_step
+        printed = run_line("print nodes/r1/grads/0.weight", context)
+        rebuilt = context.session.world.nodes["r1"]["grads"]["0.weight"]
+        assert isinstance(rebuilt, np.ndarray) and np.array_equal(rebuilt, live)
+        assert printed.entries and "float32" in printed.entries[0].summary
+
+
+def test_tensors_in_flight_are_digests_and_rebuilt_bit_for_bit(gpt_recording: Path) -> None:
+    with Session.open(gpt_recording, launch=TEST_SCRIPTS) as session:
+        held: list[Any] = []
+        for target in range(1, session.end.events):
+            session.goto_event(target)
+            held = _large_results(session)
+            if held:
+                break
+        assert held and all(isinstance(output, ElidedArray) for output in held)
+        digests = [output.digest for output in held]
+        with session.with_values():
+            rebuilt = _large_results(session)
+        assert all(isinstance(output, np.ndarray) for output in rebuilt)
+        assert [array_digest(output) for output in rebuilt] == digests
+
+
+def _large_results(session: Session) -> list[Any]:
+    results = session.world.nodes["c10d"]["results"].values()
+    return [output for result in results for output in result["outputs"] if output.nbytes > 4096]
+
+
+def test_a_recording_without_a_journal_is_re_executed_with_its_ranks(
+    recording: tuple[Path, dict[str, Any]],
+) -> None:
+    path, _report = recording
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
+        expected = _hashes(session)
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
+        session.reader.catalog.journals.clear()  # as a recording whose JOURNAL frames were lost
+        assert _hashes(session) == expected
+        assert session.source.memory()["checkpoints"] >= 1  # the ranks ran
