@@ -154,15 +154,6 @@ def _patch_time() -> None:
     _replace_function(time, "sleep", as_forbidden(ADVICE_SLEEP))
 
 
-def _as_class(cls: Any, value: Any) -> Any:
-    """``value`` (a date or datetime) as an instance of the subclass ``cls`` the call was made on."""
-    if type(value) is cls:
-        return value
-    if issubclass(cls, datetime_module.datetime):
-        return cls.combine(value.date(), value.timetz())
-    return cls(value.year, value.month, value.day)
-
-
 def _patch_datetime() -> None:
     real_datetime = datetime_module.datetime
     real_date = datetime_module.date
@@ -171,20 +162,20 @@ def _patch_datetime() -> None:
     def now(context: Any, cls: type, tz: Any = None) -> Any:
         moment = virtual.wall_datetime(context)
         moment = moment.replace(tzinfo=None) if tz is None else moment.astimezone(tz)
-        return _as_class(cls, moment)
+        return virtual.as_class(cls, moment)
 
     def utcnow(context: Any, cls: type) -> Any:
-        return _as_class(cls, virtual.wall_datetime(context).replace(tzinfo=None))
+        return virtual.as_class(cls, virtual.wall_datetime(context).replace(tzinfo=None))
 
     def today(context: Any, cls: type) -> Any:
         moment = virtual.wall_datetime(context).replace(tzinfo=None)
-        return _as_class(cls, moment if issubclass(cls, real_datetime) else moment.date())
+        return virtual.as_class(cls, moment if issubclass(cls, real_datetime) else moment.date())
 
     def datetime_fromtimestamp(context: Any, cls: type, seconds: float, tz: Any = None) -> Any:
-        return _as_class(cls, real_datetime.fromtimestamp(seconds, utc).replace(tzinfo=None))
+        return virtual.as_class(cls, real_datetime.fromtimestamp(seconds, utc).replace(tzinfo=None))
 
     def date_fromtimestamp(context: Any, cls: type, seconds: float) -> Any:
-        return _as_class(cls, real_datetime.fromtimestamp(seconds, utc).date())
+        return virtual.as_class(cls, real_datetime.fromtimestamp(seconds, utc).date())
 
     patches: list[tuple[type, str, Callable[..., Any], str, int | None]] = [
         (real_datetime, "now", now, ADVICE_CLOCK, None),
