@@ -239,7 +239,6 @@ def test_a_ctrl_c_while_the_compiled_packer_calls_back_into_python_is_raised_not
     assert speedups.compiled.pack_events(batch, pack) == pack(batch)
 
 
-
 def test_the_kernels_extension_holds_the_kernel_only() -> None:
     """The layers above keep their C with them: the kernel's module has its loop, its Context core
     and its packer, and the C interface fabric's engine uses (issue 29)."""

@@ -170,3 +170,30 @@ def test_the_tui_compare_screen_carries_the_ops_lines() -> None:
     assert (
         data.ops[1] == "  r1 step 3 at 1.197178ms  0 (backward)  c10d::all_reduce #0  float32[577]: differs"
     )
+
+
+def test_with_the_divergence_detector_on_the_collective_is_first_and_says_the_run_stopped_there(
+    tmp_path: Path,
+) -> None:
+    # the detector fails the run as the flipped all_reduce completes: r1 never receives that result
+    # on main, so the collective ran on b1 only, and the answer says why rather than only "b only"
+    path = tmp_path / "caught.ttr"
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config(
+        [
+            f"script={DDP_MLP}",
+            "nproc=3",
+            "rank_output=quiet",
+            "args=--steps 4",
+            f"faults={json.dumps([FLIP])}",
+        ]
+    )
+    report, _ = record_run(scenario, config, 0, path, force=True, launch=TEST_SCRIPTS)
+    assert report["failure"]["kind"] == "divergence", report["failure"]
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
+        assert branch(session, BRANCH_AT, {"drop_faults": ["f1"]}).outcome == "pass"
+        found = diff(session, "main", "b1", path="nodes/r1/params", ops=True).ops
+    assert found is not None and found.ops
+    first = found.ops[0]
+    assert (first.rank, first.op, first.index_a) == ("r1", "c10d::all_reduce", None)
+    assert first.note == "ran on b only: the run on main failed (divergence) before r1 received its result"

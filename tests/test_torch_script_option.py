@@ -58,6 +58,7 @@ NO_RECORDING = {
     "scenarios",
     "run",
     "torchrun",
+    "python",
     "bench",
     "check-determinism",
     "fuzz",

@@ -182,4 +182,7 @@ def test_a_nan_fed_into_a_collective_that_never_completes_is_still_a_nan() -> No
     _report, world = run_report(get_scenario("torch"), config, 0, launch=TEST_SCRIPTS)
     failure = world.failures[0]
     assert (failure["kind"], failure["node"], failure["ranks"]) == ("nan", "r0", ["r0"]), failure
-    assert failure["message"] == "r0 fed 1 non-finite value(s) into all_reduce #2 of group 0 (tensor 0, float32[4])"
+    assert (
+        failure["message"]
+        == "r0 fed 1 non-finite value(s) into all_reduce #2 of group 0 (tensor 0, float32[4])"
+    )

@@ -164,7 +164,10 @@ def first_differing_ops(
         _report(progress, f"--ops: capturing the first {len(first)} differing ops' outputs on {name}")
         values[side] = _trace(session, name, step, capture, at)["probe"].values if capture else {}
     listed = tuple(
-        _difference(step, item, values["a"], values["b"], compare=position < OPS_COMPARED_MAX)
+        _ended_there(
+            _difference(step, item, values["a"], values["b"], compare=position < OPS_COMPARED_MAX),
+            {"a": (a, _failure_kind(session, a)), "b": (b, _failure_kind(session, b))},
+        )
         for position, item in enumerate(found[:OPS_LISTED_MAX])
     )
     note = ""
@@ -182,6 +185,29 @@ def first_differing_ops(
         traces["b"]["start"],
         note,
         tuple(f"r{rank}" for rank in sorted(set(ops_a) | set(ops_b))),
+    )
+
+
+def _failure_kind(session: Session, name: str) -> str | None:
+    """The kind of the failure branch ``name`` ended in (None: it passed)."""
+    with track_on(session, name) as track:
+        failure = track.info.failure
+        return None if failure is None else str(failure.get("kind"))
+
+
+def _ended_there(difference: OpDifference, sides: dict[str, tuple[str, str | None]]) -> OpDifference:
+    """A collective that returned on one side only, where the other side's run failed: the failure
+    stopped that run at it (a detector fires as the collective completes: a divergence of what its
+    members received, a nan), so the rank never received its result there."""
+    if not difference.op.startswith("c10d::") or not difference.note.startswith("ran on "):
+        return difference
+    missing = "a" if difference.index_a is None else "b"
+    name, kind = sides[missing]
+    if kind is None:
+        return difference
+    return _replace(
+        difference,
+        note=f"{difference.note}: the run on {name} failed ({kind}) before {difference.rank} received its result",
     )
 
 
