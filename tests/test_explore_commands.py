@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from timetravel.explore import compare_results as cr
 from timetravel.explore import results as r
 from timetravel.explore.commands import (
     COMMAND_NAMES,
@@ -189,10 +190,10 @@ def test_text_rendering_of_results() -> None:
         "      3  nan:x",
         "      1  pass",
     ]
-    divergence = r.Divergence(
+    divergence = cr.Divergence(
         t_ns=961_000_000, node="rank3", kind="fault", seq_a=10, seq_b=None, reason="only in a"
     )
-    compare = r.CompareResult(r.RunSide("main", "fail", None), r.RunSide("b1", "pass", None), divergence)
+    compare = cr.CompareResult(cr.RunSide("main", "fail", None), cr.RunSide("b1", "pass", None), divergence)
     assert (
         render_text(compare)[2]
         == "first divergence at 961ms: fault on rank3 (a no such event, b no such event): only in a"

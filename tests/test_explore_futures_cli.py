@@ -13,6 +13,7 @@ from explore_scenarios import face
 
 from timetravel.cli import main as cli_main
 from timetravel.explore import Session
+from timetravel.explore import compare_results as cr
 from timetravel.explore import results as r
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
 from timetravel.recording import record_run
@@ -67,20 +68,20 @@ def test_commands_run_the_engine_from_the_cursor(needle: Any) -> None:
         assert progress and progress[-1].task == "branch b1"
         run_line(f"branch --at 19 --drop-fault {restart['id']} --name dropped", context)
         compared = run_line("compare main b1", context)
-        assert isinstance(compared, r.CompareResult) and compared.b.outcome == "pass"
+        assert isinstance(compared, cr.CompareResult) and compared.b.outcome == "pass"
         found = run_line("divergence main dropped --go", context)
-        assert isinstance(found, r.Divergence) and found.event_a == session.position.events
+        assert isinstance(found, cr.Divergence) and found.event_a == session.position.events
         assert render_text(found, "ms")[0].startswith("first divergence at 20.7ms: fault on")
         same = run_line("divergence b1 b1", context)
-        assert isinstance(same, r.CompareResult) and same.first_divergence is None
+        assert isinstance(same, cr.CompareResult) and same.first_divergence is None
         diffed = run_line("diff main b1 --at 25 --path nodes/*/total", context)
-        assert isinstance(diffed, r.DiffCommandResult) and diffed.at_ns == 25 * MS and diffed.paths
+        assert isinstance(diffed, cr.DiffCommandResult) and diffed.at_ns == 25 * MS and diffed.paths
         fanned = run_line("fanout --at 10 --samples 3", context)
         assert isinstance(fanned, r.FanoutResult) and fanned.samples == 3
         walked = run_line("likelihood --samples 2 --points 2", context)
         assert isinstance(walked, r.LikelihoodResult) and len(walked.points) == 2
         rerun = run_line("rerun --set bug=none", context)
-        assert isinstance(rerun, r.RerunResult) and rerun.outcome == "pass"
+        assert isinstance(rerun, cr.RerunResult) and rerun.outcome == "pass"
 
 
 @pytest.mark.parametrize(

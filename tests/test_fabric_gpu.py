@@ -13,7 +13,7 @@ import pytest
 from fabric_probe import arrivals, probe_scenario, probe_world, run
 
 from timetravel import fabric
-from timetravel.fabric import gpu, speedups
+from timetravel.fabric import gpu, gpu_streams, speedups
 from timetravel.sim import Context, RunResult
 
 Script = Callable[[dict[str, Any], Context], None]
@@ -24,7 +24,7 @@ ENGINES = ["python", "compiled"] if speedups.compiled is not None else ["python"
 def engine(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> Iterator[str]:
     if request.param == "python":
         monkeypatch.setattr(gpu, "_engine", None)
-        monkeypatch.setattr(gpu, "_pump", gpu._pump_python)
+        monkeypatch.setattr(gpu_streams, "pump", gpu_streams.pump_python)
     yield request.param
 
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from timetravel.fabric import gpu, race, speedups
+from timetravel.fabric import gpu, gpu_streams, race, speedups
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Simulation
 from timetravel.sim.kernel import chain_head
@@ -55,9 +55,9 @@ def callbacks() -> Iterator[Counter[str]]:
         return wrapper
 
     def configure(wrap: bool) -> None:
-        functions = [gpu._pump_python, gpu._draw_completion_order, race._report, math.ceil]
+        functions = [gpu_streams.pump_python, gpu_streams.draw_completion_order, race._report, math.ceil]
         names = ["python_pump", "draw_order", "report", "ceil"]
-        unhandled = gpu._report_unhandled
+        unhandled = gpu_streams.report_unhandled
         if wrap:
             functions = [counted(name, function) for name, function in zip(names, functions, strict=True)]
             unhandled = counted("unhandled", unhandled)
@@ -66,9 +66,9 @@ def callbacks() -> Iterator[Counter[str]]:
             gpu.DONE_KIND,
             race.TRACKED_BUFFERS_MAX,
             unhandled,
-            gpu.STREAM_OPS_MAX,
-            gpu._stream,
-            gpu._event_entry,
+            gpu_streams.STREAM_OPS_MAX,
+            gpu_streams.stream_of,
+            gpu_streams.event_entry,
         )
 
     configure(wrap=True)
@@ -79,13 +79,13 @@ def callbacks() -> Iterator[Counter[str]]:
 
 
 def _use_python_engine(patch: pytest.MonkeyPatch) -> None:
-    patch.setattr(gpu, "_pump", gpu._pump_python)
+    patch.setattr(gpu_streams, "pump", gpu_streams.pump_python)
     patch.setattr(gpu, "_engine", None)
 
 
 def test_the_compiled_engine_is_the_one_that_runs() -> None:
     assert speedups.compiled is not None
-    assert gpu._pump is speedups.compiled.gpu_pump
+    assert gpu_streams.pump is speedups.compiled.gpu_pump
     assert gpu._engine is speedups.compiled
 
 

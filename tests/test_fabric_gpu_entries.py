@@ -15,7 +15,7 @@ import pytest
 from fabric_probe import arrivals, probe_scenario, probe_world, run
 
 from timetravel import fabric
-from timetravel.fabric import gpu, race, speedups
+from timetravel.fabric import gpu, gpu_streams, race, speedups
 from timetravel.fabric.install import with_handlers
 from timetravel.sim import Context, Simulation
 
@@ -214,7 +214,7 @@ def test_too_many_streams_and_events_fail_alike_on_both_engines(monkeypatch: pyt
     compiled = _gpu_after(streams, monkeypatch, speedups.compiled)
     assert compiled == _gpu_after(streams, monkeypatch, None)
     assert f"a GPU has at most {gpu.STREAMS_MAX} streams" in compiled[2][0]
-    monkeypatch.setattr(gpu, "GPU_EVENTS_MAX", 3)
+    monkeypatch.setattr(gpu_streams, "GPU_EVENTS_MAX", 3)
     gpu._compiled_entries()  # hands the compiled core the smaller bound
     try:
         compiled = _gpu_after(events, monkeypatch, speedups.compiled)
@@ -240,23 +240,23 @@ def test_the_compiled_engine_creates_exact_str_streams_and_events_without_python
 
     def configure(new_stream: Any, event_entry: Any) -> None:
         speedups.compiled.configure_gpu(  # type: ignore[union-attr]
-            gpu._pump_python,
-            gpu._draw_completion_order,
+            gpu_streams.pump_python,
+            gpu_streams.draw_completion_order,
             race._report,
             math.ceil,
             gpu.DONE_KIND,
             race.TRACKED_BUFFERS_MAX,
-            gpu._report_unhandled,
-            gpu.STREAM_OPS_MAX,
+            gpu_streams.report_unhandled,
+            gpu_streams.STREAM_OPS_MAX,
             new_stream,
             event_entry,
         )
 
-    configure(counted("stream", gpu._stream), counted("event", gpu._event_entry))
+    configure(counted("stream", gpu_streams.stream_of), counted("event", gpu_streams.event_entry))
     try:
         outcome = _gpu_after(_first_uses, monkeypatch, speedups.compiled)[0]
     finally:
-        configure(gpu._stream, gpu._event_entry)
+        configure(gpu_streams.stream_of, gpu_streams.event_entry)
     assert outcome == "pass"
     assert calls == {"stream": 1}  # the str subclass only
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from timetravel.fabric import gpu
+from timetravel.fabric import gpu, gpu_streams
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Simulation
 from timetravel.sim.kernel import chain_head
@@ -35,11 +35,11 @@ def _always_pump(
     gpu_state: dict[str, Any], stream: dict[str, Any], op: dict[str, Any], ctx: Any, may_move: bool = True
 ) -> None:
     stream["queue"].append(op)
-    gpu._pump(gpu_state, ctx)
+    gpu_streams.pump(gpu_state, ctx)
 
 
 def _always_pump_after_completion(gpu_state: dict[str, Any], _stream: dict[str, Any], ctx: Any) -> None:
-    gpu._pump(gpu_state, ctx)
+    gpu_streams.pump(gpu_state, ctx)
 
 
 @pytest.mark.parametrize("settings", WORLDS)
@@ -50,8 +50,8 @@ def test_skipping_idle_pumps_changes_no_bit(
     monkeypatch.setattr(
         gpu, "_engine", None
     )  # the Python engine (the compiled one: test_fabric_gpu_compiled)
-    monkeypatch.setattr(gpu, "_pump", gpu._pump_python)
+    monkeypatch.setattr(gpu_streams, "pump", gpu_streams.pump_python)
     skipped = _run(settings, seed)
-    monkeypatch.setattr(gpu, "_enqueue_and_pump", _always_pump)
-    monkeypatch.setattr(gpu, "_pump_after_completion", _always_pump_after_completion)
+    monkeypatch.setattr(gpu_streams, "enqueue_and_pump", _always_pump)
+    monkeypatch.setattr(gpu_streams, "pump_after_completion", _always_pump_after_completion)
     assert _run(settings, seed) == skipped

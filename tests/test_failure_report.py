@@ -14,7 +14,8 @@ import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, wit
 from timetravel.cli import main as cli_main
 from timetravel.cli.compare_command import METRIC_NAME_WIDTH, _metric_lines, wrap_name
 from timetravel.cli.run_command import flight_recorder_lines
-from timetravel.explore.results import CompareResult, MetricRow, RunSide, public_failure
+from timetravel.explore.compare_results import CompareResult, MetricRow, RunSide
+from timetravel.explore.results import public_failure
 from timetravel.sim.failure import failure_fields, make_failure
 
 ROOT = Path(__file__).resolve().parent.parent

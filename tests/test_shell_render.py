@@ -8,6 +8,7 @@ import math
 
 from rich.console import Console
 
+from timetravel.explore import compare_results as cr
 from timetravel.explore import results as r
 from timetravel.explore.commands import render as text_render
 from timetravel.explore.minimize_trials import MinimizeResult
@@ -118,10 +119,10 @@ def test_likelihood_marks_the_point_of_no_return() -> None:
 
 
 def test_compare_shows_both_outcomes_the_metrics_and_the_divergence() -> None:
-    result = r.CompareResult(
-        r.RunSide("main", "fail", NAN_FAILURE, 1000 * MS),
-        r.RunSide("b1", "pass", None, 1200 * MS),
-        r.Divergence(951 * MS, "rank3", "grad", 10, 11, 4100, 4100),
+    result = cr.CompareResult(
+        cr.RunSide("main", "fail", NAN_FAILURE, 1000 * MS),
+        cr.RunSide("b1", "pass", None, 1200 * MS),
+        cr.Divergence(951 * MS, "rank3", "grad", 10, 11, 4100, 4100),
         {"loss": {"a": [[0, 2.0], [MS, math.nan]], "b": [[0, 2.0], [MS, 0.5]]}},
     )
     text = text_of(result)
@@ -132,11 +133,11 @@ def test_compare_shows_both_outcomes_the_metrics_and_the_divergence() -> None:
 
 def test_a_diff_groups_changed_paths_as_a_tree() -> None:
     paths = (
-        r.DiffEntry("nodes/rank3/weights", "changed", "1 of 4 differ, max ulp 1"),
-        r.DiffEntry("nodes/rank3/step", "changed", "40 -> 41"),
-        r.DiffEntry("faults/0", "removed", "f3 drop"),
+        cr.DiffEntry("nodes/rank3/weights", "changed", "1 of 4 differ, max ulp 1"),
+        cr.DiffEntry("nodes/rank3/step", "changed", "40 -> 41"),
+        cr.DiffEntry("faults/0", "removed", "f3 drop"),
     )
-    lines = text_of(r.DiffCommandResult("main", "b1", 990 * MS, paths, 7, None)).splitlines()
+    lines = text_of(cr.DiffCommandResult("main", "b1", 990 * MS, paths, 7, None)).splitlines()
     assert lines[0] == "main vs b1 at 990ms"
     assert [line.strip(" ─│├└") for line in lines[1:7]] == [
         "nodes",

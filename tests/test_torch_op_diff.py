@@ -157,8 +157,8 @@ def test_an_arrival_order_branch_differs_first_at_the_reduction_whose_sum_change
 
 
 def test_the_tui_compare_screen_carries_the_ops_lines() -> None:
+    from timetravel.explore.compare_results import DiffCommandResult
     from timetravel.explore.op_diff import OpDifference, OpsDiff
-    from timetravel.explore.results import DiffCommandResult
     from timetravel.tui.adapt import diff_data
 
     op = OpDifference(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from timetravel.explore import compare_results as cr
 from timetravel.explore import results as r
 from timetravel.tui.adapt import branch_infos, compare_data, diff_data, likelihood_points
 
@@ -34,18 +35,18 @@ def test_likelihood_is_a_rate_per_snapshot_time() -> None:
 
 
 def test_compare_and_diff_fill_one_compare_view() -> None:
-    first = r.Divergence(972 * MS, "rank5", "fault", 311_002, None, event_a=48_212, event_b=None)
-    compare = r.CompareResult(
-        r.RunSide("main", "fail", NAN_FAILURE),
-        r.RunSide("b1", "pass", None),
+    first = cr.Divergence(972 * MS, "rank5", "fault", 311_002, None, event_a=48_212, event_b=None)
+    compare = cr.CompareResult(
+        cr.RunSide("main", "fail", NAN_FAILURE),
+        cr.RunSide("b1", "pass", None),
         first,
         metrics={"loss": {"a": [[10 * MS, 2.0], [20 * MS, 1.5]], "b": [[10 * MS, 2.0]]}},
     )
-    diff = r.DiffCommandResult(
+    diff = cr.DiffCommandResult(
         "main",
         "b1",
         972 * MS,
-        (r.DiffEntry("nodes/rank5/grad", "changed", "1/64 elements differ"),),
+        (cr.DiffEntry("nodes/rank5/grad", "changed", "1/64 elements differ"),),
         3,
         first,
     )
@@ -66,12 +67,12 @@ def test_diff_alone_fills_the_loss_plot_and_compare_alone_fills_the_paths() -> N
     """Issue 15: after `diff` alone the loss pane said `no loss metric in these runs`, and a compare
     without a diff listed no paths."""
     loss = {"loss": {"a": [[10 * MS, 2.0]], "b": [[10 * MS, 1.0]]}}
-    diff = r.DiffCommandResult(
-        "main", "b1", 972 * MS, (r.DiffEntry("faults/f2", "removed", "only in a"),), 0, None, loss, "--at"
+    diff = cr.DiffCommandResult(
+        "main", "b1", 972 * MS, (cr.DiffEntry("faults/f2", "removed", "only in a"),), 0, None, loss, "--at"
     )
     data = diff_data(diff, (), "ms")
     assert data.loss_a == ((10 * MS, 2.0),) and data.loss_b == ((10 * MS, 1.0),)
-    compare = r.CompareResult(
-        r.RunSide("main", "fail", NAN_FAILURE), r.RunSide("b1", "pass", None), None, loss, diff
+    compare = cr.CompareResult(
+        cr.RunSide("main", "fail", NAN_FAILURE), cr.RunSide("b1", "pass", None), None, loss, diff
     )
     assert [entry.path for entry in compare_data(compare, None, "ms").entries] == ["faults/f2"]

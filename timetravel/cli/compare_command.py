@@ -10,6 +10,7 @@ from typing import Any
 from timetravel.cli.common import UsageError, bounded_int
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.explore.compare import compare, diff
+from timetravel.explore.compare_results import CompareResult
 from timetravel.explore.diff import CHANGES_MAX_DEFAULT
 from timetravel.explore.reference import (
     METRIC_DEFAULT,
@@ -18,7 +19,6 @@ from timetravel.explore.reference import (
     load_reference,
     overlay_branch,
 )
-from timetravel.explore.results import CompareResult
 from timetravel.explore.session import Session
 from timetravel.sim.timefmt import format_time
 

@@ -18,12 +18,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from timetravel.explore.diff import CHANGES_MAX_DEFAULT
-from timetravel.explore.diff import diff as structural_diff
-from timetravel.explore.divergence import comparable_tree, first_divergence
-from timetravel.explore.paths import parse_path, select
-from timetravel.explore.recorded_failure import recorded_failure
-from timetravel.explore.results import (
+from timetravel.explore.compare_results import (
     CompareResult,
     DiffCommandResult,
     DiffEntry,
@@ -31,6 +26,11 @@ from timetravel.explore.results import (
     MetricRow,
     RunSide,
 )
+from timetravel.explore.diff import CHANGES_MAX_DEFAULT
+from timetravel.explore.diff import diff as structural_diff
+from timetravel.explore.divergence import comparable_tree, first_divergence
+from timetravel.explore.paths import parse_path, select
+from timetravel.explore.recorded_failure import recorded_failure
 from timetravel.explore.session import Session, reads_values
 from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.work import ProgressCallback, StopCheck

@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from timetravel.explore.compare_results import Divergence
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.effects import (
     END_KIND,
@@ -42,7 +43,6 @@ from timetravel.explore.effects import (
     event_key,
 )
 from timetravel.explore.paths import world_tree
-from timetravel.explore.results import Divergence
 from timetravel.explore.session import Session
 from timetravel.explore.session_data import lineage
 from timetravel.explore.tracks import open_track, overrides_of, shared_events

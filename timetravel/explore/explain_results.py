@@ -9,7 +9,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from timetravel.explore.results import DiffEntry, public_failure
+from timetravel.explore.compare_results import DiffEntry
+from timetravel.explore.results import public_failure
 
 StateChange = DiffEntry
 """One change an event made: a path, the change kind and a one-line summary (old -> new) — the same

@@ -117,29 +117,14 @@ def minimize_run(
             "there is no failure to minimize"
         )
     started = time.monotonic()
-    header = session.header
     reserve = REPRO_RESERVE_RUNS if out is not None else 0
     result, minimizer = _minimize_recorded(
         session, failure["signature"], budget, progress, should_stop, reserve
     )
     if out is None:
         return result
-    interval = repro_snapshot_interval(
-        result.events - session.fork_events,
-        int(header.get("snapshot_every_events", 0)),
-        session.scenario.snapshot_every_events,
-    )
     input_bytes = Path(session.info.path).stat().st_size
-    if minimizer is not None:
-        branch = record_branch_repro(session, minimizer, result, out, interval, force=force)
-    else:
-        branch = MAIN_BRANCH
-        record_repro(session, result, out, interval, force=force)
-        for _ in range(REPRO_RECORDINGS_MAX - 1):  # no larger than the input: fewer snapshots, again
-            if Path(out).stat().st_size <= input_bytes or interval >= result.events:
-                break
-            interval *= 2
-            record_repro(session, result, out, interval, force=True)  # over the one it wrote
+    branch = _write_repro_recording(session, minimizer, result, out, input_bytes, force=force)
     start = repro_start(
         session.scenario, out, result.signature, result.faults_kept, should_stop, branch, session.launch
     )
@@ -166,6 +151,33 @@ def minimize_run(
         )
         result = dataclasses.replace(result, pytest=written)
     return result
+
+
+def _write_repro_recording(
+    session: Session,
+    minimizer: ForkMinimizer | None,
+    result: MinimizeResult,
+    out: str | Path,
+    input_bytes: int,
+    *,
+    force: bool,
+) -> str:
+    """Write the repro recording; return the branch it starts on. A minimized branch is recorded as
+    a branch of the input; a main run again with fewer snapshots while it is larger than the input."""
+    interval = repro_snapshot_interval(
+        result.events - session.fork_events,
+        int(session.header.get("snapshot_every_events", 0)),
+        session.scenario.snapshot_every_events,
+    )
+    if minimizer is not None:
+        return record_branch_repro(session, minimizer, result, out, interval, force=force)
+    record_repro(session, result, out, interval, force=force)
+    for _ in range(REPRO_RECORDINGS_MAX - 1):  # no larger than the input: fewer snapshots, again
+        if Path(out).stat().st_size <= input_bytes or interval >= result.events:
+            break
+        interval *= 2
+        record_repro(session, result, out, interval, force=True)  # over the one it wrote
+    return MAIN_BRANCH
 
 
 def check_repro_outputs(

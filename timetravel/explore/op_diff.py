@@ -39,8 +39,8 @@ from typing import Any
 import numpy as np
 
 from timetravel.explore.array_diff import summarize_arrays
+from timetravel.explore.compare_results import Divergence
 from timetravel.explore.explain_torch import execution_refusal, is_torch, resumable_worlds
-from timetravel.explore.results import Divergence
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import Stepper, stepper_at
 from timetravel.explore.tracks import track_on

@@ -35,6 +35,7 @@ import bisect
 from collections.abc import Iterable
 from typing import Any
 
+from timetravel.explore.compare_results import Divergence, RerunResult
 from timetravel.explore.divergence import (
     FreshSide,
     RecordedSide,
@@ -44,7 +45,7 @@ from timetravel.explore.divergence import (
 )
 from timetravel.explore.effects import event_key
 from timetravel.explore.replay import CAUSE_CODE_CHANGED, classify
-from timetravel.explore.results import Divergence, RerunResult, public_failure
+from timetravel.explore.results import public_failure
 from timetravel.explore.session import Session
 from timetravel.explore.session_data import overrides_from
 from timetravel.explore.work import (

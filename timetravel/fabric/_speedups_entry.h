@@ -20,7 +20,7 @@
  * configure_entries(globals, launch, record, wait, launch_python, record_python, wait_python,
  * streams_max, events_max) hands over gpu.py's module dict, its Python functions and their bodies,
  * and the bounds the engine's first use of a stream or an event checks (gpu_launch, gpu_record
- * create them in C as gpu._stream and gpu._event_entry would; _speedups_gpu_host.h).
+ * create them in C as gpu_streams.stream_of and gpu_streams.event_entry would; _speedups_gpu_host.h).
  */
 #ifndef _SPEEDUPS_ENTRY_H
 #define _SPEEDUPS_ENTRY_H

@@ -1,7 +1,7 @@
 /* The GPU stream engine's shared parts: the Python functions and bounds fabric/gpu.py hands over
  * (configure_gpu), the state's interned keys and the helpers that read the engine's state dicts.
  * Included once, by fabric/_speedups.c (one translation unit), first of the engine's headers:
- * _speedups_gpu_race.h (race.check_kernel), _speedups_gpu_pump.h (the pump: gpu._pump_python and
+ * _speedups_gpu_race.h (race.check_kernel), _speedups_gpu_pump.h (the pump: gpu_streams.pump_python and
  * what it calls), _speedups_gpu_host.h (launch, record, wait), _speedups_done.h (the gpu.done
  * handler and schedule_finishes) and _speedups_entry.h (the compiled entries).
  *
@@ -9,7 +9,7 @@
  * (same keys in the same order, same values, same deliveries in the same order); everything off
  * the common path calls the Python reference functions handed over by ``configure_gpu``: a race
  * found (``race._report``, after the same partial bookkeeping), a timed kernel starting while
- * another stream runs one (``gpu._draw_completion_order``: the ``gpu.order`` choice), a compute
+ * another stream runs one (``gpu_streams.draw_completion_order``: the ``gpu.order`` choice), a compute
  * factor other than 1.0 (``math.ceil`` of the product, as Python computes it). Any value of an
  * unexpected type raises TypeError; the state is the engine's own, so that is a bug, not an input.
  * tests/test_fabric_gpu_compiled.py runs worlds with this engine and with the Python one and
@@ -18,11 +18,11 @@
 #ifndef _SPEEDUPS_GPU_H
 #define _SPEEDUPS_GPU_H
 
-static PyObject *gpu_draw_order = NULL; /* gpu._draw_completion_order */
-static PyObject *gpu_python_pump = NULL; /* gpu._pump_python */
-static PyObject *gpu_unhandled = NULL;   /* gpu._report_unhandled */
-static PyObject *gpu_new_stream = NULL;  /* gpu._stream: a stream's first use creates it */
-static PyObject *gpu_event_entry = NULL; /* gpu._event_entry: an event's first record creates it */
+static PyObject *gpu_draw_order = NULL; /* gpu_streams.draw_completion_order */
+static PyObject *gpu_python_pump = NULL; /* gpu_streams.pump_python */
+static PyObject *gpu_unhandled = NULL;   /* gpu_streams.report_unhandled */
+static PyObject *gpu_new_stream = NULL;  /* gpu_streams.stream_of: a stream's first use creates it */
+static PyObject *gpu_event_entry = NULL; /* gpu_streams.event_entry: an event's first record creates it */
 static Py_ssize_t gpu_ops_max = 0;       /* gpu.STREAM_OPS_MAX */
 static Py_ssize_t gpu_streams_max = 0;   /* gpu.STREAMS_MAX (0 until configure_entries: Python creates) */
 static Py_ssize_t gpu_events_max = 0;    /* gpu.GPU_EVENTS_MAX (likewise) */

@@ -6,7 +6,7 @@
 #ifndef _SPEEDUPS_GPU_HOST_H
 #define _SPEEDUPS_GPU_HOST_H
 
-/* gpu._stream's creation of stream ``name`` in ``streams`` (an exact dict that does not hold it):
+/* gpu_streams.stream_of's creation of stream ``name`` in ``streams`` (an exact dict that does not hold it):
  * ``{"index": n, "queue": [], "running": None, "clock": [0] * (n + 1)}``, n the streams so far,
  * inserted and returned (a new reference). None, creating nothing, when Python must decide: a
  * name that is not a non-empty exact str, a full GPU (it raises), configure_entries not run. The
@@ -46,7 +46,7 @@ fail:
     return NULL;
 }
 
-/* gpu._event_entry's creation of ``event``'s entry in ``events`` (an exact dict that does not hold
+/* gpu_streams.event_entry's creation of ``event``'s entry in ``events`` (an exact dict that does not hold
  * it): ``{"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}``, inserted and
  * returned (a new reference); None, creating nothing, for a full table (Python raises) or before
  * configure_entries. */
@@ -103,7 +103,7 @@ host_stream(PyObject *ctx, PyObject *name, PyObject **gpu_out, PyObject **stream
         return PyErr_Occurred() ? -1 : 0;
     stream = PyDict_GetItemWithError(streams, name);
     if (stream == NULL) {
-        /* the stream's first use: gpu._stream checks the name and the bound and creates it */
+        /* the stream's first use: gpu_streams.stream_of checks the name and the bound and creates it */
         PyObject *args[2] = {gpu, name}, *created;
         if (PyErr_Occurred())
             return -1;
@@ -135,7 +135,7 @@ found:
     return 1;
 }
 
-/* gpu._enqueue_and_pump. Steals ``op``. */
+/* gpu_streams.enqueue_and_pump. Steals ``op``. */
 static int
 enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_move);
 
@@ -145,7 +145,7 @@ enqueue_and_pump(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx)
     return enqueue(gpu, stream, op, ctx, 1);
 }
 
-/* gpu._enqueue_and_pump; ``may_move`` 0: the op cannot move when queued (a wait on a pending
+/* gpu_streams.enqueue_and_pump; ``may_move`` 0: the op cannot move when queued (a wait on a pending
  * record), so nothing can (every other stream is at rest) and the pump is skipped. Steals ``op``. */
 static int
 enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_move)
@@ -176,7 +176,7 @@ enqueue(PyObject *gpu, PyObject *stream, PyObject *op, PyObject *ctx, int may_mo
 /* A kernel launched on an idle stream with nothing queued starts at once: 1 when it started here,
  * 0 when the stream is busy (the op is queued as usual), -1 on error. Queued and pumped, it would
  * be the only op that moves (every other stream is at rest between two calls into the engine:
- * gpu._enqueue_and_pump says why), popped at once and started from its op dict's values: so the
+ * gpu_streams.enqueue_and_pump says why), popped at once and started from its op dict's values: so the
  * kernel starts from those values directly, with no op dict built and freed and no walk over the
  * streams. The same operations in the same order: a dp_training step's forward/backward and its
  * unpack start this way (~4,000 instructions each saved). The host clock is joined into the
@@ -335,7 +335,7 @@ gpu_record(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     entry = PyDict_GetItemWithError(events, args[2]);
     if (entry == NULL) {
-        /* the event's first record: gpu._event_entry checks the bound and creates its entry */
+        /* the event's first record: gpu_streams.event_entry checks the bound and creates its entry */
         PyObject *entry_args[2] = {events, args[2]}, *created;
         if (PyErr_Occurred())
             return NULL;

@@ -1,7 +1,7 @@
-/* The GPU stream engine's pump (fabric/gpu.py ``_pump_python`` and what it calls) in C.
+/* The GPU stream engine's pump (fabric/gpu_streams.py ``pump_python`` and what it calls) in C.
  * Included once, by fabric/_speedups.c, after _speedups_gpu.h and _speedups_gpu_race.h.
  *
- * gpu_pump(gpu, ctx) does what ``_pump_python(gpu, ctx)`` does, step for step, on the same state
+ * gpu_pump(gpu, ctx) does what ``pump_python(gpu, ctx)`` does, step for step, on the same state
  * dicts: pass over the streams in their order, advance each idle one (take a wait whose record has
  * completed, complete a record, start a kernel), and pass again only after a pass completed a
  * record. A kernel start ticks the stream's vector clock, checks and records its buffer accesses
@@ -14,13 +14,13 @@
  * insert them. */
 enum { OP_NAME, OP_DURATION, OP_READS, OP_WRITES, OP_DONE_KIND, OP_PAYLOAD, OP_STARTED_KIND, OP_HOST_CLOCK,
        OP_KEYS };
-/* gpu._start_kernel, step for step. ``*race`` is whether the race detector is on (-1: not read yet;
+/* gpu_streams._start_kernel, step for step. ``*race`` is whether the race detector is on (-1: not read yet;
  * it is read, once a pump, when a kernel with buffer accesses starts). */
 static int
 start_kernel_with(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *const *fields, PyObject *ctx,
                   int *race);
 
-/* gpu._start_kernel for a kernel op popped from its queue (the op is ours: its values stay as read). */
+/* gpu_streams._start_kernel for a kernel op popped from its queue (the op is ours: its values stay as read). */
 static int
 start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyObject *ctx, int *race)
 {
@@ -33,7 +33,7 @@ start_kernel(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *op, PyOb
 }
 
 /* The stream's vector clock joined with the kernel's host clock and ticked at the stream's own
- * index (gpu._start_kernel's first steps); *index_object and *clock are the stream's (borrowed). */
+ * index (gpu_streams._start_kernel's first steps); *index_object and *clock are the stream's (borrowed). */
 static int
 tick_stream(PyObject *stream, PyObject *host_clock, PyObject **index_object, PyObject **clock)
 {
@@ -103,7 +103,7 @@ kernel_length(PyObject *duration, PyObject *factor)
     return length;
 }
 
-/* 1 when a stream other than ``stream`` runs a timed kernel (_draw_completion_order draws only
+/* 1 when a stream other than ``stream`` runs a timed kernel (draw_completion_order draws only
  * then), 0 when none does, -1 on error. */
 static int
 other_timed_kernel(PyObject *streams, PyObject *stream)
@@ -168,7 +168,7 @@ timed_kernel_end(PyObject *gpu, PyObject *const *gpu_fields, PyObject *name, PyO
     return end;
 }
 
-/* The stream's ``running`` dict for the started kernel (its keys in gpu._start_kernel's order),
+/* The stream's ``running`` dict for the started kernel (its keys in gpu_streams._start_kernel's order),
  * and the kernel's started_kind delivered now when it has one. */
 static int
 set_running(PyObject *stream, PyObject *const *fields, PyObject *ticket, PyObject *now, PyObject *end,
@@ -191,7 +191,7 @@ set_running(PyObject *stream, PyObject *const *fields, PyObject *ticket, PyObjec
 }
 
 /* Start the kernel whose op values are ``fields`` (OP_KEYS of them, borrowed and held by the
- * caller until this returns) on the idle stream ``name``: gpu._start_kernel, step for step. */
+ * caller until this returns) on the idle stream ``name``: gpu_streams._start_kernel, step for step. */
 static int
 start_kernel_with(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *const *fields, PyObject *ctx,
                   int *race)
@@ -233,12 +233,12 @@ start_kernel_with(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *con
     return result;
 }
 
-/* gpu._complete_record. */
+/* gpu_streams._complete_record. */
 static int
 complete_record(PyObject *entry, PyObject *generation, PyObject *stream, PyObject *now)
 {
     PyObject *pending, *completed, *clock, *copy, *fields[2];
-    PyObject *const keys[2] = {s_completed, s_pending}; /* the order of gpu._event_entry */
+    PyObject *const keys[2] = {s_completed, s_pending}; /* the order of gpu_streams.event_entry */
     Py_ssize_t at;
     int later, found = 0;
     if (need_many(entry, keys, 2, fields) < 0)
@@ -368,7 +368,7 @@ take_record(PyObject *events, PyObject *stream, PyObject *queue, PyObject *now)
     return completed < 0 ? -1 : 0;
 }
 
-/* gpu._advance: 1 when a record completed on the way, 0 when not, -1 on error. The caller found
+/* gpu_streams._advance: 1 when a record completed on the way, 0 when not, -1 on error. The caller found
  * the stream idle (``running`` None) with ``queue`` (its queue) not empty. Taking a wait or
  * completing a record leaves ``running`` as it was; starting a kernel sets it, which ends the loop:
  * so ``running`` is not read again here. */
@@ -406,7 +406,7 @@ advance(PyObject *gpu, PyObject *name, PyObject *stream, PyObject *queue, PyObje
     return recorded;
 }
 
-/* gpu_pump(gpu, ctx): gpu._pump_python(gpu, ctx) in C. */
+/* gpu_pump(gpu, ctx): gpu_streams.pump_python(gpu, ctx) in C. */
 static PyObject *
 gpu_pump(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {

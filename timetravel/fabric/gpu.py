@@ -34,26 +34,25 @@ the streams and then calls the scenario's ``done_kind`` handler directly, in the
 from __future__ import annotations
 
 import functools
-import math
 from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
-from timetravel.fabric import race, speedups
-from timetravel.fabric.race import check_kernel, join
+from timetravel.fabric import gpu_streams, speedups
+from timetravel.fabric.gpu_streams import (
+    DONE_KIND,
+    GPU_KEY,
+    STREAMS_MAX,
+    event_entry,
+    gpu_of,
+    report_unhandled,
+    stream_of,
+)
+from timetravel.fabric.race import join
 from timetravel.sim.event import Event
 
 if TYPE_CHECKING:
     from timetravel.sim.context import Context
     from timetravel.sim.scenario import Handler
-
-GPU_KEY = "gpu"
-"""Key of the GPU model inside a rank's node state (reserved: scenarios must not use it)."""
-DONE_KIND = "gpu.done"
-SITE_ORDER = "gpu.order"
-STREAMS_MAX = 16
-STREAM_OPS_MAX = 100_000
-"""Bound on the work queued on one stream (a runaway launch loop is a bug, not a workload)."""
-GPU_EVENTS_MAX = 100_000
 
 
 def new_gpu_state(epoch: int = 0, compute_factor: float = 1.0) -> dict[str, Any]:
@@ -115,9 +114,9 @@ def _launch_python(
         raise ValueError(
             f"kernel {name!r}: duration must be a non-negative int of ns or None, got {duration_ns!r}"
         )
-    gpu = ctx.state.get(GPU_KEY) or _gpu(ctx)
-    queue_stream = gpu["streams"].get(stream) or _stream(gpu, stream)
-    _enqueue_and_pump(
+    gpu = ctx.state.get(GPU_KEY) or gpu_of(ctx)
+    queue_stream = gpu["streams"].get(stream) or stream_of(gpu, stream)
+    gpu_streams.enqueue_and_pump(
         gpu,
         queue_stream,
         {
@@ -144,25 +143,15 @@ def record(ctx: Context, stream: str, event: str) -> None:
 
 
 def _record_python(ctx: Context, stream: str, event: str) -> None:
-    gpu = _gpu(ctx)
-    queue_stream = _stream(gpu, stream)
+    gpu = gpu_of(ctx)
+    queue_stream = stream_of(gpu, stream)
     events = gpu["events"]
-    entry = events.get(event) or _event_entry(events, event)
+    entry = events.get(event) or event_entry(events, event)
     entry["recorded"] += 1
     entry["pending"].append(entry["recorded"])
-    _enqueue_and_pump(
+    gpu_streams.enqueue_and_pump(
         gpu, queue_stream, {"op": "record", "event": event, "generation": entry["recorded"]}, ctx
     )
-
-
-def _event_entry(events: dict[str, Any], event: str) -> dict[str, Any]:
-    """The entry of ``event``, created on its first record."""
-    entry = events.get(event)
-    if entry is None:
-        if len(events) >= GPU_EVENTS_MAX:
-            raise ValueError(f"a GPU holds at most {GPU_EVENTS_MAX} named events")
-        entry = events[event] = {"recorded": 0, "completed": 0, "pending": [], "clock": [], "t_ns": -1}
-    return entry
 
 
 def wait(ctx: Context, stream: str, event: str) -> None:
@@ -174,19 +163,19 @@ def wait(ctx: Context, stream: str, event: str) -> None:
 
 
 def _wait_python(ctx: Context, stream: str, event: str) -> None:
-    gpu = _gpu(ctx)
-    queue_stream = _stream(gpu, stream)
+    gpu = gpu_of(ctx)
+    queue_stream = stream_of(gpu, stream)
     entry = gpu["events"].get(event)
     generation = entry["recorded"] if entry is not None else 0
     blocked = entry is not None and generation in entry["pending"]
-    _enqueue_and_pump(
+    gpu_streams.enqueue_and_pump(
         gpu, queue_stream, {"op": "wait", "event": event, "generation": generation}, ctx, not blocked
     )
 
 
 def finish(ctx: Context, stream: str, name: str | None = None) -> None:
     """End the open kernel running on ``stream`` now; its completion follows as its own event."""
-    gpu = _gpu(ctx)
+    gpu = gpu_of(ctx)
     queue_stream = gpu["streams"].get(stream)
     running = queue_stream["running"] if queue_stream is not None else None
     if running is None or running["end_ns"] is not None:
@@ -258,196 +247,6 @@ def idle(state: Mapping[str, Any]) -> bool:
     return all(s["running"] is None and not s["queue"] for s in state[GPU_KEY]["streams"].values())
 
 
-# -- the stream engine ---------------------------------------------------------------------------
-
-
-def _gpu(ctx: Context) -> dict[str, Any]:
-    gpu = ctx.state.get(GPU_KEY)
-    if gpu is None:
-        raise KeyError(f"node {ctx.node!r} has no GPU: name it among the ranks passed to fabric.install")
-    return gpu
-
-
-def _stream(gpu: dict[str, Any], name: str) -> dict[str, Any]:
-    streams = gpu["streams"]
-    stream = streams.get(name)
-    if stream is None:
-        if not isinstance(name, str) or not name:
-            raise ValueError(f"a stream name is a non-empty str, got {name!r}")
-        if len(streams) >= STREAMS_MAX:
-            raise ValueError(f"a GPU has at most {STREAMS_MAX} streams")
-        index = len(streams)
-        stream = streams[name] = {"index": index, "queue": [], "running": None, "clock": [0] * (index + 1)}
-    return stream
-
-
-def _enqueue_and_pump(
-    gpu: dict[str, Any], stream: dict[str, Any], op: dict[str, Any], ctx: Context, may_move: bool = True
-) -> None:
-    """Queue ``op`` on ``stream``, then advance the streams as :func:`_pump` does.
-
-    Between two calls into the engine every stream is at rest (:func:`_pump` ran to a fixpoint:
-    each stream runs a kernel, is empty, or waits on a record still pending). Queuing behind a
-    running kernel or behind a blocked wait moves nothing, so the pump, which would find every
-    stream at rest, is skipped: only an op queued on an idle, empty stream can start at once.
-    Same operations in the same order; 4 of a dp_training step's 8 host-side pumps are saved.
-    Likewise a completion frees only its own stream: with nothing queued on it, nothing can move
-    (2 of the step's 4 completions). And a wait on a record still pending (``may_move`` False)
-    blocks its stream at once: queued on an idle stream it moves nothing either (the step's two
-    waits; the pump that found so cost ~3,500 instructions each in C).
-    """
-    queue = stream["queue"]
-    if len(queue) >= STREAM_OPS_MAX:
-        raise ValueError(f"more than {STREAM_OPS_MAX} operations queued on one stream")
-    queue.append(op)
-    if may_move and stream["running"] is None and len(queue) == 1:
-        _pump(gpu, ctx)
-
-
-def _pump_after_completion(gpu: dict[str, Any], stream: dict[str, Any], ctx: Context) -> None:
-    """A kernel of ``stream`` completed: only that stream can move now, and only if work is queued
-    on it (see :func:`_enqueue_and_pump`)."""
-    if stream["queue"]:
-        _pump(gpu, ctx)
-
-
-def _pump_python(gpu: dict[str, Any], ctx: Context) -> None:
-    """Advance every stream until none can move (the reference; :data:`_pump` is what runs).
-
-    Only a completed record can unblock another stream (a wait); a kernel start or a wait taken
-    cannot. So another pass over the streams is needed only after a pass completed a record: the
-    same operations in the same order as passing until nothing moves, without the idle passes.
-    """
-    streams = gpu["streams"]
-    again = True
-    while again:
-        again = False
-        for name, stream in streams.items():
-            if stream["running"] is None and stream["queue"] and _advance(gpu, name, stream, ctx):
-                again = True
-
-
-def _advance(gpu: dict[str, Any], name: str, stream: dict[str, Any], ctx: Context) -> bool:
-    """Run ``stream`` forward as far as it goes; True when it completed a record on the way."""
-    queue = stream["queue"]
-    recorded = False
-    while stream["running"] is None and queue:
-        op = queue[0]
-        kind = op["op"]
-        if kind == "wait":
-            entry = gpu["events"].get(op["event"])
-            if entry is not None and op["generation"] in entry["pending"]:
-                break
-            queue.pop(0)
-            if entry is not None:
-                join(stream["clock"], entry["clock"])
-        elif kind == "record":
-            queue.pop(0)
-            _complete_record(gpu["events"][op["event"]], op["generation"], stream, ctx.now)
-            recorded = True
-        else:
-            queue.pop(0)
-            _start_kernel(gpu, name, stream, op, ctx)
-    return recorded
-
-
-def _complete_record(entry: dict[str, Any], generation: int, stream: dict[str, Any], now: int) -> None:
-    entry["pending"].remove(generation)
-    if generation > entry["completed"]:
-        entry["completed"] = generation
-        entry["clock"] = list(stream["clock"])
-        entry["t_ns"] = now
-
-
-def _start_kernel(
-    gpu: dict[str, Any], name: str, stream: dict[str, Any], op: dict[str, Any], ctx: Context
-) -> None:
-    clock = stream["clock"]
-    index = stream["index"]
-    join(clock, op["host_clock"])
-    if len(clock) <= index:
-        clock.extend([0] * (index + 1 - len(clock)))
-    clock[index] += 1
-    if (op["reads"] or op["writes"]) and ctx.world.fabric.get("race_detector", True):
-        check_kernel(gpu, name, stream, op["name"], op["reads"], op["writes"], ctx)
-    gpu["tickets"] += 1
-    ticket = gpu["tickets"]
-    now = ctx.now
-    duration = op["duration_ns"]
-    end = None
-    if duration is not None:
-        factor = gpu["compute_factor"]
-        end = now + (duration if factor == 1.0 else math.ceil(duration * factor))
-        end = _draw_completion_order(gpu, name, end, ctx)
-        ctx.deliver(end, ctx.node, DONE_KIND, [gpu["epoch"], name, ticket])
-    stream["running"] = {
-        "name": op["name"],
-        "ticket": ticket,
-        "start_ns": now,
-        "end_ns": end,
-        "done_kind": op["done_kind"],
-        "payload": op["payload"],
-    }
-    if op["started_kind"] is not None:
-        ctx.deliver(now, ctx.node, op["started_kind"], op["payload"])
-
-
-def _draw_completion_order(gpu: dict[str, Any], own: str, end: int, ctx: Context) -> int:
-    """For each timed kernel running on another stream, draw whether the two finish in flipped order."""
-    for other_name, other in gpu["streams"].items():
-        running = other["running"]
-        if other_name == own or running is None or running["end_ns"] is None:
-            continue
-        if ctx.choose(SITE_ORDER, 2) == 0:
-            continue
-        other_end = running["end_ns"]
-        if end < other_end:
-            end = other_end + 1
-        else:
-            gpu["tickets"] += 1
-            running["ticket"] = gpu["tickets"]
-            running["end_ns"] = end + 1
-            ctx.deliver(end + 1, ctx.node, DONE_KIND, [gpu["epoch"], other_name, running["ticket"]])
-    return end
-
-
-def _report_unhandled(ctx: Context, running: dict[str, Any], done_kind: str) -> None:
-    message = f"kernel {running['name']!r} finished with done_kind {done_kind!r}, which has no handler"
-    ctx.fail("unhandled", message, site=f"gpu.{done_kind}")
-
-
-def _compiled_pump() -> Any:
-    """Fabric's compiled twin of :func:`_pump_python` (fabric/_speedups_gpu_pump.h), or the Python one.
-
-    The pump and the kernel starts under it were ~30% of a 10,000-rank tree step in Python (dict
-    lookups and small lists, per rank and per kernel). The C pump does the same steps on the same
-    state dicts and calls back into the Python functions handed to it for everything off the
-    common path: a race report, a ``gpu.order`` draw, a compute factor other than 1.0, a context
-    that is not the compiled one. ``TIMETRAVEL_PURE_PYTHON=1`` runs :func:`_pump_python`;
-    tests/test_fabric_gpu_compiled.py compares the two bit for bit.
-    """
-    compiled = speedups.compiled
-    if compiled is None:
-        return _pump_python
-    compiled.configure_gpu(
-        _pump_python,
-        _draw_completion_order,
-        race._report,
-        math.ceil,
-        DONE_KIND,
-        race.TRACKED_BUFFERS_MAX,
-        _report_unhandled,
-        STREAM_OPS_MAX,
-        _stream,
-        _event_entry,
-    )
-    return compiled.gpu_pump
-
-
-_pump = _compiled_pump()
-"""Advance every stream until none can move: :func:`_pump_python`, in C when fabric's compiled code
-is built."""
-
 _engine: Any = speedups.compiled
 """Fabric's compiled module when it is built (fabric/speedups.py): :func:`launch`, :func:`record`,
 :func:`wait` and the ``gpu.done`` handler run its twins of their Python bodies (``_launch_python``,
@@ -481,12 +280,12 @@ def make_done_handler(table: Mapping[str, Handler]) -> Handler:
         done_kind = running["done_kind"]
         if done_kind is not None:
             join(gpu["host_clock"], stream["clock"])
-        _pump_after_completion(gpu, stream, ctx)
+        gpu_streams.pump_after_completion(gpu, stream, ctx)
         if done_kind is None:
             return
         handler = table.get(done_kind)
         if handler is None:
-            _report_unhandled(ctx, running, done_kind)
+            report_unhandled(ctx, running, done_kind)
             return
         done_event = Event(event.t, event.seq, event.dst, done_kind, running["payload"])
         ctx.event = done_event
@@ -520,7 +319,7 @@ def _compiled_entries() -> tuple[Any, Any, Any]:
         _record_python,
         _wait_python,
         STREAMS_MAX,
-        GPU_EVENTS_MAX,
+        gpu_streams.GPU_EVENTS_MAX,
     )
     return compiled.launch, compiled.record, compiled.wait
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from timetravel.explore import compare_results as c
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.branch_tree import OUTCOME_IN_PROGRESS
@@ -59,13 +60,13 @@ def likelihood_points(result: r.LikelihoodResult) -> tuple[tuple[int, float], ..
     return tuple((point.at_ns, point.failure_rate) for point in result.points)
 
 
-def divergence(value: r.Divergence | None) -> Divergence | None:
+def divergence(value: c.Divergence | None) -> Divergence | None:
     if value is None:
         return None
     return Divergence(value.t_ns, value.node, value.kind, value.event_a, value.event_b, value.event_t_ns)
 
 
-def _side(side: r.RunSide, unit: str, changes: str = "") -> BranchInfo:
+def _side(side: c.RunSide, unit: str, changes: str = "") -> BranchInfo:
     return BranchInfo(
         side.name, outcome=_outcome(side.outcome), failure=failure_label(side.failure, unit), changes=changes
     )
@@ -76,8 +77,8 @@ def _curve(points: Sequence[Sequence[Any]]) -> tuple[tuple[int, float], ...]:
 
 
 def compare_data(
-    compare: r.CompareResult,
-    diff: r.DiffCommandResult | None,
+    compare: c.CompareResult,
+    diff: c.DiffCommandResult | None,
     unit: str,
     changes: dict[str, str] | None = None,
     loss_metric: str = "loss",
@@ -137,7 +138,7 @@ def _reference_fields(overlays: Sequence[ReferenceOverlay]) -> dict[str, Any]:
 
 
 def diff_data(
-    diff: r.DiffCommandResult, branches: Sequence[BranchInfo], unit: str, loss_metric: str = "loss"
+    diff: c.DiffCommandResult, branches: Sequence[BranchInfo], unit: str, loss_metric: str = "loss"
 ) -> CompareData:
     """The compare view's record from a ``diff`` alone (outcomes from the branch tree)."""
     known = {branch.name: branch for branch in branches}

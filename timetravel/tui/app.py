@@ -23,12 +23,8 @@ worker of its own).
 
 from __future__ import annotations
 
-import dataclasses
-import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from textual import events, on
@@ -38,22 +34,15 @@ from textual.widget import Widget
 from textual.widgets import Input
 from textual.worker import Worker, WorkerState
 
-from timetravel.explore.explain_results import ExplainResult
-from timetravel.explore.results import (
-    BranchesResult,
-    BranchResult,
-    CompareResult,
-    CursorResult,
-    DiffCommandResult,
-)
-from timetravel.tui.adapt import compare_data, diff_data, explain_rows
 from timetravel.tui.collector import IdleCollector
-from timetravel.tui.engine import Engine, Outcome, Streams, is_long, progress_text
-from timetravel.tui.event_index import RecordingEventTable, index_events, window_for
+from timetravel.tui.engine import Engine, is_long, progress_text
+from timetravel.tui.event_index import RecordingEventTable
+from timetravel.tui.jobs import CURSOR_KINDS, Job, run_job
 from timetravel.tui.keymap import keymap_rows
 from timetravel.tui.keymap_screen import KeyMapScreen
 from timetravel.tui.model import CursorView
 from timetravel.tui.palette import CommandsProvider
+from timetravel.tui.presenter import ResultPresenter
 from timetravel.tui.screens import CompareScreen, DiffScreen, MainScreen
 from timetravel.tui.widgets import (
     BranchTree,
@@ -78,22 +67,9 @@ FOLLOW_INTERVAL_S = 1.0
 """How often a recording still being written is checked for growth (Engine.follow)."""
 REFUSAL_SHOWN_S = 2.0
 """How long "busy: ... is running" stays in the status line before progress replaces it."""
-GPU_KEY = "gpu"
-CURSOR_KINDS = ("seek",)
 
 
-@dataclass
-class Job:
-    """One piece of engine work. ``kind``: command, seek, compare, diff, view or streams."""
-
-    kind: str
-    args: tuple[Any, ...] = ()
-    label: str = ""
-    long: bool = False
-    stop: threading.Event = field(default_factory=threading.Event)
-
-
-class TimeTravelApp(App[None]):
+class TimeTravelApp(ResultPresenter):
     """The debugger over one recording. See the module docstring."""
 
     TITLE = "timetravel"
@@ -194,10 +170,6 @@ class TimeTravelApp(App[None]):
             self.events_table.close()
 
     @property
-    def status(self) -> StatusLine:
-        return self.main.query_one(StatusLine)
-
-    @property
     def is_idle(self) -> bool:
         """True when no engine job runs or waits and the event log is not being indexed."""
         return self.running is None and not self.queue and not self._indexing
@@ -255,17 +227,6 @@ class TimeTravelApp(App[None]):
     def action_explain(self) -> None:
         branch = self.view.branch if self.view is not None else ""
         self.run_command(f"explain {branch}".strip())
-
-    def _show_explain(self, result: ExplainResult) -> None:
-        """The chain in the explain pane (added to the main screen's panes the first time)."""
-        panes = self.main.query_one("#panes")
-        found = panes.query(ExplainPane)
-        pane = found.first() if found else ExplainPane(id="explain", classes="pane")
-        if not found:
-            panes.mount(pane)
-        headline, rows = explain_rows(result, self.engine.unit)
-        pane.branch, pane.headline, pane.rows = result.branch, headline, rows
-        self.main.action_pane("explain")
 
     @on(StateInspector.PathChosen)
     def path_chosen(self, message: StateInspector.PathChosen) -> None:
@@ -368,24 +329,7 @@ class TimeTravelApp(App[None]):
 
     def _work(self, job: Job) -> Any:
         """Runs on the worker thread."""
-        engine = self.engine
-        progress = self._progress_reporter(job) if job.long else None
-        stop = job.stop.is_set
-        if job.kind in ("command", "seek"):
-            return engine.execute(job.args[0], progress, stop)
-        if job.kind == "compare":
-            a, b = job.args
-            return engine.compare(a, b, progress, stop)
-        if job.kind == "diff":
-            a, b, path, at_ns = job.args
-            return engine.open_diff(a, b, path, at_ns, progress, stop)
-        if job.kind == "streams":
-            return engine.streams()
-        if job.kind == "opening":
-            return engine.open_at_failure()
-        if job.kind == "follow":
-            return engine.follow()
-        return engine.view()
+        return run_job(self.engine, job, self._progress_reporter(job) if job.long else None)
 
     def _progress_reporter(self, job: Job) -> Callable[[Any], None]:
         last = [0.0]
@@ -423,176 +367,6 @@ class TimeTravelApp(App[None]):
                 self._failed(job, worker.error)
         finally:
             self._next()
-
-    # -- applying results (UI thread) -------------------------------------------------------------
-
-    def _finish(self, job: Job, result: Any) -> None:
-        if job.kind == "follow":
-            if isinstance(result, CursorView):
-                self._followed(result)
-            return
-        if isinstance(result, CursorView):
-            self._show_view(result)
-            self.status.say(f"{result.title} · {result.status} · : commands, ? keys")
-        elif isinstance(result, Streams):
-            self._show_streams(result)
-        elif isinstance(result, Outcome):
-            self._apply(job, result)
-            if job.kind == "opening" and result.error is None and result.view is not None:
-                where = "at the failure" if result.lines else "no failure in this run"
-                self.status.say(f"{result.view.title} · {where} · : commands, ? keys")
-
-    def _followed(self, view: CursorView) -> None:
-        """The recording grew: show the new view and index its events again."""
-        if self.events_table is not None:
-            self.events_table.close()
-        self.events_table, self.events_key = None, None
-        self._show_view(view)
-        if not view.in_progress:
-            self.status.say(f"{view.title} · the recording is finished · {view.status}")
-
-    def _failed(self, job: Job, error: BaseException) -> None:
-        self.status.error(f"internal error in {job.label}: {type(error).__name__}: {error}")
-        for line in traceback.format_exception(error):
-            self.main.write_output(line.rstrip("\n"))
-        if job.kind in CURSOR_KINDS:
-            self.main.sync_cursor()
-
-    def _apply(self, job: Job, outcome: Outcome) -> None:
-        self.history += outcome.lines[: len(outcome.results) + (1 if outcome.error else 0)]
-        if job.kind != "seek":
-            for line in outcome.lines:
-                self.main.write_output(f"› {line}")
-        if outcome.error is not None:
-            self.status.error(outcome.error)
-            self.main.write_output(f"  {outcome.error}")
-        else:
-            for line in outcome.text:
-                self.main.write_output(line)
-            self.status.say(outcome.text[0] if outcome.text else f"{job.label}: done")
-        if outcome.view is not None:
-            self._show_view(outcome.view)
-        elif job.kind in CURSOR_KINDS:
-            self.main.sync_cursor()
-        if outcome.error is None:
-            self._present(job, outcome)
-
-    def _present(self, job: Job, outcome: Outcome) -> None:
-        """Open what the result is best seen in: a screen, a pane."""
-        result = outcome.result
-        unit = self.engine.unit
-        if outcome.diff is not None:
-            worlds = outcome.diff
-            self.push_screen(
-                DiffScreen(
-                    worlds.names, worlds.documents, worlds.path, worlds.differing, worlds.at_ns, worlds.unit
-                )
-            )
-        elif outcome.compare is not None:
-            self.push_screen(CompareScreen(outcome.compare))  # listed at the first divergence
-        elif job.kind != "command":
-            return
-        elif isinstance(result, CompareResult):
-            loss_metric = self.engine.session.scenario.view.loss_metric
-            self.push_screen(CompareScreen(compare_data(result, None, unit, loss_metric=loss_metric)))
-        elif isinstance(result, DiffCommandResult):
-            branches = self.view.branches if self.view is not None else ()
-            at_divergence = "--at" not in job.args[0].split()
-            screen = CompareScreen(
-                diff_data(result, branches, unit, self.engine.session.scenario.view.loss_metric)
-            )
-            screen.diff_at_ns = None if at_divergence else result.at_ns
-            self.push_screen(screen)
-        elif isinstance(result, ExplainResult):
-            self._show_explain(result)
-        elif isinstance(result, (BranchResult, BranchesResult)):
-            self.main.action_pane("branches")
-        elif not isinstance(result, CursorResult):
-            self.main.action_pane("output")
-
-    def _show_view(self, view: CursorView) -> None:
-        previous = self.view
-        events = self.events_table if self.events_key and self.events_key[0] == view.branch else None
-        if events is not None:
-            events.remember(view.event_rows)
-        keep_streams = previous is not None and previous.branch == view.branch
-        view = dataclasses.replace(
-            view,
-            events=events,
-            spans=previous.spans if keep_streams and previous is not None else (),
-            races=previous.races if keep_streams and previous is not None else (),
-        )
-        self.view = view
-        self.main.show(view)
-        # Background work starts once the new view is drawn: a worker competes for the
-        # interpreter (the GIL) with the UI thread, and this frame is the one the user waits on.
-        self.call_after_refresh(self._follow_view, view)
-
-    def _follow_view(self, view: CursorView) -> None:
-        """Index the events and sample the kernel spans around a view that is now on screen."""
-        if view is not self.view:
-            return
-        self._index_around(view)
-        if _has_gpu(view):
-            self.submit(Job("streams", label="streams"))
-
-    def _show_streams(self, streams: Streams) -> None:
-        view = self.view
-        if view is None or (view.branch, view.event_number) != (streams.branch, streams.event):
-            return
-        self.view = dataclasses.replace(view, spans=streams.spans, races=streams.races)
-        self.main.show_streams(streams.spans, streams.races)
-
-    # -- the event index --------------------------------------------------------------------------
-
-    def _index_around(self, view: CursorView) -> None:
-        """Index the events around the cursor unless the index holds them (one index at a time)."""
-        if view.events_total <= 0 or self._indexing:
-            return
-        key = self.events_key
-        if key is not None and key[0] == view.branch:
-            first, last = key[1]
-            if first <= max(view.event_number, 1) <= last:
-                return
-        window = window_for(view.event_number, view.events_total)
-        wanted = (view.branch, window)
-        self._indexing = True
-        self.run_worker(
-            lambda: (wanted, index_events(self.recording_path, view.branch, window)),
-            name="index",
-            group="index",
-            thread=True,
-            exit_on_error=False,
-        )
-
-    def _index_done(self, worker: Worker[Any]) -> None:
-        if worker.state not in (WorkerState.SUCCESS, WorkerState.ERROR, WorkerState.CANCELLED):
-            return
-        self._indexing = False
-        if worker.state == WorkerState.ERROR:
-            self.status.error(f"the event log could not be indexed: {worker.error}")
-            return
-        if worker.state != WorkerState.SUCCESS or worker.result is None:
-            return
-        key, table = worker.result
-        view = self.view
-        if view is None or key[0] != view.branch:
-            table.close()
-        else:
-            if self.events_table is not None:
-                self.events_table.close()
-            self.events_table, self.events_key = table, key
-            table.remember(view.event_rows)
-            self.view = dataclasses.replace(view, events=table)
-            self.main.show_events(table)
-        if self.view is not None:
-            self._index_around(self.view)  # the cursor may have moved on meanwhile
-
-
-def _has_gpu(view: CursorView) -> bool:
-    document = view.document if isinstance(view.document, dict) else {}
-    nodes = document.get("nodes", {})
-    return any(isinstance(state, dict) and GPU_KEY in state for state in nodes.values())
 
 
 KEYMAP_SCOPES: tuple[tuple[str, type[Any]], ...] = (

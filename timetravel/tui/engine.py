@@ -23,10 +23,11 @@ from typing import Any
 
 from timetravel.explore.commands import CommandContext, CommandError, render_text, run_line
 from timetravel.explore.commands.spec import ALIASES, COMMANDS
+from timetravel.explore.compare_results import CompareResult, DiffCommandResult
 from timetravel.explore.navigate import branch_failure
 from timetravel.explore.paths import PathError, world_tree
 from timetravel.explore.replay import ReplayDivergence
-from timetravel.explore.results import CompareResult, DiffCommandResult, LikelihoodResult
+from timetravel.explore.results import LikelihoodResult
 from timetravel.explore.session import Session
 from timetravel.recording.format import RecordingError
 from timetravel.scenarios import UnknownScenarioError

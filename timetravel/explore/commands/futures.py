@@ -19,7 +19,7 @@ from typing import Any
 from timetravel.explore import branching, compare, divergence, fanout, reference, rerun
 from timetravel.explore.commands.parse import CommandError, Invocation, Moment
 from timetravel.explore.commands.run import CommandContext, Handler, register_handler
-from timetravel.explore.results import CompareResult
+from timetravel.explore.compare_results import CompareResult
 from timetravel.explore.work import ExploreError, WorkStopped
 from timetravel.sim.scenario import ConfigError
 

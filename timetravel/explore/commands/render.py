@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.explore import compare_results as c
 from timetravel.explore import explain_results as x
 from timetravel.explore import results as r
 from timetravel.explore.commands.render_memory import uninitialised_lines
@@ -193,7 +194,7 @@ def event_refs(event_a: int | None, event_b: int | None) -> str:
     return f"a {event_number_text(event_a)}, b {event_number_text(event_b)}"
 
 
-def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
+def divergence_text(divergence: c.Divergence | None, unit: str) -> str:
     if divergence is None:
         return "no divergence: the effects are identical"
     what = (
@@ -213,7 +214,7 @@ def divergence_text(divergence: r.Divergence | None, unit: str) -> str:
 COMPARE_PATHS_SHOWN = 20
 
 
-def _compare(result: r.CompareResult, unit: str) -> list[str]:
+def _compare(result: c.CompareResult, unit: str) -> list[str]:
     lines = [
         f"a {result.a.name}: {failure_text(result.a.failure, unit)}",
         f"b {result.b.name}: {failure_text(result.b.failure, unit)}",
@@ -234,7 +235,7 @@ def _compare(result: r.CompareResult, unit: str) -> list[str]:
     return lines
 
 
-def _diff(result: r.DiffCommandResult, unit: str) -> list[str]:
+def _diff(result: c.DiffCommandResult, unit: str) -> list[str]:
     moment = f" ({result.moment})" if result.moment else ""
     lines = [f"diff {result.a} {result.b} at {format_time(result.at_ns, unit)}{moment}"]
     if result.first_divergence is not None:
@@ -249,13 +250,13 @@ def _diff(result: r.DiffCommandResult, unit: str) -> list[str]:
     return lines
 
 
-def _divergence(result: r.Divergence, unit: str) -> list[str]:
+def _divergence(result: c.Divergence, unit: str) -> list[str]:
     lines = [divergence_text(result, unit)]
     lines += [f"  {change['path']}: {change['change']} {change['summary']}" for change in result.changes]
     return lines
 
 
-def _rerun(result: r.RerunResult, unit: str) -> list[str]:
+def _rerun(result: c.RerunResult, unit: str) -> list[str]:
     inputs = "choices from the recording's choice log" if result.choices == "log" else "choices from the seed"
     if result.faults_pinned:
         inputs += f", its {result.faults_pinned} fault records pinned"
@@ -453,10 +454,10 @@ _RENDERERS: dict[type, Callable[[Any, str], list[str]]] = {
     r.BranchesResult: _branches,
     r.FanoutResult: _fanout,
     r.LikelihoodResult: _likelihood,
-    r.CompareResult: _compare,
-    r.DiffCommandResult: _diff,
-    r.Divergence: _divergence,
-    r.RerunResult: _rerun,
+    c.CompareResult: _compare,
+    c.DiffCommandResult: _diff,
+    c.Divergence: _divergence,
+    c.RerunResult: _rerun,
     MinimizeResult: _minimize,
     r.FaultsResult: _faults,
     r.ExportResult: _export,

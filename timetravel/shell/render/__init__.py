@@ -3,6 +3,7 @@
 Importing this package registers the renderers of every built-in result type.
 """
 
+from timetravel.shell.render import compare as _compare  # noqa: F401  (registers the renderers)
 from timetravel.shell.render import explain as _explain  # noqa: F401  (registers the renderers)
 from timetravel.shell.render import results as _results  # noqa: F401  (registers the renderers)
 from timetravel.shell.render.registry import RenderContext, registered_types, render, renderer_for, renders

@@ -1,4 +1,5 @@
-"""Renderers for the command language's results (``timetravel.explore.results``) and the shell's own.
+"""Renderers for the command language's results (``timetravel.explore.results``) and the shell's own
+(comparisons: :mod:`timetravel.shell.render.compare`).
 
 Tables for rows (events, faults, fan-out buckets, the likelihood curve), trees for anything
 hierarchical (a printed subtree, the branch tree, a diff grouped by path), one coloured line for
@@ -9,7 +10,7 @@ reports.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from rich import box
@@ -19,10 +20,8 @@ from rich.text import Text
 from rich.tree import Tree
 
 from timetravel.explore import results as r
-from timetravel.explore.commands.render import collective_text, event_refs, fanout_heading
-from timetravel.explore.diff import DiffResult
+from timetravel.explore.commands.render import collective_text, fanout_heading
 from timetravel.explore.minimize_trials import MinimizeResult
-from timetravel.explore.reference import overlay_lines
 from timetravel.shell.render.plot import plot
 from timetravel.shell.render.registry import RenderContext, renders
 from timetravel.shell.results import PlotResult
@@ -31,10 +30,9 @@ BAR_WIDTH = 20
 """Cells of a rate bar (fan-out and likelihood tables)."""
 PARAMS_WIDTH_MIN = 14
 """A fault's params column never narrows below this (it folds instead of hiding behind an ellipsis)."""
-CHANGE_STYLES = {"added": "green", "removed": "red", "changed": "yellow"}
 
 
-def _table(title: str | None = None, **options: Any) -> Table:
+def plain_table(title: str | None = None, **options: Any) -> Table:
     """Tables look alike: a title on the left, a rule under the header, no boxes to paste around."""
     return Table(
         title=title, title_justify="left", box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False, **options
@@ -97,12 +95,12 @@ def render_cursor(result: r.CursorResult, context: RenderContext) -> RenderableT
     if result.failure is not None and result.failure_reached:
         parts.append(failure_text(result.failure, context))
     if result.watches:
-        parts.append(_watch_table(result.watches))
+        parts.append(_watchplain_table(result.watches))
     return Group(*parts)
 
 
-def _watch_table(watches: Iterable[Any]) -> Table:
-    table = _table("watches")
+def _watchplain_table(watches: Iterable[Any]) -> Table:
+    table = plain_table("watches")
     table.add_column("path")
     table.add_column("value")
     table.add_column("changed")
@@ -115,7 +113,7 @@ def _watch_table(watches: Iterable[Any]) -> Table:
 
 @renders(r.EventsResult)
 def render_events(result: r.EventsResult, context: RenderContext) -> RenderableType:
-    table = _table(f"events on {result.branch}")
+    table = plain_table(f"events on {result.branch}")
     for name, justify in (
         ("#", "right"),
         ("time", "right"),
@@ -170,7 +168,7 @@ def render_watch(result: r.WatchResult, context: RenderContext) -> RenderableTyp
     if result.moved is not None:
         parts.append(render_cursor(result.moved, context))
     if result.watches:
-        parts.append(_watch_table(result.watches))
+        parts.append(_watchplain_table(result.watches))
     elif not result.message:
         parts.append(Text("no watches", style="dim"))
     return Group(*parts)
@@ -249,7 +247,7 @@ def render_branches(result: r.BranchesResult, context: RenderContext) -> Rendera
 @renders(r.FanoutResult)
 def render_fanout(result: r.FanoutResult, context: RenderContext) -> RenderableType:
     heading = fanout_heading(result, context.time(result.at_ns))
-    table = _table(f"{heading}: failure rate {result.failure_rate:.0%}")
+    table = plain_table(f"{heading}: failure rate {result.failure_rate:.0%}")
     table.add_column("signature")
     table.add_column("futures", justify="right")
     table.add_column("share")
@@ -263,7 +261,7 @@ def render_fanout(result: r.FanoutResult, context: RenderContext) -> RenderableT
 
 @renders(r.LikelihoodResult)
 def render_likelihood(result: r.LikelihoodResult, context: RenderContext) -> RenderableType:
-    table = _table(f"failure likelihood along {result.branch} ({result.samples} futures per snapshot)")
+    table = plain_table(f"failure likelihood along {result.branch} ({result.samples} futures per snapshot)")
     table.add_column("from", justify="right")
     table.add_column("rate", justify="right")
     table.add_column("")
@@ -279,150 +277,13 @@ def render_likelihood(result: r.LikelihoodResult, context: RenderContext) -> Ren
     return table
 
 
-def _path_tree(title: Text, entries: Sequence[Mapping[str, Any]]) -> Tree:
-    """Changes grouped by path segment, so ``nodes/rank3/weights`` sits under ``nodes`` → ``rank3``."""
-    tree = Tree(title, guide_style="dim")
-    branches: dict[str, Tree] = {}
-    for entry in entries:
-        segments = entry["path"].split("/") if entry["path"] else [""]
-        parent, prefix = tree, ""
-        for segment in segments[:-1]:
-            prefix = f"{prefix}/{segment}" if prefix else segment
-            if prefix not in branches:
-                branches[prefix] = parent.add(Text(segment, style="bold"))
-            parent = branches[prefix]
-        label = Text(segments[-1] or "/", style="bold")
-        label.append(f"  {entry['change']}", style=CHANGE_STYLES.get(entry["change"], "magenta"))
-        label.append(f"  {entry['summary']}")
-        parent.add(label)
-    return tree
-
-
-def _divergence_text(divergence: Any, context: RenderContext) -> Text:
-    text = Text("first divergence: ", style="bold")
-    text.append(context.time(divergence.t_ns), style="bold yellow")
-    text.append(f" on {divergence.node}, {divergence.kind}")
-    if getattr(divergence, "event_t_ns", None) is not None:  # t_ns: the collective's completion
-        text.append(f" at {context.time(divergence.event_t_ns)}")
-    text.append(f"  ({event_refs(divergence.event_a, divergence.event_b)})", style="dim")
-    if divergence.reason:
-        text.append(f"  {divergence.reason}", style="dim")
-    return text
-
-
-@renders(r.Divergence)
-def render_divergence(result: r.Divergence, context: RenderContext) -> RenderableType:
-    title = _divergence_text(result, context)
-    if not result.changes:
-        return title
-    return _path_tree(title, result.changes)
-
-
-@renders(r.CompareResult)
-def render_compare(result: r.CompareResult, context: RenderContext) -> RenderableType:
-    table = _table()
-    table.add_column("")
-    table.add_column(result.a.name, style="")
-    table.add_column(result.b.name)
-    table.add_row(
-        "outcome",
-        outcome_text(result.a.outcome, result.a.failure, context),
-        outcome_text(result.b.outcome, result.b.failure, context),
-    )
-    table.add_row("ends at", context.time(result.a.t_end_ns), context.time(result.b.t_end_ns))
-    for metric, sides in result.metrics.items():
-        table.add_row(f"last {metric}", _last_value(sides.get("a")), _last_value(sides.get("b")))
-    parts: list[RenderableType] = [table]
-    if result.first_divergence is None:
-        parts.append(Text("no divergence: the effects are identical", style="green"))
-    else:
-        parts.append(_divergence_text(result.first_divergence, context))
-    if result.diff is not None:
-        state = result.diff
-        total = len(state.paths) + state.omitted
-        title = Text(f"at {context.time(state.at_ns)} ({state.moment}): {total} paths differ", style="bold")
-        if state.paths:
-            parts.append(_path_tree(title, [entry.to_data() for entry in state.paths]))
-        else:
-            parts.append(title)
-    for laid in result.reference or ():
-        parts.append(_reference_text(laid))
-    return Group(*parts)
-
-
-def _reference_text(laid: Any) -> Text:
-    """``compare --reference``: the CLI's lines, the verdict line red when a step is outside rtol."""
-    lines = overlay_lines(laid)
-    text = Text(lines[0], style="bold")
-    for line in lines[1:]:
-        style = "red" if "first step outside" in line or "<- first outside" in line else ""
-        text.append("\n" + line, style=style)
-    if laid.missing is None and laid.first_outside is None:
-        text.stylize("green", len(text) - len(lines[-1]), len(text))
-    return text
-
-
-def _last_value(points: Sequence[Sequence[Any]] | None) -> str:
-    if not points:
-        return "-"
-    value = points[-1][-1]
-    return f"{value:.6g}" if isinstance(value, float) else f"{value}"
-
-
-@renders(r.DiffCommandResult)
-def render_diff_command(result: r.DiffCommandResult, context: RenderContext) -> RenderableType:
-    title = Text(f"{result.a} vs {result.b} at ", style="bold")
-    title.append(context.time(result.at_ns), style="bold yellow")
-    if result.moment:
-        title.append(f" ({result.moment})", style="dim")
-    if not result.paths:
-        return Group(title, Text("the states are bit-identical", style="green"))
-    entries = [
-        {"path": entry.path, "change": entry.change, "summary": entry.summary} for entry in result.paths
-    ]
-    parts: list[RenderableType] = []
-    if result.first_divergence is not None:
-        parts.append(_divergence_text(result.first_divergence, context))
-    parts.append(_path_tree(title, entries))
-    if result.omitted:
-        parts.append(Text(f"… and {result.omitted} more changes (narrow with --path)", style="dim"))
-    return Group(*parts)
-
-
-@renders(DiffResult)
-def render_diff(result: DiffResult, context: RenderContext) -> RenderableType:
-    if not result.changes:
-        return Text("equal", style="green")
-    tree = _path_tree(Text("diff", style="bold"), [change.to_data() for change in result.changes])
-    if result.omitted:
-        return Group(tree, Text(f"… and {result.omitted} more changes", style="dim"))
-    return tree
-
-
-@renders(r.RerunResult)
-def render_rerun(result: r.RerunResult, context: RenderContext) -> RenderableType:
-    table = _table()
-    table.add_column("")
-    table.add_column("outcome")
-    table.add_row("recorded", outcome_text(result.recorded_outcome, result.recorded_failure, context))
-    table.add_row("today", outcome_text(result.outcome, result.failure, context))
-    parts: list[RenderableType] = [table]
-    if result.settings:
-        parts.append(Text(f"with {' '.join(result.settings)}", style="magenta"))
-    if result.first_divergence is None:
-        parts.append(Text(f"{result.events} events, identical to the recording", style="green"))
-    else:
-        parts.append(_divergence_text(result.first_divergence, context))
-    return Group(*parts)
-
-
 @renders(r.FaultsResult)
 def render_faults(result: r.FaultsResult, context: RenderContext) -> RenderableType:
     """One row per fault, a column per key; times in the display unit, ``t_start`` and ``t_start_ns`` alike."""
     if not result.faults:
         return Text(f"no faults on {result.branch}", style="dim")
     columns = list(dict.fromkeys(key.removesuffix("_ns") for fault in result.faults for key in fault))
-    table = _table(f"faults on {result.branch}", padding=(0, 1, 0, 0))
+    table = plain_table(f"faults on {result.branch}", padding=(0, 1, 0, 0))
     for column in columns:
         # Times keep their width; params fold rather than hide behind an ellipsis.
         if column == "params":
@@ -458,7 +319,7 @@ def render_minimize(result: MinimizeResult, context: RenderContext) -> Renderabl
     title.append(
         f"  in {result.runs} runs, {result.seconds:.1f} s (stopped by {result.stopped_by})", style="dim"
     )
-    table = _table()
+    table = plain_table()
     table.add_column("")
     table.add_column("before", justify="right")
     table.add_column("after", justify="right")
@@ -491,7 +352,7 @@ def render_export(result: r.ExportResult, context: RenderContext) -> RenderableT
 def render_help(result: r.HelpResult, context: RenderContext) -> RenderableType:
     if result.detail:
         return Text(result.detail)
-    table = _table(show_header=False)
+    table = plain_table(show_header=False)
     table.add_column("command", style="bold cyan")
     table.add_column("summary")
     for entry in result.entries:

@@ -37,6 +37,15 @@ from typing import Any
 
 from timetravel.sim.guard import virtual
 from timetravel.sim.guard.state import ACTIVE, violation
+from timetravel.sim.guard.wrappers import (
+    Maker,
+    as_forbidden,
+    as_virtualized,
+    as_virtualized_clock,
+    as_virtualized_when_omitted,
+    describe,
+    set_type_attribute,
+)
 
 OWN_MODULE_PREFIX = "timetravel.sim.guard"
 """The guard's own modules are never rebound: they call the originals."""
@@ -84,114 +93,13 @@ _uncovered: list[str] = []
 """Patches this interpreter refused (e.g. datetime on a non-CPython): documented leaks."""
 
 
-# -- wrappers -----------------------------------------------------------------------------------
-
-
-def _describe(patched: Callable[..., Any], original: Any, module: str, qualname: str) -> None:
-    """Make the wrapper look like the original (name, doc, pickling by reference)."""
-    patched.__name__ = qualname.rsplit(".", 1)[-1]
-    patched.__qualname__ = qualname
-    patched.__module__ = module
-    patched.__doc__ = getattr(original, "__doc__", None)
-    patched.__wrapped__ = original  # type: ignore[attr-defined]
-
-
-def virtualized(label: str, original: Any, simulate: Callable[..., Any], advice: str) -> Callable[..., Any]:
-    """Real when the guard is off; ``simulate(context, *args)`` in virtualize mode; refused in forbid."""
-
-    def patched(*args: Any, **kwargs: Any) -> Any:
-        context = ACTIVE.context
-        if context is None:
-            return original(*args, **kwargs)
-        if ACTIVE.forbid:
-            raise violation(label, advice)
-        return simulate(context, *args, **kwargs)
-
-    return patched
-
-
-def virtualized_clock(
-    label: str, original: Any, simulate: Callable[[Any], Any], advice: str
-) -> Callable[[], Any]:
-    """:func:`virtualized` for a clock that takes no arguments (the cheapest pass-through)."""
-
-    def patched() -> Any:
-        context = ACTIVE.context
-        if context is None:
-            return original()
-        if ACTIVE.forbid:
-            raise violation(label, advice)
-        return simulate(context)
-
-    return patched
-
-
-def virtualized_when_omitted(
-    label: str, original: Any, position: int, simulate: Callable[..., Any], advice: str
-) -> Callable[..., Any]:
-    """Like :func:`virtualized`, but a call that passes its time argument is pure and passes through."""
-
-    def patched(*args: Any, **kwargs: Any) -> Any:
-        context = ACTIVE.context
-        if context is None or (len(args) > position and args[position] is not None) or kwargs:
-            return original(*args, **kwargs)
-        if ACTIVE.forbid:
-            raise violation(label, advice)
-        return simulate(context, *args)
-
-    return patched
-
-
-def forbidden(label: str, original: Any, advice: str) -> Callable[..., Any]:
-    """Real when the guard is off; DeterminismError in every mode when it is on."""
-
-    def patched(*args: Any, **kwargs: Any) -> Any:
-        if ACTIVE.context is None:
-            return original(*args, **kwargs)
-        raise violation(label, advice)
-
-    return patched
-
-
-Maker = Callable[[str, Any], Callable[..., Any]]
-"""``make(label, original) -> patched``: how a patch wraps one original."""
-
-
-def as_virtualized(simulate: Callable[..., Any], advice: str) -> Maker:
-    def make(label: str, original: Any) -> Callable[..., Any]:
-        return virtualized(label, original, simulate, advice)
-
-    return make
-
-
-def as_virtualized_clock(simulate: Callable[[Any], Any], advice: str) -> Maker:
-    def make(label: str, original: Any) -> Callable[..., Any]:
-        return virtualized_clock(label, original, simulate, advice)
-
-    return make
-
-
-def as_virtualized_when_omitted(position: int, simulate: Callable[..., Any], advice: str) -> Maker:
-    def make(label: str, original: Any) -> Callable[..., Any]:
-        return virtualized_when_omitted(label, original, position, simulate, advice)
-
-    return make
-
-
-def as_forbidden(advice: str) -> Maker:
-    def make(label: str, original: Any) -> Callable[..., Any]:
-        return forbidden(label, original, advice)
-
-    return make
-
-
 def _replace_function(module: Any, name: str, make: Maker, public_module: str = "") -> None:
     original = getattr(module, name, None)
     if original is None:
         return
     label = f"{public_module or module.__name__}.{name}"
     patched = make(label, original)
-    _describe(patched, original, module.__name__, name)
+    describe(patched, original, module.__name__, name)
     setattr(module, name, patched)
     _replacements[id(original)] = (original, patched)
     _originals[label] = original
@@ -201,7 +109,7 @@ def _replace_method(cls: type, name: str, make: Maker) -> None:
     original = cls.__dict__[name]
     label = f"{cls.__module__}.{cls.__qualname__}.{name}"
     patched = make(label, original)
-    _describe(patched, original, cls.__module__, f"{cls.__qualname__}.{name}")
+    describe(patched, original, cls.__module__, f"{cls.__qualname__}.{name}")
     setattr(cls, name, patched)
     _originals[label] = original
 
@@ -246,15 +154,6 @@ def _patch_time() -> None:
     _replace_function(time, "sleep", as_forbidden(ADVICE_SLEEP))
 
 
-def _as_class(cls: Any, value: Any) -> Any:
-    """``value`` (a date or datetime) as an instance of the subclass ``cls`` the call was made on."""
-    if type(value) is cls:
-        return value
-    if issubclass(cls, datetime_module.datetime):
-        return cls.combine(value.date(), value.timetz())
-    return cls(value.year, value.month, value.day)
-
-
 def _patch_datetime() -> None:
     real_datetime = datetime_module.datetime
     real_date = datetime_module.date
@@ -263,20 +162,20 @@ def _patch_datetime() -> None:
     def now(context: Any, cls: type, tz: Any = None) -> Any:
         moment = virtual.wall_datetime(context)
         moment = moment.replace(tzinfo=None) if tz is None else moment.astimezone(tz)
-        return _as_class(cls, moment)
+        return virtual.as_class(cls, moment)
 
     def utcnow(context: Any, cls: type) -> Any:
-        return _as_class(cls, virtual.wall_datetime(context).replace(tzinfo=None))
+        return virtual.as_class(cls, virtual.wall_datetime(context).replace(tzinfo=None))
 
     def today(context: Any, cls: type) -> Any:
         moment = virtual.wall_datetime(context).replace(tzinfo=None)
-        return _as_class(cls, moment if issubclass(cls, real_datetime) else moment.date())
+        return virtual.as_class(cls, moment if issubclass(cls, real_datetime) else moment.date())
 
     def datetime_fromtimestamp(context: Any, cls: type, seconds: float, tz: Any = None) -> Any:
-        return _as_class(cls, real_datetime.fromtimestamp(seconds, utc).replace(tzinfo=None))
+        return virtual.as_class(cls, real_datetime.fromtimestamp(seconds, utc).replace(tzinfo=None))
 
     def date_fromtimestamp(context: Any, cls: type, seconds: float) -> Any:
-        return _as_class(cls, real_datetime.fromtimestamp(seconds, utc).date())
+        return virtual.as_class(cls, real_datetime.fromtimestamp(seconds, utc).date())
 
     patches: list[tuple[type, str, Callable[..., Any], str, int | None]] = [
         (real_datetime, "now", now, ADVICE_CLOCK, None),
@@ -307,31 +206,11 @@ def _patch_type_classmethod(
             raise violation(label, advice)
         return simulate(context, klass, *args, **kwargs)
 
-    _describe(patched, descriptor, "datetime", f"{cls.__name__}.{name}")
-    if _set_type_attribute(cls, name, classmethod(patched)):
+    describe(patched, descriptor, "datetime", f"{cls.__name__}.{name}")
+    if set_type_attribute(cls, name, classmethod(patched)):
         _originals[label] = descriptor
     else:
         _uncovered.append(label)
-
-
-def _set_type_attribute(cls: type, name: str, value: Any) -> bool:
-    """Set an attribute on a type, even an immutable C type (CPython); False when impossible."""
-    try:
-        setattr(cls, name, value)
-        return True
-    except TypeError:
-        pass
-    if sys.implementation.name != "cpython":
-        return False
-    import ctypes
-    import gc
-
-    referents = gc.get_referents(cls.__dict__)
-    if len(referents) != 1 or type(referents[0]) is not dict:
-        return False
-    referents[0][name] = value
-    ctypes.pythonapi.PyType_Modified(ctypes.py_object(cls))
-    return getattr(cls, name, None) is not None
 
 
 # -- entropy ------------------------------------------------------------------------------------

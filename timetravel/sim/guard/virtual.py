@@ -192,3 +192,13 @@ def virtual_node(context: Any) -> int:
 
 def uuid4(context: Any) -> uuid.UUID:
     return uuid.UUID(bytes=random_bytes(context, SITE_UUID4, 16), version=4)
+
+
+def as_class(cls: Any, value: Any) -> Any:
+    """``value`` (a date or datetime) as an instance of ``cls``, the (sub)class the call was made on
+    (``MyDatetime.now()`` answers a MyDatetime)."""
+    if type(value) is cls:
+        return value
+    if issubclass(cls, datetime_module.datetime):
+        return cls.combine(value.date(), value.timetz())
+    return cls(value.year, value.month, value.day)

@@ -134,6 +134,29 @@ def install_cuda(
     patches = Patches()
     cuda_api.activate(cuda)
     patches.on_undo(lambda: cuda_api.deactivate(cuda))
+    _patch_cuda_api(patches, cuda)
+    cuda_accelerator.patch_accelerator(patches, cuda)
+    cuda_placements.patch_device_type(patches, cuda.placements)
+    cuda_placements.patch_modules(patches, cuda.placements)
+    cuda_devices.patch_generator(patches)
+    cuda_devices.patch_amp(patches)
+    cuda_devices.patch_load(patches)
+    cuda_devices.patch_parallel(patches, cuda.placements)
+    cuda_libraries.patch_libraries(patches, cuda)
+    finder = RefusedImports(refused_modules)
+    sys.meta_path.insert(0, finder)
+    patches.on_undo(lambda: sys.meta_path.remove(finder))
+    _map_devices(patches, cuda, device_mapping)
+    patches.rebind_aliases(skip_prefixes=("timetravel.",))
+    return Installation("cuda", patches, cuda)
+
+
+def _patch_cuda_api(patches: Patches, cuda: SimulatedCuda) -> None:
+    """torch.cuda's functions, classes and nvtx served by ``cuda`` (its submodules mirrored)."""
+    import torch
+    import torch.cuda
+    import torch.cuda.nvtx
+
     for name in SIMULATED_FUNCTIONS:
         patches.replace(torch.cuda, name, getattr(cuda, name))
     patches.replace(torch.cuda, "seed", lambda: cuda.manual_seed(torch.initial_seed()))
@@ -170,17 +193,10 @@ def install_cuda(
         module = sys.modules.get(module_name)
         if module is not None:
             _mirror(patches, module, torch.cuda)
-    cuda_accelerator.patch_accelerator(patches, cuda)
-    cuda_placements.patch_device_type(patches, cuda.placements)
-    cuda_placements.patch_modules(patches, cuda.placements)
-    cuda_devices.patch_generator(patches)
-    cuda_devices.patch_amp(patches)
-    cuda_devices.patch_load(patches)
-    cuda_devices.patch_parallel(patches, cuda.placements)
-    cuda_libraries.patch_libraries(patches, cuda)
-    finder = RefusedImports(refused_modules)
-    sys.meta_path.insert(0, finder)
-    patches.on_undo(lambda: sys.meta_path.remove(finder))
+
+
+def _map_devices(patches: Patches, cuda: SimulatedCuda, device_mapping: str) -> None:
+    """Map CUDA devices to CPU by patching the factories and moves, or by a TorchFunctionMode."""
     if device_mapping == "patch":
         cuda_devices.patch_tensors(patches, cuda.placements)
     elif device_mapping == "mode":
@@ -190,8 +206,6 @@ def install_cuda(
     else:
         patches.undo()
         raise ValueError(f"device_mapping must be 'patch' or 'mode', not {device_mapping!r}")
-    patches.rebind_aliases(skip_prefixes=("timetravel.",))
-    return Installation("cuda", patches, cuda)
 
 
 def _mirror(patches: Patches, module: Any, source: Any) -> None:

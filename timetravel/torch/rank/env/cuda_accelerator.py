@@ -27,12 +27,45 @@ HOUSEKEEPING = (
 
 def patch_accelerator(patches: Patches, cuda: SimulatedCuda) -> None:
     """Replace the ``torch.accelerator`` functions (module docstring)."""
-    import torch
     import torch.accelerator
-    from torch.accelerator._utils import _get_device_index
     from typing_extensions import deprecated
 
     accelerator = torch.accelerator
+    served = _accelerator_functions(cuda)
+    replacements: dict[str, Any] = {
+        "is_available": served["is_available"],
+        "device_count": served["device_count"],
+        "current_accelerator": served["current_accelerator"],
+        "current_device_index": served["current_device_index"],
+        "current_device_idx": deprecated("Use `current_device_index` instead.", category=FutureWarning)(
+            served["current_device_index"]
+        ),
+        "set_device_index": served["set_device_index"],
+        "set_device_idx": deprecated("Use `set_device_index` instead.", category=FutureWarning)(
+            served["set_device_index"]
+        ),
+        "current_stream": served["current_stream"],
+        "set_stream": served["set_stream"],
+        "synchronize": served["synchronize"],
+        "get_device_capability": served["get_device_capability"],
+        "device_index": _device_index_class(cuda),
+        "memory_stats": served["memory_stats"],
+        "get_memory_info": served["get_memory_info"],
+        "Graph": cuda_api.refused("Graph", True, "torch.accelerator"),
+    }
+    for name in ZERO_COUNTERS:
+        replacements[name] = _zero(name)
+    for name in HOUSEKEEPING:
+        replacements[name] = _nothing(name)
+    for name, value in replacements.items():
+        if hasattr(accelerator, name):
+            patches.replace(accelerator, name, value, aliases=False)
+
+
+def _accelerator_functions(cuda: SimulatedCuda) -> dict[str, Any]:
+    """The ``torch.accelerator`` functions answered by ``cuda``, by name."""
+    import torch
+    from torch.accelerator._utils import _get_device_index
 
     def is_available() -> bool:
         return cuda.is_available()
@@ -68,6 +101,24 @@ def patch_accelerator(patches: Patches, cuda: SimulatedCuda) -> None:
     def get_memory_info(device_index: Any = None, /) -> tuple[int, int]:
         return cuda.mem_get_info(_get_device_index(device_index, optional=True))
 
+    return {
+        "is_available": is_available,
+        "device_count": device_count,
+        "current_accelerator": current_accelerator,
+        "current_device_index": current_device_index,
+        "set_device_index": set_device_index,
+        "current_stream": current_stream,
+        "set_stream": set_stream,
+        "synchronize": synchronize,
+        "get_device_capability": get_device_capability,
+        "memory_stats": memory_stats,
+        "get_memory_info": get_memory_info,
+    }
+
+
+def _device_index_class(cuda: SimulatedCuda) -> type:
+    """``torch.accelerator.device_index`` over ``cuda``'s current device."""
+
     class device_index:
         """``with torch.accelerator.device_index(i):`` makes ``i`` the current device for the block."""
 
@@ -84,34 +135,7 @@ def patch_accelerator(patches: Patches, cuda: SimulatedCuda) -> None:
             if self.idx is not None:
                 cuda.current_index = self.prev_idx
 
-    replacements: dict[str, Any] = {
-        "is_available": is_available,
-        "device_count": device_count,
-        "current_accelerator": current_accelerator,
-        "current_device_index": current_device_index,
-        "current_device_idx": deprecated("Use `current_device_index` instead.", category=FutureWarning)(
-            current_device_index
-        ),
-        "set_device_index": set_device_index,
-        "set_device_idx": deprecated("Use `set_device_index` instead.", category=FutureWarning)(
-            set_device_index
-        ),
-        "current_stream": current_stream,
-        "set_stream": set_stream,
-        "synchronize": synchronize,
-        "get_device_capability": get_device_capability,
-        "device_index": device_index,
-        "memory_stats": memory_stats,
-        "get_memory_info": get_memory_info,
-        "Graph": cuda_api.refused("Graph", True, "torch.accelerator"),
-    }
-    for name in ZERO_COUNTERS:
-        replacements[name] = _zero(name)
-    for name in HOUSEKEEPING:
-        replacements[name] = _nothing(name)
-    for name, value in replacements.items():
-        if hasattr(accelerator, name):
-            patches.replace(accelerator, name, value, aliases=False)
+    return device_index
 
 
 def supported_dtypes(torch: Any) -> set[Any]:

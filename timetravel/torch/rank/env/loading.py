@@ -58,6 +58,59 @@ class _WorkerState:
         self.fetcher = fetcher
 
 
+def _random_states() -> tuple[Any, Any, Any]:
+    """Python's, torch's default and numpy's legacy random states (what a worker process owns)."""
+    import numpy as np
+    import torch
+
+    return random.getstate(), torch.get_rng_state(), np.random.get_state()
+
+
+def _set_random_states(python_state: Any, torch_state: Any, numpy_state: Any) -> None:
+    import numpy as np
+    import torch
+
+    random.setstate(python_state)
+    torch.set_rng_state(torch_state)
+    np.random.set_state(numpy_state)
+
+
+@contextlib.contextmanager
+def _rank_states_kept() -> Iterator[None]:
+    """The rank's own random states are back after a worker ran (a worker is another process)."""
+    states = _random_states()
+    try:
+        yield
+    finally:
+        _set_random_states(*states)
+
+
+@contextlib.contextmanager
+def _worker_info_set(info: Any) -> Iterator[None]:
+    """``get_worker_info()`` answers ``info`` meanwhile, as inside that worker."""
+    from torch.utils.data._utils import worker as worker_module
+
+    previous_info = worker_module._worker_info
+    worker_module._worker_info = info
+    try:
+        yield
+    finally:
+        worker_module._worker_info = previous_info
+
+
+def _new_fetcher(iterator: Any) -> Any:
+    """A fetcher of ``iterator``'s dataset, as a worker makes one (at its start and every epoch)."""
+    from torch.utils.data import dataloader
+
+    return dataloader._DatasetKind.create_fetcher(
+        iterator._dataset_kind,
+        iterator._dataset,
+        iterator._auto_collation,
+        iterator._collate_fn,
+        iterator._drop_last,
+    )
+
+
 def _make_iterator_class() -> type:
     import numpy as np
     import torch
@@ -72,10 +125,7 @@ def _make_iterator_class() -> type:
             self._loader = loader
             self._workers: list[_WorkerState] = []
             self._batch_index = 0
-            self._start_workers()
-
-        def _start_workers(self) -> None:
-            with self._rank_states_kept():
+            with _rank_states_kept():
                 for worker_id in range(self._num_workers):
                     self._workers.append(self._start_worker(worker_id))
 
@@ -87,61 +137,30 @@ def _make_iterator_class() -> type:
             info = worker_module.WorkerInfo(
                 id=worker_id, num_workers=self._num_workers, seed=seed, dataset=self._dataset
             )
-            previous_info = worker_module._worker_info
-            worker_module._worker_info = info
-            try:
+            with _worker_info_set(info):
                 if self._loader.worker_init_fn is not None:
                     self._loader.worker_init_fn(worker_id)
-                fetcher = dataloader._DatasetKind.create_fetcher(
-                    self._dataset_kind, self._dataset, self._auto_collation, self._collate_fn, self._drop_last
-                )
-            finally:
-                worker_module._worker_info = previous_info
-            return _WorkerState(
-                random.getstate(), torch.get_rng_state(), np.random.get_state(), info, fetcher
-            )
-
-        @contextlib.contextmanager
-        def _rank_states_kept(self) -> Iterator[None]:
-            """The rank's own random states are back after a worker ran (a worker is another process)."""
-            python_state, torch_state, numpy_state = (
-                random.getstate(),
-                torch.get_rng_state(),
-                np.random.get_state(),
-            )
-            try:
-                yield
-            finally:
-                random.setstate(python_state)
-                torch.set_rng_state(torch_state)
-                np.random.set_state(numpy_state)
+                fetcher = _new_fetcher(self)
+            return _WorkerState(*_random_states(), info, fetcher)
 
         def _next_data(self) -> Any:
             index = self._next_index()  # may raise StopIteration
             worker = self._workers[self._batch_index % self._num_workers]
             self._batch_index += 1
-            with self._rank_states_kept():
-                random.setstate(worker.python_state)
-                torch.set_rng_state(worker.torch_state)
-                np.random.set_state(worker.numpy_state)
-                previous_info = worker_module._worker_info
-                worker_module._worker_info = worker.info
+            with _rank_states_kept():
+                _set_random_states(worker.python_state, worker.torch_state, worker.numpy_state)
                 try:
-                    data = worker.fetcher.fetch(index)
+                    with _worker_info_set(worker.info):
+                        data = worker.fetcher.fetch(index)
                 finally:
-                    worker_module._worker_info = previous_info
-                    worker.python_state = random.getstate()
-                    worker.torch_state = torch.get_rng_state()
-                    worker.numpy_state = np.random.get_state()
+                    worker.python_state, worker.torch_state, worker.numpy_state = _random_states()
             return data
 
         def _reset(self, loader: Any, first_iter: bool = False) -> None:
             super()._reset(loader, first_iter)
             self._batch_index = 0  # torch restarts its round-robin cycle at worker 0 every epoch
             for worker in self._workers:  # persistent workers make a new fetcher per epoch
-                worker.fetcher = dataloader._DatasetKind.create_fetcher(
-                    self._dataset_kind, self._dataset, self._auto_collation, self._collate_fn, self._drop_last
-                )
+                worker.fetcher = _new_fetcher(self)
 
     return VirtualWorkersIterator
 

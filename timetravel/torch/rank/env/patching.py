@@ -18,7 +18,7 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from timetravel.sim.guard.patches import _set_type_attribute
+from timetravel.sim.guard.wrappers import set_type_attribute
 
 _MISSING = object()
 
@@ -68,12 +68,12 @@ class Patches:
     def replace_type_attribute(self, cls: type, name: str, value: Any) -> bool:
         """Set an attribute of a C type (``datetime.datetime.now``); False when the interpreter refuses."""
         previous = cls.__dict__.get(name, _MISSING)
-        if not _set_type_attribute(cls, name, value):
+        if not set_type_attribute(cls, name, value):
             return False
 
         def undo() -> None:
             if previous is not _MISSING:
-                _set_type_attribute(cls, name, previous)
+                set_type_attribute(cls, name, previous)
 
         self._undo.append(undo)
         return True

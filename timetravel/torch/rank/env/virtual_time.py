@@ -36,6 +36,7 @@ import types
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.sim.guard.virtual import as_class
 from timetravel.torch.rank.env.clock import RankClock
 from timetravel.torch.rank.env.patching import Installation, Patches, when_imported
 from timetravel.torch.rank.errors import the_scripts
@@ -222,15 +223,6 @@ def _set_time_zone(patches: Patches, time_zone: str) -> None:
     patches.on_undo(time.tzset)
 
 
-def _as_class(cls: Any, value: Any) -> Any:
-    """``value`` (a datetime) as an instance of ``cls``, the (sub)class the call was made on."""
-    if type(value) is cls:
-        return value
-    if issubclass(cls, datetime_module.datetime):
-        return cls.combine(value.date(), value.timetz())
-    return cls(value.year, value.month, value.day)
-
-
 def _patch_datetime(patches: Patches, clock: RankClock) -> None:
     real_datetime = datetime_module.datetime
     utc = datetime_module.UTC
@@ -243,14 +235,14 @@ def _patch_datetime(patches: Patches, clock: RankClock) -> None:
     def now(cls: type, tz: Any = None) -> Any:
         moment = wall_utc()
         local = moment.astimezone(tz) if tz is not None else moment.astimezone().replace(tzinfo=None)
-        return _as_class(cls, local)
+        return as_class(cls, local)
 
     def utcnow(cls: type) -> Any:
-        return _as_class(cls, wall_utc().replace(tzinfo=None))
+        return as_class(cls, wall_utc().replace(tzinfo=None))
 
     def today(cls: type) -> Any:
         local = wall_utc().astimezone().replace(tzinfo=None)
-        return _as_class(cls, local if issubclass(cls, real_datetime) else local.date())
+        return as_class(cls, local if issubclass(cls, real_datetime) else local.date())
 
     replaced = [
         patches.replace_type_attribute(real_datetime, "now", classmethod(now)),
