@@ -93,17 +93,6 @@ def transport(ctx: Context, dst: str, kind: str, payload: Any, nbytes: int) -> N
         if leaf_source != leaf_destination:
             spine = ctx.choose(SITE_ECMP, spines) if spines > 1 else 0
             middle = (up_base + leaf_source * spines + spine, down_base + leaf_destination * spines + spine)
-    arrival_ns = _reserve_route(fabric, first, middle, last, now, nbytes)
-    world = ctx.world
-    seq = world.seq
-    world.seq = seq + 1
-    heappush(ctx.queue, make_event(Event, (arrival_ns, seq, dst, kind, payload)))
-
-
-def _reserve_route(
-    fabric: dict[str, Any], first: int, middle: tuple[int, ...], last: int, now: int, nbytes: int
-) -> int:
-    """:func:`reserve` of ``(first, *middle, last)`` unrolled for speed: the message's arrival time."""
     busy = fabric["link_busy_until_ns"]
     latency = fabric["link_latency_ns"]
     bandwidth = fabric["link_bytes_per_s"]
@@ -137,13 +126,16 @@ def _reserve_route(
     if end < tail:
         end = tail
     busy[last] = end
-    return end + latency[last]
+    world = ctx.world
+    seq = world.seq
+    world.seq = seq + 1
+    heappush(ctx.queue, make_event(Event, (end + latency[last], seq, dst, kind, payload)))
 
 
 def reserve(fabric: dict[str, Any], links: list[int] | tuple[int, ...], now: int, nbytes: int) -> int:
     """Reserve ``links`` in order for a message of ``nbytes`` sent at ``now``; return its arrival time.
 
-    The same arithmetic as the hot path of :func:`transport` (unrolled in :func:`_reserve_route`), for the fault path,
+    The same arithmetic as the hot path in :func:`transport` (which inlines it), for the fault path,
     tests and tools.
     """
     busy = fabric["link_busy_until_ns"]
