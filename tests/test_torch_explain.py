@@ -36,8 +36,8 @@ from timetravel.sim.event import Event
 from timetravel.sim.world import World
 from timetravel.torch.protocol.limits import BATCH_INDICES_MAX
 from timetravel.torch.rank.batches import _plain_indices
+from timetravel.torch.world import kept_checkpoints, workdir
 from timetravel.torch.world import state as training_state
-from timetravel.torch.world import workdir, world_source
 from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -93,7 +93,7 @@ def test_the_world_keeps_each_step_s_sampler_indices_per_rank(nan_run: Path) -> 
 
 
 def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_module(nan_run: Path) -> None:
-    users = world_source._SHARED.users
+    users = kept_checkpoints.SHARED.users
     opened = len(workdir._open)
     with Session.open(nan_run, launch=TEST_SCRIPTS) as session:
         directories = len(workdir._open)
@@ -101,14 +101,14 @@ def test_explain_names_the_rank_the_step_the_indices_and_the_first_non_finite_mo
         # the probed ranks' working directory is removed too; what stays open is the directory of
         # the checkpoints the probe's start rebuilt (as a seek would), closed with the session
         assert all(
-            any(kept is directory for kept in world_source._SHARED.directories)
+            any(kept is directory for kept in kept_checkpoints.SHARED.directories)
             for directory in workdir._open[directories:]
         )
         result = explain(session)
     assert len(workdir._open) == opened
     assert result.site == probed  # the probe is deterministic: the same answer twice
     # explain's track of the branch closed its world source: no checkpoint outlives the session
-    assert world_source._SHARED.users == users
+    assert kept_checkpoints.SHARED.users == users
     # the chain: the detector, then r2's call that fed the NaN; the rest is r2's own step (the site),
     # and no fault explains it (the run has none)
     assert [(link.role, link.node) for link in result.links] == [

@@ -24,7 +24,7 @@ from timetravel.explore.rerun import rerun
 from timetravel.explore.search import find_first
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
-from timetravel.torch.world import world_source
+from timetravel.torch.world import kept_checkpoints
 from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +95,7 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
         r"the other 2 members: output tensor 0 \(float32\[577\]\), first at element \d+$",
         report["failure"]["message"],
     ), report["failure"]["message"]
-    users = world_source._SHARED.users
+    users = kept_checkpoints.SHARED.users
     with Session.open(path, launch=TEST_SCRIPTS) as session:
         fixed = branch(session, FLIP_AT_NS - 1, {"drop_faults": ["f1"]})
         assert fixed.outcome == "pass", fixed.failure
@@ -109,7 +109,7 @@ def test_a_flipped_bit_in_one_rank_s_result_is_a_divergence_a_branch_without_it_
         hit_line = next(entry[2] for entry in session.world.log if str(entry[2]).startswith("fault f1"))
     # every track the branch, compare and diff opened on other branches ended with the session: no
     # rank checkpoint outlives it (they kept the shared checkpoints alive before)
-    assert world_source._SHARED.users == users
+    assert kept_checkpoints.SHARED.users == users
     assert [entry.path for entry in changed.paths] == ["nodes/c10d/last/1/out_digest/0"]  # r1's result
     element = report["failure"]["message"].rsplit(" ", 1)[1]
     assert f"result: element {element} bit" in hit_line  # the element the flip hit, named by the detector

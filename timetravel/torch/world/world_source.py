@@ -26,20 +26,28 @@ It imports nothing from explore/: the Session is passed in and used through its 
 from __future__ import annotations
 
 import contextlib
-import os
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from typing import Any
 
-from timetravel.sim.kernel import STOP_MAX_EVENTS, RunResult, Simulation
+from timetravel.sim.kernel import Simulation
 from timetravel.sim.launch import Launch
 from timetravel.sim.scenario import ConfigError, NotAuthorizedError
 from timetravel.sim.world import DATA_SLOTS, World
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
 from timetravel.torch.world import checkpoints, workdir, world_copy
+from timetravel.torch.world.checkpointing_run import CheckpointingSimulation
 from timetravel.torch.world.driver import RankDriver, RankStartError
 from timetravel.torch.world.host import RankHost
-from timetravel.torch.world.journal import ReplayedHost
+from timetravel.torch.world.journal_seek import journal_frames_from, replayed_host
+from timetravel.torch.world.kept_checkpoints import (
+    BOUND_MEASURE_EVERY,
+    BOUND_SAMPLE_SETS,
+    CHECKPOINTS_MAX_CEILING,
+    CHECKPOINTS_MIN,
+    SHARED,
+    KeptCheckpoint,
+    budget_bytes,
+)
 from timetravel.torch.world.module_probe import probing
 from timetravel.torch.world.op_probe import tracing_ops
 from timetravel.torch.world.specs import (
@@ -52,74 +60,6 @@ from timetravel.torch.world.specs import (
 from timetravel.torch.world.state import held_elided, payloads_elided
 from timetravel.torch.world.state_pull import StatePulls
 
-CHECKPOINT_BYTES_BUDGET_MAX = 8 * 1024**3
-CHECKPOINT_BYTES_BUDGET_MIN = 512 * 1024**2
-"""Memory all live checkpoints may hold (their processes' private memory and the World copies kept
-beside them): a quarter of the memory available when the first torch Session opens, within these
-bounds (TIMETRAVEL_CHECKPOINT_BYTES sets it). 2 GiB kept 11 of a 1.2M-parameter run's 41 snapshot
-points (40 MiB a rank) and seeks re-executed 270 events on average."""
-CHECKPOINTS_MAX_CEILING = 64
-CHECKPOINTS_MIN = 2
-BOUND_MEASURE_EVERY = 8
-"""Re-derive ``checkpoints_max`` from measured memory every this many checkpoints taken."""
-BOUND_SAMPLE_SETS = 3
-
-
-@dataclass
-class KeptCheckpoint:
-    events: int
-    t_ns: int
-    state_hash: str
-    rank_key: str
-    ranks: checkpoints.RankCheckpoints
-    directory: Any
-    """The ranks' working directory (torch/workdir.py): its path is the resumed processes' cwd."""
-    files: Any
-    """Its files at this moment (a FilesManifest): restored before the ranks resume, so a branch
-    sees the files as they were at its fork point and a script resuming from latest.pt never reads
-    its own future."""
-    world: World | None = None
-    """A copy of the World at this moment when it is one of the recording's snapshots (same event
-    and state hash): a seek restores from it instead of decoding the snapshot (world_copy.py)."""
-    world_bytes: int = 0
-
-
-@dataclass
-class _Shared:
-    kept: list[KeptCheckpoint]
-    checkpoints_max: int | None = None
-    """Derived from the budget and measured memory (None until measured: CHECKPOINTS_MAX_CEILING)."""
-    taken: int = 0
-    users: int = 0
-    directories: list[Any] = field(default_factory=list)
-    """Working directories checkpoints refer to: closed with the last torch Session."""
-    values_wanted: int = 0
-    """Actions in progress that read tensors' values (``TorchWorlds.with_values``)."""
-    keeper: checkpoints.CheckpointKeeper | None = None
-    """The control end of every checkpoint process (started with the first checkpoint)."""
-
-    def checkpoints(self) -> checkpoints.CheckpointKeeper:
-        if self.keeper is None:
-            self.keeper = checkpoints.CheckpointKeeper()
-        return self.keeper
-
-    def close(self) -> None:
-        """The last torch Session closed: every checkpoint and working directory goes."""
-        if self.keeper is not None:
-            for kept in self.kept:
-                self.keeper.discard(kept.ranks)
-            self.keeper.close()
-            self.keeper = None
-        self.kept.clear()
-        for directory in self.directories:
-            directory.close()
-        self.directories.clear()
-
-
-_SHARED = _Shared([])
-"""The checkpoints of this process's torch Sessions: a cache found by content (the rank key), shared
-by every Session of the process (a compare's tracks resume the cursor's), closed with the last one."""
-
 
 class _NullOutput:
     """Where re-executed ranks' output goes: it was shown when the run was recorded."""
@@ -131,30 +71,12 @@ class _NullOutput:
         pass
 
 
-def budget_bytes() -> int:
-    text = os.environ.get("TIMETRAVEL_CHECKPOINT_BYTES", "")
-    if text.isdigit() and int(text) > 0:
-        return int(text)
-    return min(CHECKPOINT_BYTES_BUDGET_MAX, max(CHECKPOINT_BYTES_BUDGET_MIN, _available_bytes() // 4))
-
-
-def _available_bytes() -> int:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return CHECKPOINT_BYTES_BUDGET_MIN * 4
-
-
 class TorchWorlds:
     """The world source of a torch recording's Session; see the module docstring."""
 
     def __init__(self, session: Any) -> None:
         self.session = session
-        self.shared = _SHARED
+        self.shared = SHARED
         """Checkpoints are shared by every torch Session of this process (the rank key says what a
         set is, whatever recording or branch asked): a compare's tracks resume the cursor's."""
         self.shared.users += 1
@@ -206,40 +128,11 @@ class TorchWorlds:
         checkpoint holds them (:meth:`_rebuild`)."""
         if manifest.events == 0 or self._is_fork(manifest):
             return True
-        if not self.values and self._journal_from(manifest.events) is not None:
+        if not self.values and journal_frames_from(self.session, manifest.events) is not None:
             return True
         return self._usable(manifest)
 
     # -- re-executing from the journal (journal.py) ---------------------------------------------------
-
-    def _journal_from(self, events: int) -> tuple[str, list[tuple[int, int]]] | None:
-        """The branch whose JOURNAL frames re-execute the recorded events after #``events`` (the
-        parent's before a fork) and those frames from the one of the batch holding #``events``
-        on; None when a batch from there to that branch's end has no frame."""
-        session = self.session
-        fork = session.fork_events
-        branch = session.branch
-        if fork and events < fork:
-            branch = session.reader.catalog.branches.get(branch, {}).get("parent", "main")
-        catalog = session.reader.catalog
-        frames = dict(catalog.journals.get(branch, []))
-        if not frames:
-            return None
-        batches = [b for b in session.event_batches if b.first + b.count > events]
-        if fork and events < fork:
-            batches = [b for b in batches if b.first < fork]
-        if any(b.first not in frames for b in batches):
-            return None
-        start = max((b.first for b in session.event_batches if b.first <= events), default=0)
-        return branch, [(first, offset) for first, offset in catalog.journals[branch] if first >= start]
-
-    def _replayed_host(self, events: int) -> ReplayedHost | None:
-        found = self._journal_from(events)
-        if found is None:
-            return None
-        branch, frames = found
-        reader = self.session.reader
-        return ReplayedHost(lambda: reader.journal_frames(branch, frames), self._launch())
 
     @property
     def values(self) -> bool:
@@ -273,7 +166,7 @@ class TorchWorlds:
         command asked for tensors' values (journal.py); else with its ranks, every state step's
         tensors pulled, the tensors in flight rebuilt first if the world holds them as digests."""
         if recorded and not self.values:
-            replayed = self._replayed_host(world.events_processed)
+            replayed = replayed_host(self.session, world.events_processed, self._launch())
             if replayed is not None:
                 return Simulation(self.session.scenario, world, processes=replayed, **options)
         if payloads_elided(world):
@@ -281,7 +174,13 @@ class TorchWorlds:
         # with values wanted, every state step's tensors are pulled into the World (state_pull.py)
         self.host.state_pulls = StatePulls.into_every_step() if self.values else None
         self._attach(world)
-        return CheckpointingSimulation(self, self.session.scenario, world, processes=self._host(), **options)
+        return CheckpointingSimulation(
+            self._snapshot_points, self.keep, self.session.scenario, world, processes=self._host(), **options
+        )
+
+    def _snapshot_points(self) -> list[int]:
+        """The events at which the recording has a snapshot (not the final one): where checkpoints go."""
+        return sorted({m.events for m in self.session.snapshots_info if not m.final})
 
     def before_copy(self, world: World) -> None:
         """``world`` is about to be copied (a branch, a fan-out, a divergence search starts from
@@ -609,43 +508,3 @@ def _hand_over_pending(world: World, live: RankDriver) -> None:
             live.offer(rank, entry["number"], entry["message"])
         else:  # a rank without a process (it ended): nothing to send, as before it ended
             live.pending[rank] = (entry["number"], entry["message"])
-
-
-class CheckpointingSimulation(Simulation):
-    """A Simulation that keeps rank checkpoints at the recording's snapshot points it passes and
-    where it stops. Runs that pause (steppers, recorders) keep their own rhythm and no checkpoints."""
-
-    def __init__(self, source: TorchWorlds, *args: Any, **options: Any) -> None:
-        super().__init__(*args, **options)
-        self.source = source
-
-    def run(
-        self,
-        until_ns: int | None = None,
-        max_events: int | None = None,
-        *,
-        pause_every_events: int | None = None,
-        pause_every_ns: int | None = None,
-        on_pause: Any = None,
-    ) -> RunResult:
-        if pause_every_events or pause_every_ns or on_pause is not None:
-            return super().run(
-                until_ns,
-                max_events,
-                pause_every_events=pause_every_events,
-                pause_every_ns=pause_every_ns,
-                on_pause=on_pause,
-            )
-        world = self.world
-        limit = None if max_events is None else world.events_processed + max_events
-        boundaries = sorted({m.events for m in self.source.session.snapshots_info if not m.final})
-        while True:
-            following = [b for b in boundaries if b > world.events_processed and (limit is None or b < limit)]
-            segment_end = following[0] if following else limit
-            budget = None if segment_end is None else segment_end - world.events_processed
-            result = super().run(until_ns, budget)
-            at_boundary = result.stop == STOP_MAX_EVENTS and world.events_processed == segment_end
-            if at_boundary and following:
-                self.source.keep(world)
-                continue
-            return result
