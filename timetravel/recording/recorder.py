@@ -213,23 +213,31 @@ class Recorder:
             else RecordingWriter.create(path, self._header(overrides), replace=replace)
         )
         self.path = self.writer.final_path
-        record_state = getattr(self.simulation.processes, "record_state", None)
-        self.pulls: Any = record_state() if callable(record_state) else None
+        self.pulls = self._state_pulls()
+        self.write_thread = self._writes(background_writes, compress_ahead)
+        """Writes every frame after the header, in order: a thread beside a run whose world owns
+        external processes, inline otherwise (write_thread.py says why)."""
+        self.snapshot()
+
+    def _state_pulls(self) -> Any:
         """The bytes of arrays the World holds elided that this recording keeps (a torch run's
         training state at the steps it keeps: torch/world/state_pull.py), or None. A snapshot is
         taken where such a step is stored in the World (``_on_pause``)."""
-        if background_writes is None:
-            background_writes = scenario.world_source is not None
-        writes = WriteThread if background_writes else InlineWrites
-        self.write_thread: WriteThread | InlineWrites = writes(f"timetravel writer {self.path.name}")
-        """Writes every frame after the header, in order: a thread beside a run whose world owns
-        external processes, inline otherwise (write_thread.py says why)."""
-        weakref.finalize(self, self.write_thread.abandon)
+        record_state = getattr(self.simulation.processes, "record_state", None)
+        return record_state() if callable(record_state) else None
+
+    def _writes(self, background: bool | None, compress_ahead: bool | None) -> WriteThread | InlineWrites:
+        """How frames after the header are written (see ``__init__``'s ``background_writes`` and
+        ``compress_ahead``), abandoned with the recorder if nobody finishes it."""
+        if background is None:
+            background = self.scenario.world_source is not None
+        writes = (WriteThread if background else InlineWrites)(f"timetravel writer {self.path.name}")
+        weakref.finalize(self, writes.abandon)
         if compress_ahead is None:
             compress_ahead = usable_cores() >= COMPRESS_AHEAD_CORES_MIN
-        if compress_ahead and not background_writes:
+        if compress_ahead and not background:
             self.writer.compress_ahead()  # zstd on another core, frames still in order (compress_ahead.py)
-        self.snapshot()
+        return writes
 
     def _header(self, overrides: Overrides | None) -> dict[str, Any]:
         """The header of a new recording of this run."""
