@@ -39,9 +39,9 @@ FLIP = {
 BRANCH_AT = "0.9ms"
 
 
-@pytest.fixture(scope="module")
-def flipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("op_diff") / "flip.ttr"
+def _record_flip_and_branch(path: Path, *settings: str) -> str:
+    """Record the flipped run at ``path`` and a branch b1 from before the flip without it (it passes);
+    the kind of failure the flipped run ended in."""
     scenario = get_scenario("torch")
     config = scenario.resolve_config(
         [
@@ -49,15 +49,21 @@ def flipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
             "nproc=3",
             "rank_output=quiet",
             "args=--steps 4",
-            "detect_divergence=false",
+            *settings,
             f"faults={json.dumps([FLIP])}",
         ]
     )
     report, _ = record_run(scenario, config, 0, path, force=True, launch=TEST_SCRIPTS)
-    assert report["failure"]["kind"] == "silent_corruption", report["failure"]
     with Session.open(path, launch=TEST_SCRIPTS) as session:
         made = branch(session, BRANCH_AT, {"drop_faults": ["f1"]})
     assert made.name == "b1" and made.outcome == "pass"
+    return str(report["failure"]["kind"])
+
+
+@pytest.fixture(scope="module")
+def flipped(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("op_diff") / "flip.ttr"
+    assert _record_flip_and_branch(path, "detect_divergence=false") == "silent_corruption"
     return path
 
 
@@ -178,20 +184,8 @@ def test_with_the_divergence_detector_on_the_collective_is_first_and_says_the_ru
     # the detector fails the run as the flipped all_reduce completes: r1 never receives that result
     # on main, so the collective ran on b1 only, and the answer says why rather than only "b only"
     path = tmp_path / "caught.ttr"
-    scenario = get_scenario("torch")
-    config = scenario.resolve_config(
-        [
-            f"script={DDP_MLP}",
-            "nproc=3",
-            "rank_output=quiet",
-            "args=--steps 4",
-            f"faults={json.dumps([FLIP])}",
-        ]
-    )
-    report, _ = record_run(scenario, config, 0, path, force=True, launch=TEST_SCRIPTS)
-    assert report["failure"]["kind"] == "divergence", report["failure"]
+    assert _record_flip_and_branch(path) == "divergence"
     with Session.open(path, launch=TEST_SCRIPTS) as session:
-        assert branch(session, BRANCH_AT, {"drop_faults": ["f1"]}).outcome == "pass"
         found = diff(session, "main", "b1", path="nodes/r1/params", ops=True).ops
     assert found is not None and found.ops
     first = found.ops[0]
