@@ -169,7 +169,10 @@ def test_ddp_mlp_gives_real_torchruns_losses_and_digests_bit_for_bit() -> None:
     assert code == 0, stderr
     assert report["verdict"] == "identical"
     assert report["simulator"]["cuda"] == "off" and "--set cuda=off" in report["simulator"]["command"]
-    assert report["real"]["returncode"] == 0
+    # real torchrun exits 0, or 1 when gloo's teardown aborted a rank after every script returned
+    # (seen under load): the report tells that apart from a failure of the script
+    real = report["real"]
+    assert real["returncode"] == 0 or "after every rank's script returned" in str(real["teardown"]), real
     for rank in report["ranks"]:
         assert rank["losses"] == {
             "count": {"real": 4, "simulator": 4},
