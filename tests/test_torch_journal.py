@@ -141,3 +141,19 @@ def test_a_recording_without_a_journal_is_re_executed_with_its_ranks(
         session.reader.catalog.journals.clear()  # as a recording whose JOURNAL frames were lost
         assert _hashes(session) == expected
         assert session.source.memory()["checkpoints"] >= 1  # the ranks ran
+
+
+def test_a_branch_with_a_setting_from_a_world_holding_digests_runs(gpt_recording: Path) -> None:
+    # the cursor's world, seeked from the journal, holds its tensors in flight as digests; a branch
+    # that changes a setting copies it, and the copy could no longer be checked against the recorded
+    # history it came from ("rebuilt another world than the recorded one", bench torch's branch)
+    from timetravel.explore.branching import branch
+
+    with Session.open(gpt_recording, launch=TEST_SCRIPTS) as session:
+        for target in range(1, session.end.events):
+            session.goto_event(target)
+            if _large_results(session):
+                break
+        assert any(isinstance(output, ElidedArray) for output in _large_results(session))
+        made = branch(session, None, {"settings": ["reduce_order=arrival"]})
+        assert made.outcome == "pass", made.failure

@@ -184,7 +184,11 @@ class TorchWorlds:
 
     def before_copy(self, world: World) -> None:
         """``world`` is about to be copied (a branch, a fan-out, a divergence search starts from
-        the cursor): fork its live ranks now, so the copy can resume them after the original moves."""
+        the cursor): fork its live ranks now, so the copy can resume them after the original moves.
+        Tensors in flight held as digests are rebuilt first, from the history they came from: a
+        branch changes its copy (a setting, a fault), and could not be checked against it after."""
+        if payloads_elided(world) and self._may_run(world):
+            self._materialize(world)
         self.keep(world)
 
     def close(self) -> None:
