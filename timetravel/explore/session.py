@@ -218,8 +218,11 @@ class Session(AbstractContextManager["Session"]):
             raise
         self.last_replay_events = 0
 
+    @_gc_paused()
     def _open_world(self) -> World:
-        """The first snapshot's world, its state hash recomputed (which checks the decoder too).
+        """The first snapshot's world, its state hash recomputed (which checks the decoder too); the
+        collector paused as in a seek (``_gc_paused``: a 10,000-rank first snapshot is ~50,000 new
+        containers, and a full collection in the middle cost more than the open).
 
         Where seeks share decoded node states (``_world_to_replay``'s rule), the cursor starts on
         shared states as it is after any seek: at 10,000 ranks the first seek then no longer frees
