@@ -31,7 +31,7 @@ def test_bench_torch_quick_reports_the_rewind_figures(capsys: pytest.CaptureFixt
     assert figures["gloo_collective_us"] > 0
     for figure in REWIND_FIGURES:
         assert figures[figure] > 0, figure
-    assert figures["checkpoints_live"] >= 1  # the pass over the snapshots kept checkpoints
+    assert figures["checkpoints_live"] >= 1  # the rebuilds (the ranks re-executed) kept checkpoints
     assert figures["seek_p95_ms"] >= figures["seek_p50_ms"]
     wide = [name for name in figures if name.startswith("seek_p95_ms_interval_")]
     assert len(wide) == 1 and figures[wide[0]] > 0  # the same seeks at twice the snapshot interval

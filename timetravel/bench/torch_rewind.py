@@ -19,7 +19,8 @@ parameters, 50 optimizer steps, about 300 collectives with 1 MB DDP buckets), th
 * ``seek_cold_ms`` — the first seek (to the middle) after opening the recording in a new process: no
   checkpoint exists yet, the ranks re-execute from the start.
 * ``checkpoint_uss_bytes_per_rank`` / ``checkpoints_live`` — ``session.source.memory()`` after the
-  pass: private (USS) bytes per checkpoint process, and the checkpoint sets kept.
+  rebuilds (seeks read the journal and run no rank; a rebuild runs them and keeps checkpoints):
+  private (USS) bytes per checkpoint process, and the checkpoint sets kept.
 * ``branch_wall_s`` — ``branch`` from the middle with ``reduce_order=arrival``: fork, run the
   alternate future to the end and store it.
 * ``record_bytes`` — the recording's size on disk.
@@ -132,8 +133,6 @@ def seeks_of(path: Path, seeks: int, *, branch_too: bool, rebuilds: int = 0) -> 
                 # not at one where it stops
                 session.goto_event(events + 1)
         pass_s = time.perf_counter() - started
-        memory_of = getattr(session.source, "memory", None)  # a torch recording's source: TorchWorlds
-        memory = memory_of() if callable(memory_of) else {}
         chooser = random.Random(SEEK_RANDOM_SEED)
         walls_ms: list[float] = []
         replayed: list[int] = []
@@ -145,15 +144,18 @@ def seeks_of(path: Path, seeks: int, *, branch_too: bool, rebuilds: int = 0) -> 
             walls_ms.append((time.perf_counter() - started) * 1e3)
             replayed.append(session.last_replay_events)
             failed.extend(_failure(session, target))
+        rebuilt = _rebuilds(session, rebuilds, chooser)
+        # seeks read the journal (no rank runs); the rebuilds ran the ranks and kept checkpoints
+        memory_of = getattr(session.source, "memory", None)  # a torch recording's source: TorchWorlds
         result: dict[str, Any] = {
             "end_events": end,
             "snapshots": len(snapshots),
             "pass_s": pass_s,
-            "memory": memory,
+            "memory": memory_of() if callable(memory_of) else {},
             "walls_ms": walls_ms,
             "replayed": replayed,
             "failed": failed,
-            **_rebuilds(session, rebuilds, chooser),
+            **rebuilt,
         }
         if branch_too:
             from timetravel.explore.branching import branch
