@@ -102,3 +102,15 @@ def test_a_sequential_sampler_repeats_by_design_and_is_not_reported() -> None:
         world.nodes["r0"]["batch"] = {"step": step, "indices": shuffled, "batches": 1, "indices_dropped": 0}
         duplicates.check(world.nodes["r0"], shuffled, context)
     assert [event.payload["step"] for event in world.queue] == [2]
+
+
+def test_a_first_batch_read_for_its_size_and_then_trained_on_is_no_repeat() -> None:
+    # pytorch/examples' DDP tutorial reads next(iter(loader)) each epoch for the batch size: the same
+    # indices twice in one optimizer step, one of them never trained on (it warned "repeats its first
+    # batch (step 1)" before)
+    script = ROOT / "tests" / "torch_scripts" / "peek_first_batch.py"
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={script}", "nproc=2", "rank_output=quiet"])
+    report, _world = run_report(scenario, config, 0, launch=launch_naming([str(script)]))
+    assert report["outcome"] == "pass", report["failure"]
+    assert report["summary"]["optimizer_steps"] > 0 and report["summary"]["warnings"] == []

@@ -88,6 +88,10 @@ def _epoch_repeat(
 ) -> tuple[str, list[str]] | None:
     if first is None or first["sequential"] or digest != first["digest"]:
         return None
+    if state["batch"]["step"] <= first["step"]:
+        return (
+            None  # drawn again in the same step (a script that reads a batch for its size): not trained twice
+        )
     detail = (
         f"{node}'s batch in optimizer step {state['batch']['step']} repeats its first batch (step "
         f"{first['step']}): its sampler's order repeats every epoch (DistributedSampler.set_epoch never called?)"
