@@ -96,12 +96,13 @@ def test_a_sequential_sampler_repeats_by_design_and_is_not_reported() -> None:
         world.nodes["r0"]["batch"] = {"step": step, "indices": indices, "batches": 1, "indices_dropped": 0}
         duplicates.check(world.nodes["r0"], indices, context)
     assert world.queue == []  # no warning sent
-    shuffled = [3, 0, 2, 1]
+    # the control: a shuffled order whose first two batches come again, one after the other
+    first_two = ([3, 0, 2, 1], [7, 4, 6, 5])
     world.nodes["r0"].pop("batch_first")
-    for step in (1, 2):
-        world.nodes["r0"]["batch"] = {"step": step, "indices": shuffled, "batches": 1, "indices_dropped": 0}
-        duplicates.check(world.nodes["r0"], shuffled, context)
-    assert [event.payload["step"] for event in world.queue] == [2]
+    for step, indices in enumerate([*first_two, *first_two], start=1):
+        world.nodes["r0"]["batch"] = {"step": step, "indices": indices, "batches": 1, "indices_dropped": 0}
+        duplicates.check(world.nodes["r0"], indices, context)
+    assert [event.payload["step"] for event in world.queue] == [3]
 
 
 def test_a_first_batch_read_for_its_size_and_then_trained_on_is_no_repeat() -> None:

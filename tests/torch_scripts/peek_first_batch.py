@@ -1,6 +1,7 @@
-"""The DDP tutorial's habit: before each epoch, ``next(iter(loader))`` reads the first batch only for its
-size, then the epoch iterates the loader from its start. The first batch is drawn twice in one optimizer
-step, and trained on once: no duplicate batch (set_epoch is called every epoch)."""
+"""pytorch/examples' DDP tutorial's habit: each epoch, ``next(iter(loader))`` reads a batch only for its
+size — before ``set_epoch``, so from the previous epoch's order — then the epoch iterates the loader from
+its start. That batch equals the rank's first batch and is never trained on: no duplicate batch
+(set_epoch is called every epoch)."""
 
 import torch
 import torch.distributed as dist
@@ -15,8 +16,8 @@ loader = DataLoader(dataset, batch_size=8, shuffle=False, sampler=sampler)
 model = DistributedDataParallel(torch.nn.Linear(4, 1))
 optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
 for epoch in range(2):
-    sampler.set_epoch(epoch)
     batch_size = len(next(iter(loader))[0])
+    sampler.set_epoch(epoch)
     for inputs, targets in loader:
         optimizer.zero_grad()
         torch.nn.functional.mse_loss(model(inputs), targets).backward()

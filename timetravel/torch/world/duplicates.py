@@ -8,7 +8,8 @@ indices of the DataLoader batches of its current optimizer step: world/state.py)
   averaged gradient is one rank's;
 * **a sampler whose order repeats every epoch** — a ``DistributedSampler(shuffle=True)`` whose
   ``set_epoch`` is never called draws the same permutation each epoch: a rank's batch equals the first
-  batch it ever received. A first batch whose indices are in increasing order is a sequential sampler
+  batch it ever received, and the next one its second (one repeated batch alone may be a batch read for
+  its size and never trained on). A first batch whose indices are in increasing order is a sequential sampler
   (``shuffle=False``), whose order repeats by design: not reported.
 
 Checked on the rank node as each batch arrives, against the peers' current batches (reading another
@@ -42,13 +43,14 @@ def check(state: dict[str, Any], indices: list[int], ctx: Context) -> None:
     if first is None:
         increasing = all(earlier < later for earlier, later in itertools.pairwise(indices))
         state["batch_first"] = {"step": state["batch"]["step"], "digest": digest, "sequential": increasing}
+    elif "second" not in first:
+        first["second"] = digest
     if WARNING in ctx.world.nodes[C10D_NODE].get("warnings", {}):
         return  # reported already: once per run
     found = _same_step_peer(state, ctx) or _epoch_repeat(ctx.node, state, first, digest)
     if found is None:
         return
-    detail, ranks = found
-    step = state["batch"]["step"]
+    detail, ranks, step = found
     warning = {
         "kind": "warning",
         "name": WARNING,
@@ -61,7 +63,7 @@ def check(state: dict[str, Any], indices: list[int], ctx: Context) -> None:
     ctx.deliver(ctx.now, C10D_NODE, "warning", warning)
 
 
-def _same_step_peer(state: dict[str, Any], ctx: Context) -> tuple[str, list[str]] | None:
+def _same_step_peer(state: dict[str, Any], ctx: Context) -> tuple[str, list[str], int] | None:
     batch = state["batch"]
     for rank in range(ctx.world.nodes[C10D_NODE]["ranks"]):
         name = f"r{rank}"
@@ -79,21 +81,27 @@ def _same_step_peer(state: dict[str, Any], ctx: Context) -> tuple[str, list[str]
                 f"{name} and {ctx.node} received the same {count} sampler indices in optimizer step "
                 f"{batch['step']} (a DataLoader without a DistributedSampler gives every rank the same batches)"
             )
-            return detail, sorted([name, ctx.node], key=lambda text: int(text[1:]))
+            return detail, sorted([name, ctx.node], key=lambda text: int(text[1:])), batch["step"]
     return None
 
 
 def _epoch_repeat(
     node: str, state: dict[str, Any], first: dict[str, Any] | None, digest: str
-) -> tuple[str, list[str]] | None:
-    if first is None or first["sequential"] or digest != first["digest"]:
+) -> tuple[str, list[str], int] | None:
+    """The rank's first two batches drawn again, one after the other, in a later step: its sampler's
+    order repeats. One repeated batch alone is not enough: a script that reads ``next(iter(loader))``
+    for the batch size before ``set_epoch`` (pytorch/examples' DDP tutorial) draws the previous order's
+    first batch and never trains on it; the batch after it is the new order's."""
+    if first is None or first["sequential"] or "second" not in first:
         return None
-    if state["batch"]["step"] <= first["step"]:
-        return (
-            None  # drawn again in the same step (a script that reads a batch for its size): not trained twice
-        )
+    pending = first.pop("repeat_step", None)  # the previous batch repeated the first one
+    if digest == first["digest"] and state["batch"]["step"] > first["step"]:
+        first["repeat_step"] = state["batch"]["step"]
+        return None
+    if pending is None or digest != first["second"]:
+        return None
     detail = (
-        f"{node}'s batch in optimizer step {state['batch']['step']} repeats its first batch (step "
+        f"{node}'s batch in optimizer step {pending} repeats its first batch (step "
         f"{first['step']}): its sampler's order repeats every epoch (DistributedSampler.set_epoch never called?)"
     )
-    return detail, [node]
+    return detail, [node], pending
