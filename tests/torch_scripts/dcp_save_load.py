@@ -8,8 +8,8 @@ every rank); the FSDP2 part goes through ``get_state_dict``/``set_state_dict`` a
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from _script_common import sharded_mlp, train_step
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_state_dict
-from torch.distributed.fsdp import fully_shard
 from torch.nn.parallel import DistributedDataParallel
 
 dist.init_process_group("gloo")
@@ -19,10 +19,7 @@ rank = dist.get_rank()
 def train(model: torch.nn.Module, optimizer: torch.optim.Optimizer, steps: int) -> None:
     generator = torch.Generator().manual_seed(rank)
     for _ in range(steps):
-        loss = model(torch.randn(4, 8, generator=generator)).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        train_step(model, optimizer, torch.randn(4, 8, generator=generator))
 
 
 def local(value: torch.Tensor) -> torch.Tensor:
@@ -46,12 +43,7 @@ for name, value in ddp.state_dict().items():
     assert torch.equal(value, saved[name]), f"DDP {name} after dcp.load: {value} != {saved[name]}"
 print(f"rank {rank}: DDP state dict restored by dcp.load ({len(saved)} tensors)")
 
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-for layer in model:
-    if isinstance(layer, torch.nn.Linear):
-        fully_shard(layer)
-fully_shard(model)
+model = sharded_mlp()
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 train(model, optimizer, 2)
 model_state, optimizer_state = get_state_dict(model, optimizer)

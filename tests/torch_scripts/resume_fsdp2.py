@@ -12,19 +12,14 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 import torch.distributed.checkpoint as dcp
+from _script_common import sharded_mlp, train_step
 from torch.distributed.checkpoint.state_dict import get_state_dict, set_model_state_dict, set_state_dict
-from torch.distributed.fsdp import fully_shard
 
 STEPS = 8
 forget = "--forget-optimizer" in sys.argv
 dist.init_process_group("gloo")
 rank = dist.get_rank()
-torch.manual_seed(0)
-model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
-for layer in model:
-    if isinstance(layer, torch.nn.Linear):
-        fully_shard(layer)
-fully_shard(model)
+model = sharded_mlp()
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 latest = Path("latest.txt")
 start = 0
@@ -42,10 +37,7 @@ if latest.exists():
     start = int(progress)
 for step in range(start, STEPS):
     generator = torch.Generator().manual_seed(1000 * step + rank)  # the data position is the step
-    loss = model(torch.randn(4, 8, generator=generator)).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+    train_step(model, optimizer, torch.randn(4, 8, generator=generator))
     print(f"step {step + 1} at {time.perf_counter_ns()} ns")
     if (step + 1) % 2 == 0:
         model_state, optimizer_state = get_state_dict(model, optimizer)
