@@ -13,6 +13,7 @@ import argparse
 
 import torch
 import torch.distributed as dist
+from _script_common import train_step
 from torch.distributed.fsdp import fully_shard
 
 
@@ -69,11 +70,7 @@ def main() -> None:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     data = torch.Generator().manual_seed(rank)
     for step in range(args.steps):
-        inputs = torch.randn(4, 8, generator=data)
-        loss = model(inputs).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = train_step(model, optimizer, torch.randn(4, 8, generator=data))
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}")
     dist.destroy_process_group()

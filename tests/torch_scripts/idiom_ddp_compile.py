@@ -3,6 +3,7 @@ that compile their model write it; prints the loss of each step."""
 
 import torch
 import torch.distributed as dist
+from _script_common import train_step
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
@@ -14,10 +15,6 @@ model = DDP(torch.compile(model, backend="eager"), device_ids=[rank] if device.t
 optimizer = torch.optim.Adam(model.parameters(), lr=1e-2)
 data = torch.Generator().manual_seed(rank)
 for step in range(5):
-    x = torch.randn(16, 8, generator=data).to(device)
-    loss = model(x).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+    loss = train_step(model, optimizer, torch.randn(16, 8, generator=data).to(device))
     print(f"step {step} loss {loss.item()!r}")
 dist.destroy_process_group()

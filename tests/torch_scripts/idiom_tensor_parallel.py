@@ -8,6 +8,7 @@ import os
 
 import torch
 import torch.distributed as dist
+from _script_common import train_step
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
 
@@ -30,11 +31,7 @@ model = parallelize_module(model, mesh, {"w1": ColwiseParallel(), "w2": RowwiseP
 optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
 data = torch.Generator().manual_seed(7)  # the same batches on every rank
 for step in range(5):
-    x = torch.randn(8, 16, generator=data).to(device_type)
-    loss = model(x).pow(2).mean()
-    optimizer.zero_grad()
-    loss.backward()
-    optimizer.step()
+    loss = train_step(model, optimizer, torch.randn(8, 16, generator=data).to(device_type))
     print(f"step {step} loss {loss.item()!r}")
 assert dist.get_world_size() == int(os.environ["WORLD_SIZE"])
 dist.destroy_process_group()

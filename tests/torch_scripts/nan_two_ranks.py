@@ -12,6 +12,7 @@ import argparse
 
 import torch
 import torch.distributed as dist
+from _script_common import train_step
 from torch.nn.parallel import DistributedDataParallel
 
 
@@ -32,10 +33,7 @@ def main() -> None:
         inputs = torch.randn(4, 8, generator=data)
         if step == args.nan_step and rank in (0, 1):
             inputs[0, 0] = float("nan")
-        loss = model(inputs).pow(2).mean()
-        optimizer.zero_grad()
-        loss.backward()
-        optimizer.step()
+        loss = train_step(model, optimizer, inputs)
         if rank == 0:
             print(f"step {step} loss {loss.item():.6f}")
     dist.destroy_process_group()
