@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from one_node import run_one_node
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Context, Event, Scenario, Simulation, World, choose_world
@@ -73,14 +74,7 @@ def test_chance_is_never_true_at_zero_and_always_at_one() -> None:
         state["half"] = sum(ctx.chance("p5", 0.5) for _ in range(2000))
         state["order"] = ctx.order("perm", ["a", "b", "c", "d"])
 
-    def build(config: dict[str, Any], seed: int) -> World:
-        world = World("c", config, seed)
-        world.add_node("n", "node")
-        world.schedule(0, "n", "roll")
-        return world
-
-    world = build({}, 1)
-    Simulation(Scenario("c", "", (), build, {"node": {"roll": roll}}), world).run()
+    world, _result = run_one_node("c", roll, seed=1, event="roll")
     state = world.nodes["n"]
     assert state["never"] is False and state["always"] is True
     assert 850 < state["half"] < 1150

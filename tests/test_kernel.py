@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 import xxhash
+from one_node import run_one_node
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim import Context, Event, Param, Scenario, Simulation, World, chain_head, kernel
@@ -154,16 +155,10 @@ def test_an_event_without_a_handler_is_an_unhandled_failure() -> None:
 
 
 def test_fail_signatures_hold_no_rank_numbers() -> None:
-    def build(config: dict[str, Any], seed: int) -> World:
-        world = World("f", config, seed)
-        world.add_node("rank7", "worker")
-        world.schedule(1, "rank7", "go")
-        return world
-
     def go(state: dict[str, Any], event: Event, ctx: Context) -> None:
         ctx.fail("divergence", "rank7 differs", site="check.rank7")
 
-    result = Simulation(Scenario("f", "", (), build, {"worker": {"go": go}}), build({}, 0)).run()
+    _world, result = run_one_node("f", go, t_ns=1, node="rank7", kind="worker")
     assert result.failure is not None and result.failure["signature"] == "divergence:check.rankN"
 
 
@@ -206,13 +201,7 @@ def test_float_timer_delay_is_a_failure_not_a_silent_rounding() -> None:
     def go(state: dict[str, Any], event: Event, ctx: Context) -> None:
         ctx.timer(1.5, "later")  # type: ignore[arg-type]
 
-    def build(config: dict[str, Any], seed: int) -> World:
-        world = World("t", config, seed)
-        world.add_node("n", "node")
-        world.schedule(0, "n", "go")
-        return world
-
-    result = Simulation(Scenario("t", "", (), build, {"node": {"go": go}}), build({}, 0)).run()
+    _world, result = run_one_node("t", go)
     assert result.failure is not None and "non-negative int" in result.failure["message"]
 
 
@@ -222,14 +211,7 @@ def test_metrics_and_log_are_world_data_and_the_log_is_bounded() -> None:
         for index in range(LOG_ENTRIES_MAX + 10):
             ctx.log(f"line {index}")
 
-    def build(config: dict[str, Any], seed: int) -> World:
-        world = World("m", config, seed)
-        world.add_node("n", "node")
-        world.schedule(7, "n", "go")
-        return world
-
-    world = build({}, 0)
-    Simulation(Scenario("m", "", (), build, {"node": {"go": go}}), world).run()
+    world, _result = run_one_node("m", go, t_ns=7)
     assert world.metrics == {"loss": [[7, "n", 0.5]]}
     assert len(world.log) <= LOG_ENTRIES_MAX
     assert world.log[-1] == [7, "n", f"line {LOG_ENTRIES_MAX + 9}"]
