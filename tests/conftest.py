@@ -72,3 +72,13 @@ def floats_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
     path = tmp_path_factory.mktemp("recordings") / "floats.ttr"
     report, _world = record_run(FLOATS, FLOATS.resolve_config({}), 5, path, snapshot_every_events=128)
     return path, report
+
+
+@pytest.fixture(scope="module")
+def needle_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """needle recorded with its branch ``fixed`` (shell_recordings.py), one per test module."""
+    from shell_recordings import make_needle_recording
+
+    path = tmp_path_factory.mktemp("needle") / "needle.ttr"
+    make_needle_recording(path)
+    return path

@@ -23,7 +23,7 @@ from pathlib import Path
 import pytest
 import scenario_fixtures
 from scenario_fixtures import NONDETERMINISTIC
-from shell_recordings import BRANCH, make_needle_recording
+from shell_recordings import BRANCH
 
 from timetravel.cli import shell_command
 from timetravel.explore import Session
@@ -35,13 +35,6 @@ MS = 1_000_000
 TESTS = Path(__file__).resolve().parent
 
 
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("cli_shell") / "needle.ttr"
-    make_needle_recording(path)
-    return path
-
-
 def cursor_at(path: Path, target: str, branch: str = "main") -> tuple[int, int]:
     """(events, t_ns) of the cursor after ``goto target``, read through the Session."""
     with Session.open(path, branch=branch) as session:
@@ -49,9 +42,9 @@ def cursor_at(path: Path, target: str, branch: str = "main") -> tuple[int, int]:
     return position.events, position.t_ns
 
 
-def test_c_runs_each_command_after_the_prompt_it_ran_at(run_cli: RunCli, recording: Path) -> None:
-    events, _ = cursor_at(recording, "20ms")
-    done = run_cli("shell", str(recording), "-c", "goto 20; where")
+def test_c_runs_each_command_after_the_prompt_it_ran_at(run_cli: RunCli, needle_recording: Path) -> None:
+    events, _ = cursor_at(needle_recording, "20ms")
+    done = run_cli("shell", str(needle_recording), "-c", "goto 20; where")
     assert (done.returncode, done.stderr) == (0, "")
     lines = done.stdout.splitlines()
     assert lines[0] == "[main 0ms #0]> goto 20"
@@ -59,11 +52,11 @@ def test_c_runs_each_command_after_the_prompt_it_ran_at(run_cli: RunCli, recordi
 
 
 def test_a_failing_command_stops_the_script_with_one_line_and_exit_code_2(
-    run_cli: RunCli, recording: Path, tmp_path: Path
+    run_cli: RunCli, needle_recording: Path, tmp_path: Path
 ) -> None:
     commands = tmp_path / "repro.tt"
     commands.write_text("# rewind\ngoto 20\ngoto soon\nwhere\n", encoding="utf-8")
-    done = run_cli("shell", str(recording), "--script", str(commands))
+    done = run_cli("shell", str(needle_recording), "--script", str(commands))
     assert done.returncode == 2
     assert done.stderr.splitlines() == [
         f"timetravel: error: {commands}:3: goto TIME: 'soon': not a time: 'soon' "
@@ -72,10 +65,10 @@ def test_a_failing_command_stops_the_script_with_one_line_and_exit_code_2(
     assert "> where" not in done.stdout  # the script stopped at the failing command
 
 
-def test_a_script_on_standard_input_runs_when_it_is_not_a_terminal(recording: Path) -> None:
-    events, _ = cursor_at(recording, "40ms", BRANCH)
+def test_a_script_on_standard_input_runs_when_it_is_not_a_terminal(needle_recording: Path) -> None:
+    events, _ = cursor_at(needle_recording, "40ms", BRANCH)
     done = subprocess.run(
-        [sys.executable, "-m", "timetravel", "shell", str(recording)],
+        [sys.executable, "-m", "timetravel", "shell", str(needle_recording)],
         input=f"goto 40 --branch {BRANCH}\nwhere\n",
         capture_output=True,
         text=True,
@@ -86,9 +79,9 @@ def test_a_script_on_standard_input_runs_when_it_is_not_a_terminal(recording: Pa
     assert f"[{BRANCH} 40ms #{events}]> where" in done.stdout.splitlines()
 
 
-def test_json_prints_one_object_per_command(run_cli: RunCli, recording: Path) -> None:
-    events, t_ns = cursor_at(recording, "#100")
-    done = run_cli("shell", str(recording), "--json", "-c", "goto #100; print nodes/w3/total; bogus")
+def test_json_prints_one_object_per_command(run_cli: RunCli, needle_recording: Path) -> None:
+    events, t_ns = cursor_at(needle_recording, "#100")
+    done = run_cli("shell", str(needle_recording), "--json", "-c", "goto #100; print nodes/w3/total; bogus")
     assert done.returncode == 2
     objects = [json.loads(line) for line in done.stdout.splitlines()]
     assert [item["command"] for item in objects] == ["goto #100", "print nodes/w3/total", "bogus"]
@@ -117,12 +110,12 @@ def test_a_missing_or_damaged_recording_is_one_line_and_exit_code_2(
     assert done.stdout == ""
 
 
-def test_an_unreadable_script_is_bad_input(run_cli: RunCli, recording: Path, tmp_path: Path) -> None:
+def test_an_unreadable_script_is_bad_input(run_cli: RunCli, needle_recording: Path, tmp_path: Path) -> None:
     binary = tmp_path / "binary.tt"
     binary.write_bytes(b"\xff\xfe goto 1\n")
-    done = run_cli("shell", str(recording), "--script", str(binary))
+    done = run_cli("shell", str(needle_recording), "--script", str(binary))
     assert (done.returncode, done.stderr) == (2, f"timetravel: error: {binary}: not a UTF-8 text file\n")
-    done = run_cli("shell", str(recording), "--script", str(tmp_path / "absent.tt"))
+    done = run_cli("shell", str(needle_recording), "--script", str(tmp_path / "absent.tt"))
     assert done.returncode == 2 and done.stderr.startswith("timetravel: error: ")
     assert shell_command.SCRIPT_CHARS_MAX == script.SCRIPT_CHARS_MAX
 
@@ -214,9 +207,9 @@ def run_on_terminal(args: list[str], keys: list[tuple[bytes, bytes]], env: dict[
 
 
 def test_the_repl_on_a_terminal_runs_typed_commands_and_keeps_its_history(
-    recording: Path, tmp_path: Path
+    needle_recording: Path, tmp_path: Path
 ) -> None:
-    events, _ = cursor_at(recording, "20ms")
+    events, _ = cursor_at(needle_recording, "20ms")
     env = {
         **os.environ,
         "PYTHONPATH": str(TESTS.parent),
@@ -225,7 +218,7 @@ def test_the_repl_on_a_terminal_runs_typed_commands_and_keeps_its_history(
         "TERM": "xterm",
     }
     code, shown = run_on_terminal(
-        ["shell", str(recording)],
+        ["shell", str(needle_recording)],
         [(b"[main 0ms #0]>", b"goto 20\r"), (b"next:", b""), (f"[main 20ms #{events}]>".encode(), b"\x04")],
         env,
     )
@@ -235,7 +228,7 @@ def test_the_repl_on_a_terminal_runs_typed_commands_and_keeps_its_history(
     assert history.splitlines()[-1] == "+goto 20"
 
     code, _shown = run_on_terminal(
-        ["shell", str(recording), "--no-history"],
+        ["shell", str(needle_recording), "--no-history"],
         [(b"]>", b"where\r"), (b"next:", b""), (b"]>", b"\x04")],
         env,
     )
@@ -243,13 +236,15 @@ def test_the_repl_on_a_terminal_runs_typed_commands_and_keeps_its_history(
     assert (tmp_path / "state" / "shell_history").read_text(encoding="utf-8") == history
 
 
-def test_sigterm_ends_the_shell_at_its_prompt_with_exit_code_143(recording: Path, tmp_path: Path) -> None:
+def test_sigterm_ends_the_shell_at_its_prompt_with_exit_code_143(
+    needle_recording: Path, tmp_path: Path
+) -> None:
     """SIGTERM stops a command as Ctrl-C does (cli/interrupts.py), but the shell's prompt takes a
     Ctrl-C as "drop this line": a SIGTERM must still end it."""
     env = {**os.environ, "PYTHONPATH": str(TESTS.parent), "TIMETRAVEL_STATE_DIR": str(tmp_path / "state")}
     pid, descriptor = pty.fork()
     if pid == 0:
-        os.execvpe(sys.executable, [sys.executable, "-m", "timetravel", "shell", str(recording)], env)
+        os.execvpe(sys.executable, [sys.executable, "-m", "timetravel", "shell", str(needle_recording)], env)
     try:
         read_until(descriptor, b"[main 0ms #0]>", bytearray(), 0)
         os.kill(pid, signal.SIGTERM)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from rich.console import Console
-from shell_recordings import BRANCH, make_needle_recording
+from shell_recordings import BRANCH
 
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandError
@@ -16,20 +16,13 @@ from timetravel.shell import Shell
 from timetravel.shell.results import PlotResult
 
 
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("embed") / "needle.ttr"
-    make_needle_recording(path)
-    return path
-
-
-def test_calling_the_shell_shows_each_result_and_run_returns_it(recording: Path) -> None:
-    with Session.open(recording) as session:
+def test_calling_the_shell_shows_each_result_and_run_returns_it(needle_recording: Path) -> None:
+    with Session.open(needle_recording) as session:
         events = session.goto("20ms").events
         total = session.world.nodes["w3"]["total"]
     out = io.StringIO()
-    with Shell.open(recording, console=Console(file=out, width=100, color_system=None)) as shell:
-        assert repr(shell) == f"<Shell {recording} [main 0ms #0]>"
+    with Shell.open(needle_recording, console=Console(file=out, width=100, color_system=None)) as shell:
+        assert repr(shell) == f"<Shell {needle_recording} [main 0ms #0]>"
         assert shell("goto 20; print nodes/w3/total") is None
         assert f"event #{events} of" in out.getvalue() and f"total  int  {total}" in out.getvalue()
         cursor = shell.run("where")
@@ -43,7 +36,7 @@ def test_calling_the_shell_shows_each_result_and_run_returns_it(recording: Path)
     assert repr(shell) == "<Shell (closed)>"
 
 
-def test_a_shell_opens_on_a_branch(recording: Path) -> None:
-    with Shell.open(recording, branch=BRANCH, console=Console(file=io.StringIO())) as shell:
+def test_a_shell_opens_on_a_branch(needle_recording: Path) -> None:
+    with Shell.open(needle_recording, branch=BRANCH, console=Console(file=io.StringIO())) as shell:
         assert shell.session.branch == BRANCH
         assert shell.prompt == f"[{BRANCH} 0ms #0]> "

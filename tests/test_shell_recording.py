@@ -17,7 +17,7 @@ from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from rich.console import Console
 from scenario_fixtures import NONDETERMINISTIC
-from shell_recordings import BRANCH, FORK_EVENTS, make_needle_recording
+from shell_recordings import BRANCH, FORK_EVENTS
 
 from timetravel.explore import Session
 from timetravel.explore.commands import CommandContext, Invocation, open_context
@@ -35,16 +35,9 @@ ENTER = "\r"
 CTRL_D = "\x04"
 
 
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("shell") / "needle.ttr"
-    make_needle_recording(path)
-    return path
-
-
 @pytest.fixture
-def context(recording: Path) -> Iterator[CommandContext]:
-    with open_context(recording) as opened:
+def context(needle_recording: Path) -> Iterator[CommandContext]:
+    with open_context(needle_recording) as opened:
         yield opened
 
 
@@ -95,14 +88,16 @@ def test_completion_offers_branches_with_their_outcomes_and_times_of_the_cursors
     assert (failure_at, "failure, end") not in completions(engine, "goto ")
 
 
-def test_plot_draws_each_branch_from_its_own_metric_series(context: CommandContext, recording: Path) -> None:
+def test_plot_draws_each_branch_from_its_own_metric_series(
+    context: CommandContext, needle_recording: Path
+) -> None:
     engine = recording_engine(context)
     result = engine.execute(f"plot main {BRANCH} --metric round_done_ns")
     assert isinstance(result, PlotResult)
     assert [curve.label for curve in result.series] == ["main", BRANCH]
     rounds = context.session.info.config["rounds"]
     for curve in result.series:
-        with Session.open(recording, branch=curve.label) as session:
+        with Session.open(needle_recording, branch=curve.label) as session:
             rows = session.metric_series("round_done_ns")
             ended_at = session.end.t_ns
         assert {row[1] for row in rows} == {"leader"}  # one node records it: a point per row
@@ -124,9 +119,9 @@ def run_repl(engine: LanguageEngine, keys: str) -> str:
 
 
 def test_the_repl_moves_the_cursor_and_prints_the_state_there(
-    context: CommandContext, recording: Path
+    context: CommandContext, needle_recording: Path
 ) -> None:
-    with Session.open(recording) as session:
+    with Session.open(needle_recording) as session:
         position = session.goto(20 * MS)
         total = session.world.nodes["w3"]["total"]
         events = session.end.events
@@ -139,7 +134,7 @@ def test_the_repl_moves_the_cursor_and_prints_the_state_there(
 
 
 def test_an_interrupted_command_leaves_the_cursor_where_it_was(
-    context: CommandContext, recording: Path, monkeypatch: pytest.MonkeyPatch
+    context: CommandContext, needle_recording: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Ctrl-C in the middle of a seek: the world may be half way through an event. The engine
     reopens the recording and puts the cursor back, with the state the recording vouches for."""
@@ -156,7 +151,7 @@ def test_an_interrupted_command_leaves_the_cursor_where_it_was(
     monkeypatch.setitem(language_run.HANDLERS, "step", interrupted_step)
     assert runner.run_one("step 5") is Status.INTERRUPTED
     assert out.getvalue().endswith("interrupted\n")
-    with Session.open(recording) as fresh:
+    with Session.open(needle_recording) as fresh:
         fresh.goto("#150")
         expected = fresh.state_hash()
     assert context.session.position.events == 150

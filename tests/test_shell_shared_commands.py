@@ -20,7 +20,6 @@ from prompt_toolkit.document import Document
 from prompt_toolkit.input import create_pipe_input
 from prompt_toolkit.output import DummyOutput
 from rich.console import Console
-from shell_recordings import make_needle_recording
 
 from tests.tui.harness import Harness, drive
 from timetravel.explore.commands import (
@@ -41,13 +40,6 @@ from timetravel.tui.widgets.command_line import CommandLine
 
 LINE = "print nodes/w3 --depth 1"
 KEY_NAMES = {" ": "space", "/": "slash", "-": "minus"}
-
-
-@pytest.fixture(scope="module")
-def recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    path = tmp_path_factory.mktemp("shared") / "needle.ttr"
-    make_needle_recording(path)
-    return path
 
 
 @pytest.fixture
@@ -92,11 +84,11 @@ def type_into_the_shell(context: CommandContext, line: str) -> str:
 
 
 def test_one_line_reaches_the_same_handler_with_the_same_invocation_from_both(
-    recording: Path, handled: list[tuple[Invocation, CommandContext, Any]]
+    needle_recording: Path, handled: list[tuple[Invocation, CommandContext, Any]]
 ) -> None:
-    with open_context(recording) as tui_context:
+    with open_context(needle_recording) as tui_context:
         tui_result = type_into_the_tui(tui_context, LINE)
-    with open_context(recording) as shell_context:
+    with open_context(needle_recording) as shell_context:
         shown = type_into_the_shell(shell_context, LINE)
         unit = shell_context.display_unit
 
@@ -112,8 +104,8 @@ def test_one_line_reaches_the_same_handler_with_the_same_invocation_from_both(
     assert shown.splitlines()[0] == f"nodes/w3  on main at {format_time(tui_result.t_ns, unit)}"
 
 
-def test_both_complete_from_the_same_specs_and_the_same_recording_values(recording: Path) -> None:
-    with open_context(recording) as context:
+def test_both_complete_from_the_same_specs_and_the_same_recording_values(needle_recording: Path) -> None:
+    with open_context(needle_recording) as context:
         values = RecordingValues(context)
         engine = recording_engine(context)
         completer = ShellCompleter(engine.vocabulary, engine.completion_source)
