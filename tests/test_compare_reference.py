@@ -176,6 +176,13 @@ def recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[floa
     return path, losses
 
 
+@pytest.fixture
+def path(recording: Any, capsys: pytest.CaptureFixture[str]) -> Path:
+    """The recording's path, with what was printed before the test read away."""
+    capsys.readouterr()
+    return recording[0]
+
+
 def cli(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = cli_main(list(args))
     captured = capsys.readouterr()
@@ -241,10 +248,8 @@ def test_cli_names_the_perturbed_step(
 
 
 def test_cli_a_metric_or_node_the_branch_lacks_is_said(
-    recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _losses = recording
-    capsys.readouterr()
     reference = write(tmp_path, "ref.csv", "1,0.5\n")
     code, out, _err = cli(
         capsys,
@@ -273,10 +278,8 @@ def test_cli_a_metric_or_node_the_branch_lacks_is_said(
     ],
 )
 def test_cli_bad_rtol_is_exit_2(
-    recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str], extra: list[str], message: str
 ) -> None:
-    path, _losses = recording
-    capsys.readouterr()
     reference = write(tmp_path, "ref.csv", "1,0.5\n")
     with pytest.raises(SystemExit) as raised:
         cli_main(["compare", str(path), "main", "arr", "--reference", str(reference), *extra])
@@ -285,10 +288,8 @@ def test_cli_bad_rtol_is_exit_2(
 
 
 def test_cli_bad_reference_file_is_exit_2_one_line(
-    recording: Any, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    path: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _losses = recording
-    capsys.readouterr()
     reference = write(tmp_path, "ref.csv", "step,loss\n1,0.5\n1,0.4\n")
     code, out, err = cli(capsys, "compare", str(path), "main", "arr", "--reference", str(reference))
     assert (code, out) == (2, "")
@@ -300,10 +301,8 @@ def test_cli_bad_reference_file_is_exit_2_one_line(
 
 
 def test_cli_reference_options_without_a_reference_are_exit_2(
-    recording: Any, capsys: pytest.CaptureFixture[str]
+    path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    path, _losses = recording
-    capsys.readouterr()
     code, out, err = cli(
         capsys, "compare", str(path), "main", "arr", "--rtol", "0.1", "--reference-node", "r1"
     )
