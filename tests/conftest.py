@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from collections.abc import Callable
@@ -60,6 +61,15 @@ def gossip_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, di
         scenario, config, GOSSIP_RECORDING_SEED, path, snapshot_every_events=GOSSIP_RECORDING_SNAPSHOT_EVERY
     )
     return path, report
+
+
+@pytest.fixture
+def gossip_copy(gossip_recording: tuple[Path, dict[str, Any]], tmp_path: Path) -> Path:
+    """A copy of gossip_recording's file (``branched.ttr`` in the test's folder), for a test that appends
+    to it."""
+    path = tmp_path / "branched.ttr"
+    shutil.copy(gossip_recording[0], path)
+    return path
 
 
 @pytest.fixture(scope="session")

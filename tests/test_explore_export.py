@@ -257,20 +257,13 @@ def _gpu_done_times(path: Path) -> dict[int, set[int]]:
     return times
 
 
-def test_a_branch_exports_its_parent_s_prefix_and_its_own_future(
-    gossip_recording: tuple[Path, dict[str, Any]], tmp_path: Path
-) -> None:
-    import shutil
-
+def test_a_branch_exports_its_parent_s_prefix_and_its_own_future(gossip_copy: Path, tmp_path: Path) -> None:
     from timetravel.scenarios import get_scenario
 
-    source, _ = gossip_recording
-    path = tmp_path / "branched.ttr"
-    shutil.copy(source, path)
-    world = world_at(path, 700)
+    world = world_at(gossip_copy, 700)
     world.branch_key = 1
-    end = append_branch(path, get_scenario("gossip"), world, 700)
-    with Session.open(path, branch="b1") as branch:
+    end = append_branch(gossip_copy, get_scenario("gossip"), world, 700)
+    with Session.open(gossip_copy, branch="b1") as branch:
         result = export_perfetto(branch, tmp_path / "b1.json")
         document = json.loads((tmp_path / "b1.json").read_text())
         check_structure(document)

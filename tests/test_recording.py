@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import random
-import shutil
 import struct
 import sys
 from pathlib import Path
@@ -251,11 +250,10 @@ def test_a_recording_never_imports_the_code_it_names(
 
 
 def test_appending_a_branch_keeps_the_main_run_and_its_index(
-    gossip_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+    gossip_recording: tuple[Path, dict[str, Any]], gossip_copy: Path
 ) -> None:
     path, report = gossip_recording
-    copy = tmp_path / "branched.ttr"
-    shutil.copy(path, copy)
+    copy = gossip_copy
     writer = RecordingWriter.append(copy)
     writer.frame(FrameType.BRANCH, {"name": "b1", "parent": "main", "at_events": 1000, "changes": []})
     end = {"branch": "b1", "stop": "drained", "outcome": "pass", "failure": None, "events": 1000}

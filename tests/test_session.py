@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -184,14 +183,13 @@ def test_goto_on_a_larger_gossip_recording(tmp_path: Path) -> None:
 
 
 def test_a_branch_appended_to_the_recording_shares_the_prefix(
-    gossip_recording: tuple[Path, dict[str, Any]], tmp_path: Path
+    gossip_recording: tuple[Path, dict[str, Any]], gossip_copy: Path
 ) -> None:
     """What the explore engine does for ``branch``: fork at #N with a new branch key, record the
     future into the same file; the branch then seeks through the parent's snapshots before the
     fork and its own after it."""
-    source, report = gossip_recording
-    path = tmp_path / "branched.ttr"
-    shutil.copy(source, path)
+    _source, report = gossip_recording
+    path = gossip_copy
     scenario = get_scenario("gossip")
     fork = 1500
     world = world_at(path, fork)
