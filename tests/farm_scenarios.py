@@ -37,6 +37,12 @@ def _ticker_build(name: str) -> Any:
     return build
 
 
+def _tick_again(state: dict[str, Any], ctx: Context) -> None:
+    """The clock's next tick, a tick later, until it has ticked TICKS times."""
+    if state["ticks"] < TICKS:
+        ctx.timer(TICK_NS, "tick")
+
+
 def _kill_tick(state: dict[str, Any], event: Event, ctx: Context) -> None:
     state["ticks"] += 1
     world = ctx.world
@@ -68,8 +74,7 @@ def _stuck_tick(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if ctx.world.seed in ctx.config["stuck_seeds"]:
         while True:  # a handler that never returns: only a kill stops it
             pass
-    if state["ticks"] < TICKS:
-        ctx.timer(TICK_NS, "tick")
+    _tick_again(state, ctx)
 
 
 STUCK = Scenario(
@@ -100,8 +105,7 @@ def _swarmy_tick(state: dict[str, Any], event: Event, ctx: Context) -> None:
     if "crash" in started and "drop" in started:
         ctx.fail("oracle", "a crash and a drop lost data", site="swarmy.crash_lost_data")
         return
-    if state["ticks"] < TICKS:
-        ctx.timer(TICK_NS, "tick")
+    _tick_again(state, ctx)
 
 
 SWARMY = Scenario(
