@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import simulate_world
 from torch_recordings import real_torchrun
 
 from timetravel.scenarios import get_scenario
@@ -23,18 +24,7 @@ STEPS = 14
 
 
 def simulate(bug: str, *settings: str) -> tuple[dict, World]:
-    launch = launch_naming([str(DDP_LOADER)])
-    scenario = get_scenario("torch")
-    config = scenario.resolve_config(
-        [
-            f"script={DDP_LOADER}",
-            "nproc=3",
-            "rank_output=quiet",
-            f"args=--steps {STEPS} --bug {bug}",
-            *settings,
-        ]
-    )
-    return run_report(scenario, config, 0, launch=launch)
+    return simulate_world(DDP_LOADER, 3, 0, f"args=--steps {STEPS} --bug {bug}", *settings)
 
 
 def final_loss_under_real_torchrun(bug: str) -> float:

@@ -15,14 +15,13 @@ import dataclasses
 import json
 import math
 import shutil
-import subprocess
-import sys
 import types
 from pathlib import Path
 
 import pytest
 import torch
 from torch_launch import TEST_SCRIPTS
+from torch_recordings import explain_process
 
 from timetravel.explore import Session, explain_torch
 from timetravel.explore.branching import branch
@@ -193,13 +192,7 @@ def test_explain_probes_a_branch_from_a_snapshot_after_its_fork(nan_run: Path, t
 
 
 def test_without_script_explain_answers_from_the_recording_and_names_the_option(nan_run: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "timetravel", "explain", str(nan_run)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=nan_run.parent,
-    )
+    done = explain_process(nan_run, timeout_s=300)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr
     lines = done.stdout.splitlines()
@@ -216,13 +209,7 @@ def test_without_script_explain_answers_from_the_recording_and_names_the_option(
         line.startswith("   the script r2: no fault explains it: the fault schedule is empty")
         for line in lines
     )
-    as_json = subprocess.run(
-        [sys.executable, "-m", "timetravel", "explain", str(nan_run), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=nan_run.parent,
-    )
+    as_json = explain_process(nan_run, "--json", timeout_s=300)
     site = json.loads(as_json.stdout)["site"]
     assert (site["rank"], site["step"], site["probe"], site["module"]) == ("r2", 8, "not_run", None)
     assert site["indices"] == distributed_sampler_batch(2, NAN_STEP_INDEX)
@@ -232,13 +219,7 @@ def test_a_failure_that_is_not_a_nan_gets_its_site_and_no_probe(tmp_path: Path) 
     path = tmp_path / "mismatch.ttr"
     report = record(path, DDP_MLP, RANKS, "--steps 7 --bug skip_collective")  # r1 skips an all_reduce
     assert report["outcome"] == "fail" and report["failure"]["node"] == "r1", report["failure"]
-    done = subprocess.run(
-        [sys.executable, "-m", "timetravel", "explain", str(path), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=tmp_path,
-    )
+    done = explain_process(path, "--json", timeout_s=300)
     assert done.returncode == 0, done.stderr
     site = json.loads(done.stdout)["site"]
     assert (site["rank"], site["probe"], site["module"]) == ("r1", "not_run", None)

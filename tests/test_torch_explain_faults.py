@@ -9,13 +9,12 @@ event stream (the collective a call event enters), not from timetravel's own ans
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
 from torch_launch import TEST_SCRIPTS
+from torch_recordings import explain_process
 
 from timetravel.explore import Session
 from timetravel.explore.commands.render import render_text
@@ -136,13 +135,7 @@ def test_a_nan_a_bit_flip_caused_names_the_rank_s_step_and_the_fault_that_fed_it
 
 
 def test_the_cli_json_names_the_fault_and_its_collective(flip_run: Path) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "timetravel", "explain", str(flip_run), "--script", str(DDP_MLP), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=flip_run.parent,
-    )
+    done = explain_process(flip_run, "--script", str(DDP_MLP), "--json", timeout_s=600)
     assert done.returncode == 0, done.stderr[-2000:]
     links = json.loads(done.stdout)["links"]
     fault = links[1]["fault"]
@@ -158,13 +151,7 @@ def test_without_script_explain_still_names_the_fault_and_its_event_from_the_rec
     are in the recording. They must be the ones the re-executing explain finds."""
     executed = explained(flip_run)
     _detector, hit, _root = executed.links
-    done = subprocess.run(
-        [sys.executable, "-m", "timetravel", "explain", str(flip_run), "--json"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=flip_run.parent,
-    )
+    done = explain_process(flip_run, "--json", timeout_s=600)
     assert done.returncode == 0, done.stderr[-2000:]
     data = json.loads(done.stdout)
     assert [link["role"] for link in data["links"]] == ["fault", "root"]

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
 from torch_launch import TEST_SCRIPTS
+from world_sources import hashes_along
 
 from timetravel.explore import Session
 from timetravel.explore.commands import open_context, run_line
@@ -51,28 +52,19 @@ def gpt_recording(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def _hashes(session: Session) -> dict[int, str]:
-    found = {}
-    for target in TARGETS:
-        session.goto_event(target)
-        assert session.position.events == target, session.world.failures
-        found[target] = session.state_hash()
-    return found
-
-
 def test_seeks_replay_the_journal_without_ranks_and_reach_the_bits_of_a_re_execution(
     recording: tuple[Path, dict[str, Any]],
 ) -> None:
     path, report = recording
     with Session.open(path, launch=TEST_SCRIPTS) as session:
         snapshots = {info.events: info.state_hash for info in session.snapshots()}
-        replayed = _hashes(session)
+        replayed = hashes_along(session, TARGETS)
         assert session.source.memory()["checkpoints"] == 0 and not session.source.host.drivers
         assert replayed[64] == snapshots[64]
         session.goto("end")
         assert session.state_hash() == report["state_hash"]
     with Session.open(path, launch=TEST_SCRIPTS) as session, session.with_values():
-        assert _hashes(session) == replayed  # the ranks re-executed: the same worlds
+        assert hashes_along(session, TARGETS) == replayed  # the ranks re-executed: the same worlds
         assert session.source.memory()["checkpoints"] >= 1
 
 
@@ -136,10 +128,10 @@ def test_a_recording_without_a_journal_is_re_executed_with_its_ranks(
 ) -> None:
     path, _report = recording
     with Session.open(path, launch=TEST_SCRIPTS) as session:
-        expected = _hashes(session)
+        expected = hashes_along(session, TARGETS)
     with Session.open(path, launch=TEST_SCRIPTS) as session:
         session.reader.catalog.journals.clear()  # as a recording whose JOURNAL frames were lost
-        assert _hashes(session) == expected
+        assert hashes_along(session, TARGETS) == expected
         assert session.source.memory()["checkpoints"] >= 1  # the ranks ran
 
 

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 from torch_launch import TEST_SCRIPTS
+from torch_recordings import DDP_MLP, ROOT
 
 from timetravel.explore import Session
 from timetravel.explore.branching import branch
@@ -28,8 +29,6 @@ from timetravel.explore.op_diff import differing_ops
 from timetravel.recording import record_run
 from timetravel.scenarios import get_scenario
 
-ROOT = Path(__file__).resolve().parent.parent
-DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
 FLIP = {
     "kind": "corrupt",
     "target": "r1",

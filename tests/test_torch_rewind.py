@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
 from torch_launch import TEST_SCRIPTS
+from world_sources import hashes_along
 
 from timetravel.explore import Session
 from timetravel.recording import record_run
@@ -47,15 +48,6 @@ def record(path: Path, script: Path, args: str, nproc: int = 3, seed: int = 5) -
 def ddp_recording(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     path = tmp_path_factory.mktemp("rewind") / "ddp.ttr"
     return path, record(path, DDP_MLP, "--steps 10")
-
-
-def hashes_along(session: Session, targets: list[int]) -> dict[int, str]:
-    found = {}
-    for target in targets:
-        session.goto_event(target)
-        assert session.position.events == target, session.world.failures
-        found[target] = session.state_hash()
-    return found
 
 
 def test_seeks_back_and_forth_resume_checkpoints_bit_for_bit(ddp_recording: tuple[Path, dict]) -> None:

@@ -7,32 +7,23 @@ never a skip.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from pathlib import Path
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
-from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, real_torchrun, record_torchrun
+from torch_launch import simulate_world
+from torch_recordings import DDP_MLP, ROOT, TIMETRAVEL, real_torchrun, record_torchrun, torchrun_json
 
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import run_report
 from timetravel.sim.scenario import ConfigError
-from timetravel.sim.world import World
-from timetravel.torch.world.specs import launch_naming
 
 SCRIPTS = ROOT / "tests" / "torch_scripts"
 
 
 def simulate(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> dict:
     return simulate_world(script, nproc, seed, *settings)[0]
-
-
-def simulate_world(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> tuple[dict, World]:
-    launch = launch_naming([str(script)])
-    scenario = get_scenario("torch")
-    config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", "rank_output=quiet", *settings])
-    return run_report(scenario, config, seed, launch=launch)
 
 
 def test_ddp_training_is_bit_for_bit_repeatable() -> None:
@@ -120,30 +111,8 @@ def test_init_process_group_twice_is_an_exception() -> None:
 
 def test_same_bits_in_another_process_with_another_hash_seed() -> None:
     here = simulate(DDP_MLP, 2, 3, "args=--steps 3")
-    environment = {**os.environ, "PYTHONHASHSEED": "12345"}
-    result = subprocess.run(
-        [
-            *TIMETRAVEL,
-            "torchrun",
-            "--nproc-per-node",
-            "2",
-            "--seed",
-            "3",
-            "--set",
-            "rank_output=quiet",
-            "--json",
-            str(DDP_MLP),
-            "--steps",
-            "3",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=ROOT,
-        env=environment,
-    )
-    assert result.returncode == 0, result.stderr
-    there = json.loads(result.stdout)
+    arguments = ["--nproc-per-node", "2", "--seed", "3", "--set", "rank_output=quiet"]
+    there = torchrun_json([*arguments, str(DDP_MLP), "--steps", "3"], "12345", timeout_s=300)
     assert there["hash_chain"] == here["hash_chain"]
     assert there["state_hash"] == here["state_hash"]
 

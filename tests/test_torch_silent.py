@@ -4,24 +4,20 @@ and the corruptor swarm that asks it of every seed (docs/torch.md, Detectors).""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from torch_launch import simulate_world
+from torch_recordings import DDP_MLP, torchrun_json
 
 from timetravel.scenarios import get_scenario
-from timetravel.sim.runner import build_world, run_report
+from timetravel.sim.runner import build_world
 from timetravel.sim.scenario import ConfigError
 from timetravel.sim.world import World
 from timetravel.torch.world import silent
 from timetravel.torch.world.specs import launch_naming
 
-ROOT = Path(__file__).resolve().parent.parent
-DDP_MLP = ROOT / "docs" / "examples" / "torch" / "ddp_mlp.py"
 MANTISSA_FLIP = {
     "kind": "corrupt",
     "target": "r1",
@@ -34,19 +30,7 @@ DISCARDED_FLIP = {"kind": "corrupt", "target": "r1", "params": {"side": "contrib
 
 
 def simulate(faults: list[dict[str, Any]], *settings: str) -> tuple[dict, World]:
-    launch = launch_naming([str(DDP_MLP)])
-    scenario = get_scenario("torch")
-    config = scenario.resolve_config(
-        [
-            f"script={DDP_MLP}",
-            "nproc=4",
-            "rank_output=quiet",
-            "args=--steps 6",
-            f"faults={json.dumps(faults)}",
-            *settings,
-        ]
-    )
-    return run_report(scenario, config, 0, launch=launch)
+    return simulate_world(DDP_MLP, 4, 0, "args=--steps 6", f"faults={json.dumps(faults)}", *settings)
 
 
 @pytest.fixture(scope="module")
@@ -84,19 +68,9 @@ def test_the_verdict_is_the_same_bits_in_another_process_with_another_hash_seed(
 ) -> None:
     """The reference run is a pure function of the run's inputs: another process, another hash seed."""
     here, _world = mantissa
-    environment = {**os.environ, "PYTHONHASHSEED": "4242"}
-    command = [sys.executable, "-m", "timetravel", "torchrun", "--nproc-per-node", "4", "--json"]
-    command += ["--set", "rank_output=quiet", "--set", f"faults={json.dumps([MANTISSA_FLIP])}"]
-    result = subprocess.run(
-        [*command, str(DDP_MLP), "--steps", "6"],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=ROOT,
-        env=environment,
-    )
-    assert result.returncode == 1, result.stderr
-    there = json.loads(result.stdout)
+    arguments = ["--nproc-per-node", "4", "--set", "rank_output=quiet"]
+    arguments += ["--set", f"faults={json.dumps([MANTISSA_FLIP])}", str(DDP_MLP), "--steps", "6"]
+    there = torchrun_json(arguments, "4242", returncode=1, timeout_s=600)
     assert (there["hash_chain"], there["state_hash"]) == (here["hash_chain"], here["state_hash"])
     assert there["failure"]["message"] == here["failure"]["message"]
 

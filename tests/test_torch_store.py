@@ -4,19 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from timetravel.scenarios import get_scenario
-from timetravel.sim.runner import run_report
+from torch_launch import simulate_world as simulate_script
+
 from timetravel.sim.world import World
-from timetravel.torch.world.specs import launch_naming
 
 SCRIPT = Path(__file__).resolve().parent / "torch_scripts" / "store_exchange.py"
 
 
 def simulate_world(seed: int, *settings: str) -> tuple[dict, World]:
-    launch = launch_naming([str(SCRIPT)])
-    scenario = get_scenario("torch")
-    config = scenario.resolve_config([f"script={SCRIPT}", "nproc=3", "rank_output=quiet", *settings])
-    return run_report(scenario, config, seed, launch=launch)
+    return simulate_script(SCRIPT, 3, seed, *settings)
 
 
 def test_ranks_exchange_keys_through_the_default_store_in_a_seeded_order() -> None:

@@ -4,31 +4,21 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+from torch_launch import simulate_world
+from torch_recordings import timetravel_process
 
 from timetravel.scenarios import get_scenario
-from timetravel.sim.runner import run_report
-from timetravel.sim.world import World
 from timetravel.torch.world.specs import launch_naming
 from timetravel.torch.world.workdir import source_digest
 
 ROOT = Path(__file__).resolve().parent.parent
 SCRIPTS = ROOT / "tests" / "torch_scripts"
 RESUME = SCRIPTS / "resume_latest.py"
-TIMETRAVEL = [sys.executable, "-m", "timetravel"]
 COLLECTIVES_PER_STEP = 2  # the gradient's all_reduce and a barrier
-
-
-def simulate_world(script: Path, nproc: int, seed: int, *settings: str) -> tuple[dict, World]:
-    launch = launch_naming([str(script)])
-    scenario = get_scenario("torch")
-    config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", "rank_output=quiet", *settings])
-    return run_report(scenario, config, seed, launch=launch)
 
 
 def a_checkpoint_at_step(folder: Path, step: int) -> Path:
@@ -69,14 +59,8 @@ def test_torchrun_in_a_directory_holding_latest_pt_does_not_see_it_unless_workdi
     environment = {**os.environ, "PYTHONPATH": str(ROOT)}
     outcomes = []
     for extra in ([], ["--workdir", "."]):
-        finished = subprocess.run(
-            [*TIMETRAVEL, "torchrun", *extra, "--nproc-per-node", "2", "--json", str(RESUME), "4"],
-            cwd=tmp_path,
-            capture_output=True,
-            text=True,
-            timeout=300,
-            env=environment,
-        )
+        arguments = ["torchrun", *extra, "--nproc-per-node", "2", "--json", str(RESUME), "4"]
+        finished = timetravel_process(arguments, cwd=tmp_path, env=environment, timeout_s=300)
         assert finished.returncode == 0, finished.stderr[-2000:]
         outcomes.append(json.loads(finished.stdout))
         assert "rank 0 starts at step " + ("3" if extra else "0") in finished.stderr

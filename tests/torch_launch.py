@@ -9,7 +9,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from timetravel.scenarios import get_scenario
 from timetravel.sim.launch import Launch
+from timetravel.sim.runner import run_report
+from timetravel.sim.world import World
 from timetravel.torch.world.specs import launch_naming
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,3 +32,12 @@ def example_script(relative: str) -> Path:
     path = ROOT / relative
     assert path.is_file() and path.parent in SCRIPT_FOLDERS, relative
     return path
+
+
+def simulate_world(script: Path, nproc: int = 4, seed: int = 0, *settings: str) -> tuple[dict, World]:
+    """Run SCRIPT on NPROC simulated ranks (their output quiet) with the torch scenario's SETTINGS, the
+    script named as the one launch, as ``timetravel torchrun SCRIPT`` names it: the report and the world."""
+    launch = launch_naming([str(script)])
+    scenario = get_scenario("torch")
+    config = scenario.resolve_config([f"script={script}", f"nproc={nproc}", "rank_output=quiet", *settings])
+    return run_report(scenario, config, seed, launch=launch)

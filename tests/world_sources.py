@@ -36,6 +36,17 @@ class FullRestores:
         """Nothing to release."""
 
 
+def hashes_along(session: Session, targets: list[int]) -> dict[int, str]:
+    """Seek ``session`` to each event count of ``targets`` in turn (each must be reached): the state
+    hash at each."""
+    found = {}
+    for target in targets:
+        session.goto_event(target)
+        assert session.position.events == target, session.world.failures
+        found[target] = session.state_hash()
+    return found
+
+
 def reference_session(path: Path) -> Session:
     """A Session on ``path`` whose seeks take none of the shortcuts: what theirs must equal."""
     session = Session.open(path)
