@@ -19,6 +19,7 @@ from fabric_example import SCENARIO as FABRIC_EXAMPLE
 from scenario_fixtures import FLOATS
 
 from timetravel.cli import main as cli_main
+from timetravel.explore import results
 from timetravel.explore.commands import (
     CommandContext,
     CommandError,
@@ -30,14 +31,6 @@ from timetravel.explore.commands import (
 )
 from timetravel.explore.commands.navigation import WATCHES_MAX
 from timetravel.explore.paths import PathError
-from timetravel.explore.results import (
-    BranchesResult,
-    CursorResult,
-    EventsResult,
-    FaultsResult,
-    PrintResult,
-    WatchResult,
-)
 from timetravel.explore.session import Session
 from timetravel.recording import record_run
 from timetravel.scenarios import UnknownScenarioError, get_scenario
@@ -113,7 +106,7 @@ def test_goto_step_back_and_where_stand_where_a_straight_run_does(
     expected = straight(GOSSIP, GOSSIP_CONFIG, GOSSIP_SEED, until_ns=t_ns)
     with open_context(path) as context:
         result = run_line(f"goto {t_ns}ns", context)
-        assert isinstance(result, CursorResult)
+        assert isinstance(result, results.CursorResult)
         assert (result.branch, result.t_ns, result.event) == ("main", t_ns, expected.events_processed)
         assert (result.events_total, result.t_end_ns) == (report["events"], report["t_end_ns"])
         assert context.session.state_hash() == expected.state_hash()
@@ -168,7 +161,7 @@ def test_events_are_the_recorded_rows_around_the_cursor_with_filters(
         recorded = [session.event(number) for number in range(1, report["events"] + 1)]
         run_line("goto #100", context)
         before = run_line("events --count 5", context)
-        assert isinstance(before, EventsResult)
+        assert isinstance(before, results.EventsResult)
         assert [row.number for row in before.rows] == [96, 97, 98, 99, 100]
         assert before.cursor_event == 100 and before.omitted == 95
         assert [(row.t_ns, row.dst, row.kind) for row in before.rows] == [
@@ -209,7 +202,7 @@ def test_print_shows_the_state_at_the_cursor_with_arrays_summarized(
     with open_context(path) as context:
         run_line("goto #150", context)
         node = run_line("print nodes/n3", context)
-        assert isinstance(node, PrintResult) and node.path == "nodes/n3" and node.omitted == 0
+        assert isinstance(node, results.PrintResult) and node.path == "nodes/n3" and node.omitted == 0
         by_path = {entry.path: entry for entry in node.entries}
         state = expected.nodes["n3"]
         assert set(state) <= {p.rsplit("/", 1)[-1] for p in by_path}
@@ -270,7 +263,7 @@ def test_watch_shows_a_value_at_every_move_and_finds_the_next_and_previous_chang
     with open_context(path) as context:
         run_line(f"goto #{changes[1] - 1}", context)
         added = run_line("watch nodes/n3/received", context)
-        assert isinstance(added, WatchResult) and context.watches == ["nodes/n3/received"]
+        assert isinstance(added, results.WatchResult) and context.watches == ["nodes/n3/received"]
         assert [(w.value, w.changed) for w in added.watches] == [(str(received[changes[1] - 1]), False)]
         stepped = run_line("step", context)
         assert [(w.value, w.changed) for w in stepped.watches] == [(str(received[changes[1]]), True)]
@@ -314,7 +307,7 @@ def test_faults_at_the_cursor_and_of_another_branch(
     with open_context(path, scenario=FABRIC_EXAMPLE) as context:
         at_start = run_line("faults", context)
         initial = build_world(FABRIC_EXAMPLE, FABRIC_CONFIG, FABRIC_SEED)
-        assert isinstance(at_start, FaultsResult) and at_start.branch == "main"
+        assert isinstance(at_start, results.FaultsResult) and at_start.branch == "main"
         assert [fault["id"] for fault in at_start.faults] == [fault["id"] for fault in initial.faults]
         assert all(fault["hits"] == 0 and "expected" in fault for fault in at_start.faults)
         assert len(lines(at_start, context)) == len(initial.faults)
@@ -344,7 +337,7 @@ def test_branches_lists_main_and_the_stored_branch_and_goto_switches(
     assert branch_end["state_hash"] == branch_world.state_hash()
     with open_context(path, scenario=FABRIC_EXAMPLE) as context:
         tree = run_line("branches", context)
-        assert isinstance(tree, BranchesResult) and tree.current == "main"
+        assert isinstance(tree, results.BranchesResult) and tree.current == "main"
         main, b1 = tree.branches
         assert (main.name, main.parent, main.outcome) == ("main", "", report["outcome"])
         assert main.failure is not None and main.failure["signature"] == report["failure"]["signature"]

@@ -37,21 +37,21 @@ BETWEEN_SNAPSHOTS = "0.5ms"
 """A time after #0 and before the end snapshot of the 2-step run: seeking there re-executes."""
 
 OPENS_RECORDINGS = {
-    "replay",
-    "inspect",
-    "shell",
     "branch",
     "branches",
-    "fanout",
-    "likelihood",
     "compare",
     "diff",
     "explain",
-    "origin",
-    "rerun",
     "export",
-    "minimize",
+    "fanout",
     "faults",
+    "inspect",
+    "likelihood",
+    "minimize",
+    "origin",
+    "replay",
+    "rerun",
+    "shell",
     "tui",
 }
 NO_RECORDING = {
