@@ -85,19 +85,10 @@ def test_link_latencies_split_each_hop_and_sum_to_the_nccl_figures() -> None:
 def test_impossible_clusters_are_config_errors_naming_the_problem() -> None:
     with pytest.raises(ConfigError, match="fewer than gpus_per_host=8: raise leaf_radix"):
         topology_for(16, leaf_radix=8)
-    with pytest.raises(ValueError, match="1 to"):
-        build_topology(
-            0,
-            gpus_per_host=1,
-            leaf_radix=4,
-            oversubscription=1.0,
-            nvlink_latency_ns=0,
-            network_latency_ns=0,
-            uplink_latency_ns=0,
-            nvlink_bytes_per_s=1,
-            nic_bytes_per_s=1,
-            uplink_bytes_per_s=1,
-        )
+    latencies = dict.fromkeys(("nvlink_latency_ns", "network_latency_ns", "uplink_latency_ns"), 0)
+    speeds = dict.fromkeys(("nvlink_bytes_per_s", "nic_bytes_per_s", "uplink_bytes_per_s"), 1)
+    with pytest.raises(ValueError, match="1 to"):  # 0 ranks
+        build_topology(0, gpus_per_host=1, leaf_radix=4, oversubscription=1.0, **latencies, **speeds)
 
 
 def test_fabric_params_take_scenario_defaults_and_refuse_unknown_keys() -> None:
