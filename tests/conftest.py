@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -37,6 +38,21 @@ def run_cli() -> Callable[..., subprocess.CompletedProcess[str]]:
             timeout=timeout,
             cwd=cwd,
         )
+
+    return run
+
+
+@pytest.fixture
+def quick_bench(capsys: pytest.CaptureFixture[str]) -> Callable[[str], dict[str, Any]]:
+    """Run ``timetravel bench NAME --quick --json`` in this process: its figures, once it exited 0
+    and reported itself as bench NAME."""
+    from timetravel.cli import main
+
+    def run(name: str) -> dict[str, Any]:
+        assert main(["bench", name, "--quick", "--json"]) == 0
+        result = json.loads(capsys.readouterr().out)
+        assert result["bench"] == name
+        return dict(result["figures"])
 
     return run
 

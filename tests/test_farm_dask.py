@@ -6,16 +6,15 @@ they wait for Dask's nannies to restart worker processes.
 
 from __future__ import annotations
 
-import json
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import timetravel.farm.executor as executor_module
-from timetravel.cli import main
 from timetravel.farm import FindingsDatabase, LocalPool, Shard, comparable, parse_seeds, plan_sweep, run_sweep
 from timetravel.farm.record import RecordOptions
 
@@ -186,11 +185,9 @@ def test_a_bigger_gossip_sweep_gives_identical_rows_on_every_executor(tmp_path: 
 
 @pytest.mark.slow
 @pytest.mark.timeout(600)
-def test_bench_farm_quick_reports_its_figures(capsys: pytest.CaptureFixture[str]) -> None:
-    assert main(["bench", "farm", "--quick", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    figures = result["figures"]
-    assert result["bench"] == "farm" and figures["seeds"] == 6
+def test_bench_farm_quick_reports_its_figures(quick_bench: Callable[[str], dict[str, Any]]) -> None:
+    figures = quick_bench("farm")
+    assert figures["seeds"] == 6
     for key in ("seeds_per_s_1_worker", "seeds_per_s_2_workers", "scaling_2_vs_1", "dask_overhead_ratio"):
         assert figures[key] > 0
 
