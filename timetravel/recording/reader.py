@@ -42,10 +42,11 @@ from timetravel.recording.format import (
     RecordingError,
 )
 from timetravel.recording.frame_reader import FrameReader, items_max_for
+from timetravel.recording.open_batch import OPEN_CHUNKS_MAX
 from timetravel.recording.schema import schema_for
 from timetravel.recording.structure import structure_warnings
 from timetravel.sim.elided import ElidedArray
-from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack, unpackb_bounded
+from timetravel.sim.encoding import DecodeError, array_digest_from_pages, unpack
 from timetravel.sim.event import Event, events_from_lists
 from timetravel.sim.world import World, queue_digest_from
 from timetravel.snapshot.assemble import (
@@ -365,9 +366,15 @@ class RecordingReader(FrameReader):
         if kind != BLOB_ARRAY:
             raise RecordingError(f"{self.path}: blob {digest.hex()} is not an array")
         try:
-            dtype, shape, pages = unpackb_bounded(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
+            # msgpack's own decoder: a header is [str, [int...], [bin16...]], checked at once (a deeper
+            # value, up to msgpack's fixed stack, is refused here: nothing walks it recursively), so
+            # it needs no depth-bounded decode's scan (~10,000 headers on a first seek at 10,000 ranks)
+            dtype, shape, pages = msgpack.unpackb(data, raw=False, max_bin_len=ARRAY_HEADER_BYTES_MAX)
             if not isinstance(dtype, str) or not isinstance(shape, list) or not isinstance(pages, list):
                 raise DecodeError("array header fields have the wrong types")
+            for length in shape:  # a loop, not all(...): ~10,000 headers a first seek at 10,000 ranks
+                if type(length) is not int:
+                    raise DecodeError("an array header's shape is not a list of integers")
             if array_digest_from_pages(dtype, shape, pages) != digest:
                 raise DecodeError("array header does not match its digest")
         except (ValueError, TypeError, DecodeError, msgpack.UnpackException) as error:
@@ -386,8 +393,9 @@ class RecordingReader(FrameReader):
         if built is None:
             dtype, shape, pages = self.array_header(digest)
             blobs = self.catalog.blobs
-            if not all(page in blobs for page in pages):
-                return ElidedArray(dtype, shape, tuple(pages))
+            for page in pages:  # a loop, not all(...): most arrays are one page, and a first seek
+                if page not in blobs:  # at 10,000 ranks builds ~20,000 of them
+                    return ElidedArray(dtype, shape, tuple(pages))
             try:
                 built = build_array(dtype, shape, [self.page(page) for page in pages], writeable=False)
             except DecodeError as error:
@@ -543,6 +551,21 @@ class RecordingReader(FrameReader):
             self.check_restored(info, world)
         return world
 
+    def _open_batch(self, open_part: Any) -> list[Any]:
+        """The open chain batch's events as a manifest names them: packed in it (up to format 1.2) or
+        as chunk blobs by digest (1.3: recording/open_batch.py)."""
+        if isinstance(open_part, bytes):
+            return list(unpack(open_part)) if open_part else []
+        if not isinstance(open_part, list) or len(open_part) > OPEN_CHUNKS_MAX:
+            raise ValueError("the open chain batch is neither bytes nor a bounded list of chunks")
+        events: list[Any] = []
+        for chunk_digest in open_part:
+            chunk = unpack(self.value_bytes(_digest(chunk_digest)))
+            if not isinstance(chunk, list):
+                raise ValueError("a chunk of the open chain batch is not a list of events")
+            events.extend(chunk)
+        return events
+
     def check_restored(self, info: ManifestInfo, world: World) -> None:
         """Recompute ``world.state_hash()`` against the snapshot it was restored from (``restore``'s
         ``full_check``, for a world restored another way: recording/shared_nodes.py)."""
@@ -582,8 +605,8 @@ class RecordingReader(FrameReader):
             for chunk_digest in chunk_digests:
                 series.extend(self.value(_digest(chunk_digest)))
             metrics[str(name)] = series
-        chain_digest, chain_events, open_bytes = manifest["chain"]
-        open_batch = unpack(open_bytes) if open_bytes else []
+        chain_digest, chain_events, open_part = manifest["chain"]
+        open_batch = self._open_batch(open_part)
         display_unit = manifest.get("display_unit", self.header.get("display_unit", "ms"))
         try:
             return assemble_world(

@@ -59,6 +59,7 @@ from timetravel.recording.format import (
     TRAILER_BYTES,
     FrameType,
 )
+from timetravel.recording.open_batch import OpenBatchChunks
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
 from timetravel.sim.choices import Overrides
@@ -199,6 +200,8 @@ class Recorder:
         self.changes: Changes | None = None
         """What ran since the latest snapshot, gathered as each batch is flushed (snapshot/changes.py)."""
         self.notes: list[str] = []
+        self.open_batch = OpenBatchChunks()
+        """The open chain batch's chunks a manifest names (open_batch.py)."""
         build = simulation_factory or functools.partial(Simulation, scenario, launch=launch)
         self.simulation = build(
             world,
@@ -339,11 +342,8 @@ class Recorder:
 
     # -- snapshots --------------------------------------------------------------------------------
 
-    def snapshot(
-        self, *, full: bool = False, final: bool = False, chain_open_bytes: bytes | None = None
-    ) -> Snapshot:
-        """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot).
-        ``chain_open_bytes``: the world's open chain batch, packed, when the caller has it."""
+    def snapshot(self, *, full: bool = False, final: bool = False) -> Snapshot:
+        """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot)."""
         if self.pulls is not None:
             pulled = self.pulls.take_arrays()
             if pulled:
@@ -364,12 +364,13 @@ class Recorder:
         snapshot = self.store.take(self.world, changes=changes, elide_bytes_min=elide)
         self.snapshot_events = self.world.events_processed
         self.changes = Changes(snapshot.seq, snapshot.events)
-        manifest = snapshot.manifest(chain_open_bytes)
+        open_digests, open_chunks = self.open_batch.chunks(snapshot.chain_events, snapshot.chain_open)
+        manifest = snapshot.manifest(open_digests)
         manifest["branch"] = self.branch
         manifest["final"] = final
         # The store empties new_items and bases at its next take: the job keeps its own references.
         job = functools.partial(
-            write_snapshot, self.writer, list(snapshot.new_items), dict(snapshot.bases), manifest
+            write_snapshot, self.writer, list(snapshot.new_items), dict(snapshot.bases), manifest, open_chunks
         )
         self.write_thread.submit(job)
         return snapshot
@@ -377,7 +378,7 @@ class Recorder:
     def finish(self, result: RunResult) -> dict[str, Any]:
         """Write the open batch, the final snapshot, failures and the END frame; close the file."""
         world = self.world
-        # The open batch is packed once, for its EVENTS frame, the chain head and the final manifest.
+        # The open batch is packed once, for its EVENTS frame and the chain head.
         open_bytes = pack_chain_batch(world.chain_batch) if world.chain_batch else b""
         chain_digest = world.chain_digest or CHAIN_DIGEST_INITIAL
         if world.chain_batch:
@@ -394,7 +395,7 @@ class Recorder:
             self.write_thread.submit(job)
         self._write_choices()
         self._final_state()
-        snapshot = self.snapshot(final=True, chain_open_bytes=open_bytes)
+        snapshot = self.snapshot(final=True)
         state_hash = world.state_hash()  # once: it hashes every node (~2 ms for the demo's 16 ranks)
         if snapshot.state_hash != state_hash:
             note = (
@@ -403,7 +404,7 @@ class Recorder:
             )
             self.notes.append(note)
             self._write(FrameType.NOTE, {"branch": self.branch, "level": "warning", "message": note})
-            self.snapshot(full=True, final=True, chain_open_bytes=open_bytes)
+            self.snapshot(full=True, final=True)
         for failure in world.failures[:1]:
             self._write(
                 FrameType.FAILURE,
@@ -455,10 +456,14 @@ class Recorder:
 
 
 def write_snapshot(
-    writer: RecordingWriter, new_items: list[Item], bases: dict[int, Page], manifest: dict[str, Any]
+    writer: RecordingWriter,
+    new_items: list[Item],
+    bases: dict[int, Page],
+    manifest: dict[str, Any],
+    open_chunks: list[tuple[bytes, bytes]],
 ) -> None:
-    """Write the blobs a snapshot created (float pages as XOR deltas against ``bases``), then its
-    MANIFEST frame, and flush them to the OS (fsync every SYNC_BYTES_MIN and at close:
+    """Write the blobs a snapshot created (float pages as XOR deltas against ``bases``) and the chunks
+    of the open chain batch it names that are new (open_batch.py), then its MANIFEST frame, and flush them to the OS (fsync every SYNC_BYTES_MIN and at close:
     writer.SYNC_BYTES_MIN says why; frames still compressing ahead are written with the next ones).
 
     Blobs always precede the manifest that names them, so a file cut anywhere never holds a
@@ -466,6 +471,9 @@ def write_snapshot(
     for item in new_items:
         if isinstance(item, Blob):
             _write_blob(writer, item, bases)
+    for digest, data in open_chunks:
+        if not writer.has_blob(digest):
+            writer.blob([digest, BLOB_VALUE, 0, None, 0, data])
     writer.flush_blobs()
     writer.frame(FrameType.MANIFEST, manifest)
     writer.sync(durable=False, wait=False)
