@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 import zstandard
+from recording_writers import gossip_writer
 from scenario_fixtures import FLOATS
 
 from timetravel.explore import Session
@@ -328,15 +329,7 @@ def test_an_events_payload_packs_as_msgpack_would(length: int) -> None:
 def test_a_frame_that_cannot_be_packed_leaves_nothing_behind_for_the_next(tmp_path: Path) -> None:
     # Frames are packed in one Packer kept between frames: a value it refuses half-way must not
     # leave its first fields in front of the next frame's.
-    from timetravel.recording.recorder import recording_header
-    from timetravel.recording.writer import RecordingWriter
-
-    scenario = get_scenario("gossip")
-    world = build_world(scenario, scenario.resolve_config(["nodes=4"]), 1)
-    header = recording_header(
-        scenario, world, snapshot_every_events=256, chain_batch_events=64, overrides=None
-    )
-    writer = RecordingWriter.create(tmp_path / "refused.ttr", header)
+    writer = gossip_writer(tmp_path / "refused.ttr", chain_batch_events=64)
     with pytest.raises(TypeError, match="not plain data"):
         writer.frame(FrameType.NOTE, {"branch": "main", "level": "info", "message": object()})
     note = {"branch": "main", "level": "info", "message": "kept"}

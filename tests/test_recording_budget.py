@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 import torch  # noqa: F401  (the dev install has it: CI must fail, not skip, without it)
+from recording_writers import gossip_writer
 from torch_launch import TEST_SCRIPTS
 
 from timetravel.cli.output import byte_count
@@ -119,16 +120,10 @@ def test_a_kept_state_is_compressed_harder_than_snapshot_pages(tmp_path: Path) -
     import zstandard
 
     from timetravel.recording.format import FRAME_HEADER, FRAME_HEADER_BYTES
-    from timetravel.recording.recorder import recording_header, write_pulled
-    from timetravel.recording.writer import ZSTD_LEVEL_BLOBS, RecordingWriter
-    from timetravel.sim.runner import build_world
+    from timetravel.recording.recorder import write_pulled
+    from timetravel.recording.writer import ZSTD_LEVEL_BLOBS
 
-    scenario = get_scenario("gossip")
-    world = build_world(scenario, scenario.resolve_config(["nodes=4"]), 1)
-    header = recording_header(
-        scenario, world, snapshot_every_events=256, chain_batch_events=4096, overrides=None
-    )
-    writer = RecordingWriter.create(tmp_path / "state.ttr", header)
+    writer = gossip_writer(tmp_path / "state.ttr")
     walk = np.cumsum(np.random.default_rng(3).standard_normal(1 << 18) * 1e-3).astype(np.float32)
     write_pulled(writer, [walk], "state1")
     data = (tmp_path / "state.ttr").read_bytes()

@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 import zstandard
+from recording_writers import gossip_writer
 
 from timetravel.recording import Recorder, RecordingReader
 from timetravel.recording import compress_ahead as ahead_module
 from timetravel.recording import recorder as recorder_module
 from timetravel.recording import writer as writer_module
 from timetravel.recording.format import FrameType
-from timetravel.recording.recorder import recording_header
 from timetravel.recording.writer import RecordingWriter
 from timetravel.scenarios import get_scenario
 from timetravel.sim.runner import build_world
@@ -36,15 +36,6 @@ def _record(path: Path, scenario_name: str, settings: list[str], seed: int, *, a
     assert (recorder.writer._ahead is not None) == ahead
     recorder.finish(recorder.run())
     return recorder
-
-
-def _writer(path: Path) -> RecordingWriter:
-    scenario = get_scenario("gossip")
-    world = build_world(scenario, scenario.resolve_config(["nodes=4"]), 1)
-    header = recording_header(
-        scenario, world, snapshot_every_events=256, chain_batch_events=4096, overrides=None
-    )
-    return RecordingWriter.create(path, header)
 
 
 class _LateCompression(ahead_module.Compression):
@@ -115,7 +106,7 @@ def test_the_queue_of_frames_compressing_is_bounded(
 ) -> None:
     monkeypatch.setattr(writer_module, "FRAMES_AHEAD_RAW_BYTES_MAX", 64 * 1024)
     queued_bytes = _late_compressions(monkeypatch)
-    writer = _writer(tmp_path / "bounded.ttr")
+    writer = gossip_writer(tmp_path / "bounded.ttr")
     writer.compress_ahead()
     frame = bytes(20 * 1024)
     for first in range(0, 40 * 64, 64):
@@ -131,7 +122,7 @@ def test_a_failed_compression_is_raised_when_its_frame_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, every_frame_ahead: None
 ) -> None:
     path = tmp_path / "failed.ttr"
-    writer = _writer(path)
+    writer = gossip_writer(path)
     writer.compress_ahead()
     writer.events("main", 0, b"first batch" * 100, 64, bytes(16), partial=False)
     writer.sync(durable=False)
