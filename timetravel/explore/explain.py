@@ -34,6 +34,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from timetravel.explore.elided_values import reads_values
 from timetravel.explore.explain_results import (
     LINK_DETECTOR,
     LINK_FAULT,
@@ -70,7 +71,7 @@ from timetravel.explore.explain_torch import (
 from timetravel.explore.provenance import EventTrace, SeqIndex, changes_of, trace_event
 from timetravel.explore.recorded_failure import recorded_failure
 from timetravel.explore.replay import ReplayDivergence
-from timetravel.explore.session import Session, reads_values
+from timetravel.explore.session import Session
 from timetravel.explore.stepper import Stepper, position_at_or_before
 from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.watchpoints import last_change
