@@ -150,7 +150,7 @@ class RecordingWriter:
         """XOR chain depth of every float page written (0: stored whole)."""
         self.elided_arrays: set[bytes] = set()
         """Arrays whose header was written while some of their pages were not (elided): their pages
-        are written if they come with bytes later (recorder.write_snapshot)."""
+        are written if they come with bytes later (snapshot_frames.write_snapshot)."""
         self.group: str | None = None
         """The group the BLOBS frames written now belong to (a kept state: recording/compact.py)."""
         self.groups: dict[str, list[int]] = {}
