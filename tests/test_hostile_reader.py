@@ -7,6 +7,7 @@ import subprocess
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import msgpack
 import pytest
@@ -18,6 +19,7 @@ from timetravel.recording import RecordingError, RecordingReader, record_run
 from timetravel.recording.catalog import NOTES_KEPT_MAX, SUMMARY_TEXT_CHARS_MAX
 from timetravel.recording.format import FrameType
 from timetravel.recording.frame_reader import RECORDING_BYTES_MAX_VARIABLE
+from timetravel.recording.open_batch import OPEN_CHUNKS_MAX
 from timetravel.recording.schema import FRAME_SCHEMAS, check_payload
 from timetravel.scenarios import get_scenario
 from timetravel.sim.encoding import DecodeError, unpack
@@ -187,3 +189,27 @@ def test_docs_print_the_schema_table_the_reader_uses() -> None:
 
     text = (Path(__file__).resolve().parent.parent / "docs" / "recording-format.md").read_text()
     assert schema_table_markdown() in text
+
+
+@pytest.mark.parametrize(
+    "chunks",
+    [[b"\x00" * 16], [5], [b"short"], "not a list", [b"\x00" * 16] * (OPEN_CHUNKS_MAX + 1)],
+    ids=["missing blob", "not bytes", "short digest", "not a list", "too many"],
+)
+def test_a_forged_open_batch_chunk_list_is_a_recording_error(
+    source: Path, tmp_path: Path, chunks: Any
+) -> None:
+    frames = read_frames(source)
+    position = next(
+        number
+        for number, frame in enumerate(frames)
+        if frame.frame_type == FrameType.MANIFEST and frame.payload and frame.payload["chain"][2]
+    )
+    payload = dict(frames[position].payload or {})
+    payload["chain"] = [payload["chain"][0], payload["chain"][1], chunks]
+    frames[position] = Frame(FrameType.MANIFEST, payload)
+    path = write_frames(tmp_path / "forged.ttr", frames, index=False)
+    with RecordingReader.open(path) as reader:
+        forged = next(info for info in reader.manifests() if info.events == payload["events"])
+        with pytest.raises(RecordingError):
+            reader.restore(forged)

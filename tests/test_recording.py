@@ -26,7 +26,7 @@ from timetravel.recording.format import (
 )
 from timetravel.scenarios import UnknownScenarioError, get_scenario
 from timetravel.sim import Simulation
-from timetravel.sim.encoding import pack
+from timetravel.sim.encoding import pack, unpack
 from timetravel.sim.event import Event
 from timetravel.sim.runner import build_world
 from timetravel.snapshot.codec import CODEC_XOR_SHUFFLE, XOR_CHAIN_MAX
@@ -40,7 +40,7 @@ def test_header_says_what_was_run(gossip_recording: tuple[Path, dict[str, Any]])
     with RecordingReader.open(path) as reader:
         header = reader.header
         assert reader.used_index and reader.truncation is None
-        assert header["format"] == [1, 2]
+        assert header["format"] == [1, 3]
         assert header["scenario"] == "gossip" and header["seed"] == 3
         assert header["config"] == report["config"]
         assert header["display_unit"] == "ms"
@@ -107,6 +107,34 @@ def test_recording_is_deterministic(tmp_path: Path) -> None:
     record_run(FLOATS, config, 9, tmp_path / "a.ttr", snapshot_every_events=64)
     record_run(FLOATS, config, 9, tmp_path / "b.ttr", snapshot_every_events=64)
     assert (tmp_path / "a.ttr").read_bytes() == (tmp_path / "b.ttr").read_bytes()
+
+
+def test_snapshots_inside_a_chain_batch_store_its_events_once(tmp_path: Path) -> None:
+    # Up to format 1.2 every manifest held the open chain batch whole: 64 snapshots inside one batch
+    # of 4,096 events stored ~130,000 events. Now the batch's events are chunk blobs, each stored once.
+    from timetravel.recording.open_batch import OPEN_CHUNK_EVENTS
+
+    path = tmp_path / "a.ttr"
+    pingpong = get_scenario("pingpong")
+    record_run(pingpong, pingpong.resolve_config({"rounds": 3000}), 9, path, snapshot_every_events=192)
+    named: list[bytes] = []
+    with RecordingReader.open(path) as reader:
+        manifests = reader.manifests()
+        events = reader.manifest(manifests[-1])["events"]
+        for info in manifests:
+            manifest = reader.manifest(info)
+            chunks = manifest["chain"][2]
+            assert isinstance(chunks, list)
+            assert len(chunks) == -(-(manifest["events"] - manifest["chain"][1]) // OPEN_CHUNK_EVENTS)
+            named.extend(chunks)
+            world = reader.restore(info)
+            assert len(world.chain_batch) == manifest["events"] - manifest["chain"][1]
+            stored = sum(len(unpack(reader.value_bytes(digest))) for digest in dict.fromkeys(chunks))
+            assert stored == len(world.chain_batch)
+    assert len(manifests) > 20 and events > 1000
+    distinct = list(dict.fromkeys(named))
+    assert len(distinct) <= events // OPEN_CHUNK_EVENTS + len(manifests)  # whole chunks once each
+    assert len(named) > 2 * len(distinct)  # and named again by every later snapshot of their batch
 
 
 def _header_frame_end(path: Path) -> int:

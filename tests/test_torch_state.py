@@ -165,6 +165,38 @@ def test_state_above_state_bytes_max_stays_digests_and_hashes_as_the_bytes() -> 
     assert digest(node) == digest(pulled.nodes["r0"])  # the same state, with or without its bytes
 
 
+def test_a_state_larger_than_one_pull_crosses_in_several_with_the_same_bytes(monkeypatch: Any) -> None:
+    # bench torch's bigger workload (10M parameters, AdamW: 160 MB a step) kept no state at all: one
+    # pull carried a whole step, refused above 64 MiB. A step now crosses in pulls of at most
+    # STATE_PULL_BYTES_MAX bytes; here 64, so the weights go one by one, the biases a few together.
+    from timetravel.torch.world import driver, state_pull
+
+    _report, whole = run_function(torch_state_functions.ddp_sgd)
+    pulls: list[list[str]] = []
+    original = driver.RankDriver.pull
+
+    def counted(self: Any, rank: int, request: dict[str, Any]) -> dict[str, Any]:
+        pulls.append(list(request["paths"]))
+        return original(self, rank, request)
+
+    monkeypatch.setattr(driver.RankDriver, "pull", counted)
+    monkeypatch.setattr(state_pull, "STATE_PULL_BYTES_MAX", 64)
+    report, batched = run_function(torch_state_functions.ddp_sgd)
+    assert report["outcome"] == "pass", report["failure"]
+    sizes = {f"params/{name}": value.nbytes for name, value in whole.nodes["r0"]["params"].items()}
+    assert len(pulls) > 2 and sizes["params/0.weight"] > 64
+    for paths in pulls:  # a pull of several tensors stays within the limit; a larger one goes alone
+        assert len(paths) == 1 or sum(sizes.get(path, 0) for path in paths) <= 64, paths
+    for rank in range(2):
+        node, expected = batched.nodes[f"r{rank}"], whole.nodes[f"r{rank}"]
+        for name, value in expected["params"].items():
+            assert isinstance(node["params"][name], np.ndarray), name
+            assert np.array_equal(node["params"][name], value), name
+        momentum = node["optimizer"]["0.weight"]["momentum_buffer"]
+        assert np.array_equal(momentum, expected["optimizer"]["0.weight"]["momentum_buffer"])
+        assert digest(node) == digest(expected)
+
+
 def test_fsdp2_shards_are_reassembled_into_the_logical_tensor_on_every_rank() -> None:
     report, world = run_function(torch_state_functions.fsdp2_adam)
     assert report["outcome"] == "pass", report["failure"]

@@ -40,8 +40,6 @@ COIN_DECOY_SHARE = 3
 """One decoy in COIN_DECOY_SHARE is a coin decoy (a drop with probability 0)."""
 FIRING_KINDS = ("delay", "duplicate", "reorder", "slow")
 PLANTED_PROBABILITY = 0.5
-PLANTED_DROP_WINDOW_NS = 500_000
-PLANTED_RESTART_OFFSET_NS = 700_000
 DECOY_DELAY_NS_MAX = 100_000
 DECOY_REORDER_WINDOW_NS_MAX = 50_000
 DECOY_WINDOW_NS_MAX = needle.PERIOD_NS
@@ -75,15 +73,8 @@ def draw_schedule(world: World, config: dict[str, Any]) -> list[dict[str, Any]]:
     victim = workers[choose_world(world, "haystack.planted.worker", len(workers))]
     rounds = config["rounds"]
     planted_round = rounds // 4 + choose_world(world, "haystack.planted.round", max(1, rounds // 2))
-    round_start = planted_round * needle.PERIOD_NS
     drop = {"kinds": ["ack"], "probability": PLANTED_PROBABILITY}
-    records.append(_record("drop", victim, round_start, round_start + PLANTED_DROP_WINDOW_NS, drop))
-    restart_at = round_start + PLANTED_RESTART_OFFSET_NS
-    records.append(_record("crash", victim, restart_at, restart_at, {}))
-    records.sort(key=lambda record: record["t_start"])
-    for number, record in enumerate(records, start=1):
-        record["id"] = f"f{number}"
-    return records
+    return needle.with_planted_pair(records, victim, planted_round * needle.PERIOD_NS, drop, "crash")
 
 
 def planted_ids(world: World) -> list[str]:

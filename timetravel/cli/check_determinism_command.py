@@ -9,6 +9,7 @@ from typing import Any, TextIO
 
 from timetravel.cli.common import (
     SETTING_HELP,
+    add_count_argument,
     add_determinism_argument,
     add_json_argument,
     add_seed_sweep_arguments,
@@ -45,19 +46,15 @@ def register(subparsers: Any) -> None:
     add_seed_sweep_arguments(parser, "the seeds A, A+1, ..., B-1 (or one seed N)", SETTING_HELP)
     parser.add_argument("--until", metavar="T", help="stop each run after every event with time <= T")
     add_determinism_argument(parser)
-    parser.add_argument(
+    add_count_argument(
+        parser,
         "--runs",
-        type=int,
         default=RUNS_PER_SEED_DEFAULT,
+        what="processes per seed, each with a different PYTHONHASHSEED",
         metavar="R",
-        help=f"processes per seed, each with a different PYTHONHASHSEED (default {RUNS_PER_SEED_DEFAULT})",
     )
-    parser.add_argument(
-        "--processes",
-        type=int,
-        default=PROCESSES_DEFAULT,
-        metavar="P",
-        help=f"worker processes running at once (default {PROCESSES_DEFAULT})",
+    add_count_argument(
+        parser, "--processes", default=PROCESSES_DEFAULT, what="worker processes running at once", metavar="P"
     )
     parser.add_argument(
         "--timeout",

@@ -128,6 +128,21 @@ def add_scenario_module_argument(
     parser.add_argument("--scenario", dest="scenario_target", metavar="MODULE:ATTR", help=help_text)
 
 
+def add_count_argument(
+    parser: argparse.ArgumentParser,
+    *flags: str,
+    default: int,
+    what: str,
+    metavar: str | None = "N",
+    dest: str | None = None,
+) -> None:
+    """An integer option (``flags``, first the preferred spelling) whose help says ``what`` it
+    counts and its ``default``: ``"{what} (default {default})"``."""
+    parser.add_argument(
+        *flags, dest=dest, type=int, default=default, metavar=metavar, help=f"{what} (default {default})"
+    )
+
+
 JSON_HELP = "print one JSON object"
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from timetravel.cli.common import add_count_argument
 from timetravel.cli.futures_common import add_common, run_engine
 from timetravel.explore.fanout import (
     LIKELIHOOD_POINTS_MAX,
@@ -28,13 +29,7 @@ def register(subparsers: Any) -> None:
     )
     add_common(parser, "print one JSON object: at_ns, samples, failure_rate, by_signature")
     parser.add_argument("--at", metavar="T", required=True, help="950, 950ms, 1.5s, 120us or #N")
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=SAMPLES_DEFAULT,
-        metavar="N",
-        help=f"futures (default {SAMPLES_DEFAULT})",
-    )
+    add_count_argument(parser, "--samples", default=SAMPLES_DEFAULT, what="futures")
     parser.add_argument(
         "--branch", dest="parent", metavar="BRANCH", help="fan out from this branch (default main)"
     )
@@ -55,21 +50,9 @@ def register(subparsers: Any) -> None:
         parser,
         "print one JSON object: branch, samples, points [{at_ns, samples, ...}], point_of_no_return_ns",
     )
-    parser.add_argument(
-        "--samples",
-        type=int,
-        default=LIKELIHOOD_SAMPLES_DEFAULT,
-        metavar="N",
-        help=f"futures per snapshot (default {LIKELIHOOD_SAMPLES_DEFAULT})",
-    )
+    add_count_argument(parser, "--samples", default=LIKELIHOOD_SAMPLES_DEFAULT, what="futures per snapshot")
     parser.add_argument("--branch", dest="parent", metavar="BRANCH", help="the branch to walk (default main)")
-    parser.add_argument(
-        "--points",
-        type=int,
-        default=LIKELIHOOD_POINTS_MAX,
-        metavar="N",
-        help=f"snapshots to fan out from (default {LIKELIHOOD_POINTS_MAX})",
-    )
+    add_count_argument(parser, "--points", default=LIKELIHOOD_POINTS_MAX, what="snapshots to fan out from")
     parser.add_argument("--from", dest="start", metavar="T", help="only snapshots at or after T")
     parser.add_argument("--to", dest="end", metavar="T", help="only snapshots at or before T")
     parser.set_defaults(func=_likelihood)

@@ -8,7 +8,7 @@ import sys
 import threading
 from typing import Any
 
-from timetravel.cli.common import UsageError, add_json_argument, print_json
+from timetravel.cli.common import UsageError, add_count_argument, add_json_argument, print_json
 from timetravel.cli.output import add_force_argument
 from timetravel.cli.progress import ProgressLine
 from timetravel.cli.recording_common import add_scenario_target, open_session, script_use
@@ -81,23 +81,19 @@ def register(subparsers: Any) -> None:
     parser.add_argument("--out", metavar="FILE.ttr", help="write the minimized run's recording here")
     parser.add_argument("--pytest", metavar="FILE.py", help="write a pytest file that replays the repro")
     add_force_argument(parser)
-    parser.add_argument(
-        "--max-runs",
-        type=int,
-        default=MAX_RUNS_DEFAULT,
-        help=f"stop after N runs (default {MAX_RUNS_DEFAULT})",
-    )
+    add_count_argument(parser, "--max-runs", default=MAX_RUNS_DEFAULT, what="stop after N runs", metavar=None)
     parser.add_argument(
         "--max-seconds",
         type=float,
         default=MAX_SECONDS_DEFAULT,
         help=f"stop after S seconds of wall time (default {MAX_SECONDS_DEFAULT:g})",
     )
-    parser.add_argument(
+    add_count_argument(
+        parser,
         "--max-stall",
-        type=int,
         default=MAX_STALL_DEFAULT,
-        help=f"stop after N runs without progress (default {MAX_STALL_DEFAULT})",
+        what="stop after N runs without progress",
+        metavar=None,
     )
     add_scenario_target(parser)
     add_json_argument(

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from timetravel.cli import common
 from timetravel.cli.common import UsageError, add_json_argument, add_settings_argument, require_torch
 from timetravel.cli.output import add_force_argument, add_record_budget_argument
 from timetravel.torch.protocol.limits import NPROC_MAX, SNAPSHOT_EVERY_EVENTS_TORCH
@@ -54,14 +55,8 @@ def register(subparsers: Any) -> None:
 
 
 def _add_ranks(parser: Any) -> None:
-    parser.add_argument(
-        "--nproc-per-node",
-        "--nproc_per_node",
-        dest="nproc",
-        type=int,
-        default=1,
-        metavar="N",
-        help="ranks per host (default 1)",
+    common.add_count_argument(
+        parser, "--nproc-per-node", "--nproc_per_node", dest="nproc", default=1, what="ranks per host"
     )
     parser.add_argument(
         "--nnodes", type=int, default=1, metavar="N", help="hosts; ranks = nproc-per-node x nnodes"

@@ -32,7 +32,7 @@ from typing import Any
 from timetravel.fabric.fault_kinds import FAULT_KINDS, PARAM_SPECS
 from timetravel.fabric.topology import Topology
 from timetravel.sim.scenario import ConfigError
-from timetravel.sim.timefmt import TimeFormatError, parse_time
+from timetravel.sim.timefmt import DISPLAY_UNIT_DEFAULT, TimeFormatError, parse_time
 
 FAULT_KIND = "fault"
 """Event kind of fault start and end events (the one kind a crashed node still receives)."""
@@ -158,15 +158,9 @@ def _time_field(item: Mapping[str, Any], name: str, label: str, required: bool) 
             raise ConfigError(f"{label}: {name} is required")
         return None
     value = item[key]
-    if type(value) is int and value >= 0:
-        return value
-    if isinstance(value, str) and key == name:
-        try:
-            parsed = parse_time(value)
-        except TimeFormatError as error:
-            raise ConfigError(f"{label}: {name}: {error}") from None
-        if parsed >= 0:
-            return parsed
+    parsed = _non_negative_time(value, f"{label}: {name}", DISPLAY_UNIT_DEFAULT, text=key == name)
+    if parsed is not None:
+        return parsed
     raise ConfigError(
         f"{label}: {key} must be non-negative int ns or time text like 950ms, got {_short(value)}"
     )
@@ -257,18 +251,28 @@ def _factor(checker: str, value: Any, label: str) -> float:
 
 
 def _time_value(value: Any, label: str) -> int:
+    parsed = _non_negative_time(value, label, "ns", text=True)
+    if parsed is not None:
+        return parsed
+    raise ConfigError(
+        f"{label}: expected a non-negative time (int ns or text like 50us), got {_short(value)}"
+    )
+
+
+def _non_negative_time(value: Any, label: str, unit: str, *, text: bool) -> int | None:
+    """``value`` as non-negative int ns, or (where ``text``) time text with bare numbers in
+    ``unit``; None when it is neither (the caller says what it expected). Unreadable text is a
+    ConfigError naming ``label``."""
     if type(value) is int and value >= 0:
         return value
-    if isinstance(value, str):
+    if text and isinstance(value, str):
         try:
-            parsed = parse_time(value, "ns")
+            parsed = parse_time(value, unit)
         except TimeFormatError as error:
             raise ConfigError(f"{label}: {error}") from None
         if parsed >= 0:
             return parsed
-    raise ConfigError(
-        f"{label}: expected a non-negative time (int ns or text like 50us), got {_short(value)}"
-    )
+    return None
 
 
 def _links(value: Any, label: str, topology: Topology) -> list[int]:

@@ -25,11 +25,13 @@ import xxhash
 
 MAGIC = b"\x89TTR\r\n\x1a\n"
 """First 8 bytes of every recording (PNG-style: catches text-mode and truncation damage)."""
-FORMAT_VERSION = (1, 2)
+FORMAT_VERSION = (1, 3)
 """(major, minor). A reader opens files of its own major version; minors only add map keys and
 frame types, which older readers ignore. 1.2: an array's pages may be absent (the array is elided:
 a torch recording keeps large tensors as digests, rebuilt by re-execution); JOURNAL frames (what a
-run's processes handed its World: a torch run re-executes from them without its ranks)."""
+run's processes handed its World: a torch run re-executes from them without its ranks). 1.3: a
+manifest names the open chain batch's events by chunk blobs instead of holding them (a 1.2 reader
+cannot restore such a snapshot; this one reads both: recording/open_batch.py)."""
 SCENARIO_FORMAT_MIN = {"torch": (1, 2)}
 """Scenarios whose recordings of an older format this version refuses, and from which format on it
 reads them: a torch recording before 1.2 stores its tensors inside the World's state and events in a

@@ -36,6 +36,7 @@ from timetravel.recording.format import (
     RecordingError,
 )
 from timetravel.recording.frame_reader import items_max_for
+from timetravel.recording.open_batch import OPEN_CHUNKS_MAX
 from timetravel.recording.schema import schema_for
 from timetravel.recording.structure import structure_warnings
 from timetravel.sim.encoding import DecodeError, unpack
@@ -269,6 +270,21 @@ class RecordingReader(BlobReader):
             self.check_restored(info, world)
         return world
 
+    def _open_batch(self, open_part: Any) -> list[Any]:
+        """The open chain batch's events as a manifest names them: packed in it (up to format 1.2) or
+        as chunk blobs by digest (1.3: recording/open_batch.py)."""
+        if isinstance(open_part, bytes):
+            return list(unpack(open_part)) if open_part else []
+        if not isinstance(open_part, list) or len(open_part) > OPEN_CHUNKS_MAX:
+            raise ValueError("the open chain batch is neither bytes nor a bounded list of chunks")
+        events: list[Any] = []
+        for chunk_digest in open_part:
+            chunk = unpack(self.value_bytes(_digest(chunk_digest)))
+            if not isinstance(chunk, list):
+                raise ValueError("a chunk of the open chain batch is not a list of events")
+            events.extend(chunk)
+        return events
+
     def check_restored(self, info: ManifestInfo, world: World) -> None:
         """Recompute ``world.state_hash()`` against the snapshot it was restored from (``restore``'s
         ``full_check``, for a world restored another way: recording/shared_nodes.py)."""
@@ -308,8 +324,8 @@ class RecordingReader(BlobReader):
             for chunk_digest in chunk_digests:
                 series.extend(self.value(_digest(chunk_digest)))
             metrics[str(name)] = series
-        chain_digest, chain_events, open_bytes = manifest["chain"]
-        open_batch = unpack(open_bytes) if open_bytes else []
+        chain_digest, chain_events, open_part = manifest["chain"]
+        open_batch = self._open_batch(open_part)
         display_unit = manifest.get("display_unit", self.header.get("display_unit", "ms"))
         try:
             return assemble_world(

@@ -52,6 +52,7 @@ from timetravel.recording.format import (
     FORMAT_VERSION,
     FrameType,
 )
+from timetravel.recording.open_batch import OpenBatchChunks
 from timetravel.recording.snapshot_frames import within_budget, write_pulled, write_snapshot
 from timetravel.recording.write_thread import InlineWrites, WriteThread
 from timetravel.recording.writer import RecordingWriter
@@ -191,6 +192,8 @@ class Recorder:
         self.changes: Changes | None = None
         """What ran since the latest snapshot, gathered as each batch is flushed (snapshot/changes.py)."""
         self.notes: list[str] = []
+        self.open_batch = OpenBatchChunks()
+        """The open chain batch's chunks a manifest names (open_batch.py)."""
         build = simulation_factory or functools.partial(Simulation, scenario, launch=launch)
         self.simulation = build(
             world,
@@ -331,11 +334,8 @@ class Recorder:
 
     # -- snapshots --------------------------------------------------------------------------------
 
-    def snapshot(
-        self, *, full: bool = False, final: bool = False, chain_open_bytes: bytes | None = None
-    ) -> Snapshot:
-        """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot).
-        ``chain_open_bytes``: the world's open chain batch, packed, when the caller has it."""
+    def snapshot(self, *, full: bool = False, final: bool = False) -> Snapshot:
+        """Take a snapshot now; the writer thread writes its new blobs and manifest (write_snapshot)."""
         if self.pulls is not None:
             pulled = self.pulls.take_arrays()
             if pulled:
@@ -356,12 +356,13 @@ class Recorder:
         snapshot = self.store.take(self.world, changes=changes, elide_bytes_min=elide)
         self.snapshot_events = self.world.events_processed
         self.changes = Changes(snapshot.seq, snapshot.events)
-        manifest = snapshot.manifest(chain_open_bytes)
+        open_digests, open_chunks = self.open_batch.chunks(snapshot.chain_events, snapshot.chain_open)
+        manifest = snapshot.manifest(open_digests)
         manifest["branch"] = self.branch
         manifest["final"] = final
         # The store empties new_items and bases at its next take: the job keeps its own references.
         job = functools.partial(
-            write_snapshot, self.writer, list(snapshot.new_items), dict(snapshot.bases), manifest
+            write_snapshot, self.writer, list(snapshot.new_items), dict(snapshot.bases), manifest, open_chunks
         )
         self.write_thread.submit(job)
         return snapshot
@@ -369,7 +370,7 @@ class Recorder:
     def finish(self, result: RunResult) -> dict[str, Any]:
         """Write the open batch, the final snapshot, failures and the END frame; close the file."""
         world = self.world
-        # The open batch is packed once, for its EVENTS frame, the chain head and the final manifest.
+        # The open batch is packed once, for its EVENTS frame and the chain head.
         open_bytes = pack_chain_batch(world.chain_batch) if world.chain_batch else b""
         chain_digest = world.chain_digest or CHAIN_DIGEST_INITIAL
         if world.chain_batch:
@@ -386,7 +387,7 @@ class Recorder:
             self.write_thread.submit(job)
         self._write_choices()
         self._final_state()
-        snapshot = self.snapshot(final=True, chain_open_bytes=open_bytes)
+        snapshot = self.snapshot(final=True)
         state_hash = world.state_hash()  # once: it hashes every node (~2 ms for the demo's 16 ranks)
         if snapshot.state_hash != state_hash:
             note = (
@@ -395,7 +396,7 @@ class Recorder:
             )
             self.notes.append(note)
             self._write(FrameType.NOTE, {"branch": self.branch, "level": "warning", "message": note})
-            self.snapshot(full=True, final=True, chain_open_bytes=open_bytes)
+            self.snapshot(full=True, final=True)
         for failure in world.failures[:1]:
             self._write(
                 FrameType.FAILURE,

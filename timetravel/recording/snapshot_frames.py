@@ -26,10 +26,14 @@ from timetravel.snapshot.entries import Blob, Item, Page
 
 
 def write_snapshot(
-    writer: RecordingWriter, new_items: list[Item], bases: dict[int, Page], manifest: dict[str, Any]
+    writer: RecordingWriter,
+    new_items: list[Item],
+    bases: dict[int, Page],
+    manifest: dict[str, Any],
+    open_chunks: list[tuple[bytes, bytes]],
 ) -> None:
-    """Write the blobs a snapshot created (float pages as XOR deltas against ``bases``), then its
-    MANIFEST frame, and flush them to the OS (fsync every SYNC_BYTES_MIN and at close:
+    """Write the blobs a snapshot created (float pages as XOR deltas against ``bases``) and the chunks
+    of the open chain batch it names that are new (open_batch.py), then its MANIFEST frame, and flush them to the OS (fsync every SYNC_BYTES_MIN and at close:
     writer.SYNC_BYTES_MIN says why; frames still compressing ahead are written with the next ones).
 
     Blobs always precede the manifest that names them, so a file cut anywhere never holds a
@@ -37,6 +41,9 @@ def write_snapshot(
     for item in new_items:
         if isinstance(item, Blob):
             _write_blob(writer, item, bases)
+    for digest, data in open_chunks:
+        if not writer.has_blob(digest):
+            writer.blob([digest, BLOB_VALUE, 0, None, 0, data])
     writer.flush_blobs()
     writer.frame(FrameType.MANIFEST, manifest)
     writer.sync(durable=False, wait=False)

@@ -81,12 +81,23 @@ def draw_schedule(world: World, config: dict[str, Any]) -> list[dict[str, Any]]:
         records.append(_record(kind, target, t_start, t_start + window, {"extra_ns": amount}))
     victim = worker_name(choose_world(world, "needle.planted.worker", workers))
     planted_round = rounds // 4 + choose_world(world, "needle.planted.round", max(1, rounds // 2))
-    round_start = planted_round * PERIOD_NS
-    records.append(
-        _record("drop", victim, round_start, round_start + PLANTED_DROP_WINDOW_NS, {"kind": "ack"})
-    )
+    return with_planted_pair(records, victim, planted_round * PERIOD_NS, {"kind": "ack"}, "restart")
+
+
+def with_planted_pair(
+    records: list[dict[str, Any]],
+    victim: str,
+    round_start: int,
+    drop_params: dict[str, Any],
+    restart_kind: str,
+) -> list[dict[str, Any]]:
+    """``records`` and the planted pair on ``victim`` in the round starting at ``round_start`` (a
+    ``drop`` with ``drop_params`` over the round's first PLANTED_DROP_WINDOW_NS, and a
+    ``restart_kind`` fault PLANTED_RESTART_OFFSET_NS into it), sorted by start time with ids f1,
+    f2, … in that order."""
+    records.append(_record("drop", victim, round_start, round_start + PLANTED_DROP_WINDOW_NS, drop_params))
     restart_at = round_start + PLANTED_RESTART_OFFSET_NS
-    records.append(_record("restart", victim, restart_at, restart_at, {}))
+    records.append(_record(restart_kind, victim, restart_at, restart_at, {}))
     records.sort(key=lambda record: record["t_start"])
     for number, record in enumerate(records, start=1):
         record["id"] = f"f{number}"

@@ -44,6 +44,10 @@ stack of its C unpacker; tests/test_encoding.py pins it)."""
 _DEPTH_WRAPPERS = MSGPACK_STACK_DEPTH - DECODE_DEPTH_MAX
 _DEPTH_PREFIX = b"\x91" * _DEPTH_WRAPPERS
 """One-element arrays (msgpack fixarray 1) a value is decoded inside (:func:`unpackb_bounded`)."""
+DEPTH_SCAN_BYTES_MAX = 4096
+"""Bytes that :func:`unpackb_bounded` scans for container headers before choosing to decode them
+unwrapped; larger ones are wrapped at once (copying them costs a tenth of scanning them: a seek's
+BLOBS frames of a few MB each were scanned for nothing, since their headers always exceed the depth)."""
 _NOT_CONTAINER_TAGS = bytes(code for code in range(256) if not (0x80 <= code <= 0x9F or 0xDC <= code <= 0xDF))
 """Every byte but msgpack's map and array headers (fixmap, fixarray, array 16/32, map 16/32)."""
 PACKER_BUFFER_BYTES = 4096
@@ -227,7 +231,10 @@ def unpackb_bounded(data: bytes, *, budget: ItemBudget | None = None, **options:
     data = bytes(data)
     if budget is not None:
         options.update(list_hook=budget.take, object_hook=budget.take)
-    if len(data.translate(None, _NOT_CONTAINER_TAGS)) <= DECODE_DEPTH_MAX:
+    if (
+        len(data) <= DEPTH_SCAN_BYTES_MAX
+        and len(data.translate(None, _NOT_CONTAINER_TAGS)) <= DECODE_DEPTH_MAX
+    ):
         return msgpack.unpackb(data, **options)  # too few container headers to nest deeper
     if budget is not None:
         budget.left += 2 * _DEPTH_WRAPPERS  # each wrapping array: its length and itself

@@ -8,7 +8,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from timetravel.sim.event import Event
-from timetravel.sim.kernel import pack_chain_batch
 from timetravel.snapshot.entries import Blob, Item, Page, QueueChunk
 
 
@@ -52,14 +51,11 @@ class Snapshot:
             for chunk_blob in chunks:
                 yield f"metric:{name}", chunk_blob
 
-    def manifest(self, chain_open_bytes: bytes | None = None) -> dict[str, Any]:
+    def manifest(self, chain_open: list[bytes]) -> dict[str, Any]:
         """The plain-data manifest a recording stores: every blob by digest (see recording-format.md).
 
-        ``chain_open_bytes``: the open batch already packed (``pack_chain_batch(list(chain_open))``),
-        when the caller has it: a recorder's final snapshot packs that batch once for its EVENTS
-        frame, its hash and the manifest (4,096 message-level events take ~25 ms to pack)."""
-        if chain_open_bytes is None:
-            chain_open_bytes = pack_chain_batch(list(self.chain_open)) if self.chain_open else b""
+        ``chain_open``: the digests of the value blobs that hold the open chain batch's events
+        (``chain_open``), in chunks (recording/open_batch.py)."""
         return {
             "index": self.index,
             "events": self.events,
@@ -87,6 +83,6 @@ class Snapshot:
             "chain": [
                 self.chain_digest,
                 self.chain_events,
-                chain_open_bytes,
+                chain_open,
             ],
         }

@@ -70,6 +70,18 @@ BATCH_INDICES_MAX = 4096
 (``nodes/rN/batch``): a batch of a few thousand samples is named in full; a larger one keeps its
 first indices and counts the rest."""
 
+STATE_BYTES_MAX_DEFAULT = 1 << 30
+"""``state_bytes_max``'s default: a rank's training state of one step whose bytes a recording may keep
+(1 GiB: AdamW's parameters and two moments of an 89M-parameter fp32 model). Above it a recording
+keeps that step's digests only and says so in a note; the values are rebuilt by re-execution. Until
+2026-12-06 it was 64 MiB, which left a 10M-parameter AdamW model (160 MB a step with its gradients)
+with no stored state at all, and every command that read a tensor re-executed from the start."""
+
+STATE_PULL_BYTES_MAX = 64 << 20
+"""One state pull's reply (a rank's tensors of its latest state step, coordinator-bound): a step's
+state above it crosses in several pulls (a tensor larger than it alone in one), so a message and the
+coordinator's receive buffer stay bounded whatever the model's size."""
+
 SNAPSHOT_ELIDE_BYTES_MIN = FRAME_BYTES_MIN
 """A torch recording's snapshots keep arrays of more bytes as page digests only (sim/elided.py): the
 tensors ranks sent and the World reduced, and the training state the ranks describe, are rebuilt by

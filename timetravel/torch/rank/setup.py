@@ -20,6 +20,7 @@ import torch.distributed as dist
 import xxhash
 from torch.optim.optimizer import register_optimizer_step_post_hook, register_optimizer_step_pre_hook
 
+from timetravel.torch.protocol.limits import STATE_BYTES_MAX_DEFAULT
 from timetravel.torch.rank import backend
 from timetravel.torch.rank import state as rank_state
 from timetravel.torch.rank.channel import Channel
@@ -70,7 +71,7 @@ def install(spec: dict[str, Any], rank_channel: Channel) -> None:
     reporter = rank_state.StateReporter(
         rank_channel,
         every=int(settings.get("state_every_steps", 1)),
-        bytes_max=int(settings.get("state_bytes_max", 64 * 1024 * 1024)),
+        bytes_max=int(settings.get("state_bytes_max", STATE_BYTES_MAX_DEFAULT)),
         digests=parameter_digests if _compares_steps(settings) else None,
         names=parameter_name,
         owners=_parameter_owners,

@@ -27,9 +27,10 @@ array), which the World holds as elided arrays (sim/elided.py):
 a recording stores the steps it keeps, and a command that needs a tensor's values rebuilds them by
 re-execution. The rank keeps what a pull of its latest state step reads: the parameter and optimizer
 tensors themselves (no copy: a pull comes while the rank waits, before its next step changes them)
-and its local gradients, copied when the hook fired (DDP changes ``.grad`` later). A pull above
+and its local gradients, copied when the hook fired (DDP changes ``.grad`` later). A pull of a
+step whose tensors together (parameters, optimizer state, local gradients) are above
 ``state_bytes_max`` bytes is refused (the reply says so; a pull never changes what the World sees,
-so the recorder notes it). A GradScaler's
+so the recorder notes it); below it, a large state crosses in several pulls (state_pull.py). A GradScaler's
 ``update()`` reports ``scale`` (before the update) and ``found_inf`` as metrics.
 """
 
@@ -308,7 +309,8 @@ class StateReporter:
 
     def serve_pull(self, request: dict[str, Any]) -> None:
         """Send the bytes of the latest state step's tensors ``request["paths"]`` asks for, if the
-        step asked for is still the latest (else none: ``stale``); refused above ``bytes_max``."""
+        step asked for is still the latest (else none: ``stale``); refused when the step's tensors together
+        are above ``bytes_max``."""
         step = int(request.get("step", -1))
         latest = self.latest
         reply: dict[str, Any] = {"kind": "state_bytes", "step": step, "tensors": {}}
@@ -316,14 +318,12 @@ class StateReporter:
             reply["stale"] = True
             self.channel.post(reply)
             return
-        wanted = [path for path in request.get("paths", []) if path in latest["tensors"]]
-        size = sum(
-            latest["tensors"][path].numel() * latest["tensors"][path].element_size() for path in wanted
-        )
+        size = sum(tensor.numel() * tensor.element_size() for tensor in latest["tensors"].values())
         if size > self.bytes_max:  # said in the reply only: a pull never changes what the World sees
             reply["refused"] = f"{size} bytes of state is above state_bytes_max {self.bytes_max}"
             self.channel.post(reply)
             return
+        wanted = [path for path in request.get("paths", []) if path in latest["tensors"]]
         reply["tensors"] = {path: tensor_to_wire(latest["tensors"][path]) for path in wanted}
         self.channel.post(reply)
 

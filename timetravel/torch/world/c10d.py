@@ -71,11 +71,10 @@ def initial_state(ranks: int, script_sha256: str) -> dict[str, Any]:
 
 
 def on_call(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    if not elastic.current(state, event.payload):
-        return
     message = event.payload
+    if not _arrived(state, message):
+        return
     rank = message["rank"]
-    _delivered(state, rank)
     if str(message.get("op", "")).startswith("store."):
         ctx.deliver(ctx.now, store.STORE_NODE, "request", message)  # the rendezvous store: its own node
         return
@@ -265,17 +264,20 @@ def _shapes_differ(sender: dict[str, Any], receiver: dict[str, Any]) -> bool:
 # -- waits and releases ---------------------------------------------------------------------------
 
 
-def _delivered(state: dict[str, Any], rank: int) -> None:
-    """The rank called again: the result it was being handed has arrived."""
-    state["delivering"].pop(str(rank), None)
+def _arrived(state: dict[str, Any], message: dict[str, Any]) -> bool:
+    """Whether ``message`` comes from the rank's live incarnation (False: a dead rank's leftover,
+    ignored). If it does, the rank called again: the result it was being handed has arrived."""
+    if not elastic.current(state, message):
+        return False
+    state["delivering"].pop(str(message["rank"]), None)
+    return True
 
 
 def on_wait(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    if not elastic.current(state, event.payload):
-        return
     message = event.payload
+    if not _arrived(state, message):
+        return
     rank = message["rank"]
-    _delivered(state, rank)
     waiting: dict[str, Any] = {"works": [int(work) for work in message["works"]], "since_ns": ctx.now}
     if message.get("timeout_ns") is not None:  # the script's timeout= for this group (or this wait)
         waiting["timeout_ns"] = int(message["timeout_ns"])
@@ -319,10 +321,9 @@ def _try_release(state: dict[str, Any], rank: int, ctx: Context) -> None:
 
 
 def on_step(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    if not elastic.current(state, event.payload):
-        return
     message = event.payload
-    _delivered(state, message["rank"])
+    if not _arrived(state, message):
+        return
     step = str(message["step"])
     reports = state["steps"].setdefault(step, {})
     reports[str(message["rank"])] = message["params"]
@@ -344,10 +345,9 @@ RANK_ERROR_KINDS = ("unsupported", "internal", "oom")
 
 
 def on_exit(state: dict[str, Any], event: Event, ctx: Context) -> None:
-    if not elastic.current(state, event.payload):
-        return
     message = event.payload
-    _delivered(state, message["rank"])
+    if not _arrived(state, message):
+        return
     rank = message["rank"]
     state["exited"][str(rank)] = int(message["code"])
     if "result" in message:

@@ -7,10 +7,13 @@ process is told) and by the command line's help.
 from __future__ import annotations
 
 from timetravel.sim.scenario import Param
-from timetravel.torch.protocol.limits import COMPUTE_FLOPS_PER_S_DEFAULT, STUCK_TIMEOUT_S_DEFAULT
+from timetravel.torch.protocol.limits import (
+    COMPUTE_FLOPS_PER_S_DEFAULT,
+    STATE_BYTES_MAX_DEFAULT,
+    STUCK_TIMEOUT_S_DEFAULT,
+)
 from timetravel.torch.world.timing import FABRIC_TORCH_PARAMS
 
-STATE_BYTES_MAX_DEFAULT = 64 * 1024 * 1024
 PYTHON_HASH_SEED_DEFAULT = 0
 """Every rank's ``PYTHONHASHSEED`` unless the run sets another: 0, as if hash randomization were off."""
 PYTHON_HASH_SEED_MAX = 4_294_967_295
@@ -144,7 +147,7 @@ PARAMS: tuple[Param, ...] = (
         "state_bytes_max",
         "int",
         STATE_BYTES_MAX_DEFAULT,
-        "per rank and step: above this many bytes of state only digests are kept (warning state_too_large)",
+        "per rank and step: a state step of more bytes keeps only its digests (a recording says so in a note)",
         minimum=0,
     ),
     Param(

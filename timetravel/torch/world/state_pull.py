@@ -34,6 +34,7 @@ from timetravel.sim.elided import ElidedArray
 from timetravel.sim.encoding import page_digests
 from timetravel.sim.world import World
 from timetravel.torch.protocol import arrays
+from timetravel.torch.protocol.limits import STATE_PULL_BYTES_MAX
 from timetravel.torch.protocol.wire import ChannelClosed, ProtocolError
 
 STATE_STEP_GRID_BASE = 2
@@ -139,16 +140,20 @@ class StatePulls:
             elided = {p: v for p, v in elided.items() if not set(v.page_digests) <= self.pages_known}
         if not elided:
             return False
-        try:
-            reply = live.pull(rank, {"kind": "state_pull", "step": step, "paths": sorted(elided)})
-        except (ChannelClosed, ProtocolError, TimeoutError) as error:
-            self._note(f"the state of step {step} of r{rank} could not be pulled: {error}")
-            return False
-        if reply.get("refused") or reply.get("stale"):
-            why = reply.get("refused") or "the rank had moved on"
-            self._note(f"the state of step {step} of r{rank} was not stored: {why}")
-            return False
-        pulled = self._checked(rank, step, elided, reply.get("tensors", {}))
+        pulled: dict[str, np.ndarray] = {}
+        for paths in _batches(elided):
+            try:
+                reply = live.pull(rank, {"kind": "state_pull", "step": step, "paths": paths})
+            except (ChannelClosed, ProtocolError, TimeoutError) as error:
+                self._note(f"the state of step {step} of r{rank} could not be pulled: {error}")
+                return False
+            if reply.get("refused") or reply.get("stale"):
+                why = reply.get("refused") or "the rank had moved on"
+                self._note(f"the state of step {step} of r{rank} was not stored: {why}")
+                return False
+            pulled.update(self._checked(rank, step, {p: elided[p] for p in paths}, reply.get("tensors", {})))
+        for path in pulled:  # known once the whole step came: a step cut short keeps none of it
+            self.pages_known.update(elided[path].page_digests)
         if into_world:
             _replace(described, pulled)
         if not self.into_world and len(self.arrays) < PULLED_ARRAYS_MAX:  # a recording's: it writes them
@@ -176,7 +181,6 @@ class StatePulls:
                 self._note(f"r{rank} sent {path} of step {step} with other bytes than it described")
                 continue
             checked[path] = array
-            self.pages_known.update(stand_in.page_digests)
         return checked
 
     def _note(self, text: str) -> None:
@@ -234,6 +238,21 @@ def latest_described(node: dict[str, Any]) -> tuple[int, dict[str, Any]] | None:
     optimizer = {k: v for k, v in node.get("optimizer", {}).items() if k != "param_groups"}
     described = {"params": node.get("params", {}), "grads": node.get("grads", {}), "optimizer": optimizer}
     return int(node["state_step"]), described
+
+
+def _batches(elided: dict[str, ElidedArray]) -> list[list[str]]:
+    """The paths of ``elided`` in name order, cut into pulls of at most ``STATE_PULL_BYTES_MAX``
+    bytes each (a larger tensor alone in its own)."""
+    batches: list[list[str]] = [[]]
+    size = 0
+    for path in sorted(elided):
+        nbytes = elided[path].nbytes
+        if batches[-1] and size + nbytes > STATE_PULL_BYTES_MAX:
+            batches.append([])
+            size = 0
+        batches[-1].append(path)
+        size += nbytes
+    return batches
 
 
 def _state_step(world: World, node: dict[str, Any]) -> int:
