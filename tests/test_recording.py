@@ -319,7 +319,7 @@ def test_the_choice_log_is_recorded_when_asked(tmp_path: Path) -> None:
 def test_an_events_payload_packs_as_msgpack_would(length: int) -> None:
     # EVENTS frames join the batch behind its bin header instead of packing it: the bytes must
     # be msgpack's own at every bin width (8, 16, 32), or old and new recordings would differ.
-    from timetravel.recording.writer import pack_events_payload
+    from timetravel.recording.events_frame import pack_events_payload
 
     payload = {"branch": "main", "first": 4096, "count": 7, "digest": bytes(16), "partial": False}
     events = random.Random(length).randbytes(length)

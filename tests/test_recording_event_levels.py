@@ -12,14 +12,14 @@ from pathlib import Path
 import zstandard
 
 from timetravel.recording import Recorder, RecordingReader
-from timetravel.recording.format import FLAG_ZSTD, FRAME_HEADER, FRAME_HEADER_BYTES, FrameType
-from timetravel.recording.writer import (
+from timetravel.recording.events_frame import (
     EVENT_BYTES_HEAVY,
     ZSTD_LEVEL_EVENTS,
     ZSTD_LEVEL_EVENTS_HEAVY,
     events_level,
     pack_events_payload,
 )
+from timetravel.recording.format import FLAG_ZSTD, FRAME_HEADER, FRAME_HEADER_BYTES, FrameType
 from timetravel.scenarios import get_scenario
 from timetravel.sim.encoding import unpack
 from timetravel.sim.runner import build_world

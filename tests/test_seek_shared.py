@@ -359,9 +359,9 @@ def test_what_the_reader_keeps_for_later_seeks_is_out_of_the_collectors_reach(
 def test_a_seek_leaves_no_collection_due_for_the_next_call(tmp_path: Path, monkeypatch: Any) -> None:
     """What a paused seek allocated is promoted unscanned: the next call does not start with a
     young collection (or a full one) of the seek's thousands of containers."""
-    from timetravel.explore import session as session_module
+    from timetravel.explore import seek_gc
 
-    monkeypatch.setattr(session_module, "SEEK_YOUNG_PROMOTED_MIN", 0)  # 32 ranks allocate fewer
+    monkeypatch.setattr(seek_gc, "SEEK_YOUNG_PROMOTED_MIN", 0)  # 32 ranks allocate fewer
     path, _report = record_tree32(tmp_path)
     collected: list[int] = []
 

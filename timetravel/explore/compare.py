@@ -29,9 +29,10 @@ from timetravel.explore.compare_results import (
 from timetravel.explore.diff import CHANGES_MAX_DEFAULT
 from timetravel.explore.diff import diff as structural_diff
 from timetravel.explore.divergence import comparable_tree, first_divergence
+from timetravel.explore.elided_values import reads_values
 from timetravel.explore.paths import parse_path, select
 from timetravel.explore.recorded_failure import recorded_failure
-from timetravel.explore.session import Session, reads_values
+from timetravel.explore.session import Session
 from timetravel.explore.tracks import check_branch, track_on
 from timetravel.explore.work import ProgressCallback, StopCheck
 

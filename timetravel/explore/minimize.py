@@ -31,10 +31,11 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable
 from functools import partial
-from typing import Any, TypeVar
+from typing import Any, ParamSpec
 
+from timetravel.explore.ddmin import ddmin
 from timetravel.explore.minimize_trials import (
     STOP_CANCELLED,
     STOP_FIXPOINT,
@@ -66,7 +67,7 @@ FAULTS_KEY = "faults"
 """The config key through which a scenario takes an explicit fault schedule (a JSON list)."""
 
 
-T = TypeVar("T")
+P = ParamSpec("P")
 
 
 class _Stop(Exception):
@@ -455,70 +456,18 @@ def _sites_by_count(choices: list[tuple[str, str, int, int]]) -> list[str]:
     return sorted(counts, key=lambda site: (-counts[site], site))
 
 
-def _split(items: list[T], parts: int) -> Iterator[list[T]]:
-    size, extra = divmod(len(items), parts)
-    start = 0
-    for part in range(parts):
-        end = start + size + (1 if part < extra else 0)
-        yield items[start:end]
-        start = end
+def runs(make: Callable[P, Minimizer]) -> Callable[P, MinimizeResult]:
+    """``make``'s minimizer, built from the arguments given, run once: its result."""
+
+    def run(*args: P.args, **kwargs: P.kwargs) -> MinimizeResult:
+        return make(*args, **kwargs).run()
+
+    return run
 
 
-def ddmin(items: list[T], test: Callable[[list[T]], bool]) -> list[T]:
-    """Zeller's ddmin: a 1-minimal sublist of ``items`` for which ``test`` holds (it holds for all).
-
-    Try each chunk alone, then each complement, at a granularity that doubles when neither
-    helps; the order of ``items`` is kept in every sublist tried.
-    """
-    granularity = 2
-    while len(items) >= 2:
-        chunks = list(_split(items, granularity))
-        reduced = next((chunk for chunk in chunks if chunk and test(chunk)), None)
-        if reduced is not None:
-            items, granularity = reduced, 2
-            continue
-        complement = None
-        if granularity > 2:
-            for skip in range(len(chunks)):
-                candidate = [item for index, chunk in enumerate(chunks) if index != skip for item in chunk]
-                if test(candidate):
-                    complement = candidate
-                    break
-        if complement is not None:
-            items, granularity = complement, max(granularity - 1, 2)
-            continue
-        if granularity >= len(items):
-            break
-        granularity = min(len(items), granularity * 2)
-    return items
-
-
-def minimize(
-    scenario: Scenario,
-    config: dict[str, Any],
-    seed: int,
-    overrides: Overrides | None = None,
-    *,
-    signature: str | None = None,
-    budget: Budget = BUDGET_DEFAULT,
-    progress: Callable[[Progress], None] | None = None,
-    should_stop: Callable[[], bool] | None = None,
-    launch: Launch | None = None,
-    reserve_runs: int = 0,
-) -> MinimizeResult:
-    """Minimize the failure of (scenario, config, seed, overrides); see the module docstring.
-    ``launch``: what the user named (a torch run's script may run in the trials); ``reserve_runs``:
-    runs' worth of the time budget left for what the caller does with the result."""
-    minimizer = Minimizer(
-        scenario,
-        config,
-        seed,
-        overrides,
-        signature=signature,
-        budget=budget,
-        progress=progress,
-        should_stop=should_stop,
-        launch=launch,
-        reserve_runs=reserve_runs,
-    )
-    return minimizer.run()
+minimize = runs(Minimizer)
+"""``minimize(scenario, config, seed, overrides=None, *, signature=None, budget=..., progress=None,
+should_stop=None, launch=None, reserve_runs=0)``: minimize the failure of (scenario, config, seed,
+overrides) with :class:`Minimizer`'s arguments; see the module docstring. ``launch``: what the user
+named (a torch run's script may run in the trials); ``reserve_runs``: runs' worth of the time budget
+left for what the caller does with the result."""

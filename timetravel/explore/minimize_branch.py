@@ -23,12 +23,12 @@ from __future__ import annotations
 import copy
 import heapq
 import shutil
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 from timetravel.explore.minimize import FAULTS_KEY, Minimizer
-from timetravel.explore.minimize_trials import Budget, Candidate, MinimizeResult, Progress, Trial, run_world
+from timetravel.explore.minimize_trials import Candidate, MinimizeResult, Trial, run_world
 from timetravel.explore.session import Session
 from timetravel.explore.stepper import position_at_or_before
 from timetravel.recording.catalog import MAIN_BRANCH
@@ -129,29 +129,15 @@ class ForkMinimizer(Minimizer):
         """A pending fault's events are queued with its times; editing them is left out."""
 
 
-def minimize_branch(
-    session: Session,
-    signature: str,
-    *,
-    budget: Budget,
-    progress: Callable[[Progress], None] | None,
-    should_stop: Callable[[], bool] | None,
-    reserve_runs: int = 0,
-) -> tuple[MinimizeResult, ForkMinimizer]:
-    """Minimize the failure of the session's branch from its fork (see the module docstring)."""
+def minimize_branch(session: Session, **options: Any) -> tuple[MinimizeResult, ForkMinimizer]:
+    """Minimize the failure of the session's branch from its fork (see the module docstring);
+    ``options``: :class:`Minimizer`'s keyword arguments (``signature``, ``budget``, ``progress``,
+    ``should_stop``, ``reserve_runs``)."""
     fork = session.fork_events
     position = position_at_or_before(session, fork)
     if session.snapshots()[position].events != fork:
         raise ValueError(f"branch {session.branch!r} has no snapshot at its fork (#{fork})")
-    minimizer = ForkMinimizer(
-        session,
-        position,
-        signature=signature,
-        budget=budget,
-        progress=progress,
-        should_stop=should_stop,
-        reserve_runs=reserve_runs,
-    )
+    minimizer = ForkMinimizer(session, position, **options)
     return minimizer.run(), minimizer
 
 

@@ -119,7 +119,12 @@ def minimize_run(
     started = time.monotonic()
     reserve = REPRO_RESERVE_RUNS if out is not None else 0
     result, minimizer = _minimize_recorded(
-        session, failure["signature"], budget, progress, should_stop, reserve
+        session,
+        signature=failure["signature"],
+        budget=budget,
+        progress=progress,
+        should_stop=should_stop,
+        reserve_runs=reserve,
     )
     if out is None:
         return result
@@ -196,37 +201,20 @@ def check_repro_outputs(
         )
 
 
-def _minimize_recorded(
-    session: Session,
-    signature: str,
-    budget: Budget,
-    progress: Callable[[Progress], None] | None,
-    should_stop: Callable[[], bool] | None,
-    reserve_runs: int = 0,
-) -> tuple[MinimizeResult, ForkMinimizer | None]:
+def _minimize_recorded(session: Session, **options: Any) -> tuple[MinimizeResult, ForkMinimizer | None]:
     """The minimized failure of the session's branch: a branch from its fork (with the ForkMinimizer
-    its repro is written from), main from the recorded seed, config and overrides."""
+    its repro is written from), main from the recorded seed, config and overrides; ``options``:
+    :class:`~timetravel.explore.minimize.Minimizer`'s keyword arguments."""
     if session.branch != MAIN_BRANCH:
-        return minimize_branch(
-            session,
-            signature,
-            budget=budget,
-            progress=progress,
-            should_stop=should_stop,
-            reserve_runs=reserve_runs,
-        )
+        return minimize_branch(session, **options)
     header = session.header
     result = minimize(
         session.scenario,
         dict(header["config"]),
         int(header["seed"]),
         session.overrides or None,
-        signature=signature,
-        budget=budget,
-        progress=progress,
-        should_stop=should_stop,
         launch=session.launch,
-        reserve_runs=reserve_runs,
+        **options,
     )
     return result, None
 

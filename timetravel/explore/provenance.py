@@ -28,9 +28,10 @@ from typing import Any
 
 from timetravel.explore.diff import Change, value_text
 from timetravel.explore.diff import diff as structural_diff
+from timetravel.explore.elided_values import reads_values
 from timetravel.explore.explain_results import OriginResult, ReadValue, StateChange
 from timetravel.explore.paths import parse_path, select, world_tree
-from timetravel.explore.session import Session, reads_values
+from timetravel.explore.session import Session
 from timetravel.explore.stepper import Stepper, position_at_or_before, resumable_positions, stepper_at
 from timetravel.explore.watchpoints import last_change
 from timetravel.explore.work import ExploreError

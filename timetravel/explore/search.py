@@ -44,10 +44,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from timetravel.explore.elided_values import reads_values
 from timetravel.explore.paths import WORLD_PARTS, Path, select, world_tree
 from timetravel.explore.predicates import Predicate, PredicateResult, parse_predicate
 from timetravel.explore.results import FindResult
-from timetravel.explore.session import reads_values
 from timetravel.explore.stepper import Stepper, recorded_events, walk
 from timetravel.explore.work import ProgressCallback, WorkProgress
 from timetravel.sim.event import Event

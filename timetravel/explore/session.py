@@ -1,8 +1,10 @@
 """The Session: one open recording, a cursor in it, and the moves every front end makes.
 
 The TUI, the shell, the CLI and Python scripts all drive this one object (DESIGN.md, principle 6).
-This module holds what seeking needs; the explore engine's actions (branch, fanout, compare, diff,
-search, minimize, export, replay) are functions in their own modules that take a Session.
+This module holds the cursor and what seeking needs; what a branch of the recording says without
+re-executing (its events, metrics, failures, snapshots) is explore/recorded_branch.py's, and the
+explore engine's actions (branch, fanout, compare, diff, search, minimize, export, replay) are
+functions in their own modules that take a Session (the package's docstring lists them).
 
 API::
 
@@ -44,27 +46,6 @@ external processes (``Scenario.world_source``) plugs in its own and everything e
     session.source          the WorldSource; a seek starts from the latest snapshot at or before
                             the target that ``source.can_start_at`` accepts
 
-**Actions are functions over a Session** (each module imports Session; Session imports none of
-them, so explore/ has no import circle — tests/test_layers.py checks it). Keyword options:
-``progress``, ``should_stop``, and each function's own::
-
-    from timetravel.explore.branching import branch
-    branch(session, at, changes)           BranchResult: a future stored as b1, b2, ... (``name=``,
-                                           ``parent=``); changes: BranchChanges or {"branch_key": 1,
-                                           "drop_faults": ["f3"], "add_faults": ["kind=drop,..."],
-                                           "edit_faults": ["f3:t_end=990ms"], "settings": ["bug=none"]}
-    fanout.fanout(session, at, samples)    FanoutResult: failure rate by signature
-    fanout.likelihood(session, samples)    LikelihoodResult: the rate at every snapshot
-    compare.compare(session, a, b)         CompareResult: outcomes, metric curves, first divergence
-    compare.diff(session, a, b, at=None, path="")              DiffCommandResult
-    divergence.first_divergence(session, a, b)                 Divergence | None
-    rerun.rerun(session, settings=())      RerunResult: today's code on the recorded inputs
-    search.find_first(session, predicate, start_events=0, strategy="auto")   FindResult
-    watchpoints.last_change(session, path), .next_change(session, path) FindResult: watchpoints
-    minimize_run.minimize_run(session, out=None, pytest=None, budget=Budget())   MinimizeResult
-    perfetto.export_perfetto(session, path)                    ExportResult
-    verify_replay.replay_session(session, progress=None)       ReplayReport: re-execute and verify
-
 **Branches** (written by the explore engine into the same file: a BRANCH frame, then a Recorder
 with ``branch=name`` and ``writer=RecordingWriter.append(path)`` on the forked world) are opened
 with ``branch=``: the branch sees its parent's snapshots and event batches before the fork and its
@@ -85,88 +66,42 @@ seeks within what survives.
 from __future__ import annotations
 
 import bisect
-import contextlib
-import functools
-import gc
-from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from timetravel.explore import seek_nodes
+from timetravel.explore.elided_values import ElidedValues
 from timetravel.explore.parked_worlds import ParkedWorlds, quiet_until
+from timetravel.explore.recorded_branch import RecordedBranch
 from timetravel.explore.replay import (
     ChainVerifier,
     ReplayDivergence,
     classify,
 )
+from timetravel.explore.seek_gc import gc_paused
 from timetravel.explore.session_data import (
     Position,
     RecordedEvent,
-    RecordingInfo,
-    SnapshotInfo,
-    lineage,
     load_scenario,
     overrides_from,
     rule_kept,
 )
 from timetravel.explore.world_source import RecordedWorlds, WorldSource, world_source_for
-from timetravel.recording.catalog import MAIN_BRANCH, EventBatchInfo, ManifestInfo
+from timetravel.recording.catalog import MAIN_BRANCH, ManifestInfo
 from timetravel.recording.reader import RecordingReader
 from timetravel.scenarios import UnknownScenarioError
 from timetravel.sim import guard
 from timetravel.sim.choices import Overrides
-from timetravel.sim.elided import ElidedError
-from timetravel.sim.kernel import Simulation, promote_survivors
+from timetravel.sim.kernel import Simulation
 from timetravel.sim.launch import NO_LAUNCH, Launch
 from timetravel.sim.scenario import Scenario
 from timetravel.sim.timefmt import parse_time
 from timetravel.sim.world import World
 from timetravel.snapshot.store import SnapshotStore
 
-T = TypeVar("T")
-SEEK_YOUNG_PROMOTED_MIN = 10_000
-"""Young allocations from which a seek promotes its survivors unscanned (``_gc_paused``)."""
 
-
-def reads_values(action: Callable[..., T]) -> Callable[..., T]:
-    """An action over a Session (its first argument) that may read tensors' values: run within
-    ``Session.read_values`` (again with the values rebuilt, if it met an elided one)."""
-
-    @functools.wraps(action)
-    def run(session: Session, *args: Any, **kwargs: Any) -> T:
-        return session.read_values(lambda: action(session, *args, **kwargs))
-
-    return run
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector during a seek, as the kernel does during a run.
-
-    Worlds and decoded blobs are acyclic, so nothing is lost; but a seek allocates thousands of
-    containers, and with the reader's caches holding hundreds of thousands more, a full
-    collection in the middle of a seek costs more than the seek itself (a p95 of 240 ms
-    against a p50 of 44 ms on the 1024-node benchmark recording).
-
-    The collector still counts what a paused seek allocates, so after a first visit into a
-    10,000-rank snapshot (~50,000 new containers) the first allocation of the *next* call found the
-    young generation far past its threshold and collected — once in a while all the way up: a full
-    collection of ~900 ms inside a later seek (the bench's p95, 2026-12-02). What the seek kept is
-    acyclic data the Session holds on to, so its survivors are promoted unscanned, as the kernel's
-    run does (sim/kernel.py ``promote_survivors``).
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            promote_survivors(SEEK_YOUNG_PROMOTED_MIN)
-            gc.enable()
-
-
-class Session(AbstractContextManager["Session"]):
+class Session(RecordedBranch, ElidedValues, AbstractContextManager["Session"]):
     """A recording opened for seeking. See the module docstring for the API."""
 
     def __init__(
@@ -176,26 +111,16 @@ class Session(AbstractContextManager["Session"]):
         branch: str = MAIN_BRANCH,
         launch: Launch = NO_LAUNCH,
     ) -> None:
-        self.reader = reader
+        super().__init__(reader, branch)
         self.scenario = scenario
         self.launch = launch
         """What the user named for re-executing this recording (``--script``: sim/launch.py); never
         read from the recording. A command sets it once it has checked the script's digest."""
-        self.header = reader.header
-        self.branch = branch
-        self.display_unit: str = self.header["display_unit"]
         self.overrides: Overrides = overrides_from(self.header.get("overrides", []))
         self.cause_if_mismatch = classify(self.header, scenario)
         recorded_mode = self.header.get("determinism")
         self.determinism: str | None = recorded_mode if recorded_mode in guard.MODES else None
         """The guard mode the run was recorded under (replays use the same)."""
-        self._manifests, self._batches, self.fork_events = lineage(reader, branch)
-        self._branch_overrides = overrides_from(reader.catalog.branches.get(branch, {}).get("overrides", []))
-        if not self._manifests:
-            raise UnknownScenarioError(f"{reader.path}: branch {branch!r} has no snapshot to start from")
-        self._batch_firsts = [batch.first for batch in self._batches]
-        self._end = self._find_end()
-        self.info = self._info()
         self.source: WorldSource = world_source_for(self)
         """Where this session's worlds come from (explore/world_source.py): every restore and every
         re-execution goes through it, so a scenario whose worlds own external processes plugs in
@@ -218,10 +143,10 @@ class Session(AbstractContextManager["Session"]):
             raise
         self.last_replay_events = 0
 
-    @_gc_paused()
+    @gc_paused()
     def _open_world(self) -> World:
         """The first snapshot's world, its state hash recomputed (which checks the decoder too); the
-        collector paused as in a seek (``_gc_paused``: a 10,000-rank first snapshot is ~50,000 new
+        collector paused as in a seek (explore/seek_gc.py: a 10,000-rank first snapshot is ~50,000 new
         containers, and a full collection in the middle cost more than the open).
 
         Where seeks share decoded node states (``_world_to_replay``'s rule), the cursor starts on
@@ -321,65 +246,18 @@ class Session(AbstractContextManager["Session"]):
         reader = RecordingReader.open(self.reader.path)
         self.reader.close()
         self.reader = reader
-        self.header = reader.header
-        self._manifests, self._batches, self.fork_events = lineage(reader, self.branch)
-        self._branch_overrides = overrides_from(
-            reader.catalog.branches.get(self.branch, {}).get("overrides", [])
-        )
-        self._batch_firsts = [batch.first for batch in self._batches]
-        self._end = self._find_end()
-        self.info = self._info()
+        self._read_branch()
         self._may_share = rule_kept(reader, self.branch)
         self._parked.clear()
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
 
-    # -- where things are -------------------------------------------------------------------------
-
-    def _find_end(self) -> Position:
-        end = self.reader.end(self.branch)
-        if end is not None:
-            return Position(self.branch, int(end["events"]), int(end["t_end_ns"]))
-        last_snapshot = self._manifests[-1]
-        last_event = self._batches[-1].first + self._batches[-1].count if self._batches else 0
-        if last_event <= last_snapshot.events:
-            return Position(self.branch, last_snapshot.events, last_snapshot.t_ns)
-        return Position(self.branch, last_event, self.reader.events(self._batches[-1])[-1].t)
-
-    def _info(self) -> RecordingInfo:
-        header = self.header
-        end = self.reader.end(self.branch)
-        return RecordingInfo(
-            path=str(self.reader.path),
-            scenario=header["scenario"],
-            config=header["config"],
-            seed=header["seed"],
-            display_unit=self.display_unit,
-            timetravel_version=str(header.get("timetravel", "?")),
-            format=list(header.get("format", [])),
-            code_fingerprint=str(header.get("code_fingerprint", "")),
-            platform_fingerprint=str(header.get("platform_fingerprint", "")),
-            snapshot_every_events=int(header.get("snapshot_every_events", 0)),
-            events=self._end.events,
-            t_end_ns=self._end.t_ns,
-            outcome=end["outcome"] if end else None,
-            failure=end["failure"] if end else None,
-            complete=end is not None and self.reader.truncation is None,
-            loss=self.reader.describe_loss(self.branch),
-            in_progress=self.reader.branch_in_progress(self.branch),
-        )
-
-    @property
-    def end(self) -> Position:
-        return self._end
+    # -- the cursor -------------------------------------------------------------------------------
 
     @property
     def position(self) -> Position:
         return Position(self.branch, self.world.events_processed, self.world.t_ns)
-
-    def snapshots(self) -> list[SnapshotInfo]:
-        return [SnapshotInfo(m.index, m.events, m.t_ns, m.state_hash, m.final) for m in self._manifests]
 
     def state_hash(self) -> str:
         return self.world.state_hash()
@@ -395,7 +273,7 @@ class Session(AbstractContextManager["Session"]):
 
     # -- moving -----------------------------------------------------------------------------------
 
-    @_gc_paused()
+    @gc_paused()
     def goto(self, target: int | str) -> Position:
         """Move the cursor to a time (int ns, or text in the display unit) or an event (``#N``)."""
         if isinstance(target, str):
@@ -414,7 +292,7 @@ class Session(AbstractContextManager["Session"]):
             return self.goto_time(parse_time(text, self.display_unit))
         return self.goto_time(target)
 
-    @_gc_paused()
+    @gc_paused()
     def goto_time(self, t_ns: int) -> Position:
         """The state after every event with time <= ``t_ns`` (the end when ``t_ns`` is past it)."""
         if t_ns >= self._end.t_ns:
@@ -456,7 +334,7 @@ class Session(AbstractContextManager["Session"]):
         if world.events_processed == self._end.events and world.t_ns < t_ns < self._end.t_ns:
             world.t_ns = t_ns
 
-    @_gc_paused()
+    @gc_paused()
     def goto_event(self, number: int) -> Position:
         """The state after event #``number`` (#0: the initial world; the end past the end)."""
         if number >= self._end.events:
@@ -599,32 +477,6 @@ class Session(AbstractContextManager["Session"]):
         if isinstance(self.source, RecordedWorlds):
             self.source.forget_shared()
 
-    # -- tensors' values (a torch recording keeps most as digests: sim/elided.py) -------------------
-
-    @contextlib.contextmanager
-    def with_values(self) -> Iterator[None]:
-        """Within: the worlds this Session and its actions hold carry their tensors' values — the
-        cursor's world rebuilt now, re-executions run the recorded processes (a source that can:
-        ``WorldSource.with_values``; every world is plain data otherwise, and nothing changes)."""
-        values = getattr(self.source, "with_values", None)
-        if values is None:
-            yield
-            return
-        with values():
-            self.source.materialize(self.world)  # type: ignore[attr-defined]
-            yield
-
-    def read_values(self, read: Callable[[], T]) -> T:
-        """``read()``, again within :meth:`with_values` if it met a tensor whose values are rebuilt
-        by re-execution (ElidedError); that error again when they cannot be (the script not named)."""
-        try:
-            return read()
-        except ElidedError:
-            if getattr(self.source, "with_values", None) is None:
-                raise
-        with self.with_values():
-            return read()
-
     # -- re-executing without moving the cursor (searches, exports: explore/stepper.py) -----------
 
     def overrides_at(self, events: int) -> Overrides | None:
@@ -635,23 +487,7 @@ class Session(AbstractContextManager["Session"]):
         """A new World restored from ``snapshots()[position]``; the cursor does not move."""
         return self.restore_world(self._manifests[position])
 
-    @property
-    def event_batches(self) -> list[EventBatchInfo]:
-        """The recorded event batches this branch sees (its parent's before the fork)."""
-        return list(self._batches)
-
     # -- what happened ----------------------------------------------------------------------------
-
-    def event(self, number: int) -> RecordedEvent | None:
-        """Recorded event #``number`` (None when it is not in the recording)."""
-        position = bisect.bisect_left(self._batch_firsts, number) - 1
-        if number < 1 or position < 0:
-            return None
-        batch = self._batches[position]
-        if not batch.first < number <= batch.first + batch.count:
-            return None
-        event = self.reader.events(batch)[number - batch.first - 1]
-        return RecordedEvent(number, event.t, event.seq, event.dst, event.kind, event.payload)
 
     def events_around(
         self, number: int | None = None, before: int = 10, after: int = 10
@@ -665,28 +501,5 @@ class Session(AbstractContextManager["Session"]):
                 found.append(event)
         return found
 
-    def failures(self) -> list[dict[str, Any]]:
-        return [failure for failure in self.reader.catalog.failures if failure.get("branch") == self.branch]
 
-    def metric_names(self) -> list[str]:
-        return [str(name) for name, _length, _chunks in self.reader.manifest(self._manifests[-1])["metrics"]]
-
-    def metric_series(self, name: str) -> list[list[Any]]:
-        """Every point ``[t_ns, node, value]`` of a metric over the whole recorded run."""
-        for series_name, _length, chunks in self.reader.manifest(self._manifests[-1])["metrics"]:
-            if series_name == name:
-                points: list[list[Any]] = []
-                for chunk in chunks:
-                    points.extend(self.reader.value(chunk))
-                return points
-        raise KeyError(f"no metric {name!r} (known: {', '.join(self.metric_names()) or 'none'})")
-
-    # -- what the actions over a Session read ---------------------------------------------------
-
-    @property
-    def snapshots_info(self) -> list[ManifestInfo]:
-        """The recorded snapshots this branch sees (its parent's before the fork), as the catalog has them."""
-        return list(self._manifests)
-
-
-__all__ = ["Session", "reads_values"]
+__all__ = ["Session"]

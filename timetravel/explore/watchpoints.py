@@ -17,6 +17,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from timetravel.explore.elided_values import reads_values
 from timetravel.explore.paths import Path, parse_path, select
 from timetravel.explore.results import FindResult
 from timetravel.explore.search import (
@@ -31,7 +32,6 @@ from timetravel.explore.search import (
     partial_tree,
     parts_read,
 )
-from timetravel.explore.session import reads_values
 from timetravel.explore.stepper import Stepper, position_at_or_before, recorded_events
 from timetravel.explore.work import ProgressCallback
 from timetravel.sim.encoding import digest

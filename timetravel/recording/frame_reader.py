@@ -1,7 +1,8 @@
 """A .ttr's frames, read as untrusted input: the file, its catalog, and one checked frame at a time.
 
-The lower half of :class:`~timetravel.recording.reader.RecordingReader` (which adds what the frames
-hold: snapshots, values, arrays and restores); the module docstring there says the rules both follow.
+The lower half of :class:`~timetravel.recording.reader.RecordingReader` (blob_reader.py adds the
+values, arrays and pages the frames hold, reader.py the events, snapshots and restores); reader.py's
+module docstring says the rules all follow.
 Here: the magic and the header; the index and its offsets, or a scan of the frames when the trailer is
 missing (``truncation`` says where the file stops); every frame header's own checksum and every
 payload's xxh3-64; lengths capped from the header (FRAME_STORED_BYTES_MAX, each frame type's

@@ -78,6 +78,64 @@ class SharedCheckpoints:
             directory.close()
         self.directories.clear()
 
+    # -- the bounded set -----------------------------------------------------------------------------
+
+    def measure_bound(self) -> None:
+        """``checkpoints_max`` from the budget and what a set holds *now*: right after the fork a
+        checkpoint owns almost nothing; its private pages grow as the live rank writes (44 MiB a
+        rank for a small model once it has trained on). The mean of the oldest sets is the measure."""
+        oldest = sorted(self.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
+        sizes = [
+            sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) + kept.world_bytes
+            for kept in oldest
+        ]
+        per_set = max(sum(sizes) // max(len(sizes), 1), 1)
+        self.checkpoints_max = max(CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set))
+
+    def thin(self) -> None:
+        """Drop checkpoints until the bound holds: keep the newest, and space the rest
+        exponentially towards the past (drop the one whose loss leaves the smallest gap for its age)."""
+        bound = self.checkpoints_max or CHECKPOINTS_MAX_CEILING
+        while len(self.kept) > bound:
+            ordered = sorted(self.kept, key=lambda kept: kept.events)
+            newest = ordered[-1].events
+            best, best_cost = None, None
+            for index in range(len(ordered) - 1):
+                before = ordered[index - 1].events if index else 0
+                after = ordered[index + 1].events
+                age = max(newest - ordered[index].events, 1)
+                cost = (after - before) / age
+                if best_cost is None or cost < best_cost:
+                    best, best_cost = ordered[index], cost
+            assert best is not None
+            self.forget(best)
+
+    def forget(self, kept: KeptCheckpoint) -> None:
+        """End ``kept``'s processes and drop it from the set."""
+        self.checkpoints().discard(kept.ranks)
+        if kept in self.kept:
+            self.kept.remove(kept)
+
+    def find(self, events: int, state_hash: str) -> KeptCheckpoint | None:
+        """The live checkpoint of the world after event #``events`` with that state hash, if kept."""
+        for kept in self.kept:
+            if kept.events == events and kept.state_hash == state_hash:
+                return self._alive(kept)
+        return None
+
+    def find_key(self, key: str) -> KeptCheckpoint | None:
+        """The live checkpoint of the ranks ``key`` names (``specs.rank_key``), if kept."""
+        for kept in self.kept:
+            if kept.rank_key == key:
+                return self._alive(kept)
+        return None
+
+    def _alive(self, kept: KeptCheckpoint) -> KeptCheckpoint | None:
+        if kept.ranks.alive():
+            return kept
+        self.forget(kept)  # killed by the user or the OOM killer: rebuilt by re-execution instead
+        return None
+
 
 SHARED = SharedCheckpoints([])
 """The checkpoints of this process's torch Sessions: a cache found by content (the rank key), shared

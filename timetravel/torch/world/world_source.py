@@ -41,9 +41,6 @@ from timetravel.torch.world.host import RankHost
 from timetravel.torch.world.journal_seek import journal_frames_from, replayed_host
 from timetravel.torch.world.kept_checkpoints import (
     BOUND_MEASURE_EVERY,
-    BOUND_SAMPLE_SETS,
-    CHECKPOINTS_MAX_CEILING,
-    CHECKPOINTS_MIN,
     SHARED,
     KeptCheckpoint,
     budget_bytes,
@@ -103,7 +100,7 @@ class TorchWorlds:
     def restore(self, manifest: Any, full_check: bool = False) -> World:
         """The snapshot's World: a copy of the one kept with its checkpoint, or decoded from the file
         (always, for a ``full_check``, which checks the decoder too)."""
-        kept = None if full_check else self._find(manifest.events, manifest.state_hash)
+        kept = None if full_check else self.shared.find(manifest.events, manifest.state_hash)
         if kept is not None and kept.world is not None and not (self.values and held_elided(kept.world)):
             return world_copy.copy_world(kept.world)
         world = self.session.reader.restore(manifest, full_check=full_check)
@@ -273,7 +270,7 @@ class TorchWorlds:
         self.host.attach(world, lambda: self._bring_up(world, key))
 
     def _bring_up(self, world: World, key: str) -> RankDriver:
-        kept = self._find_key(key)
+        kept = self.shared.find_key(key)
         if kept is None:
             kept = self._rebuild(world, key)
         live = self._resume(world, kept)
@@ -296,7 +293,7 @@ class TorchWorlds:
         try:
             self.shared.checkpoints().resume(kept.ranks, live)
         except (checkpoints.CheckpointUnusable, RankStartError):
-            self._forget(kept)
+            self.shared.forget(kept)
             live.stop()
             return None
         return live
@@ -323,7 +320,7 @@ class TorchWorlds:
         there; the replayed world must reach the same rank key, or nothing is resumed."""
         target = world.events_processed
         replayed, _start = self._replay_to(world)
-        kept = self._find_key(key)
+        kept = self.shared.find_key(key)
         if kept is None:
             raise RankStartError(
                 f"re-executing to #{target} did not reach the ranks this world describes "
@@ -343,13 +340,16 @@ class TorchWorlds:
         if fork and target > fork:
             start = max(
                 (m for m in self.session.snapshots_info if fork <= m.events <= target and not m.final),
-                key=lambda m: (self._find(m.events, m.state_hash) is not None or self._is_fork(m), m.events),
+                key=lambda m: (
+                    self.shared.find(m.events, m.state_hash) is not None or self._is_fork(m),
+                    m.events,
+                ),
             )
         else:
             before = [m for m in self.session.snapshots_info if m.events < max(target, 1) and not m.final]
             usable = [m for m in before if m.events == 0 or self._usable(m)]
             start = max(usable, key=lambda m: m.events)
-        kept = self._find(start.events, start.state_hash)
+        kept = self.shared.find(start.events, start.state_hash)
         if kept is not None and kept.world is not None:
             replayed = world_copy.copy_world(kept.world)
         else:  # #0 or a fork: their snapshots keep every tensor (recording/recorder.py)
@@ -365,7 +365,7 @@ class TorchWorlds:
     def _usable(self, manifest: Any) -> bool:
         """A snapshot with a checkpoint to re-execute from (with values wanted: one whose kept world
         holds them, since a re-execution pulls only the state steps it runs through)."""
-        kept = self._find(manifest.events, manifest.state_hash)
+        kept = self.shared.find(manifest.events, manifest.state_hash)
         if kept is None:
             return False
         return not self.values or (kept.world is not None and not held_elided(kept.world))
@@ -390,7 +390,7 @@ class TorchWorlds:
             return
         self.keep(world)
         key = rank_key(world)
-        if self._find_key(key) is not None:
+        if self.shared.find_key(key) is not None:
             self.host.attach(world, lambda: self._bring_up(world, key))
 
     # -- keeping checkpoints -------------------------------------------------------------------------
@@ -405,7 +405,7 @@ class TorchWorlds:
         if any(state["status"] not in ("new", "waiting", "exited", "crashed") for state in states):
             return  # a rank stopped mid-poll (stuck, a protocol error): the world has failed
         key = rank_key(world)
-        found = self._find_key(key)
+        found = self.shared.find_key(key)
         if found is not None:
             if found.world is not None and held_elided(found.world) and not held_elided(world):
                 found.world = world_copy.copy_world(world, deduplicate=True)  # the same, with values
@@ -438,66 +438,11 @@ class TorchWorlds:
         self.shared.kept.append(kept)
         self.shared.taken += 1
         if self.shared.taken % BOUND_MEASURE_EVERY == 0:
-            self._size_bound()
-        self._thin()
-
-    def _size_bound(self) -> None:
-        """``checkpoints_max`` from the budget and what a set holds *now*: right after the fork a
-        checkpoint owns almost nothing; its private pages grow as the live rank writes (44 MiB a
-        rank for a small model once it has trained on). The mean of the oldest sets is the measure."""
-        oldest = sorted(self.shared.kept, key=lambda kept: kept.events)[:BOUND_SAMPLE_SETS]
-        sizes = [
-            sum(checkpoints.uss_bytes(c.pid) for c in kept.ranks.ranks.values()) + kept.world_bytes
-            for kept in oldest
-        ]
-        per_set = max(sum(sizes) // max(len(sizes), 1), 1)
-        self.shared.checkpoints_max = max(
-            CHECKPOINTS_MIN, min(CHECKPOINTS_MAX_CEILING, budget_bytes() // per_set)
-        )
-
-    def _thin(self) -> None:
-        """Drop checkpoints until the bound holds: keep the newest, and space the rest
-        exponentially towards the past (drop the one whose loss leaves the smallest gap for its age)."""
-        bound = self.shared.checkpoints_max or CHECKPOINTS_MAX_CEILING
-        while len(self.shared.kept) > bound:
-            ordered = sorted(self.shared.kept, key=lambda kept: kept.events)
-            newest = ordered[-1].events
-            best, best_cost = None, None
-            for index in range(len(ordered) - 1):
-                before = ordered[index - 1].events if index else 0
-                after = ordered[index + 1].events
-                age = max(newest - ordered[index].events, 1)
-                cost = (after - before) / age
-                if best_cost is None or cost < best_cost:
-                    best, best_cost = ordered[index], cost
-            assert best is not None
-            self._forget(best)
-
-    def _forget(self, kept: KeptCheckpoint) -> None:
-        self.shared.checkpoints().discard(kept.ranks)
-        if kept in self.shared.kept:
-            self.shared.kept.remove(kept)
+            self.shared.measure_bound()
+        self.shared.thin()
 
     def _is_snapshot(self, events: int, state_hash: str) -> bool:
         return any(m.events == events and m.state_hash == state_hash for m in self.session.snapshots_info)
-
-    def _find(self, events: int, state_hash: str) -> KeptCheckpoint | None:
-        for kept in self.shared.kept:
-            if kept.events == events and kept.state_hash == state_hash:
-                return self._alive(kept)
-        return None
-
-    def _find_key(self, key: str) -> KeptCheckpoint | None:
-        for kept in self.shared.kept:
-            if kept.rank_key == key:
-                return self._alive(kept)
-        return None
-
-    def _alive(self, kept: KeptCheckpoint) -> KeptCheckpoint | None:
-        if kept.ranks.alive():
-            return kept
-        self._forget(kept)  # killed by the user or the OOM killer: rebuilt by re-execution instead
-        return None
 
 
 def _hand_over_pending(world: World, live: RankDriver) -> None:
