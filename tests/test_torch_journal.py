@@ -102,6 +102,22 @@ def test_a_command_that_reads_a_tensor_rebuilds_its_values(recording: tuple[Path
         assert printed.entries and "float32" in printed.entries[0].summary
 
 
+def test_a_state_too_large_to_rebuild_stays_digests_and_the_command_says_why(
+    recording: tuple[Path, dict[str, Any]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # bench torch's 10M-parameter model (160 MB a rank and step): five rebuilds pulled every rank's
+    # state into every world they kept and the kernel killed the process past 10 GB
+    from timetravel.torch.world import state_pull
+
+    monkeypatch.setattr(state_pull, "REBUILD_STEP_BYTES_MAX", 64)
+    path, _report = recording
+    with Session.open(path, launch=TEST_SCRIPTS) as session:
+        session.goto_event(150)
+        assert isinstance(session.world.nodes["r1"]["grads"]["0.weight"], ElidedArray)
+        with pytest.raises(ElidedError, match=r"not rebuilt: \d+ bytes of state is above the 64 bytes"):
+            session.read_values(lambda: np.array(session.world.nodes["r1"]["grads"]["0.weight"]))
+
+
 def test_tensors_in_flight_are_digests_and_rebuilt_bit_for_bit(gpt_recording: Path) -> None:
     with Session.open(gpt_recording, launch=TEST_SCRIPTS) as session:
         held: list[Any] = []

@@ -51,14 +51,21 @@ class ElidedValues:
 
     def read_values(self, read: Callable[[], T]) -> T:
         """``read()``, again within :meth:`with_values` if it met a tensor whose values are rebuilt
-        by re-execution (ElidedError); that error again when they cannot be (the script not named)."""
+        by re-execution (ElidedError); that error again when they cannot be (the script not named, or
+        the source's ``values_not_rebuilt`` says why: a state too large to hold)."""
         try:
             return read()
         except ElidedError:
             if getattr(self.source, "with_values", None) is None:
                 raise
         with self.with_values():
-            return read()
+            try:
+                return read()
+            except ElidedError as error:
+                why: list[str] = getattr(self.source, "values_not_rebuilt", list)()
+                if not why:
+                    raise
+                raise ElidedError(f"{error}: {why[0]}") from None
 
 
 __all__ = ["ElidedValues", "reads_values"]

@@ -43,6 +43,13 @@ STATE_STEP_GRID_FIRST = 32
 state per 32 steps, and log2(steps) - 4 of them, so a recording grows less than linearly with the
 steps and, from 200 steps on, stays under a tenth of (parameters x 4 bytes x steps) for AdamW (three
 tensors a parameter kept: docs/performance.md has the formula)."""
+REBUILD_STEP_BYTES_MAX = 64 << 20
+"""A command's rebuild (values pulled into the World: ``for_steps``, ``into_every_step``) takes a
+rank's state step only up to this many bytes. Every world its re-execution keeps (checkpoints on the
+way, parked worlds) holds what was pulled into it, for every rank: on bench torch's 10M-parameter
+AdamW model (160 MB a rank and step, 8 ranks) five rebuilds grew the process past 10 GB and the
+kernel killed it. Above it the step's values stay digests and the command says why (``notes``).
+A recording's kept states and a run's last state are not bound by it (``state_bytes_max``)."""
 PULLED_ARRAYS_MAX = 100_000
 """Arrays pulled and not yet handed to the recorder (it takes them at its next snapshot)."""
 
@@ -139,6 +146,13 @@ class StatePulls:
         if not into_world:
             elided = {p: v for p, v in elided.items() if not set(v.page_digests) <= self.pages_known}
         if not elided:
+            return False
+        size = sum(value.nbytes for value in elided.values())
+        if self.into_world and size > REBUILD_STEP_BYTES_MAX:
+            self._note(
+                f"the values of step {step} of r{rank} are not rebuilt: {size} bytes of state is above the "
+                f"{REBUILD_STEP_BYTES_MAX} bytes a command's re-execution holds a rank and step"
+            )
             return False
         pulled: dict[str, np.ndarray] = {}
         for paths in _batches(elided):

@@ -148,6 +148,11 @@ class TorchWorlds:
         finally:
             self.shared.values_wanted -= 1
 
+    def values_not_rebuilt(self) -> list[str]:
+        """Why values the last re-execution was asked for stayed digests (state_pull.py's notes)."""
+        pulls = self.host.state_pulls
+        return list(pulls.notes) if pulls is not None else []
+
     def materialize(self, world: World) -> None:
         """``world`` (the cursor's, say) with its tensors' values, rebuilt by re-execution."""
         if held_elided(world) and self._may_run(world):
